@@ -1,0 +1,148 @@
+/*
+ * barecuda/bc_runtime.h -- the driver loader: dlopen/LoadLibrary shim, the one
+ * driver table, process state (loaded / forked / finalizing), and the per-thread
+ * cache of the current context.
+ *
+ * Included by _loader.pyx only: the statics below exist once, in that extension
+ * module; other modules reach them through pointers handed out by _loader
+ * (see _loader.pxd), never by including this header.
+ */
+#ifndef BARECUDA_BC_RUNTIME_H
+#define BARECUDA_BC_RUNTIME_H
+
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include "barecuda/cuda_abi.h"
+#include "barecuda/bc_state.h"
+
+#ifdef _WIN32
+#include <windows.h>
+#define BC_THREAD_LOCAL __declspec(thread)
+#else
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+#define BC_THREAD_LOCAL __thread
+#endif
+
+static bc_driver_t bc_driver_table;
+static bc_state_t bc_state;
+
+/* Table of slot names, versions and offsets, generated from BC_DRIVER_SYMBOLS. */
+#define BC_X_INFO(name, version, required, params) {#name, version, required, offsetof(bc_driver_t, name)},
+static const bc_symbol_info bc_symbol_table[] = { BC_DRIVER_SYMBOLS(BC_X_INFO) };
+#undef BC_X_INFO
+#define BC_SYMBOL_COUNT (sizeof(bc_symbol_table) / sizeof(bc_symbol_table[0]))
+
+static BC_THREAD_LOCAL CUcontext bc_tls_ctx;
+
+#ifndef _WIN32
+static void bc_atfork_child(void) {
+    /* The child inherits a driver it must not use: CUDA does not survive fork. */
+    bc_state.forked = 1;
+    bc_tls_ctx = NULL;
+}
+#endif
+
+static void *bc_dlopen(const char *path, char *err, size_t errlen) {
+#ifdef _WIN32
+    HMODULE h = LoadLibraryA(path);
+    if (!h && err) snprintf(err, errlen, "LoadLibrary failed with Windows error %lu", (unsigned long)GetLastError());
+    return (void *)h;
+#else
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && err) {
+        const char *e = dlerror();
+        snprintf(err, errlen, "%s", e ? e : "dlopen failed");
+    }
+    return h;
+#endif
+}
+
+static void *bc_dlsym(void *h, const char *name) {
+#ifdef _WIN32
+    return (void *)GetProcAddress((HMODULE)h, name);
+#else
+    return dlsym(h, name);
+#endif
+}
+
+static void bc_dlclose(void *h) {
+#ifdef _WIN32
+    FreeLibrary((HMODULE)h);
+#else
+    dlclose(h);
+#endif
+}
+
+/* Result of a load attempt, for the Python side to turn into an exception. */
+enum {
+    BC_LOAD_OK = 0,
+    BC_LOAD_NOT_FOUND = 1,        /* no candidate library could be opened */
+    BC_LOAD_NO_PROC_ADDRESS = 2,  /* opened, but no cuGetProcAddress_v2 (driver < 12.0 or not a driver) */
+    BC_LOAD_MISSING_SYMBOL = 3,   /* a required entry point is missing */
+    BC_LOAD_INIT_FAILED = 4       /* cuInit returned an error (code in *cu_rc) */
+};
+
+/* Resolve every slot of the table from an opened library. Returns BC_LOAD_*.
+ * On BC_LOAD_MISSING_SYMBOL, *missing names the slot. */
+static int bc_resolve(void *h, const char **missing, CUresult *cu_rc) {
+    size_t i;
+    bc_driver_t table;
+    PFN_cuGetProcAddress_v2 gpa = (PFN_cuGetProcAddress_v2)bc_dlsym(h, "cuGetProcAddress_v2");
+    memset(&table, 0, sizeof(table));
+    if (!gpa) return BC_LOAD_NO_PROC_ADDRESS;
+    for (i = 0; i < BC_SYMBOL_COUNT; i++) {
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult status = 0;
+        CUresult rc = gpa(bc_symbol_table[i].name, &fn, bc_symbol_table[i].version,
+                          CU_GET_PROC_ADDRESS_DEFAULT, &status);
+        if (rc != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) fn = NULL;
+        if (!fn && bc_symbol_table[i].required) {
+            *missing = bc_symbol_table[i].name;
+            return BC_LOAD_MISSING_SYMBOL;
+        }
+        memcpy((char *)&table + bc_symbol_table[i].offset, &fn, sizeof(fn));
+    }
+    *cu_rc = table.cuInit(0);
+    if (*cu_rc != CUDA_SUCCESS) return BC_LOAD_INIT_FAILED;
+    if (table.cuDriverGetVersion(&bc_state.driver_version) != CUDA_SUCCESS) bc_state.driver_version = 0;
+    bc_driver_table = table;
+    return BC_LOAD_OK;
+}
+
+/* Open `path` and fill the table. Caller holds the loader lock. */
+static int bc_load_from(const char *path, char *err, size_t errlen, const char **missing, CUresult *cu_rc) {
+    int rc;
+    void *h = bc_dlopen(path, err, errlen);
+    if (!h) return BC_LOAD_NOT_FOUND;
+    rc = bc_resolve(h, missing, cu_rc);
+    if (rc != BC_LOAD_OK) {
+        bc_dlclose(h);
+        return rc;
+    }
+    bc_state.handle = h;
+    snprintf(bc_state.path, sizeof(bc_state.path), "%s", path);
+#ifdef _WIN32
+    bc_state.pid = (int)GetCurrentProcessId();
+#else
+    bc_state.pid = (int)getpid();
+    pthread_atfork(NULL, NULL, bc_atfork_child);
+#endif
+    bc_state.loaded = 1;
+    return BC_LOAD_OK;
+}
+
+/* Make ctx current on the calling thread unless barecuda already did. */
+static inline CUresult bc_set_current(CUcontext ctx) {
+    CUresult rc;
+    if (bc_tls_ctx == ctx) return CUDA_SUCCESS;
+    rc = bc_driver_table.cuCtxSetCurrent(ctx);
+    if (rc == CUDA_SUCCESS) bc_tls_ctx = ctx;
+    return rc;
+}
+
+static inline void bc_forget_current(void) { bc_tls_ctx = NULL; }
+
+#endif /* BARECUDA_BC_RUNTIME_H */

@@ -1,0 +1,591 @@
+/*
+ * barecuda/cuda_abi.h -- the part of the CUDA driver ABI that barecuda uses,
+ * written by hand. No CUDA header, toolkit or import library is needed to build.
+ *
+ * Every enum carries explicit values, every struct a static size check, and every
+ * entry point a PFN_ typedef for the exact ABI variant we call. The variant is
+ * chosen at run time by asking cuGetProcAddress_v2 for the symbol at the CUDA
+ * version written next to it in BC_DRIVER_SYMBOLS below: asking for
+ * cuCtxSynchronize at 13000 would return a function taking a CUcontext, asking
+ * for cuMemAlloc at 2000 the 32-bit one -- the version pins the signature.
+ *
+ * tests/test_abi.py compares these values with NVIDIA's cuda.h where one is
+ * installed; nothing here may depend on that header.
+ */
+#ifndef BARECUDA_CUDA_ABI_H
+#define BARECUDA_CUDA_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef _WIN32
+#define CUDAAPI __stdcall
+#else
+#define CUDAAPI
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ scalars */
+typedef int CUresult;                 /* enum cudaError_enum; table in cuda_errors.h */
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef struct CUarray_st *CUarray;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+
+typedef struct CUuuid_st { char bytes[16]; } CUuuid;
+
+#define CUDA_SUCCESS 0
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+/* -------------------------------------------------------------------- enums */
+typedef enum CUdevice_attribute_enum {
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X = 2,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y = 3,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z = 4,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+    CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY = 9,
+    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+    CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11,
+    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK = 12,
+    CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13,
+    CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT = 14,
+    CU_DEVICE_ATTRIBUTE_GPU_OVERLAP = 15,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT = 17,
+    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
+    CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_MODE = 20,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH = 21,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH = 22,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT = 23,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH = 24,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT = 25,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH = 26,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH = 27,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT = 28,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS = 29,
+    CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT = 30,
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS = 31,
+    CU_DEVICE_ATTRIBUTE_ECC_ENABLED = 32,
+    CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+    CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
+    CU_DEVICE_ATTRIBUTE_TCC_DRIVER = 35,
+    CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE = 36,
+    CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37,
+    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+    CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
+    CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH = 42,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS = 43,
+    CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER = 44,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH = 45,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT = 46,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE = 47,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE = 48,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE = 49,
+    CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
+    CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT = 51,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH = 52,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH = 53,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS = 54,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH = 55,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH = 56,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT = 57,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH = 58,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT = 59,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH = 60,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH = 61,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS = 62,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH = 63,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT = 64,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS = 65,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH = 66,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH = 67,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS = 68,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH = 69,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH = 70,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT = 71,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH = 72,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH = 73,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT = 74,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH = 77,
+    CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED = 78,
+    CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED = 79,
+    CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED = 80,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
+    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR = 82,
+    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+    CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD = 84,
+    CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID = 85,
+    CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED = 86,
+    CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO = 87,
+    CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88,
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED = 90,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1 = 94,
+    CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95,
+    CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH = 96,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+    CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98,
+    CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED = 99,
+    CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES = 100,
+    CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST = 101,
+    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED = 104,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED = 105,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR = 106,
+    CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED = 107,
+    CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE = 108,
+    CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE = 109,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED = 110,
+    CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
+    CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED = 112,
+    CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED = 113,
+    CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED = 114,
+    CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS = 117,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = 118,
+    CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES = 119,
+    CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH = 120,
+    CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED = 121,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR = 123,
+    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
+    CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED = 125,
+    CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT = 126,
+    CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED = 127,
+    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED = 128,
+    CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS = 129,
+    CU_DEVICE_ATTRIBUTE_NUMA_CONFIG = 130,
+    CU_DEVICE_ATTRIBUTE_NUMA_ID = 131,
+    CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132,
+    CU_DEVICE_ATTRIBUTE_MPS_ENABLED = 133,
+    CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID = 134,
+    CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED = 135,
+    CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK = 136,
+    CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH = 137,
+    CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED = 138,
+    CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID = 139,
+    CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID = 140,
+    CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 141,
+    CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED = 142,
+    CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED = 143,
+    CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED = 144,
+    CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 145,
+    CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED = 146,
+    CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED = 147,
+    CU_DEVICE_ATTRIBUTE_MAX = 148
+} CUdevice_attribute;
+
+typedef enum CUfunction_attribute_enum {
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+    CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = 2,
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
+    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION = 5,
+    CU_FUNC_ATTRIBUTE_BINARY_VERSION = 6,
+    CU_FUNC_ATTRIBUTE_CACHE_MODE_CA = 7,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
+    CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET = 10,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH = 11,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT = 12,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH = 13,
+    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14,
+    CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15,
+    CU_FUNC_ATTRIBUTE_MAX = 16
+} CUfunction_attribute;
+
+typedef enum CUjit_option_enum {
+    CU_JIT_MAX_REGISTERS = 0,
+    CU_JIT_THREADS_PER_BLOCK = 1,
+    CU_JIT_WALL_TIME = 2,
+    CU_JIT_INFO_LOG_BUFFER = 3,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    CU_JIT_OPTIMIZATION_LEVEL = 7,
+    CU_JIT_TARGET_FROM_CUCONTEXT = 8,
+    CU_JIT_TARGET = 9,
+    CU_JIT_FALLBACK_STRATEGY = 10,
+    CU_JIT_GENERATE_DEBUG_INFO = 11,
+    CU_JIT_LOG_VERBOSE = 12,
+    CU_JIT_GENERATE_LINE_INFO = 13,
+    CU_JIT_CACHE_MODE = 14,
+    CU_JIT_NUM_OPTIONS = 35
+} CUjit_option;
+
+typedef enum CUmemorytype_enum {
+    CU_MEMORYTYPE_HOST = 1,
+    CU_MEMORYTYPE_DEVICE = 2,
+    CU_MEMORYTYPE_ARRAY = 3,
+    CU_MEMORYTYPE_UNIFIED = 4
+} CUmemorytype;
+
+typedef enum CUpointer_attribute_enum {
+    CU_POINTER_ATTRIBUTE_CONTEXT = 1,
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3,
+    CU_POINTER_ATTRIBUTE_HOST_POINTER = 4,
+    CU_POINTER_ATTRIBUTE_SYNC_MEMOPS = 6,
+    CU_POINTER_ATTRIBUTE_BUFFER_ID = 7,
+    CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
+    CU_POINTER_ATTRIBUTE_MAPPED = 13,
+    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE = 17
+} CUpointer_attribute;
+
+typedef enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6
+} CUmem_advise;
+
+typedef enum CUmemLocationType_enum {
+    CU_MEM_LOCATION_TYPE_INVALID = 0,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_LOCATION_TYPE_HOST = 2,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA = 3,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT = 4
+} CUmemLocationType;
+
+typedef enum CUmemAllocationType_enum {
+    CU_MEM_ALLOCATION_TYPE_INVALID = 0,
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+    CU_MEM_ALLOCATION_TYPE_MANAGED = 2
+} CUmemAllocationType;
+
+typedef enum CUmemAllocationHandleType_enum {
+    CU_MEM_HANDLE_TYPE_NONE = 0,
+    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
+    CU_MEM_HANDLE_TYPE_WIN32 = 2,
+    CU_MEM_HANDLE_TYPE_WIN32_KMT = 4,
+    CU_MEM_HANDLE_TYPE_FABRIC = 8
+} CUmemAllocationHandleType;
+
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
+} CUmemPool_attribute;
+
+typedef enum CUlaunchAttributeID_enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT = 7,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY = 8,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP = 9,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN = 10
+} CUlaunchAttributeID;
+
+/* flags (plain #defines in the driver's header too) */
+#define CU_CTX_SCHED_AUTO 0x00
+#define CU_CTX_SCHED_SPIN 0x01
+#define CU_CTX_SCHED_YIELD 0x02
+#define CU_CTX_SCHED_BLOCKING_SYNC 0x04
+#define CU_CTX_MAP_HOST 0x08
+#define CU_STREAM_DEFAULT 0x0
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DEFAULT 0x0
+#define CU_EVENT_BLOCKING_SYNC 0x1
+#define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_EVENT_INTERPROCESS 0x4
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04
+#define CU_MEMHOSTREGISTER_READ_ONLY 0x08
+#define CU_MEM_ATTACH_GLOBAL 0x1
+#define CU_MEM_ATTACH_HOST 0x2
+#define CU_MEM_ATTACH_SINGLE 0x4
+#define CU_GET_PROC_ADDRESS_DEFAULT 0
+#define CU_GET_PROC_ADDRESS_LEGACY_STREAM 1
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+#define CU_GET_PROC_ADDRESS_SUCCESS 0
+#define CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND 1
+#define CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT 2
+typedef int CUdriverProcAddressQueryResult;
+
+/* ------------------------------------------------------------------ structs */
+typedef struct CUDA_MEMCPY2D_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    size_t srcPitch;
+    size_t dstXInBytes;
+    size_t dstY;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    size_t dstPitch;
+    size_t WidthInBytes;
+    size_t Height;
+} CUDA_MEMCPY2D;
+
+typedef struct CUDA_MEMCPY3D_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    size_t srcZ;
+    size_t srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    void *reserved0;
+    size_t srcPitch;
+    size_t srcHeight;
+    size_t dstXInBytes;
+    size_t dstY;
+    size_t dstZ;
+    size_t dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    void *reserved1;
+    size_t dstPitch;
+    size_t dstHeight;
+    size_t WidthInBytes;
+    size_t Height;
+    size_t Depth;
+} CUDA_MEMCPY3D;
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    int id;
+} CUmemLocation;
+
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+typedef union CUlaunchAttributeValue_union {
+    char pad[64];
+    int cooperative;
+    struct { unsigned int x, y, z; } clusterDim;
+    int clusterSchedulingPolicyPreference;
+    int programmaticStreamSerializationAllowed;
+    struct { CUevent event; int flags; int triggerAtBlockStart; } programmaticEvent;
+    int priority;
+} CUlaunchAttributeValue;
+
+typedef struct CUlaunchAttribute_st {
+    CUlaunchAttributeID id;
+    char pad[8 - sizeof(CUlaunchAttributeID)];
+    CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define BC_STATIC_ASSERT(c, m) _Static_assert(c, #m)
+#else
+#define BC_STATIC_ASSERT(c, m) typedef char bc_static_assert_##m[(c) ? 1 : -1]
+#endif
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(CUdeviceptr) == 8, deviceptr_size);
+BC_STATIC_ASSERT(sizeof(CUuuid) == 16, uuid_size);
+BC_STATIC_ASSERT(sizeof(CUDA_MEMCPY2D) == 128, memcpy2d_size);
+BC_STATIC_ASSERT(sizeof(CUDA_MEMCPY3D) == 200, memcpy3d_size);
+BC_STATIC_ASSERT(sizeof(CUmemLocation) == 8, memlocation_size);
+BC_STATIC_ASSERT(sizeof(CUmemPoolProps) == 88, mempoolprops_size);
+BC_STATIC_ASSERT(sizeof(CUlaunchAttributeValue) == 64, launchattrvalue_size);
+BC_STATIC_ASSERT(sizeof(CUlaunchAttribute) == 72, launchattr_size);
+BC_STATIC_ASSERT(offsetof(CUlaunchAttribute, value) == 8, launchattr_value_offset);
+BC_STATIC_ASSERT(sizeof(CUlaunchConfig) == 56, launchconfig_size);
+#endif
+
+typedef void (CUDAAPI *CUhostFn)(void *userData);
+typedef void (CUDAAPI *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
+
+/* ----------------------------------------------------------- entry points
+ * X(name, version, required, (parameter list))
+ *   version: the CUDA version whose ABI of `name` the parameter list describes;
+ *            cuGetProcAddress_v2 is asked for exactly that.
+ *   required: 1 when barecuda cannot work without it on a CUDA 12.0 driver;
+ *             0 when only one feature needs it (that feature checks for NULL and
+ *             names the driver version it needs).
+ * Every entry point returns CUresult.
+ */
+#define BC_DRIVER_SYMBOLS(X) \
+    X(cuInit, 2000, 1, (unsigned int Flags)) \
+    X(cuDriverGetVersion, 2020, 1, (int *driverVersion)) \
+    X(cuGetErrorName, 6000, 1, (CUresult error, const char **pStr)) \
+    X(cuGetErrorString, 6000, 1, (CUresult error, const char **pStr)) \
+    X(cuDeviceGet, 2000, 1, (CUdevice *device, int ordinal)) \
+    X(cuDeviceGetCount, 2000, 1, (int *count)) \
+    X(cuDeviceGetName, 2000, 1, (char *name, int len, CUdevice dev)) \
+    X(cuDeviceGetUuid, 9020, 1, (CUuuid *uuid, CUdevice dev)) \
+    X(cuDeviceTotalMem, 3020, 1, (size_t *bytes, CUdevice dev)) \
+    X(cuDeviceGetAttribute, 2000, 1, (int *pi, CUdevice_attribute attrib, CUdevice dev)) \
+    X(cuDeviceGetPCIBusId, 4010, 1, (char *pciBusId, int len, CUdevice dev)) \
+    X(cuDeviceCanAccessPeer, 4000, 1, (int *canAccessPeer, CUdevice dev, CUdevice peerDev)) \
+    X(cuDevicePrimaryCtxRetain, 7000, 1, (CUcontext *pctx, CUdevice dev)) \
+    X(cuDevicePrimaryCtxRelease, 11000, 1, (CUdevice dev)) \
+    X(cuDevicePrimaryCtxGetState, 7000, 1, (CUdevice dev, unsigned int *flags, int *active)) \
+    X(cuCtxSetCurrent, 4000, 1, (CUcontext ctx)) \
+    X(cuCtxGetCurrent, 4000, 1, (CUcontext *pctx)) \
+    X(cuCtxGetDevice, 2000, 1, (CUdevice *device)) \
+    X(cuCtxSynchronize, 2000, 1, (void)) \
+    X(cuCtxEnablePeerAccess, 4000, 1, (CUcontext peerContext, unsigned int Flags)) \
+    X(cuCtxDisablePeerAccess, 4000, 1, (CUcontext peerContext)) \
+    X(cuMemGetInfo, 3020, 1, (size_t *free, size_t *total)) \
+    X(cuModuleLoadDataEx, 2010, 1, (CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)) \
+    X(cuModuleUnload, 2000, 1, (CUmodule hmod)) \
+    X(cuModuleGetFunction, 2000, 1, (CUfunction *hfunc, CUmodule hmod, const char *name)) \
+    X(cuModuleGetGlobal, 3020, 1, (CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)) \
+    X(cuFuncGetAttribute, 2020, 1, (int *pi, CUfunction_attribute attrib, CUfunction hfunc)) \
+    X(cuFuncSetAttribute, 9000, 1, (CUfunction hfunc, CUfunction_attribute attrib, int value)) \
+    X(cuFuncGetParamInfo, 12040, 0, (CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)) \
+    X(cuFuncGetName, 12030, 0, (const char **name, CUfunction hfunc)) \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 1, (int *numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize)) \
+    X(cuOccupancyMaxPotentialBlockSize, 6050, 1, (int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit)) \
+    X(cuOccupancyAvailableDynamicSMemPerBlock, 10020, 1, (size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize)) \
+    X(cuOccupancyMaxActiveClusters, 11070, 0, (int *numClusters, CUfunction func, const CUlaunchConfig *config)) \
+    X(cuLaunchKernel, 4000, 1, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)) \
+    X(cuLaunchKernelEx, 11060, 0, (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)) \
+    X(cuLaunchCooperativeKernel, 9000, 1, (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)) \
+    X(cuLaunchHostFunc, 10000, 1, (CUstream hStream, CUhostFn fn, void *userData)) \
+    X(cuStreamCreate, 2000, 1, (CUstream *phStream, unsigned int Flags)) \
+    X(cuStreamCreateWithPriority, 5050, 1, (CUstream *phStream, unsigned int flags, int priority)) \
+    X(cuStreamDestroy, 4000, 1, (CUstream hStream)) \
+    X(cuStreamSynchronize, 2000, 1, (CUstream hStream)) \
+    X(cuStreamQuery, 2000, 1, (CUstream hStream)) \
+    X(cuStreamWaitEvent, 3020, 1, (CUstream hStream, CUevent hEvent, unsigned int Flags)) \
+    X(cuStreamGetPriority, 5050, 1, (CUstream hStream, int *priority)) \
+    X(cuStreamGetFlags, 5050, 1, (CUstream hStream, unsigned int *flags)) \
+    X(cuStreamGetCtx, 9020, 1, (CUstream hStream, CUcontext *pctx)) \
+    X(cuCtxGetStreamPriorityRange, 5050, 1, (int *leastPriority, int *greatestPriority)) \
+    X(cuEventCreate, 2000, 1, (CUevent *phEvent, unsigned int Flags)) \
+    X(cuEventDestroy, 4000, 1, (CUevent hEvent)) \
+    X(cuEventRecord, 2000, 1, (CUevent hEvent, CUstream hStream)) \
+    X(cuEventQuery, 2000, 1, (CUevent hEvent)) \
+    X(cuEventSynchronize, 2000, 1, (CUevent hEvent)) \
+    X(cuEventElapsedTime, 2000, 1, (float *pMilliseconds, CUevent hStart, CUevent hEnd)) \
+    X(cuMemAlloc, 3020, 1, (CUdeviceptr *dptr, size_t bytesize)) \
+    X(cuMemFree, 3020, 1, (CUdeviceptr dptr)) \
+    X(cuMemAllocPitch, 3020, 1, (CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)) \
+    X(cuMemAllocManaged, 6000, 1, (CUdeviceptr *dptr, size_t bytesize, unsigned int flags)) \
+    X(cuMemHostAlloc, 2020, 1, (void **pp, size_t bytesize, unsigned int Flags)) \
+    X(cuMemFreeHost, 2000, 1, (void *p)) \
+    X(cuMemHostGetDevicePointer, 3020, 1, (CUdeviceptr *pdptr, void *p, unsigned int Flags)) \
+    X(cuMemHostRegister, 6050, 1, (void *p, size_t bytesize, unsigned int Flags)) \
+    X(cuMemHostUnregister, 4000, 1, (void *p)) \
+    X(cuMemGetAddressRange, 3020, 1, (CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)) \
+    X(cuPointerGetAttribute, 4000, 1, (void *data, CUpointer_attribute attribute, CUdeviceptr ptr)) \
+    X(cuMemcpy, 4000, 1, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)) \
+    X(cuMemcpyAsync, 4000, 1, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)) \
+    X(cuMemcpyHtoD, 3020, 1, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)) \
+    X(cuMemcpyDtoH, 3020, 1, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)) \
+    X(cuMemcpyDtoD, 3020, 1, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)) \
+    X(cuMemcpyHtoDAsync, 3020, 1, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)) \
+    X(cuMemcpyDtoHAsync, 3020, 1, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)) \
+    X(cuMemcpyDtoDAsync, 3020, 1, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)) \
+    X(cuMemcpyPeerAsync, 4000, 1, (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)) \
+    X(cuMemcpy2DAsync, 3020, 1, (const CUDA_MEMCPY2D *pCopy, CUstream hStream)) \
+    X(cuMemcpy3DAsync, 3020, 1, (const CUDA_MEMCPY3D *pCopy, CUstream hStream)) \
+    X(cuMemsetD8Async, 3020, 1, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)) \
+    X(cuMemsetD16Async, 3020, 1, (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)) \
+    X(cuMemsetD32Async, 3020, 1, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)) \
+    X(cuMemAllocAsync, 11020, 0, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream)) \
+    X(cuMemFreeAsync, 11020, 0, (CUdeviceptr dptr, CUstream hStream)) \
+    X(cuMemAllocFromPoolAsync, 11020, 0, (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)) \
+    X(cuMemPoolCreate, 11020, 0, (CUmemoryPool *pool, const CUmemPoolProps *poolProps)) \
+    X(cuMemPoolDestroy, 11020, 0, (CUmemoryPool pool)) \
+    X(cuMemPoolTrimTo, 11020, 0, (CUmemoryPool pool, size_t minBytesToKeep)) \
+    X(cuMemPoolSetAttribute, 11020, 0, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
+    X(cuMemPoolGetAttribute, 11020, 0, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
+    X(cuDeviceGetDefaultMemPool, 11020, 0, (CUmemoryPool *pool_out, CUdevice dev)) \
+    X(cuMemPrefetchAsync, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)) \
+    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location))
+
+/* PFN_<name> typedefs */
+#define BC_X_PFN(name, version, required, params) typedef CUresult (CUDAAPI *PFN_##name) params;
+BC_DRIVER_SYMBOLS(BC_X_PFN)
+#undef BC_X_PFN
+
+typedef CUresult (CUDAAPI *PFN_cuGetProcAddress_v2)(const char *symbol, void **pfn, int cudaVersion,
+                                                   unsigned long long flags,
+                                                   CUdriverProcAddressQueryResult *symbolStatus);
+
+/* The driver table: one function pointer per entry point, filled once by the loader. */
+typedef struct bc_driver_t {
+#define BC_X_FIELD(name, version, required, params) PFN_##name name;
+    BC_DRIVER_SYMBOLS(BC_X_FIELD)
+#undef BC_X_FIELD
+} bc_driver_t;
+
+/* Description of each table slot, for the loader and for diagnostics. */
+typedef struct bc_symbol_info {
+    const char *name;
+    int version;
+    int required;
+    size_t offset;
+} bc_symbol_info;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BARECUDA_CUDA_ABI_H */

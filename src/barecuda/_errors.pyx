@@ -1,0 +1,228 @@
+"""The exception tree and the CUresult -> exception mapping.
+
+Owns: CudaError and its subclasses, the code -> class table, the warning class used
+by destructors, and the cold function that turns a failed driver call into an
+exception. The names and descriptions of every CUresult come from our own table
+(include/barecuda/cuda_errors.h), so they are available without a driver.
+"""
+from barecuda._abi cimport CUresult, bc_error_info, bc_error_lookup, bc_error_table, BC_ERROR_TABLE_LEN
+
+cdef bc_state_t *_state = NULL
+
+
+cdef int register_state(bc_state_t *st) except -1:
+    global _state
+    _state = st
+    return 0
+
+
+class CudaWarning(RuntimeWarning):
+    """Something went wrong where raising was not possible (a destructor, a callback)."""
+
+
+class BarecudaError(Exception):
+    """Base of every exception barecuda raises on its own account."""
+
+
+class DriverNotFoundError(BarecudaError, OSError):
+    """No usable CUDA driver library could be loaded.
+
+    ``tried`` lists the library names or paths that were attempted and why each failed.
+    """
+
+    def __init__(self, message, tried=()):
+        super().__init__(message)
+        self.tried = tuple(tried)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.tried))
+
+
+class DriverVersionError(BarecudaError, RuntimeError):
+    """A feature needs a newer driver than the one loaded."""
+
+
+class ForkedProcessError(BarecudaError, RuntimeError):
+    """barecuda was used in a child forked after the driver had been initialized."""
+
+
+class CudaError(BarecudaError, RuntimeError):
+    """A driver call returned an error.
+
+    Attributes
+    ----------
+    code : int
+        The ``CUresult`` value.
+    name : str
+        Its name as the driver spells it (``CUDA_ERROR_...``).
+    description : str
+        What it means.
+    call : str
+        The driver entry point (or barecuda operation) that failed.
+    hint : str or None
+        What to try.
+    sticky : bool
+        True when the error left the context unusable: the process must restart.
+    """
+
+    def __init__(self, code, call="", detail=None):
+        info = error_info(code)
+        self.code = int(code)
+        self.name = info[0]
+        self.description = info[1]
+        self.hint = info[2]
+        self.sticky = info[3]
+        self.call = call
+        self.detail = detail
+        msg = f"{call} failed: {self.name} ({self.code}): {self.description}"
+        if detail:
+            msg += f"\n{detail}"
+        if self.sticky:
+            msg += ("\nThis error is sticky: the CUDA context is unusable and every later call "
+                    "will fail; the process must be restarted.")
+        if self.hint:
+            msg += f"\nHint: {self.hint}"
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (_rebuild_cuda_error, (self.code, self.call, self.detail))
+
+
+def _rebuild_cuda_error(code, call, detail):
+    return error_class(code)(code, call, detail)
+
+
+class CudaOutOfMemoryError(CudaError, MemoryError):
+    """The device (or pinned host memory) is exhausted."""
+
+
+class CudaInvalidValueError(CudaError, ValueError):
+    """The driver rejected an argument value."""
+
+
+class CudaNotReadyError(CudaError):
+    """Asynchronous work is still running (only raised where readiness was required)."""
+
+
+class CudaNotFoundError(CudaError, LookupError):
+    """A named symbol (kernel, global) does not exist in the module."""
+
+
+class CudaNotSupportedError(CudaError, NotImplementedError):
+    """The operation is not supported on this device or system."""
+
+
+class CudaInvalidHandleError(CudaError):
+    """A handle (stream, event, module, function) was invalid or already destroyed."""
+
+
+class CudaInvalidContextError(CudaError):
+    """No valid context was current, or the context was destroyed."""
+
+
+class CudaInvalidImageError(CudaError):
+    """A module image (PTX, cubin, fatbin) was malformed, or has no code for this GPU."""
+
+
+class CudaInvalidPtxError(CudaInvalidImageError):
+    """PTX failed to compile; the message carries the JIT error log."""
+
+
+class CudaNoDeviceError(CudaError):
+    """No CUDA device is visible."""
+
+
+class CudaInvalidDeviceError(CudaError, ValueError):
+    """The device ordinal does not exist."""
+
+
+class CudaNotInitializedError(CudaError):
+    """The driver is not initialized or has been deinitialized."""
+
+
+class CudaLaunchError(CudaError):
+    """A kernel launch was rejected (resources, configuration, cluster size...)."""
+
+
+class CudaStickyError(CudaError):
+    """A kernel fault left the context unusable (illegal address, assert, ...): restart the process."""
+
+
+class CudaStreamCaptureError(CudaError):
+    """The operation conflicts with stream capture."""
+
+
+# code -> class; everything else maps to CudaError, or CudaStickyError when sticky.
+_CLASS_BY_CODE = {
+    1: CudaInvalidValueError,
+    2: CudaOutOfMemoryError,
+    3: CudaNotInitializedError,
+    4: CudaNotInitializedError,
+    100: CudaNoDeviceError,
+    101: CudaInvalidDeviceError,
+    200: CudaInvalidImageError,
+    201: CudaInvalidContextError,
+    209: CudaInvalidImageError,
+    218: CudaInvalidPtxError,
+    222: CudaInvalidPtxError,
+    400: CudaInvalidHandleError,
+    500: CudaNotFoundError,
+    600: CudaNotReadyError,
+    701: CudaLaunchError,
+    720: CudaLaunchError,
+    801: CudaNotSupportedError,
+    900: CudaStreamCaptureError,
+    901: CudaStreamCaptureError,
+    902: CudaStreamCaptureError,
+    903: CudaStreamCaptureError,
+    904: CudaStreamCaptureError,
+    905: CudaStreamCaptureError,
+    906: CudaStreamCaptureError,
+    907: CudaStreamCaptureError,
+    908: CudaStreamCaptureError,
+    912: CudaLaunchError,
+}
+
+
+def error_info(code):
+    """Return ``(name, description, hint, sticky)`` for a CUresult value.
+
+    Works without a driver. Unknown codes get a generic description.
+    """
+    cdef const bc_error_info *e = bc_error_lookup(<int>code)
+    if e == NULL:
+        return (f"CUDA_ERROR_UNRECOGNIZED_{int(code)}",
+                "a result code this version of barecuda does not know (a newer driver?)",
+                "upgrade barecuda", False)
+    hint = e.hint.decode() if e.hint != NULL else None
+    return (e.name.decode(), e.description.decode(), hint, bool(e.sticky))
+
+
+def error_class(code):
+    """The exception class raised for a CUresult value."""
+    cls = _CLASS_BY_CODE.get(int(code))
+    if cls is not None:
+        return cls
+    cdef const bc_error_info *e = bc_error_lookup(<int>code)
+    if e != NULL and e.sticky:
+        return CudaStickyError
+    return CudaError
+
+
+def all_error_codes():
+    """Every CUresult value in barecuda's table, ascending."""
+    return [bc_error_table[i].code for i in range(BC_ERROR_TABLE_LEN)]
+
+
+def make_error(code, call="", detail=None):
+    """Build (not raise) the exception for ``code`` failing in ``call``."""
+    return error_class(code)(code, call, detail)
+
+
+cdef int raise_cuda_error(CUresult rc, const char *call) except -1 with gil:
+    if _state != NULL and _state.forked:
+        raise ForkedProcessError(
+            f"{call.decode()} was called in a process forked after CUDA was initialized; "
+            "CUDA does not survive fork(). Start workers with the 'spawn' method "
+            "(multiprocessing.set_start_method('spawn') or get_context('spawn')).")
+    raise make_error(rc, call.decode())

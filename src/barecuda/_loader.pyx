@@ -1,0 +1,185 @@
+"""The driver loader.
+
+Owns: opening libcuda (nvcuda.dll on Windows) at run time, resolving every entry
+point through cuGetProcAddress_v2 at the CUDA version our ABI declares, the one
+driver table, the process state (fork and shutdown flags) and the per-thread
+cache of the current context. Loading is lazy, happens once, and is serialized by
+a lock with a re-check after taking it.
+"""
+import atexit
+import os
+import sys
+import threading
+
+from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult
+from barecuda._errors cimport bc_state_t, check, register_state
+from barecuda._errors import DriverNotFoundError, DriverVersionError, ForkedProcessError, make_error
+
+cdef extern from "barecuda/bc_runtime.h" nogil:
+    bc_driver_t bc_driver_table
+    bc_state_t bc_state
+    const bc_symbol_info bc_symbol_table[]
+    size_t BC_SYMBOL_COUNT
+    int BC_LOAD_OK, BC_LOAD_NOT_FOUND, BC_LOAD_NO_PROC_ADDRESS, BC_LOAD_MISSING_SYMBOL, BC_LOAD_INIT_FAILED
+    int bc_load_from(const char *path, char *err, size_t errlen, const char **missing, CUresult *cu_rc)
+    CUresult bc_set_current(CUcontext ctx)
+    void bc_forget_current()
+
+_lock = threading.Lock()
+_failure = None   # the last load failure, kept so is_available() stays cheap
+
+if sys.platform == "win32":
+    DEFAULT_CANDIDATES = ("nvcuda.dll",)
+else:
+    DEFAULT_CANDIDATES = ("libcuda.so.1", "libcuda.so")
+
+register_state(&bc_state)
+
+
+cdef bc_driver_t *driver_table() noexcept nogil:
+    return &bc_driver_table
+
+
+cdef bc_state_t *runtime_state() noexcept nogil:
+    return &bc_state
+
+
+cdef int set_current(CUcontext ctx) except -1 nogil:
+    cdef CUresult rc = bc_set_current(ctx)
+    if rc != 0:
+        return check(rc, b"cuCtxSetCurrent")
+    return 0
+
+
+cdef void forget_current() noexcept nogil:
+    bc_forget_current()
+
+
+def _on_exit():
+    # From here on destructors leak instead of calling into a driver that may be
+    # tearing down; the OS reclaims everything at process exit.
+    bc_state.finalizing = 1
+
+atexit.register(_on_exit)
+
+
+def candidates():
+    """The library names or paths the loader tries, in order."""
+    override = os.environ.get("BARECUDA_LIBCUDA")
+    if override:
+        return (override,)
+    return DEFAULT_CANDIDATES
+
+
+cdef int _ensure_driver_slow() except -1:
+    global _failure
+    if bc_state.forked:
+        raise ForkedProcessError(
+            "barecuda is being used in a child process forked after CUDA was initialized in "
+            "the parent; CUDA does not survive fork(). Start worker processes with the "
+            "'spawn' method: multiprocessing.get_context('spawn') or "
+            "multiprocessing.set_start_method('spawn').")
+    cdef char err[512]
+    cdef const char *missing = NULL
+    cdef CUresult cu_rc = 0
+    cdef int rc
+    cdef bytes bpath
+    cdef const char *cpath
+    with _lock:
+        if bc_state.loaded:        # another thread won the race
+            return 0
+        tried = []
+        for path in candidates():
+            bpath = os.fsencode(path)
+            cpath = bpath
+            err[0] = 0
+            missing = NULL
+            with nogil:
+                rc = bc_load_from(cpath, err, sizeof(err), &missing, &cu_rc)
+            if rc == BC_LOAD_OK:
+                _failure = None
+                return 0
+            if rc == BC_LOAD_NOT_FOUND:
+                tried.append(f"{path}: {err.decode(errors='replace')}")
+            elif rc == BC_LOAD_NO_PROC_ADDRESS:
+                tried.append(f"{path}: opened, but it exports no cuGetProcAddress_v2 "
+                             "(not an NVIDIA driver, or a driver older than CUDA 12.0)")
+            elif rc == BC_LOAD_MISSING_SYMBOL:
+                tried.append(f"{path}: opened, but the required entry point "
+                             f"{missing.decode()} is missing (driver too old?)")
+            elif rc == BC_LOAD_INIT_FAILED:
+                # The library is a driver but cannot start (no device, driver/kernel
+                # module mismatch...): that is the error to report, not "not found".
+                _failure = make_error(cu_rc, "cuInit", f"(driver library: {path})")
+                raise _failure
+        _failure = DriverNotFoundError(_message(tried), tried)
+        raise _failure
+
+
+def _message(tried):
+    lines = ["Could not load the CUDA driver. Tried:"]
+    lines += [f"  - {t}" for t in tried]
+    lines.append("Install the NVIDIA driver (check with `nvidia-smi`), or point barecuda at "
+                 "the driver library: BARECUDA_LIBCUDA=/path/to/libcuda.so.1")
+    return "\n".join(lines)
+
+
+def load():
+    """Load the driver now (normally done on first use). Raises DriverNotFoundError."""
+    ensure_driver(&bc_state)
+
+
+def is_available():
+    """True when a driver loads and reports at least one device. Never raises."""
+    if _failure is not None:
+        return False
+    try:
+        ensure_driver(&bc_state)
+    except Exception:
+        return False
+    cdef int n = 0
+    if bc_driver_table.cuDeviceGetCount(&n) != 0:
+        return False
+    return n > 0
+
+
+def driver_version():
+    """The driver's CUDA version as a tuple, e.g. ``(13, 0)``."""
+    ensure_driver(&bc_state)
+    v = bc_state.driver_version
+    return (v // 1000, (v % 1000) // 10)
+
+
+def driver_path():
+    """The library path the driver was loaded from."""
+    ensure_driver(&bc_state)
+    return os.fsdecode(bytes(bc_state.path))
+
+
+def symbols():
+    """``{name: (version_requested, required, resolved)}`` for every driver entry point."""
+    ensure_driver(&bc_state)
+    cdef size_t i
+    cdef void *fn
+    out = {}
+    for i in range(BC_SYMBOL_COUNT):
+        fn = (<void **>((<char *>&bc_driver_table) + bc_symbol_table[i].offset))[0]
+        out[bc_symbol_table[i].name.decode()] = (
+            bc_symbol_table[i].version, bool(bc_symbol_table[i].required), fn != NULL)
+    return out
+
+
+def require_symbol(name, feature, int min_version):
+    """Raise DriverVersionError unless the optional entry point ``name`` was resolved."""
+    if not symbols()[name][2]:
+        v = bc_state.driver_version
+        raise DriverVersionError(
+            f"{feature} needs {name}, which needs a CUDA {min_version // 1000}.{(min_version % 1000) // 10} "
+            f"driver or newer; the loaded driver is CUDA {v // 1000}.{(v % 1000) // 10}. "
+            "Upgrade the NVIDIA driver.")
+
+
+def _state():
+    """Internal: the process flags, for tests and the doctor."""
+    return {"loaded": bool(bc_state.loaded), "forked": bool(bc_state.forked),
+            "finalizing": bool(bc_state.finalizing), "pid": bc_state.pid}
