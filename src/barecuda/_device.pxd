@@ -1,0 +1,14 @@
+"""Devices and their primary contexts."""
+from barecuda._abi cimport CUdevice, CUcontext
+
+cdef class Device:
+    cdef readonly int ordinal
+    cdef CUdevice handle
+    cdef CUcontext ctx          # primary context; NULL until first use (see activate)
+
+    cdef int activate(self) except -1
+
+# Primary context of device `ordinal`, retained once per process and made current on
+# the calling thread (cached per thread: no driver call once the thread is bound).
+cdef CUcontext activate_device(int ordinal) except NULL
+cdef Device device_of(object device)     # None -> current device; int -> Device(int); Device -> itself

@@ -1,0 +1,399 @@
+"""Devices and primary contexts.
+
+Owns: device enumeration and attributes, the primary context of each device
+(retained once per process on first use, released never -- it lives as long as
+the process, like the CUDA runtime's), and making it current on the calling
+thread. The per-thread binding is cached in _loader, so after the first use on a
+thread no driver call is made to bind it again.
+"""
+import threading
+cimport cython
+
+from libc.string cimport memset
+from barecuda._abi cimport *
+from barecuda._errors cimport check, bc_state_t
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, forget_current
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+DEF MAX_DEVICES = 256
+cdef CUcontext _primary[MAX_DEVICES]
+memset(_primary, 0, sizeof(_primary))
+_retain_lock = threading.Lock()
+
+# Every CUdevice_attribute by its lower-case name without the prefix.
+ATTRIBUTES = {
+    "max_threads_per_block": 1,
+    "max_block_dim_x": 2,
+    "max_block_dim_y": 3,
+    "max_block_dim_z": 4,
+    "max_grid_dim_x": 5,
+    "max_grid_dim_y": 6,
+    "max_grid_dim_z": 7,
+    "max_shared_memory_per_block": 8,
+    "total_constant_memory": 9,
+    "warp_size": 10,
+    "max_pitch": 11,
+    "max_registers_per_block": 12,
+    "clock_rate": 13,
+    "texture_alignment": 14,
+    "gpu_overlap": 15,
+    "multiprocessor_count": 16,
+    "kernel_exec_timeout": 17,
+    "integrated": 18,
+    "can_map_host_memory": 19,
+    "compute_mode": 20,
+    "maximum_texture1d_width": 21,
+    "maximum_texture2d_width": 22,
+    "maximum_texture2d_height": 23,
+    "maximum_texture3d_width": 24,
+    "maximum_texture3d_height": 25,
+    "maximum_texture3d_depth": 26,
+    "maximum_texture2d_layered_width": 27,
+    "maximum_texture2d_layered_height": 28,
+    "maximum_texture2d_layered_layers": 29,
+    "surface_alignment": 30,
+    "concurrent_kernels": 31,
+    "ecc_enabled": 32,
+    "pci_bus_id": 33,
+    "pci_device_id": 34,
+    "tcc_driver": 35,
+    "memory_clock_rate": 36,
+    "global_memory_bus_width": 37,
+    "l2_cache_size": 38,
+    "max_threads_per_multiprocessor": 39,
+    "async_engine_count": 40,
+    "unified_addressing": 41,
+    "maximum_texture1d_layered_width": 42,
+    "maximum_texture1d_layered_layers": 43,
+    "can_tex2d_gather": 44,
+    "maximum_texture2d_gather_width": 45,
+    "maximum_texture2d_gather_height": 46,
+    "maximum_texture3d_width_alternate": 47,
+    "maximum_texture3d_height_alternate": 48,
+    "maximum_texture3d_depth_alternate": 49,
+    "pci_domain_id": 50,
+    "texture_pitch_alignment": 51,
+    "maximum_texturecubemap_width": 52,
+    "maximum_texturecubemap_layered_width": 53,
+    "maximum_texturecubemap_layered_layers": 54,
+    "maximum_surface1d_width": 55,
+    "maximum_surface2d_width": 56,
+    "maximum_surface2d_height": 57,
+    "maximum_surface3d_width": 58,
+    "maximum_surface3d_height": 59,
+    "maximum_surface3d_depth": 60,
+    "maximum_surface1d_layered_width": 61,
+    "maximum_surface1d_layered_layers": 62,
+    "maximum_surface2d_layered_width": 63,
+    "maximum_surface2d_layered_height": 64,
+    "maximum_surface2d_layered_layers": 65,
+    "maximum_surfacecubemap_width": 66,
+    "maximum_surfacecubemap_layered_width": 67,
+    "maximum_surfacecubemap_layered_layers": 68,
+    "maximum_texture1d_linear_width": 69,
+    "maximum_texture2d_linear_width": 70,
+    "maximum_texture2d_linear_height": 71,
+    "maximum_texture2d_linear_pitch": 72,
+    "maximum_texture2d_mipmapped_width": 73,
+    "maximum_texture2d_mipmapped_height": 74,
+    "compute_capability_major": 75,
+    "compute_capability_minor": 76,
+    "maximum_texture1d_mipmapped_width": 77,
+    "stream_priorities_supported": 78,
+    "global_l1_cache_supported": 79,
+    "local_l1_cache_supported": 80,
+    "max_shared_memory_per_multiprocessor": 81,
+    "max_registers_per_multiprocessor": 82,
+    "managed_memory": 83,
+    "multi_gpu_board": 84,
+    "multi_gpu_board_group_id": 85,
+    "host_native_atomic_supported": 86,
+    "single_to_double_precision_perf_ratio": 87,
+    "pageable_memory_access": 88,
+    "concurrent_managed_access": 89,
+    "compute_preemption_supported": 90,
+    "can_use_host_pointer_for_registered_mem": 91,
+    "can_use_stream_mem_ops_v1": 92,
+    "can_use_64_bit_stream_mem_ops_v1": 93,
+    "can_use_stream_wait_value_nor_v1": 94,
+    "cooperative_launch": 95,
+    "cooperative_multi_device_launch": 96,
+    "max_shared_memory_per_block_optin": 97,
+    "can_flush_remote_writes": 98,
+    "host_register_supported": 99,
+    "pageable_memory_access_uses_host_page_tables": 100,
+    "direct_managed_mem_access_from_host": 101,
+    "virtual_memory_management_supported": 102,
+    "handle_type_posix_file_descriptor_supported": 103,
+    "handle_type_win32_handle_supported": 104,
+    "handle_type_win32_kmt_handle_supported": 105,
+    "max_blocks_per_multiprocessor": 106,
+    "generic_compression_supported": 107,
+    "max_persisting_l2_cache_size": 108,
+    "max_access_policy_window_size": 109,
+    "gpu_direct_rdma_with_cuda_vmm_supported": 110,
+    "reserved_shared_memory_per_block": 111,
+    "sparse_cuda_array_supported": 112,
+    "read_only_host_register_supported": 113,
+    "timeline_semaphore_interop_supported": 114,
+    "memory_pools_supported": 115,
+    "gpu_direct_rdma_supported": 116,
+    "gpu_direct_rdma_flush_writes_options": 117,
+    "gpu_direct_rdma_writes_ordering": 118,
+    "mempool_supported_handle_types": 119,
+    "cluster_launch": 120,
+    "deferred_mapping_cuda_array_supported": 121,
+    "can_use_64_bit_stream_mem_ops": 122,
+    "can_use_stream_wait_value_nor": 123,
+    "dma_buf_supported": 124,
+    "ipc_event_supported": 125,
+    "mem_sync_domain_count": 126,
+    "tensor_map_access_supported": 127,
+    "handle_type_fabric_supported": 128,
+    "unified_function_pointers": 129,
+    "numa_config": 130,
+    "numa_id": 131,
+    "multicast_supported": 132,
+    "mps_enabled": 133,
+    "host_numa_id": 134,
+    "d3d12_cig_supported": 135,
+    "mem_decompress_algorithm_mask": 136,
+    "mem_decompress_maximum_length": 137,
+    "vulkan_cig_supported": 138,
+    "gpu_pci_device_id": 139,
+    "gpu_pci_subsystem_id": 140,
+    "host_numa_virtual_memory_management_supported": 141,
+    "host_numa_memory_pools_supported": 142,
+    "host_numa_multinode_ipc_supported": 143,
+    "host_memory_pools_supported": 144,
+    "host_virtual_memory_management_supported": 145,
+    "host_alloc_dma_buf_supported": 146,
+    "only_partial_host_native_atomic_supported": 147,
+}
+
+
+def device_count():
+    """Number of CUDA devices visible to this process."""
+    ensure_driver(ST)
+    cdef int n = 0
+    check(D.cuDeviceGetCount(&n), b"cuDeviceGetCount")
+    return n
+
+
+cdef CUcontext activate_device(int ordinal) except NULL:
+    cdef CUcontext ctx = _primary[ordinal] if 0 <= ordinal < MAX_DEVICES else NULL
+    cdef CUdevice dev
+    if ctx == NULL:
+        ensure_driver(ST)
+        if not 0 <= ordinal < MAX_DEVICES:
+            raise ValueError(f"device ordinal {ordinal} out of range")
+        with _retain_lock:
+            ctx = _primary[ordinal]
+            if ctx == NULL:
+                check(D.cuDeviceGet(&dev, ordinal), b"cuDeviceGet")
+                with nogil:
+                    check(D.cuDevicePrimaryCtxRetain(&ctx, dev), b"cuDevicePrimaryCtxRetain")
+                _primary[ordinal] = ctx
+    set_current(ctx)
+    return ctx
+
+
+cdef int _current_ordinal() except -2:
+    """Device of the context current on this thread, or -1 when none is."""
+    cdef CUcontext ctx = NULL
+    cdef CUdevice dev
+    ensure_driver(ST)
+    check(D.cuCtxGetCurrent(&ctx), b"cuCtxGetCurrent")
+    if ctx == NULL:
+        return -1
+    check(D.cuCtxGetDevice(&dev), b"cuCtxGetDevice")
+    return <int>dev
+
+
+cdef Device device_of(object device):
+    if device is None:
+        return Device()
+    if type(device) is Device:
+        return <Device>device
+    return Device(device)
+
+
+@cython.final
+cdef class Device:
+    """A CUDA device.
+
+    Parameters
+    ----------
+    ordinal : int, optional
+        Device index. By default the device of the context current on this thread
+        (so code running under PyTorch's or CuPy's current device follows it), or 0.
+
+    Device objects are cheap; every Device for one ordinal shares the primary
+    context, which is retained on first use and made current on each calling thread.
+    """
+
+    def __cinit__(self, ordinal=None):
+        cdef int n = 0
+        cdef int o
+        ensure_driver(ST)
+        if ordinal is None:
+            o = _current_ordinal()
+            if o < 0:
+                o = 0
+        else:
+            if not isinstance(ordinal, int):
+                raise TypeError(f"device ordinal must be an int, not {type(ordinal).__name__}")
+            o = ordinal
+        check(D.cuDeviceGetCount(&n), b"cuDeviceGetCount")
+        if not 0 <= o < n:
+            raise ValueError(f"device ordinal {o} is out of range: {n} device(s) visible"
+                             " (check CUDA_VISIBLE_DEVICES)")
+        self.ordinal = o
+        check(D.cuDeviceGet(&self.handle, o), b"cuDeviceGet")
+        self.ctx = NULL
+
+    cdef int activate(self) except -1:
+        self.ctx = activate_device(self.ordinal)
+        return 0
+
+    def set_current(self):
+        """Retain this device's primary context and make it current on this thread."""
+        self.activate()
+
+    def __repr__(self):
+        return f"<barecuda.Device {self.ordinal}: {self.name}>"
+
+    def __eq__(self, other):
+        return type(other) is Device and (<Device>other).ordinal == self.ordinal
+
+    def __hash__(self):
+        return hash(("barecuda.Device", self.ordinal))
+
+    def __index__(self):
+        return self.ordinal
+
+    def __reduce__(self):
+        return (Device, (self.ordinal,))
+
+    @property
+    def name(self):
+        """Marketing name, e.g. ``'NVIDIA H200'``."""
+        cdef char buf[256]
+        check(D.cuDeviceGetName(buf, sizeof(buf), self.handle), b"cuDeviceGetName")
+        return buf.decode(errors="replace")
+
+    @property
+    def uuid(self):
+        """The device UUID as a string ``GPU-xxxxxxxx-xxxx-...``."""
+        cdef CUuuid u
+        check(D.cuDeviceGetUuid(&u, self.handle), b"cuDeviceGetUuid")
+        h = bytes((<unsigned char *>u.bytes)[:16]).hex()
+        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+    @property
+    def pci_bus_id(self):
+        """PCI bus id, e.g. ``'0000:19:00.0'``."""
+        cdef char buf[64]
+        check(D.cuDeviceGetPCIBusId(buf, sizeof(buf), self.handle), b"cuDeviceGetPCIBusId")
+        return buf.decode()
+
+    @property
+    def compute_capability(self):
+        """``(major, minor)``."""
+        return (self.attribute("compute_capability_major"),
+                self.attribute("compute_capability_minor"))
+
+    @property
+    def total_memory(self):
+        """Total device memory in bytes."""
+        cdef size_t b = 0
+        check(D.cuDeviceTotalMem(&b, self.handle), b"cuDeviceTotalMem")
+        return b
+
+    def attribute(self, name):
+        """Value of a device attribute.
+
+        Parameters
+        ----------
+        name : str or int
+            A ``CUdevice_attribute`` by name, with or without the
+            ``CU_DEVICE_ATTRIBUTE_`` prefix and in any case
+            (``"multiprocessor_count"``), or its numeric value.
+        """
+        cdef int value = 0
+        cdef int code
+        if isinstance(name, str):
+            key = name.lower()
+            if key.startswith("cu_device_attribute_"):
+                key = key[len("cu_device_attribute_"):]
+            try:
+                code = ATTRIBUTES[key]
+            except KeyError:
+                raise ValueError(f"unknown device attribute {name!r}; see barecuda.Device.attribute_names()") from None
+        else:
+            code = name
+        check(D.cuDeviceGetAttribute(&value, <CUdevice_attribute>code, self.handle), b"cuDeviceGetAttribute")
+        return value
+
+    @staticmethod
+    def attribute_names():
+        """Every attribute name :meth:`attribute` accepts."""
+        return sorted(ATTRIBUTES)
+
+    def attributes(self):
+        """All attributes this driver reports, as a dict (unsupported ones omitted)."""
+        cdef int value
+        cdef CUresult rc
+        out = {}
+        for key, code in ATTRIBUTES.items():
+            rc = D.cuDeviceGetAttribute(&value, <CUdevice_attribute>code, self.handle)
+            if rc == 0:
+                out[key] = value
+        return out
+
+    def mem_info(self):
+        """``(free, total)`` device memory in bytes."""
+        cdef size_t free = 0, total = 0
+        self.activate()
+        with nogil:
+            check(D.cuMemGetInfo(&free, &total), b"cuMemGetInfo")
+        return (free, total)
+
+    def synchronize(self):
+        """Wait for all work queued on this device (releases the GIL while waiting)."""
+        self.activate()
+        with nogil:
+            check(D.cuCtxSynchronize(), b"cuCtxSynchronize")
+
+    def can_access_peer(self, peer):
+        """Whether this device can access memory of ``peer`` directly."""
+        cdef int ok = 0
+        cdef Device p = device_of(peer)
+        check(D.cuDeviceCanAccessPeer(&ok, self.handle, p.handle), b"cuDeviceCanAccessPeer")
+        return bool(ok)
+
+    def enable_peer_access(self, peer):
+        """Let work in this device's context access ``peer``'s memory (idempotent)."""
+        cdef Device p = device_of(peer)
+        cdef CUcontext pctx = activate_device(p.ordinal)
+        self.activate()
+        cdef CUresult rc = D.cuCtxEnablePeerAccess(pctx, 0)
+        if rc != 704:   # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED is fine
+            check(rc, b"cuCtxEnablePeerAccess")
+
+    def stream_priority_range(self):
+        """``(least, greatest)`` stream priorities; greater priority is the lower number."""
+        cdef int least = 0, greatest = 0
+        self.activate()
+        check(D.cuCtxGetStreamPriorityRange(&least, &greatest), b"cuCtxGetStreamPriorityRange")
+        return (least, greatest)
+
+    @property
+    def context_handle(self):
+        """The primary context handle as an int (retains it on first access)."""
+        self.activate()
+        return <size_t>self.ctx
+
+
