@@ -1,4 +1,9 @@
-"""barecuda: NVIDIA GPUs through the CUDA driver API alone."""
+"""barecuda: NVIDIA GPUs through the CUDA driver API alone.
+
+This module only re-exports; see docs/architecture.md for where each concern lives.
+"""
+__version__ = "0.1.0"
+
 from barecuda._errors import (
     BarecudaError, CudaError, CudaWarning, DriverNotFoundError, DriverVersionError,
     ForkedProcessError, CudaOutOfMemoryError, CudaInvalidValueError, CudaNotReadyError,
@@ -9,4 +14,5 @@ from barecuda._errors import (
 )
 from barecuda._loader import is_available, driver_version, driver_path
 
-__version__ = "0.1.0"
+from barecuda._device import Device, device_count
+from barecuda._stream import Stream, Event
