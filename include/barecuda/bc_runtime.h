@@ -10,6 +10,9 @@
 #ifndef BARECUDA_BC_RUNTIME_H
 #define BARECUDA_BC_RUNTIME_H
 
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* dlinfo */
+#endif
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 #define BC_THREAD_LOCAL __declspec(thread)
 #else
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <unistd.h>
 #define BC_THREAD_LOCAL __thread
@@ -124,6 +128,16 @@ static int bc_load_from(const char *path, char *err, size_t errlen, const char *
     }
     bc_state.handle = h;
     snprintf(bc_state.path, sizeof(bc_state.path), "%s", path);
+#if defined(__linux__)
+    {
+        /* Record the file actually opened, not just the name searched for. */
+        struct link_map *lm = NULL;
+        if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
+            snprintf(bc_state.path, sizeof(bc_state.path), "%s", lm->l_name);
+    }
+#elif defined(_WIN32)
+    GetModuleFileNameA((HMODULE)h, bc_state.path, (DWORD)sizeof(bc_state.path));
+#endif
 #ifdef _WIN32
     bc_state.pid = (int)GetCurrentProcessId();
 #else
