@@ -1,5 +1,5 @@
 """Streams and events."""
-from barecuda._abi cimport CUstream, CUevent, CUcontext
+from barecuda._abi cimport CUstream, CUevent, CUcontext, CUresult
 from barecuda._device cimport Device
 
 cdef class Stream:
@@ -15,6 +15,8 @@ cdef class Event:
     cdef CUcontext ctx
     cdef bint timing
 
+ctypedef CUresult (*_query_fn)(void *handle) noexcept nogil
+cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1
 cdef int _foreign_stream(object obj, CUstream *out) except -1
 cdef Stream as_stream(object obj, Device device)
 

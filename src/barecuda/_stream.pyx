@@ -15,6 +15,32 @@ from barecuda._errors import CudaWarning, make_error
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+
+cdef extern from "barecuda/bc_wait.h" nogil:
+    ctypedef CUresult (*bc_query_fn)(void *handle)
+    CUresult bc_wait_slice(bc_query_fn query, void *handle, int first)
+    int BC_WAIT_TIMESLICE
+
+
+cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1:
+    """Wait until query(handle) stops answering NOT_READY; Ctrl-C interrupts the wait
+    (raising KeyboardInterrupt) but never the GPU work. The GIL is released while
+    waiting; the short-wait latency equals a spin-wait on the driver."""
+    cdef CUresult rc
+    cdef int first = 1
+    while True:
+        with nogil:
+            rc = bc_wait_slice(query, handle, first)
+        if rc != BC_WAIT_TIMESLICE:
+            break
+        first = 0
+        PyErr_CheckSignals()
+    if rc != 0:
+        check(rc, call)
+    return 0
+
 
 cdef int _foreign_stream(object obj, CUstream *out) except -1:
     """Slow path of stream_handle(): anything that is not None or a Stream."""
@@ -178,7 +204,16 @@ cdef class Stream:
         return bool(f & CU_STREAM_NON_BLOCKING)
 
     def synchronize(self):
-        """Block until all work queued on the stream is done (the GIL is released)."""
+        """Block until all work queued on the stream is done.
+
+        The GIL is released while waiting, and Ctrl-C interrupts the wait
+        (``KeyboardInterrupt``; the queued GPU work itself keeps running). See
+        :meth:`synchronize_blocking` for the driver's uninterruptible wait.
+        """
+        wait_interruptible(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize")
+
+    def synchronize_blocking(self):
+        """``cuStreamSynchronize`` itself: GIL released, not interruptible."""
         cdef CUstream h = self.handle
         cdef CUresult rc
         with nogil:
@@ -283,13 +318,8 @@ cdef class Event:
         check(rc, b"cuEventQuery")
 
     def synchronize(self):
-        """Block until the event has completed (the GIL is released)."""
-        cdef CUevent h = self.handle
-        cdef CUresult rc
-        with nogil:
-            rc = D.cuEventSynchronize(h)
-        if rc != 0:
-            check(rc, b"cuEventSynchronize")
+        """Block until the event has completed (GIL released; Ctrl-C interrupts the wait)."""
+        wait_interruptible(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize")
 
     def elapsed_ms(self, Event start not None):
         """Milliseconds from ``start`` to this event (both recorded, both complete)."""

@@ -1,0 +1,70 @@
+/*
+ * barecuda/bc_wait.h -- waiting for a stream or event without giving up Ctrl-C.
+ *
+ * cuStreamSynchronize cannot be interrupted: a Python program blocked in it ignores
+ * Ctrl-C until the GPU finishes. barecuda waits in three phases instead, all without
+ * the GIL:
+ *   1. spin on the query call for up to BC_WAIT_SPIN_NS: the common case of a short
+ *      wait returns as fast as the driver's own spin-wait (the query is what the
+ *      driver polls too);
+ *   2. then poll with short sleeps (BC_WAIT_SLEEP_NS), so a long wait does not burn
+ *      a core;
+ *   3. every BC_WAIT_SIGNAL_NS the caller gets control back (BC_WAIT_TIMESLICE) to
+ *      check for pending signals (KeyboardInterrupt) with the GIL.
+ * Queued GPU work is never cancelled; an interrupted wait just stops waiting.
+ */
+#ifndef BARECUDA_BC_WAIT_H
+#define BARECUDA_BC_WAIT_H
+
+#include "barecuda/cuda_abi.h"
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <time.h>
+#endif
+
+#define BC_WAIT_SPIN_NS 200000LL      /* 200 us of pure spinning */
+#define BC_WAIT_SLEEP_NS 20000LL      /* then 20 us naps */
+#define BC_WAIT_SIGNAL_NS 50000000LL  /* signal check every 50 ms */
+#define BC_WAIT_TIMESLICE (-1)        /* not a CUresult: "check signals and call again" */
+#define BC_NOT_READY 600
+
+static inline long long bc_wait_now_ns(void) {
+#ifdef _WIN32
+    LARGE_INTEGER f, c;
+    QueryPerformanceFrequency(&f);
+    QueryPerformanceCounter(&c);
+    return (long long)((double)c.QuadPart * 1e9 / (double)f.QuadPart);
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+#endif
+}
+
+static inline void bc_wait_nap(void) {
+#ifdef _WIN32
+    SwitchToThread();
+#else
+    struct timespec ts = {0, BC_WAIT_SLEEP_NS};
+    nanosleep(&ts, NULL);
+#endif
+}
+
+typedef CUresult (CUDAAPI *bc_query_fn)(void *handle);
+
+/* One time slice of waiting. `first` is nonzero on the first slice (spin phase
+ * allowed). Returns the query's CUresult when done or failed, or BC_WAIT_TIMESLICE
+ * when the caller should check signals and call again with first = 0. */
+static inline CUresult bc_wait_slice(bc_query_fn query, void *handle, int first) {
+    long long start = bc_wait_now_ns(), now;
+    CUresult rc;
+    for (;;) {
+        rc = query(handle);
+        if (rc != BC_NOT_READY) return rc;
+        now = bc_wait_now_ns();
+        if (now - start >= BC_WAIT_SIGNAL_NS) return BC_WAIT_TIMESLICE;
+        if (!first || now - start >= BC_WAIT_SPIN_NS) bc_wait_nap();
+    }
+}
+#endif
