@@ -1,0 +1,269 @@
+"""Test configuration: the fake driver, the ``--gpu`` switch and the ``fake`` fixture.
+
+Without ``--gpu`` (CI, any machine): the test double of the driver in
+``tests/fakecuda/`` is compiled once (skipped when up to date) and barecuda is pointed
+at it through ``BARECUDA_LIBCUDA`` before anything loads the driver; tests marked
+``gpu`` are skipped.
+
+With ``--gpu``: the real driver is used, tests that need the ``fake`` fixture are
+skipped, and everything is skipped when ``barecuda.is_available()`` is False.
+"""
+import ctypes
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+FAKE_DIR = os.path.join(TESTS, "fakecuda")
+FAKE_SRC = os.path.join(FAKE_DIR, "fakecuda.c")
+FAKE_BUILD = os.path.join(FAKE_DIR, "build")
+FAKE_LIB = os.path.join(FAKE_BUILD, "libfakecuda.so")
+FAKE_LIB_NOGPA = os.path.join(FAKE_BUILD, "libfakecuda_nogpa.so")
+FAKE_DEPS = (FAKE_SRC, os.path.join(REPO, "include", "barecuda", "cuda_abi.h"),
+             os.path.join(REPO, "include", "barecuda", "cuda_errors.h"))
+CFLAGS = ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-std=gnu11", "-pthread"]
+
+if TESTS not in sys.path:  # for `from fakecuda import ptx`
+    sys.path.insert(0, TESTS)
+
+# Prefer the installed / in-place package; fall back to the source tree.
+if importlib.util.find_spec("barecuda") is None:
+    sys.path.insert(0, os.path.join(REPO, "src"))
+
+
+def _compiler():
+    cc = os.environ.get("CC")
+    if cc:
+        return cc.split()
+    for name in ("cc", "gcc", "clang"):
+        if shutil.which(name):
+            return [name]
+    return None
+
+
+def _up_to_date(target):
+    if not os.path.exists(target):
+        return False
+    t = os.path.getmtime(target)
+    return all(os.path.getmtime(d) <= t for d in FAKE_DEPS if os.path.exists(d))
+
+
+def _build(target, extra=()):
+    """Compile the double into `target` unless it is newer than its sources.
+
+    Writes to a temporary name and renames, so concurrent sessions never see a
+    half-written library. Returns None on success, else the compiler's complaint.
+    """
+    if _up_to_date(target):
+        return None
+    cc = _compiler()
+    if cc is None:
+        return "no C compiler found (set CC)"
+    os.makedirs(FAKE_BUILD, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=FAKE_BUILD)
+    os.close(fd)
+    cmd = cc + CFLAGS + ["-I", os.path.join(REPO, "include"), *extra, FAKE_SRC, "-o", tmp]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        os.unlink(tmp)
+        return f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+    os.replace(tmp, target)
+    return None
+
+
+_BUILD_ERROR = _build(FAKE_LIB) or _build(FAKE_LIB_NOGPA, ["-DFAKECUDA_NO_GPA"])
+
+
+def pytest_addoption(parser):
+    parser.addoption("--gpu", action="store_true", default=False,
+                     help="run against the real NVIDIA driver (GPU tests on, fake-driver tests off)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU and driver (run with --gpu)")
+    if not config.getoption("--gpu"):
+        if _BUILD_ERROR:
+            raise pytest.UsageError(f"could not build the fake CUDA driver:\n{_BUILD_ERROR}")
+        # The loader is lazy: nothing has opened a driver yet, so this decides which one.
+        os.environ["BARECUDA_LIBCUDA"] = FAKE_LIB
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--gpu"):
+        import barecuda
+        if not barecuda.is_available():
+            try:
+                barecuda._loader.load()
+                why = "no CUDA device visible"
+            except Exception as e:  # noqa: BLE001 - the reason is what we report
+                why = f"{type(e).__name__}: {e}"
+            skip_all = pytest.mark.skip(reason=f"--gpu given but no usable CUDA driver/GPU: {why}")
+            for item in items:
+                item.add_marker(skip_all)
+            return
+        skip_fake = pytest.mark.skip(reason="uses the fake driver; not with --gpu")
+        for item in items:
+            if "fake" in getattr(item, "fixturenames", ()):
+                item.add_marker(skip_fake)
+    else:
+        skip_gpu = pytest.mark.skip(reason="needs a real GPU: run with --gpu")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip_gpu)
+
+
+# --------------------------------------------------------------------- fixtures
+@dataclass(frozen=True)
+class Launch:
+    """One launch as the fake driver recorded it."""
+    name: str
+    grid: tuple
+    block: tuple
+    shared: int
+    stream: int            # the CUstream handle value (0 for the NULL stream)
+    params: bytes          # the parameter buffer, exactly as the kernel would see it
+    kind: str              # "kernel", "cooperative" or "ex"
+    cluster: tuple
+    cooperative: bool
+    priority: int
+    programmatic_serialization: int
+    num_attrs: int
+    used_extra: bool       # parameters came through `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER)
+
+
+class FakeCuda:
+    """ctypes view of the fake driver's control API (state shared with barecuda's copy)."""
+
+    KINDS = ("kernel", "cooperative", "ex")
+
+    def __init__(self, path):
+        self.path = path
+        lib = self.lib = ctypes.CDLL(path)
+        c_uint_p = ctypes.POINTER(ctypes.c_uint)
+        c_int_p = ctypes.POINTER(ctypes.c_int)
+        sigs = {
+            "fakecuda_reset": (ctypes.c_int, []),
+            "fakecuda_fail": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+            "fakecuda_calls": (ctypes.c_longlong, [ctypes.c_char_p]),
+            "fakecuda_version_requested": (ctypes.c_int, [ctypes.c_char_p]),
+            "fakecuda_live": (ctypes.c_int, [ctypes.c_char_p]),
+            "fakecuda_mem_used": (ctypes.c_longlong, [ctypes.c_int]),
+            "fakecuda_launch_count": (ctypes.c_longlong, []),
+            "fakecuda_last_launch": (ctypes.c_int, [
+                ctypes.c_int, ctypes.c_char_p, ctypes.c_int, c_uint_p, c_uint_p,
+                ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_int]),
+            "fakecuda_last_launch_ex": (ctypes.c_int, [
+                ctypes.c_int, c_int_p, c_uint_p, c_int_p, c_int_p, c_int_p, c_int_p, c_int_p]),
+            "fakecuda_set_attribute": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int]),
+            "fakecuda_current_device": (ctypes.c_int, [c_int_p]),
+        }
+        for name, (restype, argtypes) in sigs.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+
+    def reset(self):
+        self.lib.fakecuda_reset()
+
+    def fail(self, symbol, code, after=0, times=1):
+        """Make call number after+1 (from now) of `symbol` return `code`, `times` times (-1: forever)."""
+        if self.lib.fakecuda_fail(symbol.encode(), int(code), int(after), int(times)) != 0:
+            raise KeyError(f"the fake driver has no entry point {symbol!r}")
+
+    def calls(self, symbol):
+        n = self.lib.fakecuda_calls(symbol.encode())
+        if n < 0:
+            raise KeyError(f"the fake driver has no entry point {symbol!r}")
+        return n
+
+    def version_requested(self, symbol):
+        return self.lib.fakecuda_version_requested(symbol.encode())
+
+    def live(self, kind):
+        n = self.lib.fakecuda_live(kind.encode())
+        if n < 0:
+            raise KeyError(f"unknown kind {kind!r}")
+        return n
+
+    def mem_used(self, dev=0):
+        return self.lib.fakecuda_mem_used(dev)
+
+    def launch_count(self):
+        return self.lib.fakecuda_launch_count()
+
+    def set_attribute(self, dev, attr, value):
+        if self.lib.fakecuda_set_attribute(dev, int(attr), value) != 0:
+            raise ValueError(f"bad device {dev} or attribute {attr}")
+
+    def current_device(self):
+        d = ctypes.c_int(-1)
+        return d.value if self.lib.fakecuda_current_device(ctypes.byref(d)) else None
+
+    def last_launch(self, back=0):
+        name = ctypes.create_string_buffer(256)
+        dims = (ctypes.c_uint * 6)()
+        shared = ctypes.c_uint()
+        stream = ctypes.c_void_p()
+        n = self.lib.fakecuda_last_launch(back, name, 256, dims, ctypes.byref(shared), ctypes.byref(stream),
+                                          None, 0)
+        if n < 0:
+            raise IndexError(f"no launch {back} back (launch count {self.launch_count()})")
+        params = ctypes.create_string_buffer(max(n, 1))
+        self.lib.fakecuda_last_launch(back, None, 0, None, None, None, params, n)
+        kind, coop, prio, serial, nattrs, extra = (ctypes.c_int() for _ in range(6))
+        cluster = (ctypes.c_uint * 3)()
+        self.lib.fakecuda_last_launch_ex(back, ctypes.byref(kind), cluster, ctypes.byref(coop), ctypes.byref(prio),
+                                         ctypes.byref(serial), ctypes.byref(nattrs), ctypes.byref(extra))
+        return Launch(name=name.value.decode(), grid=tuple(dims[:3]), block=tuple(dims[3:]), shared=shared.value,
+                      stream=stream.value or 0, params=params.raw[:n], kind=self.KINDS[kind.value],
+                      cluster=tuple(cluster), cooperative=bool(coop.value), priority=prio.value,
+                      programmatic_serialization=serial.value, num_attrs=nattrs.value, used_extra=bool(extra.value))
+
+
+@pytest.fixture(scope="session")
+def fake_lib_path():
+    """Path of the fake driver library (built at session start)."""
+    if _BUILD_ERROR:
+        pytest.fail(f"could not build the fake CUDA driver:\n{_BUILD_ERROR}")
+    return FAKE_LIB
+
+
+@pytest.fixture(scope="session")
+def fake_nogpa_path():
+    """Path of the fake driver variant that exports no cuGetProcAddress_v2."""
+    if _BUILD_ERROR:
+        pytest.fail(f"could not build the fake CUDA driver:\n{_BUILD_ERROR}")
+    return FAKE_LIB_NOGPA
+
+
+@pytest.fixture(scope="session")
+def _fake_session(fake_lib_path):
+    import barecuda
+    barecuda._loader.load()  # barecuda opens the driver first: the path it chose is the one to share
+    path = barecuda.driver_path()
+    if os.path.realpath(path) != os.path.realpath(fake_lib_path):
+        pytest.fail(f"barecuda loaded {path}, not the fake driver {fake_lib_path} "
+                    "(was the driver loaded before conftest set BARECUDA_LIBCUDA?)")
+    return FakeCuda(path)
+
+
+@pytest.fixture
+def fake(_fake_session):
+    """The fake driver's control API, reset before and after the test."""
+    _fake_session.reset()
+    yield _fake_session
+    _fake_session.reset()
+
+
+@pytest.fixture(scope="session")
+def ptx():
+    """PTX texts for CPU tests (see tests/fakecuda/ptx.py)."""
+    from fakecuda import ptx as mod
+    return mod
