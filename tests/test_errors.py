@@ -1,0 +1,216 @@
+"""The CUresult table and the exception tree.
+
+The reference is include/barecuda/cuda_errors.h parsed here with a regular expression,
+independently of the Cython code that compiles the same table.
+"""
+import os
+import pickle
+import re
+
+import pytest
+
+import barecuda
+from barecuda import _errors
+
+HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "include", "barecuda", "cuda_errors.h")
+
+_STR = r'"(?:[^"\\]|\\.)*"'
+_ENTRY = re.compile(
+    r"\{\s*(-?\d+)\s*,\s*(" + _STR + r")\s*,\s*((?:" + _STR + r"\s*)+),\s*(NULL|(?:" + _STR + r"\s*)+),\s*([01])\s*\}",
+    re.S)
+
+
+def _c_string(literals):
+    """Value of one or more adjacent C string literals."""
+    parts = re.findall(_STR, literals)
+    return "".join(bytes(p[1:-1], "ascii").decode("unicode_escape") for p in parts)
+
+
+def _parse_header():
+    text = open(HEADER, encoding="utf-8").read()
+    body = text[text.index("bc_error_table[] = {"):text.index("};", text.index("bc_error_table[] = {"))]
+    out = {}
+    for m in _ENTRY.finditer(body):
+        code = int(m.group(1))
+        hint = None if m.group(4) == "NULL" else _c_string(m.group(4))
+        out[code] = (_c_string(m.group(2)), _c_string(m.group(3)), hint, m.group(5) == "1")
+    # every '{<number>,' that opens an entry must have parsed
+    assert len(out) == len(re.findall(r"^\s*\{\s*-?\d+\s*,", body, re.M)), "unparsed entries in cuda_errors.h"
+    return out
+
+
+REFERENCE = _parse_header()
+CODES = sorted(REFERENCE)
+ERROR_CODES = [c for c in CODES if c != 0]
+
+# Codes that must map to a specific class (written from the driver documentation).
+EXPECTED_CLASS = {
+    1: barecuda.CudaInvalidValueError,
+    2: barecuda.CudaOutOfMemoryError,
+    3: barecuda.CudaNotInitializedError,
+    100: barecuda.CudaNoDeviceError,
+    101: barecuda.CudaInvalidDeviceError,
+    200: barecuda.CudaInvalidImageError,
+    201: barecuda.CudaInvalidContextError,
+    218: barecuda.CudaInvalidPtxError,
+    400: barecuda.CudaInvalidHandleError,
+    500: barecuda.CudaNotFoundError,
+    600: barecuda.CudaNotReadyError,
+    700: barecuda.CudaStickyError,       # CUDA_ERROR_ILLEGAL_ADDRESS
+    719: barecuda.CudaStickyError,       # CUDA_ERROR_LAUNCH_FAILED
+    801: barecuda.CudaNotSupportedError,
+}
+# Sticky codes deliberately mapped to a class outside CudaStickyError (none today).
+STICKY_EXCEPTIONS = set()
+
+
+def test_reference_parsed_sensibly():
+    assert len(REFERENCE) > 90
+    assert REFERENCE[0][0] == "CUDA_SUCCESS"
+    assert REFERENCE[1][0] == "CUDA_ERROR_INVALID_VALUE"
+    assert REFERENCE[700][0] == "CUDA_ERROR_ILLEGAL_ADDRESS" and REFERENCE[700][3]
+    assert REFERENCE[999][0] == "CUDA_ERROR_UNKNOWN"
+    assert any(h and '"' in h for _, _, h, _ in REFERENCE.values()), "escaped quotes were not decoded"
+
+
+def test_all_error_codes_is_the_header_table():
+    codes = _errors.all_error_codes()
+    assert codes == sorted(codes)
+    assert len(codes) == len(set(codes))
+    assert codes == CODES
+
+
+def test_names_unique_and_well_formed():
+    names = [REFERENCE[c][0] for c in CODES]
+    assert len(set(names)) == len(names)
+    for c in ERROR_CODES:
+        assert re.fullmatch(r"CUDA_ERROR_[A-Z0-9_]+", REFERENCE[c][0]), c
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_error_info_matches_header(code):
+    assert _errors.error_info(code) == REFERENCE[code]
+    assert barecuda.error_info(code) == REFERENCE[code]
+
+
+@pytest.mark.parametrize("code", ERROR_CODES)
+def test_exception_for_code(code):
+    name, description, hint, sticky = REFERENCE[code]
+    cls = barecuda.error_class(code)
+    assert isinstance(cls, type) and issubclass(cls, barecuda.CudaError)
+    assert issubclass(cls, barecuda.BarecudaError)
+    if code in EXPECTED_CLASS:
+        assert cls is EXPECTED_CLASS[code]
+    if sticky and code not in STICKY_EXCEPTIONS:
+        assert issubclass(cls, barecuda.CudaStickyError), (code, name, cls)
+    if not sticky:
+        assert not issubclass(cls, barecuda.CudaStickyError), (code, name, cls)
+
+    e = _errors.make_error(code, "cuSomething", "more detail")
+    assert type(e) is cls
+    assert (e.code, e.name, e.description, e.hint, e.sticky, e.call) == (
+        code, name, description, hint, sticky, "cuSomething")
+    msg = str(e)
+    assert "cuSomething" in msg and name in msg and str(code) in msg and "more detail" in msg
+    if hint:
+        assert hint in msg
+    if sticky:
+        assert "restart" in msg.lower()
+
+
+@pytest.mark.parametrize("code", ERROR_CODES)
+def test_pickle_round_trip(code):
+    e = _errors.make_error(code, "cuMemAlloc", "detail text")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is type(e)
+    assert (e2.code, e2.call, e2.name, e2.sticky, e2.detail) == (e.code, e.call, e.name, e.sticky, e.detail)
+    assert str(e2) == str(e)
+    assert e2.args == e.args
+
+
+def test_builtin_bases():
+    oom = _errors.make_error(2, "cuMemAlloc")
+    assert isinstance(oom, MemoryError) and isinstance(oom, barecuda.CudaOutOfMemoryError)
+    inval = _errors.make_error(1, "cuMemsetD8Async")
+    assert isinstance(inval, ValueError) and isinstance(inval, barecuda.CudaInvalidValueError)
+    with pytest.raises(MemoryError):
+        raise oom
+    with pytest.raises(ValueError):
+        raise inval
+    assert issubclass(barecuda.CudaInvalidPtxError, barecuda.CudaInvalidImageError)
+    assert issubclass(barecuda.CudaError, RuntimeError)
+    assert issubclass(barecuda.DriverNotFoundError, OSError)
+
+
+def test_every_exported_exception_is_in_the_tree():
+    for name in dir(barecuda):
+        obj = getattr(barecuda, name)
+        if isinstance(obj, type) and issubclass(obj, BaseException) and name.startswith("Cuda") \
+                and not issubclass(obj, Warning):
+            assert issubclass(obj, barecuda.CudaError), name
+
+
+@pytest.mark.parametrize("code", [-1, 9, 12345, 2**31 - 1])
+def test_unknown_code_gets_generic_entry(code):
+    name, description, hint, sticky = _errors.error_info(code)
+    assert name.startswith("CUDA_ERROR_") and str(code) in name
+    assert name not in {v[0] for v in REFERENCE.values()}
+    assert description and sticky is False
+    assert barecuda.error_class(code) is barecuda.CudaError
+    e = _errors.make_error(code, "cuFoo")
+    assert type(e) is barecuda.CudaError and e.code == code and e.call == "cuFoo"
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is barecuda.CudaError and e2.code == code and str(e2) == str(e)
+
+
+def test_driver_not_found_pickles_with_tried():
+    e = barecuda.DriverNotFoundError("no driver", ["a: nope", "b: nope"])
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is barecuda.DriverNotFoundError
+    assert str(e2) == "no driver" and e2.tried == ("a: nope", "b: nope")
+
+
+# ----------------------------------------------------------- through the driver
+def _device_api():
+    if not hasattr(barecuda, "Device"):
+        pytest.skip("barecuda.Device not written yet")
+    return barecuda.Device
+
+
+def _query(obj, name):
+    """Read `name` whether the package made it a property or a method."""
+    v = getattr(obj, name)
+    return v() if callable(v) else v
+
+
+def test_sticky_error_from_a_real_call_path(fake):
+    Device = _device_api()
+    dev = Device(0)
+    dev.synchronize()  # works before the fault
+    fake.fail("cuCtxSynchronize", 700)
+    with pytest.raises(barecuda.CudaStickyError) as ei:
+        dev.synchronize()
+    e = ei.value
+    assert e.code == 700 and e.name == "CUDA_ERROR_ILLEGAL_ADDRESS" and e.call == "cuCtxSynchronize"
+    assert e.sticky and "restart" in str(e)
+    assert fake.calls("cuCtxSynchronize") == 2
+
+
+def test_invalid_value_from_a_real_call_path(fake):
+    Device = _device_api()
+    dev = Device(0)
+    fake.fail("cuDeviceGetName", 1)
+    with pytest.raises(ValueError) as ei:
+        _query(dev, "name")
+    assert isinstance(ei.value, barecuda.CudaInvalidValueError)
+    assert ei.value.call == "cuDeviceGetName" and ei.value.code == 1
+    assert _query(dev, "name") == "FakeCUDA Device 0"  # one failure only
+
+
+def test_out_of_memory_from_a_real_call_path(fake):
+    Device = _device_api()
+    fake.fail("cuDeviceTotalMem", 2)
+    with pytest.raises(MemoryError) as ei:
+        _query(Device(0), "total_memory")
+    assert isinstance(ei.value, barecuda.CudaOutOfMemoryError) and ei.value.call == "cuDeviceTotalMem"
