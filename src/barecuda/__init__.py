@@ -16,3 +16,7 @@ from barecuda._loader import is_available, driver_version, driver_path
 
 from barecuda._device import Device, device_count
 from barecuda._stream import Stream, Event
+from barecuda._memory import (
+    DeviceBuffer, PinnedBuffer, Allocator, DriverAllocator, alloc, empty, zeros, to_device,
+    as_device_buffer, pinned_empty, get_allocator, set_allocator,
+)

@@ -1,0 +1,124 @@
+/*
+ * barecuda/bc_dlpack.h -- the DLPack ABI (v1.x, with the legacy v0 managed tensor),
+ * declared by barecuda from the DLPack specification. No third-party header.
+ *
+ * Layouts are fixed by the spec; the static checks below pin them on 64-bit targets.
+ * Capsule names: "dltensor" (DLManagedTensor), "dltensor_versioned"
+ * (DLManagedTensorVersioned); a consumer renames the capsule to "used_dltensor" /
+ * "used_dltensor_versioned" once it owns the tensor.
+ */
+#ifndef BARECUDA_BC_DLPACK_H
+#define BARECUDA_BC_DLPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "barecuda/cuda_abi.h"   /* BC_STATIC_ASSERT */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BC_DLPACK_MAJOR_VERSION 1
+#define BC_DLPACK_MINOR_VERSION 0
+
+/* DLDeviceType */
+typedef enum {
+    kDLCPU = 1,
+    kDLCUDA = 2,
+    kDLCUDAHost = 3,
+    kDLOpenCL = 4,
+    kDLVulkan = 7,
+    kDLMetal = 8,
+    kDLVPI = 9,
+    kDLROCM = 10,
+    kDLROCMHost = 11,
+    kDLExtDev = 12,
+    kDLCUDAManaged = 13,
+    kDLOneAPI = 14,
+    kDLWebGPU = 15,
+    kDLHexagon = 16,
+    kDLMAIA = 17
+} DLDeviceType;
+
+/* DLDataTypeCode */
+typedef enum {
+    kDLInt = 0,
+    kDLUInt = 1,
+    kDLFloat = 2,
+    kDLOpaqueHandle = 3,
+    kDLBfloat = 4,
+    kDLComplex = 5,
+    kDLBool = 6
+} DLDataTypeCode;
+
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+
+typedef struct {
+    int32_t device_type;   /* DLDeviceType; an int32 in the ABI */
+    int32_t device_id;
+} DLDevice;
+
+typedef struct {
+    uint8_t code;          /* DLDataTypeCode */
+    uint8_t bits;
+    uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;      /* in elements; NULL means compact row-major */
+    uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1ULL << 0)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1ULL << 1)
+#define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (1ULL << 2)
+
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(DLDevice) == 8, dldevice_size);
+BC_STATIC_ASSERT(sizeof(DLDataType) == 4, dldatatype_size);
+BC_STATIC_ASSERT(sizeof(DLTensor) == 48, dltensor_size);
+BC_STATIC_ASSERT(offsetof(DLTensor, shape) == 24, dltensor_shape_offset);
+BC_STATIC_ASSERT(sizeof(DLManagedTensor) == 64, dlmanaged_size);
+BC_STATIC_ASSERT(offsetof(DLManagedTensorVersioned, dl_tensor) == 32, dlversioned_tensor_offset);
+BC_STATIC_ASSERT(sizeof(DLManagedTensorVersioned) == 80, dlversioned_size);
+#endif
+
+/* What barecuda allocates for one export: the managed tensor (either flavour) and
+ * the shape/strides it points to, in one block so one free() releases it. */
+#define BC_DLPACK_MAX_NDIM 32
+typedef struct bc_dlpack_export {
+    union {
+        DLManagedTensor legacy;
+        DLManagedTensorVersioned versioned;
+    } t;
+    void *owner;                     /* PyObject*, one strong reference */
+    int64_t shape[BC_DLPACK_MAX_NDIM];
+    int64_t strides[BC_DLPACK_MAX_NDIM];
+} bc_dlpack_export;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BARECUDA_BC_DLPACK_H */
