@@ -885,10 +885,11 @@ cdef class DeviceBuffer:
         if width not in (8, 16, 32):
             raise ValueError(f"width must be 8, 16 or 32, not {width}")
         value = int(value)
-        if not -(1 << (width - 1)) <= value < (1 << width):
+        w = int(width)
+        if not -(1 << (w - 1)) <= value < (1 << w):
             raise OverflowError(f"value {value} does not fit in {width} bits")
         if value < 0:
-            value += 1 << width
+            value += 1 << w
         v = value
         if self.size % (width // 8):
             raise ValueError(f"nbytes ({self.size}) is not a multiple of {width // 8} (width={width})")
