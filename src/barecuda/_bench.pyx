@@ -1,0 +1,449 @@
+"""Raw C baselines for the benchmark (`python -m barecuda.bench`) and the doctor.
+
+Owns: the one clock every benchmark figure is taken with (``now_ns``:
+CLOCK_MONOTONIC, QueryPerformanceCounter on Windows), pre-packed kernel parameter
+arrays (``ParamBlock``), and C loops that call the driver the way a C program
+would -- ``cuLaunchKernel`` / ``cuLaunchKernelEx`` with a ready ``void**``, launch +
+``cuStreamSynchronize``, ``cuMemAlloc``/``cuMemFree`` and the stream-ordered pair,
+``cuMemcpyHtoD``/``DtoH`` -- with the GIL released and the clock read in C. These
+are the "raw C" rows every other row is a ratio to. Nothing here is on the
+package's hot path; it ships in the wheel so that the benchmark runs anywhere.
+
+All functions expect the caller's thread to have a context current
+(``use_device(ordinal)`` makes the primary context current).
+"""
+cimport cython
+from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memcpy, memset
+from libc.stdint cimport int64_t, uintptr_t
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check, bc_state_t
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver
+from barecuda._device cimport activate_device
+
+cdef extern from "barecuda/bc_bench.h" nogil:
+    int64_t bc_bench_now_ns()
+    ctypedef struct bc_bench_launch:
+        CUfunction f
+        unsigned int grid[3]
+        unsigned int block[3]
+        unsigned int shared_mem
+        CUstream stream
+        void **params
+        int ex
+        CUlaunchConfig cfg
+        CUlaunchAttribute attrs[4]
+    CUresult bc_bench_launch_n(const bc_driver_t *D, const bc_bench_launch *L, long n)
+    CUresult bc_bench_launch_batches(const bc_driver_t *D, const bc_bench_launch *L, long nb, long bs, int64_t *out)
+    CUresult bc_bench_launch_throughput(const bc_driver_t *D, const bc_bench_launch *L, long n, int64_t *out)
+    CUresult bc_bench_launch_roundtrip(const bc_driver_t *D, const bc_bench_launch *L, long n, int64_t *out)
+    CUresult bc_bench_alloc_free(const bc_driver_t *D, size_t size, long nb, long bs, int64_t *out)
+    CUresult bc_bench_alloc_free_async(const bc_driver_t *D, size_t size, CUstream stream, long nb, long bs, int64_t *out)
+    CUresult bc_bench_memcpy(const bc_driver_t *D, int dir, CUdeviceptr dptr, void *host, size_t nbytes, long reps, int64_t *out)
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+from itertools import repeat as _repeat
+
+
+def now_ns():
+    """The benchmark clock, in nanoseconds (monotonic; only differences mean anything)."""
+    return bc_bench_now_ns()
+
+
+def use_device(int ordinal=0):
+    """Make device ``ordinal``'s primary context current on the calling thread."""
+    activate_device(ordinal)
+
+
+cdef inline uintptr_t _handle(obj) except? 0:
+    """An int handle, or anything with ``handle_int`` / ``handle`` / ``__int__``."""
+    if obj is None:
+        return 0
+    if isinstance(obj, int):
+        return <uintptr_t>obj
+    for attr in ("handle_int", "handle"):
+        v = getattr(obj, attr, None)
+        if isinstance(v, int):
+            return <uintptr_t>v
+    return <uintptr_t>int(obj)
+
+
+cdef int _dim3(obj, unsigned int *out, str what) except -1:
+    if isinstance(obj, int):
+        out[0] = obj
+        out[1] = 1
+        out[2] = 1
+        return 0
+    t = tuple(obj)
+    if not 1 <= len(t) <= 3:
+        raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints, not {obj!r}")
+    out[0] = t[0]
+    out[1] = t[1] if len(t) > 1 else 1
+    out[2] = t[2] if len(t) > 2 else 1
+    return 0
+
+
+@cython.final
+cdef class ParamBlock:
+    """A pre-packed ``kernelParams`` array: one 8-byte-aligned slot per argument.
+
+    Parameters
+    ----------
+    args : sequence of bytes-like
+        The bytes of each kernel argument, in order (``struct.pack('<Q', ptr)``,
+        ``struct.pack('<I', n)``...). An empty sequence gives ``kernelParams=NULL``.
+    """
+    cdef void **params
+    cdef char *storage
+    cdef readonly int count
+    cdef readonly size_t nbytes
+
+    def __cinit__(self, args=()):
+        cdef list parts = [bytes(a) for a in args]
+        cdef size_t total = 0, off = 0, n
+        cdef int i
+        cdef bytes b
+        self.params = NULL
+        self.storage = NULL
+        self.count = len(parts)
+        for b in parts:
+            total += (len(b) + 7) & ~(<size_t>7)
+        self.nbytes = total
+        if self.count == 0:
+            return
+        self.storage = <char *>calloc(total if total else 8, 1)
+        self.params = <void **>calloc(self.count, sizeof(void *))
+        if self.storage == NULL or self.params == NULL:
+            raise MemoryError()
+        for i in range(self.count):
+            b = parts[i]
+            n = len(b)
+            memcpy(self.storage + off, <const char *>b, n)
+            self.params[i] = self.storage + off
+            off += (n + 7) & ~(<size_t>7)
+
+    def __dealloc__(self):
+        free(self.params)
+        free(self.storage)
+
+    @property
+    def address(self):
+        """Address of the ``void*[count]`` array (0 when there are no arguments), for
+        callers that take a pre-packed ``kernelParams`` (ctypes, cuda.bindings)."""
+        return <uintptr_t>self.params
+
+
+cdef int _prepare(bc_bench_launch *L, func, grid, block, ParamBlock params, stream,
+                  unsigned int shared_mem, dict ex) except -1:
+    """Fill a launch description; ex=None for cuLaunchKernel, else a dict of
+    cuLaunchKernelEx attributes (priority, cluster, cooperative,
+    programmatic_serialization)."""
+    cdef int na = 0
+    memset(L, 0, sizeof(bc_bench_launch))
+    L.f = <CUfunction><uintptr_t>_handle(func)
+    _dim3(grid, L.grid, "grid")
+    _dim3(block, L.block, "block")
+    L.shared_mem = shared_mem
+    L.stream = <CUstream>_handle(stream)
+    L.params = params.params if params is not None else NULL
+    if ex is None:
+        return 0
+    if D.cuLaunchKernelEx == NULL:
+        raise NotImplementedError("cuLaunchKernelEx needs a CUDA 11.6 driver or newer")
+    L.ex = 1
+    L.cfg.gridDimX, L.cfg.gridDimY, L.cfg.gridDimZ = L.grid[0], L.grid[1], L.grid[2]
+    L.cfg.blockDimX, L.cfg.blockDimY, L.cfg.blockDimZ = L.block[0], L.block[1], L.block[2]
+    L.cfg.sharedMemBytes = shared_mem
+    L.cfg.hStream = L.stream
+    if ex.get("priority") is not None:
+        L.attrs[na].id = CU_LAUNCH_ATTRIBUTE_PRIORITY
+        L.attrs[na].value.priority = ex["priority"]
+        na += 1
+    if ex.get("cluster") is not None:
+        c = ex["cluster"]
+        c = (c, 1, 1) if isinstance(c, int) else tuple(c) + (1,) * (3 - len(tuple(c)))
+        L.attrs[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        L.attrs[na].value.clusterDim.x = c[0]
+        L.attrs[na].value.clusterDim.y = c[1]
+        L.attrs[na].value.clusterDim.z = c[2]
+        na += 1
+    if ex.get("cooperative"):
+        L.attrs[na].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        L.attrs[na].value.cooperative = 1
+        na += 1
+    if ex.get("programmatic_serialization"):
+        L.attrs[na].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        L.attrs[na].value.programmaticStreamSerializationAllowed = 1
+        na += 1
+    L.cfg.attrs = L.attrs if na else NULL
+    L.cfg.numAttrs = na
+    return 0
+
+
+cdef list _to_list(int64_t *v, long n):
+    return [v[i] for i in range(n)]
+
+
+def launch_loop(func, grid, block, ParamBlock params, stream=None, long n=100, *,
+                unsigned int shared_mem=0, dict ex=None):
+    """``n`` launches back to back, no sync; returns the elapsed ns (GIL released)."""
+    cdef bc_bench_launch L
+    cdef CUresult rc
+    cdef int64_t t0, t1
+    _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
+    with nogil:
+        t0 = bc_bench_now_ns()
+        rc = bc_bench_launch_n(D, &L, n)
+        t1 = bc_bench_now_ns()
+    check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
+    return t1 - t0
+
+
+def launch_batches(func, grid, block, ParamBlock params, stream=None, long batches=10,
+                   long batch=100, *, unsigned int shared_mem=0, dict ex=None):
+    """Issue cost: ``batches`` batches of ``batch`` asynchronous launches; returns the
+    ns of each batch (the stream sync after each batch is not timed)."""
+    cdef bc_bench_launch L
+    cdef CUresult rc
+    cdef int64_t *out = <int64_t *>calloc(max(batches, 1), sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
+        with nogil:
+            rc = bc_bench_launch_batches(D, &L, batches, batch, out)
+        check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
+        return _to_list(out, batches)
+    finally:
+        free(out)
+
+
+def launch_throughput(func, grid, block, ParamBlock params, stream=None, long n=2000, *,
+                      unsigned int shared_mem=0, dict ex=None):
+    """``n`` launches then one stream sync; returns the total ns."""
+    cdef bc_bench_launch L
+    cdef CUresult rc
+    cdef int64_t out = 0
+    _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
+    with nogil:
+        rc = bc_bench_launch_throughput(D, &L, n, &out)
+    check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
+    return out
+
+
+def launch_roundtrip(func, grid, block, ParamBlock params, stream=None, long n=50, *,
+                     unsigned int shared_mem=0, dict ex=None):
+    """``n`` times launch + ``cuStreamSynchronize``; returns the ns of each."""
+    cdef bc_bench_launch L
+    cdef CUresult rc
+    cdef int64_t *out = <int64_t *>calloc(max(n, 1), sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
+        with nogil:
+            rc = bc_bench_launch_roundtrip(D, &L, n, out)
+        check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
+        return _to_list(out, n)
+    finally:
+        free(out)
+
+
+def stream_sync(stream=None):
+    """``cuStreamSynchronize`` with the GIL released."""
+    cdef CUstream s = <CUstream>_handle(stream)
+    cdef CUresult rc
+    with nogil:
+        rc = D.cuStreamSynchronize(s)
+    check(rc, b"cuStreamSynchronize")
+
+
+def ctx_sync():
+    """``cuCtxSynchronize`` with the GIL released."""
+    cdef CUresult rc
+    with nogil:
+        rc = D.cuCtxSynchronize()
+    check(rc, b"cuCtxSynchronize")
+
+
+def stream_create(unsigned int flags=0):
+    """A raw ``CUstream`` (int) in the current context; destroy with stream_destroy."""
+    cdef CUstream s = NULL
+    check(D.cuStreamCreate(&s, flags), b"cuStreamCreate")
+    return <uintptr_t>s
+
+
+def stream_destroy(stream):
+    check(D.cuStreamDestroy(<CUstream>_handle(stream)), b"cuStreamDestroy")
+
+
+# ------------------------------------------------------------------ modules
+def module_load(image):
+    """``cuModuleLoadDataEx`` of a PTX/cubin/fatbin image (bytes; PTX must end in NUL,
+    which is added when missing); returns the ``CUmodule`` as an int. The raw rows
+    load their kernels here so that they depend on nothing but the driver."""
+    cdef bytes img = bytes(image)
+    cdef CUmodule m = NULL
+    cdef const char *p
+    cdef CUresult rc
+    if not img.endswith(b"\0"):
+        img += b"\0"
+    p = img
+    with nogil:
+        rc = D.cuModuleLoadDataEx(&m, p, 0, NULL, NULL)
+    check(rc, b"cuModuleLoadDataEx")
+    return <uintptr_t>m
+
+
+def module_get_function(module, name):
+    """``cuModuleGetFunction``; returns the ``CUfunction`` as an int."""
+    cdef CUfunction f = NULL
+    cdef bytes bname = name.encode() if isinstance(name, str) else bytes(name)
+    check(D.cuModuleGetFunction(&f, <CUmodule>_handle(module), bname), b"cuModuleGetFunction")
+    return <uintptr_t>f
+
+
+def module_unload(module):
+    check(D.cuModuleUnload(<CUmodule>_handle(module)), b"cuModuleUnload")
+
+
+# ------------------------------------------------------------------- memory
+def alloc_free(size_t size=1 << 20, long batches=10, long batch=100):
+    """``cuMemAlloc`` + ``cuMemFree`` pairs; returns the ns of each batch."""
+    cdef CUresult rc
+    cdef int64_t *out = <int64_t *>calloc(max(batches, 1), sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rc = bc_bench_alloc_free(D, size, batches, batch, out)
+        check(rc, b"cuMemAlloc/cuMemFree")
+        return _to_list(out, batches)
+    finally:
+        free(out)
+
+
+def alloc_free_async(stream=None, size_t size=1 << 20, long batches=10, long batch=100):
+    """``cuMemAllocAsync`` + ``cuMemFreeAsync`` pairs on ``stream``; ns of each batch
+    (the sync after each batch is not timed)."""
+    cdef CUresult rc
+    cdef CUstream s = <CUstream>_handle(stream)
+    cdef int64_t *out
+    if D.cuMemAllocAsync == NULL or D.cuMemFreeAsync == NULL:
+        raise NotImplementedError("cuMemAllocAsync needs a CUDA 11.2 driver or newer")
+    out = <int64_t *>calloc(max(batches, 1), sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rc = bc_bench_alloc_free_async(D, size, s, batches, batch, out)
+        check(rc, b"cuMemAllocAsync/cuMemFreeAsync")
+        return _to_list(out, batches)
+    finally:
+        free(out)
+
+
+def mem_alloc(size_t size):
+    """``cuMemAlloc``; returns the device pointer as an int."""
+    cdef CUdeviceptr p = 0
+    with nogil:
+        check(D.cuMemAlloc(&p, size), b"cuMemAlloc")
+    return p
+
+
+def mem_free(CUdeviceptr ptr):
+    with nogil:
+        check(D.cuMemFree(ptr), b"cuMemFree")
+
+
+def host_alloc(size_t size):
+    """Pinned host memory from ``cuMemHostAlloc`` (flags 0); returns the address."""
+    cdef void *p = NULL
+    with nogil:
+        check(D.cuMemHostAlloc(&p, size, 0), b"cuMemHostAlloc")
+    return <uintptr_t>p
+
+
+def host_free(uintptr_t ptr):
+    with nogil:
+        check(D.cuMemFreeHost(<void *>ptr), b"cuMemFreeHost")
+
+
+cdef int _host_address(obj, size_t nbytes, bint writable, void **out) except -1:
+    """Address of host memory: an int, or a C-contiguous buffer of >= nbytes."""
+    cdef Py_buffer view
+    cdef int flags
+    if isinstance(obj, int):
+        out[0] = <void *><uintptr_t>obj
+        return 0
+    flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+    PyObject_GetBuffer(obj, &view, flags)
+    try:
+        if <size_t>view.len < nbytes:
+            raise ValueError(f"host buffer holds {view.len} bytes, {nbytes} needed")
+        out[0] = view.buf
+    finally:
+        PyBuffer_Release(&view)   # the caller keeps obj alive for the copy
+    return 0
+
+
+
+def memcpy_htod(CUdeviceptr dptr, host, size_t nbytes, long reps=1):
+    """``reps`` synchronous ``cuMemcpyHtoD`` of ``nbytes`` from ``host`` (an address or
+    a buffer); returns the ns of each (timed up to ``cuCtxSynchronize``)."""
+    return _memcpy(0, dptr, host, nbytes, reps)
+
+
+def memcpy_dtoh(host, CUdeviceptr dptr, size_t nbytes, long reps=1):
+    """``reps`` synchronous ``cuMemcpyDtoH`` of ``nbytes`` into ``host``; ns of each."""
+    return _memcpy(1, dptr, host, nbytes, reps)
+
+
+cdef list _memcpy(int direction, CUdeviceptr dptr, host, size_t nbytes, long reps):
+    cdef void *h = NULL
+    cdef CUresult rc
+    cdef int64_t *out
+    _host_address(host, nbytes, direction == 1, &h)
+    out = <int64_t *>calloc(max(reps, 1), sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        with nogil:
+            rc = bc_bench_memcpy(D, direction, dptr, h, nbytes, reps, out)
+        check(rc, b"cuMemcpyDtoH" if direction else b"cuMemcpyHtoD")
+        return _to_list(out, reps)
+    finally:
+        free(out)
+
+
+# ------------------------------------------------------- Python callables
+def time_calls(f, tuple args=(), long n=1000):
+    """ns to call ``f(*args)`` ``n`` times in a C loop, with the benchmark clock."""
+    cdef int64_t t0, t1
+    cdef long i
+    t0 = bc_bench_now_ns()
+    for i in range(n):
+        f(*args)
+    t1 = bc_bench_now_ns()
+    return t1 - t0
+
+
+def time_batches(f, tuple args=(), long batches=10, long batch=100, sync=None):
+    """Like launch_batches for a Python callable: the ns of each batch of ``batch``
+    calls of ``f(*args)``; ``sync()`` after each batch is not timed."""
+    cdef int64_t t0, t1
+    cdef long i, j
+    cdef list out = []
+    for i in range(batches):
+        t0 = bc_bench_now_ns()
+        for j in range(batch):
+            f(*args)
+        t1 = bc_bench_now_ns()
+        if sync is not None:
+            sync()
+        out.append(t1 - t0)
+    return out
