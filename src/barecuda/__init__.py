@@ -20,3 +20,5 @@ from barecuda._memory import (
     DeviceBuffer, PinnedBuffer, Allocator, DriverAllocator, alloc, empty, zeros, to_device,
     as_device_buffer, pinned_empty, get_allocator, set_allocator,
 )
+from barecuda._module import Module, Global
+from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
