@@ -18,9 +18,17 @@ from barecuda import CudaOutOfMemoryError, CudaWarning
 
 
 @pytest.fixture(autouse=True)
-def _collect():
+def _collect(request):
     gc.collect()       # buffers left in cycles by earlier tests must not move live counts
+    prev = None
+    if "fake" in request.fixturenames:
+        # These tests pin down the plain driver allocator's contract (one driver
+        # allocation per buffer, freed in stream order); the cache is in test_pool.py.
+        prev = bc.set_allocator(None, 0)
     yield
+    if prev is not None:
+        gc.collect()
+        bc.set_allocator(prev)
 
 
 def rng_bytes(n, seed=None):

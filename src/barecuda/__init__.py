@@ -22,3 +22,4 @@ from barecuda._memory import (
 )
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
+from barecuda._pool import MemoryPool, DriverMemoryPool, memory_stats, trim_memory

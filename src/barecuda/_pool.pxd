@@ -1,0 +1,71 @@
+"""Caching allocators: barecuda's own stream-ordered cache, and one on a driver memory pool."""
+from cpython.ref cimport PyObject
+from barecuda._abi cimport CUdeviceptr, CUstream, CUevent, CUmemoryPool
+from barecuda._memory cimport Allocator, DeviceBuffer
+
+cdef enum:
+    BC_NCLASSES = 832           # size classes (see size_class in _pool.pyx)
+
+cdef struct bc_block:
+    CUdeviceptr ptr
+    size_t size                 # rounded size (what the driver gave us)
+    size_t requested            # bytes the current user asked for
+    int cls
+    int from_async              # 1: cuMemAllocAsync (free with cuMemFreeAsync); 0: cuMemAlloc
+    CUstream stream             # the stream the block is ordered on
+    CUevent event               # recorded lazily on `stream` when another stream wants it
+    bc_block *next
+
+cdef struct bc_scache:
+    CUstream stream
+    PyObject *stream_obj        # strong reference: the stream cannot die while blocks are cached on it
+    size_t nblocks
+    size_t nbytes
+    bc_block *heads[BC_NCLASSES]
+
+cdef class MemoryPool(Allocator):
+    cdef bc_scache **caches
+    cdef int ncaches
+    cdef int capcaches
+    cdef bc_scache *last
+    cdef bc_scache *ready           # blocks reusable by any stream (all their work is known done)
+    cdef bc_block *deferred         # freed after use on unknown other streams: reusable after a context sync
+    cdef size_t deferred_bytes
+    cdef size_t deferred_limit
+    cdef size_t in_use
+    cdef size_t in_use_rounded
+    cdef size_t reserved
+    cdef size_t cached
+    cdef size_t peak_in_use
+    cdef size_t peak_reserved
+    cdef size_t limit               # 0: none
+    cdef long long n_driver_alloc
+    cdef long long n_driver_free
+    cdef long long n_hits
+    cdef long long n_misses
+    cdef long long n_cross_stream
+    cdef long long n_ctx_syncs
+    cdef long long n_oom_retries
+    cdef CUevent *events
+    cdef int nevents
+    cdef int capevents
+    cdef bint use_async
+    cdef bint closed
+
+    cdef bc_scache *cache_for(self, CUstream s, object stream_obj) except NULL
+    cdef bc_block *take_cross_stream(self, int cls, bc_scache *own) except? NULL
+    cdef int release_cached(self, bint sync_first) except -1
+    cdef int flush_deferred(self) except -1
+    cdef int free_block(self, bc_block *blk, CUstream s) except -1
+    cdef void _drop_structures(self) noexcept
+    cdef CUevent _get_event(self) except? NULL
+    cdef int _put_event(self, CUevent ev) except -1
+    cdef bc_block *_new_block(self, int cls, size_t rounded, size_t size, CUstream s) except NULL
+    cdef int _drop_idle_streams(self) except -1
+
+
+cdef class DriverMemoryPool(Allocator):
+    cdef CUmemoryPool pool
+    cdef bint owned
+    cdef long long n_allocs
+    cdef unsigned long long _attr(self, int a) except? 0

@@ -1,0 +1,698 @@
+"""Caching device-memory allocators.
+
+Owns: MemoryPool (barecuda's stream-ordered caching allocator, the default behind
+alloc/empty/zeros/to_device), DriverMemoryPool (the same interface on a driver
+memory pool from cuMemPoolCreate), and the module functions memory_stats/trim_memory.
+
+MemoryPool, how it works:
+- Sizes are rounded to a size class: 512-byte multiples up to 8 KiB, then 16 classes
+  per power of two (at most 6.25% rounding). A block is only ever reused for its own
+  class: no splitting, so no fragmentation beyond the rounding.
+- Every stream has its own cache (one C free list per class). A freed block goes to
+  the cache of the stream it is ordered on at once: work queued later on that stream
+  runs after the work that used it, so the stream may reuse it immediately.
+- Another stream reuses a cached block only after an event recorded on the owning
+  stream (lazily: the first time another stream looks at the block) has completed,
+  checked with cuEventQuery; nothing blocks.
+- A block the launch path saw used on another stream (``used_elsewhere``) cannot be
+  given back to any one stream: it waits in a deferred list until a context
+  synchronization (done when the deferred bytes pass ``deferred_limit``, at trim(),
+  and before giving up on an allocation) proves all work is done.
+- Blocks come from cuMemAllocAsync on the requesting stream (cuMemAlloc without driver
+  pools). Out of memory (or over ``limit``): give every cached block back, wait for
+  deferred frees, retry once, then raise CudaOutOfMemoryError naming the requested
+  size and the pool's statistics.
+- A stream with cached blocks is kept alive by the pool (its handle cannot be reused
+  by a new stream while we rely on its ordering); trim() lets it go.
+
+The hot path (cached block, same stream) is a few C operations with the GIL held:
+no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
+"""
+cimport cython
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from libc.stdlib cimport calloc, malloc, free, realloc
+from libc.string cimport memset
+import os
+import warnings
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._device cimport Device, device_of
+from barecuda._memory cimport Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC
+from barecuda._errors import CudaWarning, make_error
+from barecuda import _memory
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+cdef extern from *:
+    """
+    static inline int bc_clz64(unsigned long long x) { return __builtin_clzll(x); }
+    """
+    int bc_clz64(unsigned long long x) nogil
+
+cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" cache
+
+
+cdef inline int size_class(size_t n, size_t *rounded) noexcept nogil:
+    """Class index and rounded size for a request of n bytes (n > 0)."""
+    cdef size_t k, step, m
+    cdef int e
+    if n <= 8192:
+        k = (n + 511) >> 9
+        rounded[0] = k << 9
+        return <int>k - 1                      # 0..15
+    e = 63 - bc_clz64(n)                       # floor(log2 n) >= 13
+    m = (n + ((<size_t>1 << (e - 4)) - 1)) >> (e - 4)     # 16..32
+    if m == 32:
+        e += 1
+        m = 16
+    rounded[0] = m << (e - 4)
+    return 16 + (e - 13) * 16 + <int>(m - 16)
+
+
+def _size_class(n):
+    """(class, rounded size) for n bytes: exposed for tests."""
+    cdef size_t r = 0
+    cdef int c = size_class(n, &r)
+    return c, r
+
+
+def _fmt(n):
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+
+
+@cython.final
+cdef class MemoryPool(Allocator):
+    """A stream-ordered caching allocator for one device (see the module notes).
+
+    Parameters
+    ----------
+    device : Device or int, optional
+    limit : int, optional
+        Most bytes the pool may hold from the driver (in use + cached); None: no limit.
+    deferred_limit : int
+        Bytes of cross-stream frees allowed to wait for a context synchronization
+        before one is forced (default 256 MiB).
+
+    Use it with ``bc.empty(..., allocator=pool)`` / ``pool.alloc(n)``, or make it the
+    device default with ``bc.set_allocator(pool)``.
+    """
+
+    def __cinit__(self, device=None, *, limit=None, deferred_limit=256 << 20):
+        ensure_driver(ST)
+        cdef Device dev = device_of(device)
+        dev.activate()
+        self.device = dev
+        self.ctx = dev.ctx
+        self.use_async = D.cuMemAllocAsync != NULL and D.cuMemFreeAsync != NULL
+        self.limit = 0 if limit is None else limit
+        self.deferred_limit = deferred_limit
+        self.capcaches = 8
+        self.caches = <bc_scache **>calloc(self.capcaches, sizeof(bc_scache *))
+        self.ready = <bc_scache *>calloc(1, sizeof(bc_scache))
+        if self.caches == NULL or self.ready == NULL:
+            raise MemoryError()
+        self.ready.stream = READY_STREAM
+
+    def __dealloc__(self):
+        # Only reached when no buffer uses the pool any more (each holds a reference).
+        if self.caches == NULL:
+            return
+        if not self.closed and bc_driver_usable(ST):
+            try:
+                self.release_cached(True)
+            except BaseException as e:
+                warnings.warn(f"releasing MemoryPool memory failed: {e}", CudaWarning)
+        self._drop_structures()
+
+    cdef void _drop_structures(self) noexcept:
+        cdef int i
+        cdef bc_block *b
+        cdef bc_block *nb
+        cdef int c
+        for i in range(self.ncaches):
+            for c in range(BC_NCLASSES):
+                b = self.caches[i].heads[c]
+                while b != NULL:              # leaked on purpose (driver unusable)
+                    nb = b.next
+                    free(b)
+                    b = nb
+            Py_XDECREF(self.caches[i].stream_obj)
+            free(self.caches[i])
+        free(self.caches)
+        self.caches = NULL
+        self.ncaches = 0
+        self.last = NULL
+        if self.ready != NULL:
+            for c in range(BC_NCLASSES):
+                b = self.ready.heads[c]
+                while b != NULL:
+                    nb = b.next
+                    free(b)
+                    b = nb
+            free(self.ready)
+            self.ready = NULL
+        b = self.deferred
+        while b != NULL:
+            nb = b.next
+            free(b)
+            b = nb
+        self.deferred = NULL
+        if bc_driver_usable(ST):
+            for i in range(self.nevents):
+                D.cuEventDestroy(self.events[i])
+        free(self.events)
+        self.events = NULL
+        self.nevents = 0
+
+    # ---------------------------------------------------------------- caches
+    cdef bc_scache *cache_for(self, CUstream s, object stream_obj) except NULL:
+        cdef bc_scache *c = self.last
+        cdef int i
+        if c != NULL and c.stream == s:
+            return c
+        for i in range(self.ncaches):
+            c = self.caches[i]
+            if c.stream == s:
+                self.last = c
+                return c
+        if self.ncaches == self.capcaches:
+            newp = <bc_scache **>realloc(self.caches, 2 * self.capcaches * sizeof(bc_scache *))
+            if newp == NULL:
+                raise MemoryError()
+            self.caches = newp
+            self.capcaches *= 2
+        c = <bc_scache *>calloc(1, sizeof(bc_scache))
+        if c == NULL:
+            raise MemoryError()
+        c.stream = s
+        if stream_obj is not None:
+            Py_INCREF(stream_obj)
+            c.stream_obj = <PyObject *>stream_obj
+        self.caches[self.ncaches] = c
+        self.ncaches += 1
+        self.last = c
+        return c
+
+    cdef CUevent _get_event(self) except? NULL:
+        cdef CUevent ev = NULL
+        if self.nevents:
+            self.nevents -= 1
+            return self.events[self.nevents]
+        check(D.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), b"cuEventCreate")
+        return ev
+
+    cdef int _put_event(self, CUevent ev) except -1:
+        if ev == NULL:
+            return 0
+        if self.nevents == self.capevents:
+            newp = <CUevent *>realloc(self.events, (self.capevents * 2 + 16) * sizeof(CUevent))
+            if newp == NULL:
+                D.cuEventDestroy(ev)
+                return 0
+            self.events = newp
+            self.capevents = self.capevents * 2 + 16
+        self.events[self.nevents] = ev
+        self.nevents += 1
+        return 0
+
+    cdef bc_block *take_cross_stream(self, int cls, bc_scache *own) except? NULL:
+        """A cached block of class cls that another stream has finished with, or NULL."""
+        cdef bc_block *b
+        cdef bc_block *prev
+        cdef bc_scache *c
+        cdef int i, tries
+        cdef CUresult rc
+        b = self.ready.heads[cls]
+        if b != NULL:
+            self.ready.heads[cls] = b.next
+            self.ready.nblocks -= 1
+            self.ready.nbytes -= b.size
+            return b
+        for i in range(self.ncaches):
+            c = self.caches[i]
+            if c == own or c.heads[cls] == NULL:
+                continue
+            prev = NULL
+            b = c.heads[cls]
+            tries = 0
+            while b != NULL and tries < 4:
+                if b.event == NULL:
+                    # Everything queued on c.stream now includes the block's last use.
+                    b.event = self._get_event()
+                    rc = D.cuEventRecord(b.event, c.stream)
+                    if rc != 0:
+                        self._put_event(b.event)
+                        b.event = NULL
+                elif D.cuEventQuery(b.event) == 0:
+                    if prev == NULL:
+                        c.heads[cls] = b.next
+                    else:
+                        prev.next = b.next
+                    c.nblocks -= 1
+                    c.nbytes -= b.size
+                    self._put_event(b.event)
+                    b.event = NULL
+                    self.n_cross_stream += 1
+                    return b
+                prev = b
+                b = b.next
+                tries += 1
+        return NULL
+
+    # ---------------------------------------------------------- allocation
+    cdef int allocate(self, DeviceBuffer buf, size_t size, CUstream s) except -1:
+        cdef size_t rounded = 0
+        cdef int cls
+        cdef bc_scache *c
+        cdef bc_block *b
+        buf.ptr = 0
+        buf.size = size
+        buf._kind = KIND_POOL
+        if size == 0:
+            buf._block = NULL
+            return 0
+        cls = size_class(size, &rounded)
+        c = self.cache_for(s, buf._stream)
+        b = c.heads[cls]
+        if b != NULL:                                   # hot path: same stream, cached
+            c.heads[cls] = b.next
+            c.nblocks -= 1
+            c.nbytes -= b.size
+            self.cached -= b.size
+            self.n_hits += 1
+            if b.event != NULL:
+                self._put_event(b.event)
+                b.event = NULL
+        else:
+            b = self.take_cross_stream(cls, c)
+            if b != NULL:
+                self.cached -= b.size
+                self.n_hits += 1
+            else:
+                self.n_misses += 1
+                b = self._new_block(cls, rounded, size, s)
+        b.stream = s
+        b.next = NULL
+        b.requested = size
+        buf.ptr = b.ptr
+        buf._block = b
+        self.in_use += size
+        self.in_use_rounded += b.size
+        if self.in_use > self.peak_in_use:
+            self.peak_in_use = self.in_use
+        return 0
+
+    cdef bc_block *_new_block(self, int cls, size_t rounded, size_t size, CUstream s) except NULL:
+        cdef CUdeviceptr p = 0
+        cdef CUresult rc = 0
+        cdef bc_block *b
+        cdef int attempt
+        cdef bint used_async = False
+        cdef bint over = False
+        if self.deferred_bytes >= self.deferred_limit:
+            self.flush_deferred()
+            b = self.take_cross_stream(cls, NULL)
+            if b != NULL:
+                self.cached -= b.size
+                return b
+        set_current(self.ctx)
+        for attempt in range(2):
+            over = self.limit and self.reserved + rounded > self.limit
+            if over:
+                rc = 2          # CUDA_ERROR_OUT_OF_MEMORY: over our own limit
+            else:
+                if self.use_async:
+                    with nogil:
+                        rc = D.cuMemAllocAsync(&p, rounded, s)
+                    if rc == 801:   # no memory pools on this device/driver
+                        self.use_async = False
+                    used_async = True
+                if not self.use_async:
+                    with nogil:
+                        rc = D.cuMemAlloc(&p, rounded)
+                    used_async = False
+            if rc == 0:
+                break
+            if rc != 2 or attempt == 1:
+                break
+            # Out of memory: give back everything cached (after all work is done) and retry.
+            self.n_oom_retries += 1
+            self.release_cached(True)
+        if rc != 0:
+            stats = self.stats()
+            over_msg = " (over the pool's limit)" if over else ""
+            raise make_error(rc, "cuMemAllocAsync" if self.use_async else "cuMemAlloc",
+                             f"MemoryPool could not allocate {size} bytes ({_fmt(size)}, rounded to "
+                             f"{_fmt(rounded)}) on device {self.device.ordinal}{over_msg}; pool stats: "
+                             f"in_use={_fmt(stats['in_use'])}, reserved={_fmt(stats['reserved'])}, "
+                             f"cached={_fmt(stats['cached'])}, limit="
+                             f"{_fmt(self.limit) if self.limit else 'none'}, "
+                             f"driver_allocations={stats['driver_allocations']}")
+        b = <bc_block *>calloc(1, sizeof(bc_block))
+        if b == NULL:
+            if used_async:
+                D.cuMemFreeAsync(p, s)
+            else:
+                D.cuMemFree(p)
+            raise MemoryError()
+        b.ptr = p
+        b.size = rounded
+        b.cls = cls
+        b.from_async = used_async
+        self.reserved += rounded
+        self.n_driver_alloc += 1
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        return b
+
+    cdef int deallocate(self, DeviceBuffer buf) except -1:
+        cdef bc_block *b = <bc_block *>buf._block
+        cdef bc_scache *c
+        buf._block = NULL
+        buf.ptr = 0
+        if b == NULL:
+            return 0
+        self.in_use -= b.requested
+        self.in_use_rounded -= b.size
+        if self.closed:
+            self.free_block(b, buf.stream_handle)
+            return 0
+        if buf.used_elsewhere:
+            b.next = self.deferred
+            self.deferred = b
+            self.deferred_bytes += b.size
+            self.cached += b.size
+            return 0
+        c = self.cache_for(buf.stream_handle, buf._stream)
+        b.next = c.heads[b.cls]
+        c.heads[b.cls] = b
+        c.nblocks += 1
+        c.nbytes += b.size
+        self.cached += b.size
+        return 0
+
+    # ------------------------------------------------------------- release
+    cdef int free_block(self, bc_block *b, CUstream s) except -1:
+        """Give one block back to the driver, ordered after work on s; frees b."""
+        cdef CUresult rc
+        cdef CUdeviceptr p = b.ptr
+        cdef size_t n = b.size
+        cdef bint from_async = b.from_async
+        if b.event != NULL:
+            self._put_event(b.event)
+        free(b)
+        self.reserved -= n
+        self.n_driver_free += 1
+        set_current(self.ctx)
+        if s == READY_STREAM:
+            s = NULL
+        if from_async:
+            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
+        else:
+            check(D.cuMemFree(p), b"cuMemFree")
+        return 0
+
+    cdef int flush_deferred(self) except -1:
+        """Wait for the whole context, then make deferred blocks reusable by any stream."""
+        cdef bc_block *b
+        cdef bc_block *nb
+        cdef CUresult rc
+        if self.deferred == NULL:
+            return 0
+        set_current(self.ctx)
+        with nogil:
+            rc = D.cuCtxSynchronize()
+        check(rc, b"cuCtxSynchronize")
+        self.n_ctx_syncs += 1
+        b = self.deferred
+        self.deferred = NULL
+        self.deferred_bytes = 0
+        while b != NULL:
+            nb = b.next
+            b.next = self.ready.heads[b.cls]
+            self.ready.heads[b.cls] = b
+            self.ready.nblocks += 1
+            self.ready.nbytes += b.size
+            b = nb
+        return 0
+
+    cdef int release_cached(self, bint sync_first) except -1:
+        """Give every cached block back to the driver (stream-ordered frees)."""
+        cdef int i, k
+        cdef bc_scache *c
+        cdef bc_block *b
+        cdef bc_block *nb
+        cdef CUresult rc
+        if sync_first:
+            self.flush_deferred()
+        if not self.use_async:
+            # cuMemFree is not stream-ordered: make sure no queued work still uses a block.
+            set_current(self.ctx)
+            with nogil:
+                rc = D.cuCtxSynchronize()
+            check(rc, b"cuCtxSynchronize")
+        for i in range(-1, self.ncaches):
+            c = self.ready if i < 0 else self.caches[i]
+            if c.nblocks == 0:
+                continue
+            for k in range(BC_NCLASSES):
+                b = c.heads[k]
+                c.heads[k] = NULL
+                while b != NULL:
+                    nb = b.next
+                    self.cached -= b.size
+                    c.nblocks -= 1
+                    c.nbytes -= b.size
+                    self.free_block(b, c.stream)
+                    b = nb
+        return 0
+
+    cdef int _drop_idle_streams(self) except -1:
+        cdef int i = 0, j
+        cdef bc_scache *c
+        while i < self.ncaches:
+            c = self.caches[i]
+            if c.nblocks == 0:
+                Py_XDECREF(c.stream_obj)
+                free(c)
+                self.ncaches -= 1
+                self.caches[i] = self.caches[self.ncaches]
+            else:
+                i += 1
+        self.last = NULL
+        return 0
+
+    # ---------------------------------------------------------------- public
+    def trim(self):
+        """Give every cached block back to the driver (waiting for cross-stream frees
+        first) and forget idle streams. Afterwards ``reserved`` is the rounded size of
+        the blocks in use."""
+        self.release_cached(True)
+        self._drop_idle_streams()
+
+    def stats(self):
+        """A dict: ``in_use`` (bytes requested by live buffers), ``in_use_rounded``,
+        ``reserved`` (bytes held from the driver), ``cached`` (reserved, not in use),
+        ``deferred`` (cached, waiting for a context sync), ``peak`` (peak in_use),
+        ``peak_reserved``, ``driver_allocations``, ``driver_frees``, ``cache_hits``,
+        ``cache_misses``, ``cross_stream_reuses``, ``context_syncs``, ``oom_retries``,
+        ``streams``, ``limit``."""
+        return {
+            "in_use": self.in_use,
+            "in_use_rounded": self.in_use_rounded,
+            "reserved": self.reserved,
+            "cached": self.cached,
+            "deferred": self.deferred_bytes,
+            "peak": self.peak_in_use,
+            "peak_reserved": self.peak_reserved,
+            "driver_allocations": self.n_driver_alloc,
+            "driver_frees": self.n_driver_free,
+            "cache_hits": self.n_hits,
+            "cache_misses": self.n_misses,
+            "cross_stream_reuses": self.n_cross_stream,
+            "context_syncs": self.n_ctx_syncs,
+            "oom_retries": self.n_oom_retries,
+            "streams": self.ncaches,
+            "limit": self.limit if self.limit else None,
+        }
+
+    def reset_peak(self):
+        """Reset ``peak`` and ``peak_reserved`` to the current values."""
+        self.peak_in_use = self.in_use
+        self.peak_reserved = self.reserved
+
+    @property
+    def limit(self):
+        return self.limit if self.limit else None
+
+    @limit.setter
+    def limit(self, value):
+        self.limit = 0 if value is None else value
+
+    def close(self):
+        """Give cached memory back; later frees go straight to the driver."""
+        if not self.closed:
+            self.release_cached(True)
+            self._drop_idle_streams()
+            self.closed = True
+
+    def __repr__(self):
+        return (f"<barecuda.MemoryPool device={self.device.ordinal} in_use={_fmt(self.in_use)} "
+                f"reserved={_fmt(self.reserved)}>")
+
+
+@cython.final
+cdef class DriverMemoryPool(Allocator):
+    """An allocator on a driver memory pool (``cuMemPoolCreate``), or on the device's
+    default pool (``default=True``), allocating with ``cuMemAllocFromPoolAsync`` and
+    freeing with ``cuMemFreeAsync`` on the buffer's stream.
+
+    Parameters
+    ----------
+    device : Device or int, optional
+    release_threshold : int, optional
+        Bytes the pool keeps reserved across synchronizations. Default: unlimited, so
+        that the steady state makes no allocation from the OS.
+    limit : int, optional
+        Maximum pool size (``CUmemPoolProps.maxSize``; drivers >= 12.2).
+    default : bool
+        Use the device's default pool instead of creating one.
+    """
+
+    def __cinit__(self, device=None, *, release_threshold=None, limit=None, bint default=False):
+        cdef CUmemPoolProps props
+        cdef CUmemoryPool p = NULL
+        cdef unsigned long long thr
+        ensure_driver(ST)
+        if D.cuMemPoolCreate == NULL or D.cuMemAllocFromPoolAsync == NULL:
+            from barecuda._errors import DriverVersionError
+            raise DriverVersionError("driver memory pools need a CUDA 11.2+ driver")
+        cdef Device dev = device_of(device)
+        dev.activate()
+        self.device = dev
+        self.ctx = dev.ctx
+        if default:
+            check(D.cuDeviceGetDefaultMemPool(&p, dev.handle), b"cuDeviceGetDefaultMemPool")
+            self.owned = False
+        else:
+            memset(&props, 0, sizeof(props))
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
+            props.handleTypes = CU_MEM_HANDLE_TYPE_NONE
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = dev.ordinal
+            props.maxSize = 0 if limit is None else limit
+            check(D.cuMemPoolCreate(&p, &props), b"cuMemPoolCreate")
+            self.owned = True
+        self.pool = p
+        thr = <unsigned long long>-1 if release_threshold is None else release_threshold
+        try:
+            check(D.cuMemPoolSetAttribute(p, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr),
+                  b"cuMemPoolSetAttribute")
+        except BaseException:
+            if self.owned:
+                D.cuMemPoolDestroy(p)
+            self.pool = NULL
+            raise
+
+    def __dealloc__(self):
+        if self.pool != NULL and self.owned and bc_driver_usable(ST):
+            rc = D.cuMemPoolDestroy(self.pool)
+            if rc != 0:
+                warnings.warn(f"cuMemPoolDestroy failed: {make_error(rc, 'cuMemPoolDestroy')}", CudaWarning)
+        self.pool = NULL
+
+    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
+        cdef CUdeviceptr p = 0
+        cdef CUresult rc
+        cdef CUmemoryPool pool = self.pool
+        b.ptr = 0
+        b.size = size
+        b._kind = KIND_ASYNC
+        if size == 0:
+            return 0
+        set_current(self.ctx)
+        with nogil:
+            rc = D.cuMemAllocFromPoolAsync(&p, size, pool, s)
+        if rc != 0:
+            raise make_error(rc, "cuMemAllocFromPoolAsync",
+                             f"requested {size} bytes ({_fmt(size)}) on device {self.device.ordinal}; "
+                             f"pool stats: {self.stats()}")
+        b.ptr = p
+        self.n_allocs += 1
+        return 0
+
+    cdef int deallocate(self, DeviceBuffer b) except -1:
+        cdef CUdeviceptr p = b.ptr
+        cdef CUresult rc = 0
+        b.ptr = 0
+        if p == 0:
+            return 0
+        set_current(self.ctx)
+        if b.used_elsewhere:
+            with nogil:
+                rc = D.cuCtxSynchronize()
+            check(rc, b"cuCtxSynchronize")
+        check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+        return 0
+
+    cdef unsigned long long _attr(self, int a) except? 0:
+        cdef unsigned long long v = 0
+        check(D.cuMemPoolGetAttribute(self.pool, <CUmemPool_attribute>a, &v), b"cuMemPoolGetAttribute")
+        return v
+
+    def stats(self):
+        """``in_use``, ``reserved``, ``peak``, ``peak_reserved``, ``release_threshold``,
+        ``allocations`` (from the driver's pool attributes)."""
+        return {
+            "in_use": self._attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+            "reserved": self._attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+            "peak": self._attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH),
+            "peak_reserved": self._attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH),
+            "release_threshold": self._attr(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
+            "allocations": self.n_allocs,
+        }
+
+    def trim(self, keep=0):
+        """Release reserved memory above ``keep`` bytes back to the OS (cuMemPoolTrimTo)."""
+        set_current(self.ctx)
+        check(D.cuMemPoolTrimTo(self.pool, keep), b"cuMemPoolTrimTo")
+
+    @property
+    def handle(self):
+        """The CUmemoryPool as an int."""
+        return <size_t>self.pool
+
+    def __repr__(self):
+        return f"<barecuda.DriverMemoryPool 0x{<size_t>self.pool:x} device={self.device.ordinal}>"
+
+
+def memory_stats(device=None):
+    """Statistics of the default allocator of ``device`` (see MemoryPool.stats)."""
+    a = _memory.get_allocator(device)
+    f = getattr(a, "stats", None)
+    return f() if f is not None else {}
+
+
+def trim_memory(device=None):
+    """Give the default allocator's cached memory back to the driver."""
+    a = _memory.get_allocator(device)
+    f = getattr(a, "trim", None)
+    if f is not None:
+        f()
+
+
+def _default_pool(dev):
+    return MemoryPool(dev)
+
+
+# BARECUDA_ALLOCATOR=driver turns the cache off (every buffer straight from the
+# driver), for debugging memory errors.
+if os.environ.get("BARECUDA_ALLOCATOR", "cache").lower() != "driver":
+    _memory._set_default_allocator_factory(_default_pool)
