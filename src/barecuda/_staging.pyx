@@ -1,0 +1,509 @@
+"""Host<->device copies from ordinary (pageable) host memory at pinned speed.
+
+Owns: the per-context stager of include/barecuda/bc_staging.h (page-locked chunks,
+their events, a pool of memcpy threads), its configuration and statistics, the C
+entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
+_staging.pxd), the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
+addresses, and ``bench_copy``, the raw measurement the benchmark reports.
+
+Copies below the threshold (1 MiB unless configured) take the driver's plain path
+unchanged. The GIL is released for the whole copy; the worker threads only memcpy.
+
+Environment (read at import): ``BARECUDA_STAGING_THREADS``,
+``BARECUDA_STAGING_CHUNK_BYTES``, ``BARECUDA_STAGING_CHUNKS``,
+``BARECUDA_STAGING_THRESHOLD`` (byte sizes accept a K/M/G suffix).
+"""
+import atexit
+import os
+import warnings
+
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcmp, memset
+from libc.stdint cimport uintptr_t
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._device cimport Device, device_of
+from barecuda._stream cimport Stream, stream_handle
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+cdef extern from "barecuda/bc_staging.h" nogil:
+    ctypedef struct bc_staging_config:
+        size_t chunk_bytes
+        int chunks
+        int threads
+        size_t threshold
+        size_t min_piece
+        size_t min_part
+    ctypedef struct bc_staging_counters:
+        long long htod_plain, htod_plain_bytes
+        long long dtoh_plain, dtoh_plain_bytes
+        long long htod_staged, htod_staged_bytes
+        long long dtoh_staged, dtoh_staged_bytes
+        long long pinned_direct
+        long long fallbacks
+        long long chunk_waits
+        long long builds
+    ctypedef struct bc_stager:
+        CUcontext ctx
+    int BC_STAGING_MAX_CHUNKS
+    int BC_STAGING_MAX_THREADS
+    long long bc_staging_now_ns()
+    void bc_staging_init()
+    bc_stager *bc_stager_for(CUcontext ctx)
+    CUresult bc_stager_htod(const bc_driver_t *drv, bc_stager *s, CUdeviceptr dst, const void *src,
+                            size_t n, CUstream stream, const char **call)
+    CUresult bc_stager_dtoh(const bc_driver_t *drv, bc_stager *s, void *dst, CUdeviceptr src,
+                            size_t n, CUstream stream, const char **call)
+    CUresult bc_staging_plain_htod(const bc_driver_t *drv, CUdeviceptr dst, const void *src, size_t n,
+                                   CUstream stream, const char **call)
+    CUresult bc_staging_plain_dtoh(const bc_driver_t *drv, void *dst, CUdeviceptr src, size_t n,
+                                   CUstream stream, const char **call)
+    int bc_stager_release(const bc_driver_t *drv, bc_stager *s, int try_only, CUresult *rc)
+    void bc_stager_counters(bc_stager *s, bc_staging_counters *sum, long long *pinned_bytes, int *threads)
+    int bc_staging_count()
+    bc_stager *bc_staging_at(int i)
+    void bc_staging_get_config(bc_staging_config *out)
+    void bc_staging_set_config(const bc_staging_config *cfg)
+    size_t bc_staging_threshold()
+    void bc_staging_global_counters(bc_staging_counters *sum)
+
+bc_staging_init()
+
+
+# ------------------------------------------------------------------ C entry points
+cdef int _prepare(CUcontext *ctx) except -1 nogil:
+    if not (ST.loaded and not ST.forked):
+        with gil:
+            ensure_driver(ST)
+    if ctx[0] == NULL:
+        check(D.cuCtxGetCurrent(ctx), b"cuCtxGetCurrent")
+        if ctx[0] == NULL:
+            check(201, b"cuCtxGetCurrent")   # CUDA_ERROR_INVALID_CONTEXT: nothing current
+    else:
+        set_current(ctx[0])
+    return 0
+
+
+cdef int staged_htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream,
+                     CUcontext ctx) except -1 nogil:
+    cdef const char *call = b"cuMemcpyHtoDAsync"
+    cdef CUresult rc
+    cdef bc_stager *s = NULL
+    if n == 0:
+        return 0
+    _prepare(&ctx)
+    if n >= bc_staging_threshold():
+        s = bc_stager_for(ctx)
+    if s != NULL:
+        rc = bc_stager_htod(D, s, dst, src, n, stream, &call)
+    else:
+        rc = bc_staging_plain_htod(D, dst, src, n, stream, &call)
+    return check(rc, call)
+
+
+cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
+                     CUcontext ctx) except -1 nogil:
+    cdef const char *call = b"cuMemcpyDtoH"
+    cdef CUresult rc
+    cdef bc_stager *s = NULL
+    if n == 0:
+        return 0
+    _prepare(&ctx)
+    if n >= bc_staging_threshold():
+        s = bc_stager_for(ctx)
+    if s != NULL:
+        rc = bc_stager_dtoh(D, s, dst, src, n, stream, &call)
+    else:
+        rc = bc_staging_plain_dtoh(D, dst, src, n, stream, &call)
+    return check(rc, call)
+
+
+# ------------------------------------------------------------------ Python API
+cdef CUcontext _context_for(object stream, object device) except? NULL:
+    """The context a copy runs in: the Stream's, else the given (or current) device's."""
+    cdef Device dev
+    if type(stream) is Stream and device is None:
+        return (<Stream>stream).ctx
+    dev = device_of(device)
+    dev.activate()
+    return dev.ctx
+
+
+def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
+    """Copy a host buffer to device memory at ``dev_ptr``, staging through pinned chunks.
+
+    Parameters
+    ----------
+    dev_ptr : int
+        Device address of at least ``nbytes(host_obj)`` bytes.
+    host_obj : buffer
+        Any C-contiguous object with the buffer protocol (numpy array, bytes, ...).
+    stream : Stream, int handle or None
+        The copy is ordered on this stream (None: the legacy default stream).
+    device : Device or int, optional
+        Device whose context the copy runs in (default: the stream's, else the
+        current device).
+
+    Notes
+    -----
+    Returns once ``host_obj`` may be changed again; the device-side writes complete
+    in stream order. A page-locked ``host_obj`` is copied asynchronously, as
+    ``cuMemcpyHtoDAsync`` does: keep it unchanged until the stream reaches the copy.
+    """
+    cdef Py_buffer view
+    cdef CUstream h
+    cdef CUdeviceptr dst = dev_ptr
+    cdef CUcontext ctx = _context_for(stream, device)
+    stream_handle(stream, &h)
+    PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS)
+    try:
+        with nogil:
+            staged_htod(dst, view.buf, <size_t>view.len, h, ctx)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None):
+    """Copy device memory at ``dev_ptr`` into a writable host buffer; returns when it is written.
+
+    Parameters
+    ----------
+    host_obj : writable buffer
+        Any writable C-contiguous object with the buffer protocol; ``nbytes`` of it
+        are filled.
+    dev_ptr : int
+        Device address of at least that many bytes.
+    stream : Stream, int handle or None
+        The copy starts after earlier work on this stream (None: legacy default stream).
+    device : Device or int, optional
+        As for :func:`copy_htod`.
+    """
+    cdef Py_buffer view
+    cdef CUstream h
+    cdef CUdeviceptr src = dev_ptr
+    cdef CUcontext ctx = _context_for(stream, device)
+    stream_handle(stream, &h)
+    PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        with nogil:
+            staged_dtoh(view.buf, src, <size_t>view.len, h, ctx)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef dict _config_dict(const bc_staging_config *c):
+    return {"chunk_bytes": c.chunk_bytes, "chunks": c.chunks, "threads": c.threads,
+            "threshold": c.threshold, "min_piece": c.min_piece, "min_part": c.min_part}
+
+
+def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
+              min_piece=None, min_part=None):
+    """Set the staging parameters (None leaves one unchanged); returns the resulting set.
+
+    Parameters
+    ----------
+    chunk_bytes : int
+        Size of each pinned chunk (default 8 MiB).
+    chunks : int
+        Number of chunks per device, 1 to 64 (default 4); at most ``chunks`` DMAs
+        are in flight while the host copies.
+    threads : int
+        Host threads sharing each memcpy, the calling thread included, 1 to 64
+        (default ``min(4, usable cores)``).
+    threshold : int
+        Copies of fewer bytes take the driver's plain path (default 1 MiB).
+    min_piece : int
+        Smallest pipeline piece: a copy of only a few chunks is cut into ``chunks``
+        pieces of at least this size so that memcpy and DMA still overlap (256 KiB).
+    min_part : int
+        Smallest share of a memcpy given to one thread (64 KiB).
+
+    Notes
+    -----
+    Existing stagers rebuild their chunks and threads at their next large copy.
+    Calling with no argument just returns the current settings.
+    """
+    cdef bc_staging_config c
+    bc_staging_get_config(&c)
+    if all(v is None for v in (chunk_bytes, chunks, threads, threshold, min_piece, min_part)):
+        return _config_dict(&c)
+    if chunk_bytes is not None:
+        if chunk_bytes < 1:
+            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+        c.chunk_bytes = chunk_bytes
+    if chunks is not None:
+        if not 1 <= chunks <= BC_STAGING_MAX_CHUNKS:
+            raise ValueError(f"chunks must be in 1..{BC_STAGING_MAX_CHUNKS}, got {chunks}")
+        c.chunks = chunks
+    if threads is not None:
+        if not 1 <= threads <= BC_STAGING_MAX_THREADS:
+            raise ValueError(f"threads must be in 1..{BC_STAGING_MAX_THREADS}, got {threads}")
+        c.threads = threads
+    if threshold is not None:
+        if threshold < 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold}")
+        c.threshold = threshold
+    if min_piece is not None:
+        if min_piece < 1:
+            raise ValueError(f"min_piece must be positive, got {min_piece}")
+        c.min_piece = min_piece
+    if min_part is not None:
+        if min_part < 1:
+            raise ValueError(f"min_part must be positive, got {min_part}")
+        c.min_part = min_part
+    bc_staging_set_config(&c)
+    return _config_dict(&c)
+
+
+def stats():
+    """Counters since import and what the stagers hold now.
+
+    Returns
+    -------
+    dict
+        ``htod_plain``/``dtoh_plain`` (copies below the threshold) and their
+        ``_bytes``; ``htod_staged``/``dtoh_staged`` and their ``_bytes``;
+        ``pinned_direct`` (host side already page-locked: no staging);
+        ``fallbacks`` (chunks could not be allocated: plain path taken);
+        ``chunk_waits`` (a chunk's previous DMA was still running when needed);
+        ``builds`` (chunk sets allocated); ``stagers`` (contexts seen);
+        ``pinned_bytes`` and ``worker_threads`` held now; ``config``.
+    """
+    cdef bc_staging_counters c
+    cdef bc_staging_config cfg
+    cdef long long pinned = 0
+    cdef int threads = 0, i, n
+    cdef bc_stager *s
+    memset(&c, 0, sizeof(c))
+    bc_staging_global_counters(&c)
+    n = bc_staging_count()
+    with nogil:
+        for i in range(n):
+            s = bc_staging_at(i)
+            if s != NULL:
+                bc_stager_counters(s, &c, &pinned, &threads)
+    bc_staging_get_config(&cfg)
+    return {
+        "htod_plain": c.htod_plain, "htod_plain_bytes": c.htod_plain_bytes,
+        "dtoh_plain": c.dtoh_plain, "dtoh_plain_bytes": c.dtoh_plain_bytes,
+        "htod_staged": c.htod_staged, "htod_staged_bytes": c.htod_staged_bytes,
+        "dtoh_staged": c.dtoh_staged, "dtoh_staged_bytes": c.dtoh_staged_bytes,
+        "pinned_direct": c.pinned_direct, "fallbacks": c.fallbacks,
+        "chunk_waits": c.chunk_waits, "builds": c.builds,
+        "stagers": n, "pinned_bytes": pinned, "worker_threads": threads,
+        "config": _config_dict(&cfg),
+    }
+
+
+cdef int _release_all(bint try_only) except -1:
+    """Free every stager's chunks, events and threads (they return on next use)."""
+    cdef int i, n = bc_staging_count()
+    cdef bc_stager *s
+    cdef CUresult rc = 0, first = 0
+    cdef const char *call = b"cuEventSynchronize"
+    for i in range(n):
+        s = bc_staging_at(i)
+        if s == NULL:
+            continue
+        set_current(s.ctx)
+        with nogil:
+            if bc_stager_release(D, s, try_only, &rc) == 0 and rc != 0 and first == 0:
+                first = rc
+    if not try_only:
+        check(first, call)
+    return 0
+
+
+def release():
+    """Free the pinned chunks, events and worker threads of every device now.
+
+    They are created again by the next large copy. Waits for the DMAs that still
+    use a chunk.
+    """
+    if bc_driver_usable(ST):
+        _release_all(False)
+
+
+def _on_exit():
+    # Registered after _loader's own exit hook, so it runs first, while the driver
+    # is still usable. A stager held by a copy in another thread is leaked.
+    if bc_driver_usable(ST):
+        try:
+            _release_all(True)
+        except Exception:   # noqa: BLE001 - nothing to report to at exit
+            pass
+
+
+atexit.register(_on_exit)
+
+
+# ------------------------------------------------------------------ benchmark
+def bench_copy(direction, size_t nbytes, int repeats=5, *, device=None, stream=None):
+    """Raw bandwidth of one direction, measured three ways in this process.
+
+    Parameters
+    ----------
+    direction : {"htod", "dtoh"}
+    nbytes : int
+        Bytes per copy.
+    repeats : int
+        Timed copies per method (after one untimed warm-up each); the median counts.
+    device, stream : optional
+        Where to copy (default: current device; a stream created for the run).
+
+    Returns
+    -------
+    tuple of float
+        GB/s (1e9 bytes per second) for (staged from pageable memory, the driver's
+        plain copy from the same pageable memory, the driver's copy from pinned
+        memory). Each copy is timed from issue to completion on the stream, with
+        the clock of the benchmark module (CLOCK_MONOTONIC / QPC), GIL released.
+        The pageable buffer is touched before timing; the staged result is checked
+        byte for byte against the pinned one.
+    """
+    cdef bint htod
+    if direction in ("htod", "h2d"):
+        htod = True
+    elif direction in ("dtoh", "d2h"):
+        htod = False
+    else:
+        raise ValueError(f"direction must be 'htod' or 'dtoh', got {direction!r}")
+    if nbytes == 0 or repeats < 1:
+        raise ValueError("nbytes and repeats must be positive")
+    cdef Device dev = device_of(device)
+    dev.activate()
+    cdef CUcontext ctx = dev.ctx
+    cdef CUstream s = NULL
+    cdef bint own_stream = stream is None
+    cdef CUdeviceptr d = 0
+    cdef char *pageable = NULL
+    cdef char *check_buf = NULL
+    cdef void *pinned = NULL
+    cdef long long *times = <long long *>malloc(3 * repeats * sizeof(long long))
+    cdef long long t0
+    cdef int method, r
+    cdef size_t i
+    cdef CUresult rc = 0
+    cdef const char *call = b""
+    if times == NULL:
+        raise MemoryError()
+    try:
+        if own_stream:
+            check(D.cuStreamCreate(&s, 0), b"cuStreamCreate")
+        else:
+            stream_handle(stream, &s)
+        check(D.cuMemAlloc(&d, nbytes), b"cuMemAlloc")
+        check(D.cuMemHostAlloc(&pinned, nbytes, 0), b"cuMemHostAlloc")
+        pageable = <char *>malloc(nbytes)
+        check_buf = <char *>malloc(nbytes)
+        if pageable == NULL or check_buf == NULL:
+            raise MemoryError(f"could not allocate {nbytes} bytes of host memory")
+        with nogil:
+            for i in range(nbytes):
+                pageable[i] = <char>((i * <size_t>2654435761) >> 13)
+                (<char *>pinned)[i] = <char>((i * <size_t>40503) >> 7)
+            memset(check_buf, 0, nbytes)
+            if not htod:   # device holds the pinned pattern
+                rc = D.cuMemcpyHtoD(d, pinned, nbytes)
+        check(rc, b"cuMemcpyHtoD")
+        for method in range(3):
+            for r in range(-1, repeats):   # r == -1: warm-up
+                with nogil:
+                    t0 = bc_staging_now_ns()
+                    if method == 0:
+                        if htod:
+                            staged_htod(d, pageable, nbytes, s, ctx)
+                        else:
+                            staged_dtoh(pageable, d, nbytes, s, ctx)
+                    elif method == 1:
+                        if htod:
+                            rc = D.cuMemcpyHtoDAsync(d, pageable, nbytes, s); call = b"cuMemcpyHtoDAsync"
+                        else:
+                            rc = D.cuMemcpyDtoHAsync(pageable, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
+                    else:
+                        if htod:
+                            rc = D.cuMemcpyHtoDAsync(d, pinned, nbytes, s); call = b"cuMemcpyHtoDAsync"
+                        else:
+                            rc = D.cuMemcpyDtoHAsync(pinned, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
+                    if rc == 0:
+                        rc = D.cuStreamSynchronize(s)
+                        if rc != 0:
+                            call = b"cuStreamSynchronize"
+                    if r >= 0:
+                        times[method * repeats + r] = bc_staging_now_ns() - t0
+                check(rc, call)
+            if method == 0:
+                # the staged result must be right before its speed means anything
+                with nogil:
+                    if htod:
+                        rc = D.cuMemcpyDtoH(check_buf, d, nbytes)
+                        if rc == 0 and memcmp(check_buf, pageable, nbytes) != 0:
+                            rc = -1
+                    else:
+                        if memcmp(pageable, pinned, nbytes) != 0:
+                            rc = -1
+                if rc == -1:
+                    raise RuntimeError("bench_copy: the staged copy did not reproduce the source bytes")
+                check(rc, b"cuMemcpyDtoH")
+        result = []
+        for method in range(3):
+            ts = sorted(times[method * repeats + r] for r in range(repeats))
+            med = ts[repeats // 2] if repeats % 2 else (ts[repeats // 2 - 1] + ts[repeats // 2]) / 2
+            result.append(nbytes / med if med > 0 else float("inf"))   # bytes/ns == GB/s
+        return tuple(result)
+    finally:
+        free(times)
+        free(pageable)
+        free(check_buf)
+        if pinned != NULL:
+            D.cuMemFreeHost(pinned)
+        if d != 0:
+            D.cuMemFree(d)
+        if own_stream and s != NULL:
+            D.cuStreamDestroy(s)
+
+
+# ------------------------------------------------------------------ environment
+def _env_size(name):
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    last = len(value) - 1
+    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(value[last].lower(), 1)
+    try:
+        n = int(value[:last] if mult > 1 else value, 0) * mult
+        if n < 0:
+            raise ValueError
+        return n
+    except ValueError:
+        warnings.warn(f"{name}={value!r} is not a size in bytes; ignored", RuntimeWarning)
+        return None
+
+
+def _usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _configure_from_env():
+    threads = _env_size("BARECUDA_STAGING_THREADS")
+    chunks = _env_size("BARECUDA_STAGING_CHUNKS")
+    if threads is None:
+        threads = min(4, _usable_cores())
+    try:
+        configure(threads=max(1, min(threads, BC_STAGING_MAX_THREADS)),
+                  chunks=None if chunks is None else max(1, min(chunks, BC_STAGING_MAX_CHUNKS)),
+                  chunk_bytes=_env_size("BARECUDA_STAGING_CHUNK_BYTES") or None,
+                  threshold=_env_size("BARECUDA_STAGING_THRESHOLD"))
+    except ValueError as e:
+        warnings.warn(f"barecuda staging environment ignored: {e}", RuntimeWarning)
+
+
+_configure_from_env()
