@@ -410,3 +410,41 @@ def test_fake_fault_injection_and_counters(fake):
         assert lib.cuMemFree(ctypes.c_uint64(ptrs[0])) == 1  # double free
     with pytest.raises(KeyError):
         fake.fail("cuNoSuchThing", 1)
+
+
+# ------------------------------------------------------------ the real driver
+@pytest.mark.gpu
+@pytest.mark.parametrize("source_name", ["VADD", "ALL_SCALARS", "MIXED", "STRUCT_PARAM", "SIXTEEN_PARAMS",
+                                         "NO_PARAMS", "WITH_GLOBALS"])
+def test_real_driver_param_layouts_match_hand_written(ptx, source_name):
+    """The hand-written layouts in tests/fakecuda/ptx.py are what a real driver reports."""
+    import barecuda
+    barecuda._loader.load()
+    if not barecuda._loader.symbols()["cuFuncGetParamInfo"][2]:
+        pytest.skip("driver has no cuFuncGetParamInfo (needs 12.4)")
+    lib = ctypes.CDLL(barecuda.driver_path())
+    text = getattr(ptx, source_name)
+    prev, ctx = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.cuCtxGetCurrent(ctypes.byref(prev)) == 0
+    assert lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+    try:
+        assert lib.cuCtxSetCurrent(ctx) == 0
+        err = ctypes.create_string_buffer(4096)
+        opts = (ctypes.c_int * 2)(5, 6)
+        vals = (ctypes.c_void_p * 2)(ctypes.cast(err, ctypes.c_void_p).value, 4096)
+        rc, mod = _load(lib, text.encode(), 2, opts, vals)
+        assert rc == 0, err.value.decode(errors="replace")
+        try:
+            for name in re.findall(r"\.entry\s+(\w+)", text):
+                f = ctypes.c_void_p()
+                assert lib.cuModuleGetFunction(ctypes.byref(f), mod, name.encode()) == 0
+                assert _layout(lib, f) == ptx.LAYOUTS[name], name
+            for gname, size in (ptx.GLOBALS.items() if source_name == "WITH_GLOBALS" else ()):
+                nbytes = ctypes.c_size_t()
+                assert lib.cuModuleGetGlobal_v2(None, ctypes.byref(nbytes), mod, gname.encode()) == 0
+                assert nbytes.value == size
+        finally:
+            assert lib.cuModuleUnload(mod) == 0
+    finally:
+        lib.cuCtxSetCurrent(prev)
+        assert lib.cuDevicePrimaryCtxRelease_v2(0) == 0
