@@ -36,6 +36,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device
 from barecuda._stream cimport Stream, Event, stream_handle, as_stream, _foreign_stream
+from barecuda._staging cimport staged_htod, staged_dtoh
 from barecuda._errors import CudaWarning, make_error, DriverVersionError
 
 cdef extern from "Python.h":
@@ -557,6 +558,8 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
 cdef int _copy_hd(DeviceBuffer dst, object src, object stream) except -1:
     """Host (buffer protocol) -> device."""
     cdef Py_buffer view
+    cdef CUcontext ctx = dst.ctx
+    cdef PinnedBuffer p
     cdef CUstream s = dst.stream_handle
     cdef CUresult rc
     cdef size_t n
@@ -575,14 +578,20 @@ cdef int _copy_hd(DeviceBuffer dst, object src, object stream) except -1:
         set_current(dst.ctx)
         dptr = dst.ptr
         hp = view.buf
-        with nogil:
-            rc = D.cuMemcpyHtoDAsync(dptr, hp, n, s)
-        check(rc, b"cuMemcpyHtoDAsync")
+        p = _find_pinned(src)
+        if p is not None:
+            with nogil:
+                rc = D.cuMemcpyHtoDAsync(dptr, hp, n, s)
+            check(rc, b"cuMemcpyHtoDAsync")
+        else:
+            # Pageable memory: staged through pinned chunks (plain path below the
+            # threshold); returns once src may be reused, the DMAs ordered on s.
+            with nogil:
+                staged_htod(dptr, hp, n, s, ctx)
         if stream is None:
             _sync(s)
         else:
             note_use(dst, s)
-            p = _find_pinned(src)
             if p is not None:
                 p.note_async_use(s)
     finally:
@@ -593,6 +602,8 @@ cdef int _copy_hd(DeviceBuffer dst, object src, object stream) except -1:
 cdef int _copy_dh(object dst, DeviceBuffer src, object stream) except -1:
     """Device -> host (writable buffer protocol)."""
     cdef Py_buffer view
+    cdef CUcontext ctx = src.ctx
+    cdef PinnedBuffer p
     cdef CUstream s = src.stream_handle
     cdef CUresult rc
     cdef size_t n
@@ -611,16 +622,18 @@ cdef int _copy_dh(object dst, DeviceBuffer src, object stream) except -1:
         set_current(src.ctx)
         dptr = src.ptr
         hp = view.buf
-        with nogil:
-            rc = D.cuMemcpyDtoHAsync(hp, dptr, n, s)
-        check(rc, b"cuMemcpyDtoHAsync")
-        if stream is None:
-            _sync(s)
-        else:
+        p = _find_pinned(dst) if stream is not None else None
+        if p is not None:
+            # Page-locked destination on a stream: a true asynchronous copy.
+            with nogil:
+                rc = D.cuMemcpyDtoHAsync(hp, dptr, n, s)
+            check(rc, b"cuMemcpyDtoHAsync")
             note_use(src, s)
-            p = _find_pinned(dst)
-            if p is not None:
-                p.note_async_use(s)
+            p.note_async_use(s)
+        else:
+            # Complete on return (staged through pinned chunks when large).
+            with nogil:
+                staged_dtoh(hp, dptr, n, s, ctx)
     finally:
         PyBuffer_Release(&view)
     return 0
