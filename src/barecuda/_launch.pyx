@@ -537,9 +537,14 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
             if cat == "f":
                 return _pack_scalar_obj(k, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
         return _raise_type(k, i, arg)
-    if bc_kind_is_pointer(kind) and _pointer_of(arg, &addr):
-        bc_store_int(slot, 8, addr)
-        return 0
+    if bc_kind_is_pointer(kind):
+        try:
+            found = _pointer_of(arg, &addr)
+        except (TypeError, KeyError, IndexError) as exc:
+            raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): {exc}") from None
+        if found:
+            bc_store_int(slot, 8, addr)
+            return 0
     if cls == 1 and hasattr(type(arg), "__index__"):
         import operator
         return _pack_int(k, i, operator.index(arg), slot)
@@ -890,6 +895,7 @@ cdef class Kernel:
         """Like :meth:`bind`, with a :class:`LaunchConfig` (validated once, here)."""
         cdef LaunchPlan plan = _new_plan(self, args)
         _config_rec(self, config, &plan.rec)
+        plan.rec.params = plan.ptrs if self.nparams > 0 else NULL
         plan.config = config
         plan._stream = config.stream
         plan._pack_all()
