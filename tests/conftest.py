@@ -163,6 +163,7 @@ class FakeCuda:
                 ctypes.c_int, c_int_p, c_uint_p, c_int_p, c_int_p, c_int_p, c_int_p, c_int_p]),
             "fakecuda_set_attribute": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int]),
             "fakecuda_current_device": (ctypes.c_int, [c_int_p]),
+            "fakecuda_last_reason": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
         }
         for name, (restype, argtypes) in sigs.items():
             fn = getattr(lib, name)
@@ -201,6 +202,12 @@ class FakeCuda:
     def set_attribute(self, dev, attr, value):
         if self.lib.fakecuda_set_attribute(dev, int(attr), value) != 0:
             raise ValueError(f"bad device {dev} or attribute {attr}")
+
+    def last_reason(self):
+        """Why the fake last rejected a launch ("" if it did not since the reset)."""
+        buf = ctypes.create_string_buffer(256)
+        self.lib.fakecuda_last_reason(buf, 256)
+        return buf.value.decode()
 
     def current_device(self):
         d = ctypes.c_int(-1)

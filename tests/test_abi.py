@@ -448,3 +448,20 @@ def test_real_driver_param_layouts_match_hand_written(ptx, source_name):
     finally:
         lib.cuCtxSetCurrent(prev)
         assert lib.cuDevicePrimaryCtxRelease_v2(0) == 0
+
+
+def test_fake_says_why_a_launch_was_rejected(fake, ptx):
+    lib = fake.lib
+    with _Ctx(lib):
+        rc, mod = _load(lib, ptx.NO_PARAMS.encode())
+        assert rc == 0
+        try:
+            f = ctypes.c_void_p()
+            assert lib.cuModuleGetFunction(ctypes.byref(f), mod, b"noargs") == 0
+            assert fake.last_reason() == ""
+            assert lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 65, 0, None, None, None) == 1
+            assert "block dim 2" in fake.last_reason()
+            assert lib.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None) == 0
+            assert fake.last_launch().params == b""
+        finally:
+            assert lib.cuModuleUnload(mod) == 0

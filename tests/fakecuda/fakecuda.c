@@ -17,6 +17,7 @@
  * Add -DFAKECUDA_NO_GPA for a variant that does not export cuGetProcAddress_v2.
  */
 #include <ctype.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -270,6 +271,20 @@ typedef struct fk_launch {
 #define FK_RING 256
 static fk_launch g_ring[FK_RING];
 static long long g_launch_count;
+
+/* Why the last launch was rejected (fakecuda_last_reason); echoed to stderr when
+ * FAKECUDA_TRACE is set. */
+static char g_reason[256];
+
+static CUresult fk_reject(CUresult rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static CUresult fk_reject(CUresult rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_reason, sizeof(g_reason), fmt, ap);
+    va_end(ap);
+    if (getenv("FAKECUDA_TRACE")) fprintf(stderr, "fakecuda: rejected (%d): %s\n", rc, g_reason);
+    return rc;
+}
 
 /* --------------------------------------------------------------- helpers */
 static int env_int(const char *name, int dflt) {
@@ -1606,36 +1621,38 @@ static CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams
     int used_extra = 0, i;
     fk_launch *rec;
     CUcontext c = cur_ctx();
-    if (!c) return E_INVALID_CONTEXT;
-    if (!vec_has(&g_funcs, f)) return E_INVALID_HANDLE;
-    if (f->mod->ctx != c) return E_INVALID_CONTEXT;
-    if (!valid_stream(r->stream)) return E_INVALID_HANDLE;
+    if (!c) return fk_reject(E_INVALID_CONTEXT, "no current context");
+    if (!vec_has(&g_funcs, f)) return fk_reject(E_INVALID_HANDLE, "unknown function handle");
+    if (f->mod->ctx != c) return fk_reject(E_INVALID_CONTEXT, "function belongs to another context");
+    if (!valid_stream(r->stream)) return fk_reject(E_INVALID_HANDLE, "unknown stream handle");
     a = g_dev[c->dev].attrs;
     for (i = 0; i < 3; i++) {
         if (r->grid[i] == 0 || r->grid[i] > (unsigned int)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X + i])
-            return E_INVALID_VALUE;
+            return fk_reject(E_INVALID_VALUE, "grid dim %d = %u out of range", i, r->grid[i]);
         if (r->block[i] == 0 || r->block[i] > (unsigned int)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X + i])
-            return E_INVALID_VALUE;
+            return fk_reject(E_INVALID_VALUE, "block dim %d = %u out of range", i, r->block[i]);
     }
     threads = (unsigned long long)r->block[0] * r->block[1] * r->block[2];
     if (threads > (unsigned long long)f->max_threads ||
         threads > (unsigned long long)a[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK])
-        return E_INVALID_VALUE;
-    if (r->shared > (unsigned int)f->max_dyn_smem) return E_INVALID_VALUE;
+        return fk_reject(E_INVALID_VALUE, "%llu threads per block > %d", threads, f->max_threads);
+    if (r->shared > (unsigned int)f->max_dyn_smem)
+        return fk_reject(E_INVALID_VALUE, "%u bytes of dynamic shared memory > %d", r->shared, f->max_dyn_smem);
     if (r->has_cluster) {
         unsigned long long cs = (unsigned long long)r->cluster[0] * r->cluster[1] * r->cluster[2];
-        if (cs == 0 || cs > (f->non_portable_cluster ? 16u : 8u)) return E_INVALID_CLUSTER_SIZE;
+        if (cs == 0 || cs > (f->non_portable_cluster ? 16u : 8u))
+            return fk_reject(E_INVALID_CLUSTER_SIZE, "cluster size %llu", cs);
         for (i = 0; i < 3; i++)
-            if (r->grid[i] % r->cluster[i]) return E_INVALID_CLUSTER_SIZE;
+            if (r->grid[i] % r->cluster[i]) return fk_reject(E_INVALID_CLUSTER_SIZE, "grid not divisible by cluster");
     }
     if (r->cooperative) {
         occ_info o;
         get_occ_info(f, &o);
         if ((unsigned long long)r->grid[0] * r->grid[1] * r->grid[2] >
             (unsigned long long)occ_blocks(&o, (int)threads, r->shared) * (unsigned long long)o.sms)
-            return E_COOPERATIVE_LAUNCH_TOO_LARGE;
+            return fk_reject(E_COOPERATIVE_LAUNCH_TOO_LARGE, "cooperative grid too large");
     }
-    if (kernelParams && extra) return E_INVALID_VALUE;
+    if (kernelParams && extra) return fk_reject(E_INVALID_VALUE, "both kernelParams and extra");
     if (f->param_bytes) {
         buf = calloc(1, f->param_bytes);
         if (!buf) return E_OUT_OF_MEMORY;
@@ -1647,19 +1664,19 @@ static CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams
         for (k = 0; extra[k] != NULL; k += 2) {
             if (extra[k] == (void *)1) pbuf = extra[k + 1];
             else if (extra[k] == (void *)2) psize = (size_t *)extra[k + 1];
-            else { free(buf); return E_INVALID_VALUE; }
-            if (k > 64) { free(buf); return E_INVALID_VALUE; }
+            else { free(buf); return fk_reject(E_INVALID_VALUE, "unknown extra key"); }
+            if (k > 64) { free(buf); return fk_reject(E_INVALID_VALUE, "extra not terminated"); }
         }
         if (f->param_bytes && (!pbuf || !psize || *psize < f->param_bytes)) {
             free(buf);
-            return E_INVALID_VALUE;
+            return fk_reject(E_INVALID_VALUE, "extra buffer missing or smaller than %zu bytes", f->param_bytes);
         }
         if (f->param_bytes) memcpy(buf, pbuf, f->param_bytes);
         used_extra = 1;
     } else if (f->nparams) {
-        if (!kernelParams) { free(buf); return E_INVALID_VALUE; }
+        if (!kernelParams) { free(buf); return fk_reject(E_INVALID_VALUE, "kernelParams is NULL for %d parameters", f->nparams); }
         for (i = 0; i < f->nparams; i++) {
-            if (!kernelParams[i]) { free(buf); return E_INVALID_VALUE; }
+            if (!kernelParams[i]) { free(buf); return fk_reject(E_INVALID_VALUE, "kernelParams[%d] is NULL", i); }
             memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
         }
     }
@@ -1707,7 +1724,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
     launch_req r;
     unsigned int i;
     FK_ENTER(cuLaunchKernelEx);
-    if (!config || (config->numAttrs && !config->attrs)) return E_INVALID_VALUE;
+    if (!config || (config->numAttrs && !config->attrs)) return fk_reject(E_INVALID_VALUE, "config or attrs NULL");
     memset(&r, 0, sizeof(r));
     r.kind = 2;
     r.grid[0] = config->gridDimX;
@@ -1736,7 +1753,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
             r.prog_serial = at->value.programmaticStreamSerializationAllowed;
             break;
         default:
-            if ((int)at->id < 0 || (int)at->id > 32) return E_INVALID_VALUE;
+            if ((int)at->id < 0 || (int)at->id > 32) return fk_reject(E_INVALID_VALUE, "launch attribute id %d", (int)at->id);
         }
     }
     return do_launch(f, &r, kernelParams, extra);
@@ -2439,6 +2456,7 @@ FK_EXPORT int fakecuda_reset(void) {
         memset(&g_ring[i], 0, sizeof(g_ring[i]));
     }
     g_launch_count = 0;
+    g_reason[0] = 0;
     for (i = 0; i < FK_MAX_DEV; i++) default_attrs(i);
     return 0;
 }
@@ -2551,6 +2569,13 @@ FK_EXPORT int fakecuda_last_launch_ex(int back, int *kind, unsigned int cluster_
     if (num_attrs) *num_attrs = r->num_attrs;
     if (used_extra) *used_extra = r->used_extra;
     return 0;
+}
+
+/* Why the last rejected launch was rejected ("" when none since reset). */
+FK_EXPORT int fakecuda_last_reason(char *out, int len) {
+    FK_LOCK_SCOPE;
+    if (out && len > 0) snprintf(out, (size_t)len, "%s", g_reason);
+    return (int)strlen(g_reason);
 }
 
 /* Override a device attribute until the next reset. Returns 0 or -1. */
