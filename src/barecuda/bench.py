@@ -210,21 +210,31 @@ def _rt(_n, {args}):
 def _run(_execs, {args}):
     for _ in _repeat(None, _execs):
         {stmt}
+
+def _sync({args}):
+    {sync}
+
+def _chunks(_reps, _chunk, {args}):
+    for _ in _repeat(None, _reps):
+        for _ in _repeat(None, _chunk):
+            {stmt}
+        {sync}
 """
 
 
 def compile_loops(stmt, ns, sync="pass"):
     """Compile timing loops for one Python statement, as timeit does: the names in
     ``ns`` become local variables, so the loop body is exactly ``stmt``.
-    Returns a dict of functions issue(nb, execs), thr(execs), rt(n), run(execs)."""
+    Returns a dict of functions issue(nb, execs), thr(execs), rt(n), run(execs), sync()."""
     from barecuda import _bench
     names = sorted(ns)
     src = _TEMPLATE.format(args=", ".join(names) if names else "", stmt=stmt, sync=sync)
-    src = src.replace("(_nb, _execs, )", "(_nb, _execs)").replace("(_execs, )", "(_execs)").replace("(_n, )", "(_n)")
+    src = (src.replace("(_nb, _execs, )", "(_nb, _execs)").replace("(_execs, )", "(_execs)")
+           .replace("(_n, )", "(_n)").replace("_sync(, )", "_sync()"))
     g = {"_clock_g": _bench.now_ns, "_repeat": repeat}
     exec(compile(src, f"<bench: {stmt}>", "exec"), g)
     bind = lambda f: (lambda *a: f(*a, **ns))  # noqa: E731 -- one call per loop, not per iteration
-    return {k: bind(g["_" + k]) for k in ("issue", "thr", "rt", "run")}
+    return {k: bind(g["_" + k]) for k in ("issue", "thr", "rt", "run", "sync", "chunks")}
 
 
 # ---------------------------------------------------------------- rows
@@ -234,7 +244,7 @@ class Row:
 
     def __init__(self, key, label, ref=None, section="launch", per=1, note=""):
         self.key, self.label, self.ref, self.section, self.per, self.note = key, label, ref, section, per, note
-        self.issue = self.thr = self.rt = self.run = None
+        self.issue = self.thr = self.rt = self.run = self.sync = None
         self.na = None
         self.stmt = None
         self.samples = {"issue": [], "thr": [], "rt": []}
@@ -255,6 +265,7 @@ def c_row(key, label, fn, grid, block, params, stream, ref=None, ex=None, note="
     r.thr = lambda n: _bench.launch_throughput(fn, grid, block, params, stream, n, ex=ex) / n
     r.rt = lambda n: _bench.launch_roundtrip(fn, grid, block, params, stream, n, ex=ex)
     r.run = lambda n: _bench.launch_loop(fn, grid, block, params, stream, n, ex=ex)
+    r.sync = lambda: _bench.stream_sync(stream)
     return r
 
 
@@ -266,6 +277,7 @@ def py_row(key, label, stmt, ns, sync, ref=None, per=1, roundtrip=True, note="")
     r.thr = lambda n: loops["thr"](max(1, n // per)) / (max(1, n // per) * per)
     r.rt = loops["rt"] if roundtrip else None
     r.run = lambda n: loops["run"](max(1, n // per))
+    r.sync = loops["sync"]
     return r
 
 
@@ -376,19 +388,22 @@ def find_gil_switch(bc):
 
 
 def find_ex_launch(bc, kern, args, stream):
-    """How a LaunchConfig launch is spelled; returns (description, stmt, ns) or raises."""
-    cfg = bc.LaunchConfig(1, 1, priority=0)
+    """How a LaunchConfig launch is spelled here; returns (stmt, ns) or raises.
+    barecuda's form is ``kernel.launch_config(LaunchConfig(grid, block, stream=s,
+    priority=0), *args)``; the others are tried so that an API change shows up as a
+    clear n/a instead of a crash."""
     s = stream
+    try:
+        cfg = bc.LaunchConfig(1, 1, stream=s, priority=0)
+    except TypeError:
+        cfg = bc.LaunchConfig(1, 1, priority=0)
     ns = {"k": kern, "cfg": cfg, "s": s, "bc": bc}
     ns.update({f"a{i}": a for i, a in enumerate(args)})
     argl = ", ".join(f"a{i}" for i in range(len(args)))
     candidates = [
+        f"k.launch_config(cfg, {argl})",
+        f"k.launch_ex(cfg, {argl})",
         f"k.launch(cfg, {argl}, stream=s)",
-        f"k.launch_ex(cfg, {argl}, stream=s)",
-        f"k.launch(*({argl},), config=cfg, stream=s)",
-        f"cfg.launch(k, {argl}, stream=s)",
-        f"bc.launch(k, cfg, {argl}, stream=s)",
-        f"k.bind(cfg, {argl}, stream=s)()",
     ]
     errors = []
     for stmt in candidates:
@@ -399,6 +414,20 @@ def find_ex_launch(bc, kern, args, stream):
         except Exception as e:   # noqa: BLE001
             errors.append(_why(e))
     raise NotAvailable("no LaunchConfig launch form worked; first error: " + (errors[0] if errors else "?"))
+
+
+BC_LAUNCH_ROWS = [
+    ("bc0", "barecuda kernel.launch, 0 args", "raw0"),
+    ("bc4", "barecuda kernel.launch, 4 args", "raw4"),
+    ("bc16", "barecuda kernel.launch, 16 args", "raw16"),
+    ("plan4", "barecuda plan(), 4 args", "raw4"),
+    ("all4", f"barecuda launch_all({BATCH} plans), per launch", "raw4"),
+    ("plist4", f"barecuda PlanList({BATCH})(), per launch", "raw4"),
+    ("bcex4", "barecuda LaunchConfig(priority) launch, 4 args", "rawex4"),
+    ("bcexplan4", "barecuda bind_config(LaunchConfig) plan(), 4 args", "rawex4"),
+    ("gilrel4", "barecuda kernel.launch, GIL released, 4 args", "raw4"),
+    ("gilheld4", "barecuda kernel.launch, GIL held, 4 args", "raw4"),
+]
 
 
 def build_launch_rows(S, peers_wanted=True):
@@ -421,9 +450,7 @@ def build_launch_rows(S, peers_wanted=True):
         return r
 
     if S.bc_error:
-        for key, label, ref in (("bc0", "barecuda kernel.launch, 0 args", "raw0"),
-                                ("bc4", "barecuda kernel.launch, 4 args", "raw4"),
-                                ("bc16", "barecuda kernel.launch, 16 args", "raw16")):
+        for key, label, ref in BC_LAUNCH_ROWS:
             rows.append(na_row(key, label, ref, S.bc_error))
     else:
         sync = "s.synchronize()"
@@ -441,7 +468,7 @@ def build_launch_rows(S, peers_wanted=True):
         # launch plans
         try:
             plan = S.kern[K4].bind(1, 1, *S.k4_args(), stream=s)
-            rows.append(py_row("plan4", "barecuda plan(), 4 args", "p()", {"p": plan}, sync, ref="raw4"))
+            rows.append(py_row("plan4", "barecuda plan(), 4 args", "p()", {"p": plan, "s": s}, sync, ref="raw4"))
         except Exception as e:   # noqa: BLE001
             rows.append(na_row("plan4", "barecuda plan(), 4 args", "raw4", _why(e)))
         try:
@@ -451,14 +478,14 @@ def build_launch_rows(S, peers_wanted=True):
             except AttributeError:
                 raise NotAvailable("barecuda.launch_all is missing") from None
             rows.append(py_row("all4", f"barecuda launch_all({BATCH} plans), per launch", "la(plans)",
-                               {"la": la, "plans": plans}, sync, ref="raw4", per=BATCH, roundtrip=False))
+                               {"la": la, "plans": plans, "s": s}, sync, ref="raw4", per=BATCH, roundtrip=False))
         except Exception as e:   # noqa: BLE001
             rows.append(na_row("all4", f"barecuda launch_all({BATCH} plans), per launch", "raw4", _why(e)))
         try:
             plans = [S.kern[K4].bind(1, 1, *S.k4_args(), stream=s) for _ in range(BATCH)]
             pl = bc.PlanList(plans)
             rows.append(py_row("plist4", f"barecuda PlanList({BATCH})(), per launch", "pl()",
-                               {"pl": pl}, sync, ref="raw4", per=BATCH, roundtrip=False))
+                               {"pl": pl, "s": s}, sync, ref="raw4", per=BATCH, roundtrip=False))
         except Exception as e:   # noqa: BLE001
             rows.append(na_row("plist4", f"barecuda PlanList({BATCH})(), per launch", "raw4", _why(e)))
         # LaunchConfig -> cuLaunchKernelEx
@@ -468,6 +495,14 @@ def build_launch_rows(S, peers_wanted=True):
                                ref="rawex4"))
         except Exception as e:   # noqa: BLE001
             rows.append(na_row("bcex4", "barecuda LaunchConfig(priority) launch, 4 args", "rawex4", _why(e)))
+        try:
+            cfg = bc.LaunchConfig(1, 1, stream=s, priority=0)
+            xplan = S.kern[K4].bind_config(cfg, *S.k4_args())
+            rows.append(py_row("bcexplan4", "barecuda bind_config(LaunchConfig) plan(), 4 args", "p()",
+                               {"p": xplan, "s": s}, sync, ref="rawex4"))
+        except Exception as e:   # noqa: BLE001
+            rows.append(na_row("bcexplan4", "barecuda bind_config(LaunchConfig) plan(), 4 args", "rawex4",
+                               _why(e)))
         # GIL released vs held, when the launch module offers the switch
         desc, setter, restore = find_gil_switch(bc)
         S.gil_switch = desc
@@ -701,10 +736,16 @@ def thread_scaling(S, settings):
         B.use_device(0)
         return lambda: B.launch_batches(S.raw_fn[K4], 1, 1, S.raw_params[K4], stream, nb, BATCH)
 
-    variants = [("raw C cuLaunchKernel (GIL released in C loop)", "raw")]
+    variants = [("raw C cuLaunchKernel (GIL released in C loop)", "raw", None)]
     if not S.bc_error:
-        variants.append(("barecuda kernel.launch", "bc"))
-        variants.append(("barecuda plan()", "plan"))
+        _, setter, restore = find_gil_switch(S.bc)
+        if setter is None:
+            variants.append(("barecuda kernel.launch", "bc", None))
+            variants.append(("barecuda plan()", "plan", None))
+        else:
+            for flag, word in ((False, "held"), (True, "released")):
+                variants.append((f"barecuda kernel.launch, GIL {word}", "bc", flag))
+                variants.append((f"barecuda plan(), GIL {word}", "plan", flag))
 
     streams_raw = [B.stream_create() for _ in range(4)]
     streams_bc = [S.bc.Stream() for _ in range(4)] if not S.bc_error else []
@@ -753,12 +794,18 @@ def thread_scaling(S, settings):
             raise RuntimeError(errors[0])
         return nthreads * nb * BATCH / ((t1 - t0) * 1e-9)
 
-    for label, kind in variants:
+    for label, kind, flag in variants:
         one, four = [], []
         try:
-            for _ in range(settings.thread_reps):
-                one.append(run(kind, 1))
-                four.append(run(kind, 4))
+            if flag is not None:
+                setter(flag)
+            try:
+                for _ in range(settings.thread_reps):
+                    one.append(run(kind, 1))
+                    four.append(run(kind, 4))
+            finally:
+                if flag is not None and restore is not None:
+                    restore()
             results[label] = {"1": _median(one), "4": _median(four), "scaling": _median(four) / _median(one)}
         except Exception as e:   # noqa: BLE001
             results[label] = {"na": _why(e)}
@@ -771,8 +818,41 @@ def thread_scaling(S, settings):
 
 
 # ---------------------------------------------------------------- allocation check
+def _alloc_probe(go):
+    """Run go() under sys.getallocatedblocks() and under tracemalloc.
+    Returns (blocks growth, traced growth bytes, traced peak above start, new traced blocks)."""
+    go()                                  # warm-up: caches, lazy imports
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        b0 = sys.getallocatedblocks()
+        go()
+        b1 = sys.getallocatedblocks()
+        tracemalloc.start()
+        try:
+            go()
+            snap0 = tracemalloc.take_snapshot()
+            cur0, _ = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            go()
+            cur1, peak = tracemalloc.get_traced_memory()
+            snap1 = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+    finally:
+        if was:
+            gc.enable()
+    new_blocks = sum(st.count_diff for st in snap1.compare_to(snap0, "lineno") if st.count_diff > 0)
+    return b1 - b0, cur1 - cur0, peak - cur0, new_blocks
+
+
 def alloc_check(S, n):
-    """Launch n times; report sys.getallocatedblocks() and tracemalloc growth."""
+    """Launch n times (chunks of 1000, then a sync); report the growth of
+    sys.getallocatedblocks() and of tracemalloc's traced memory, and the traced peak
+    during the loop, each minus the same figure for the same loop around ``pass``
+    (so the harness's own objects cancel out: 0 means the launches allocated
+    nothing that survived, and a peak of 0 that nothing was allocated in the loop)."""
     if S.bc_error:
         return {"na": S.bc_error}
     out = {}
@@ -781,44 +861,26 @@ def alloc_check(S, n):
               {"k": S.kern[K4], "s": s, "o": S.bufs[0], "i": S.bufs[1]})]
     try:
         cases.append(("plan()", "p()", {"p": S.kern[K4].bind(1, 1, *S.k4_args(), stream=s), "s": s}))
-    except Exception:   # noqa: BLE001
+        plans = [S.kern[K4].bind(1, 1, *S.k4_args(), stream=s) for _ in range(BATCH)]
+        cases.append((f"PlanList({BATCH})()", "pl()", {"pl": S.bc.PlanList(plans), "s": s}))
+    except Exception:   # noqa: BLE001 -- rows that cannot be built are n/a in the launch table
         pass
+    chunk = 1000
+    reps = max(1, n // chunk)
     for label, stmt, ns in cases:
         loops = compile_loops(stmt, ns, "s.synchronize()")
-        chunk = 1000
-        reps = max(1, n // chunk)
-
-        def go():
-            # chunks of 1000 launches then a sync: the launch queue never fills
-            loops["issue"](reps, chunk)
-
+        control = compile_loops("pass", ns, "s.synchronize()")   # same harness, same names
+        per = BATCH if stmt == "pl()" else 1
+        c = max(1, chunk // per)
         try:
-            go()                          # warm-up: caches, lazy imports
-            gc.collect()
-            was = gc.isenabled()
-            gc.disable()
-            try:
-                b0 = sys.getallocatedblocks()
-                go()
-                b1 = sys.getallocatedblocks()
-                tracemalloc.start()
-                try:
-                    cur0, _ = tracemalloc.get_traced_memory()
-                    tracemalloc.reset_peak()
-                    snap0 = tracemalloc.take_snapshot()
-                    go()
-                    cur1, peak = tracemalloc.get_traced_memory()
-                    snap1 = tracemalloc.take_snapshot()
-                finally:
-                    tracemalloc.stop()
-            finally:
-                if was:
-                    gc.enable()
-            stats = snap1.compare_to(snap0, "lineno")
-            allocs = sum(st.count_diff for st in stats if st.count_diff > 0)
-            out[label] = {"launches": reps * chunk, "blocks_growth": b1 - b0,
-                          "traced_growth_bytes": cur1 - cur0, "traced_peak_in_loop_bytes": peak - cur0,
-                          "new_traced_blocks": allocs}
+            ctl = _alloc_probe(lambda: control["chunks"](reps, c))
+            got = _alloc_probe(lambda: loops["chunks"](reps, c))
+            tenth = _alloc_probe(lambda: loops["chunks"](max(1, reps // 10), c))
+            out[label] = {"launches": reps * c * per, "blocks_growth": got[0] - ctl[0],
+                          "traced_growth_bytes": got[1] - ctl[1], "traced_peak_in_loop_bytes": got[2] - ctl[2],
+                          "new_traced_blocks": got[3] - ctl[3],
+                          # the same figures for a tenth of the launches: equal -> nothing per launch
+                          "grows_with_count": got != tenth, "raw": got, "tenth": tenth, "control": ctl}
         except Exception as e:   # noqa: BLE001
             out[label] = {"na": _why(e)}
     return out
@@ -1074,7 +1136,8 @@ def format_table(env, launch_rows, rat, threads, acheck, mem, settings):
                 out.append(f"{label:<{W}} {v['1']:>10,.0f} {v['4']:>10,.0f} {v['scaling']:>6.2f}")
     if acheck:
         out.append("-" * 100)
-        out.append(f"{'allocation check':<{W}} {'launches':>9} {'blocks+':>8} {'traced+':>8} {'peak+':>8}")
+        out.append(f"{'allocation check (vs the same loop around pass)':<{W}} {'launches':>9} {'blocks+':>8} "
+                   f"{'traced+':>8} {'peak+':>8} {'grows with n':>13}")
         if "na" in acheck:
             out.append(f"{'':<{W}} n/a ({acheck['na']})")
         for label, v in acheck.items():
@@ -1084,7 +1147,10 @@ def format_table(env, launch_rows, rat, threads, acheck, mem, settings):
                 out.append(f"{label:<{W}} n/a ({v['na']})")
             else:
                 out.append(f"{label:<{W}} {v['launches']:>9,} {v['blocks_growth']:>8} "
-                           f"{v['traced_growth_bytes']:>7}B {v['traced_peak_in_loop_bytes']:>7}B")
+                           f"{v['traced_growth_bytes']:>7}B {v['traced_peak_in_loop_bytes']:>7}B "
+                           f"{'YES' if v['grows_with_count'] else 'no':>13}")
+        out.append("  a constant few bytes that do not grow with n is an object CPython keeps on a free list "
+                   "(e.g. a call's *args tuple)")
     if mem and mem.get("alloc"):
         out.append("-" * 100)
         out.append(f"{'alloc + free 1 MiB (ns per pair)':<{W}} {'ns':>8} {'x async':>8}")
@@ -1130,8 +1196,12 @@ def main(argv=None):
     import barecuda as bc
     env = environment()
     if not bc.is_available():
-        why = env.get("driver_error", "no CUDA device")
-        print(f"barecuda.bench: no usable GPU ({why}); nothing measured. Run `python -m barecuda` for details.")
+        try:
+            bc._loader.load()
+            why = "the driver loaded but reports no CUDA device"
+        except Exception as e:   # noqa: BLE001 -- the reason is what we report
+            why = f"{type(e).__name__}: {e}"
+        print(f"barecuda.bench: no usable GPU; nothing measured. Run `python -m barecuda` for details.\n{why}")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"env": env, "skipped": why}, fh, indent=1)
