@@ -20,10 +20,10 @@ VADD_PTX = r"""
 .address_size 64
 
 .visible .entry bc_doctor_vadd(
-    .param .u64 out,
-    .param .u64 a,
-    .param .u64 b,
-    .param .u32 n
+    .param .u64 vadd_out,
+    .param .u64 vadd_a,
+    .param .u64 vadd_b,
+    .param .u32 vadd_n
 )
 {
     .reg .pred %p<2>;
@@ -34,17 +34,17 @@ VADD_PTX = r"""
     mov.u32 %r2, %ntid.x;
     mov.u32 %r3, %tid.x;
     mad.lo.u32 %r4, %r1, %r2, %r3;
-    ld.param.u32 %r5, [n];
+    ld.param.u32 %r5, [vadd_n];
     setp.ge.u32 %p1, %r4, %r5;
     @%p1 bra $L_done;
     mul.wide.u32 %rd1, %r4, 4;
-    ld.param.u64 %rd2, [a];
+    ld.param.u64 %rd2, [vadd_a];
     cvta.to.global.u64 %rd2, %rd2;
     add.u64 %rd2, %rd2, %rd1;
-    ld.param.u64 %rd3, [b];
+    ld.param.u64 %rd3, [vadd_b];
     cvta.to.global.u64 %rd3, %rd3;
     add.u64 %rd3, %rd3, %rd1;
-    ld.param.u64 %rd4, [out];
+    ld.param.u64 %rd4, [vadd_out];
     cvta.to.global.u64 %rd4, %rd4;
     add.u64 %rd4, %rd4, %rd1;
     ld.global.f32 %f1, [%rd2];
@@ -132,7 +132,7 @@ def self_check(bc, dev):
             if bad.size:
                 i = int(bad[0])
                 return False, (f"vector add n={n}: {bad.size} wrong values, first at [{i}]: "
-                               f"{got[i]!r} != {ref[i]!r} (= {a[i]!r} + {b[i]!r})")
+                               f"{float(got[i])!r} != {float(ref[i])!r} = {float(a[i])!r} + {float(b[i])!r}")
         else:
             from array import array
             a = array("f", (rng.gauss(0, 1) for _ in range(n)))

@@ -698,7 +698,7 @@ def run_rounds(rows, rounds, batches, thr_n, rt_n, sync_all, label="launch"):
                     sync_all()
                 except Exception:   # noqa: BLE001
                     pass
-        if rnd == 0:
+        if rnd == 0 and label:
             est = (time.monotonic() - t_start) * rounds
             _say(f"  {label}: round 1/{rounds} done, ~{est:.0f} s for all rounds")
     return rows
@@ -1081,7 +1081,7 @@ def quick_launch_overhead(rounds=9):
                        "s.synchronize()", ref="raw4")]
         for r in rows:
             r.thr = r.rt = None
-        run_rounds(rows, rounds, 3, 0, 0, S.B.ctx_sync, label="doctor")
+        run_rounds(rows, rounds, 3, 0, 0, S.B.ctx_sync, label=None)
         for r in rows:
             if r.na:
                 raise NotAvailable(r.na)
@@ -1208,40 +1208,60 @@ def main(argv=None):
         return 0
 
     t_all = time.monotonic()
-    S = Setup()
+    try:
+        S = Setup()
+    except Exception as e:   # noqa: BLE001 -- the raw rows need only the driver: say what broke
+        import traceback
+        traceback.print_exc()
+        print(f"barecuda.bench: could not set up the raw C baselines: {_why(e)}")
+        return 1
     S.keep = []
     S.gil_switch = None
     env["barecuda_setup_error"] = S.bc_error
     launch_rows, rat, threads, acheck, mem = [], {}, None, None, {}
-    try:
-        if "launch" in want:
-            _say("barecuda.bench: setting up launch rows (peers: importing, compiling)...")
-            launch_rows = build_launch_rows(S, peers_wanted="peers" in want)
-            _say(f"barecuda.bench: {len([r for r in launch_rows if not r.na])} launch rows, "
-                 f"{settings.rounds} alternated rounds")
-            run_rounds(launch_rows, settings.rounds, settings.batches, settings.thr_n, settings.rt_n, S.B.ctx_sync)
-            rat = ratios(launch_rows)
-        if "threads" in want:
-            _say("barecuda.bench: thread scaling...")
-            threads = thread_scaling(S, settings)
-        if "alloccheck" in want:
-            _say(f"barecuda.bench: allocation check ({settings.alloc_check_n:,} launches)...")
-            acheck = alloc_check(S, settings.alloc_check_n)
-        if "alloc" in want:
-            _say("barecuda.bench: allocation rows...")
-            mem["alloc"] = alloc_rows_measured(S, settings)
-        if "copy" in want:
-            _say("barecuda.bench: copy rows...")
-            mem["copy"] = copy_rows_measured(S, settings)
-    finally:
+    failures = env["stage_errors"] = {}
+
+    def stage(name, fn):
+        # a stage that breaks is reported and the others still run
         try:
-            S.B.ctx_sync()
-        except Exception:   # noqa: BLE001
-            pass
+            return fn()
+        except Exception as e:   # noqa: BLE001
+            import traceback
+            traceback.print_exc()
+            failures[name] = _why(e)
+            _say(f"barecuda.bench: stage {name} failed: {_why(e)}")
+            try:
+                S.B.ctx_sync()
+            except Exception:   # noqa: BLE001
+                pass
+            return None
+
+    if "launch" in want:
+        _say("barecuda.bench: setting up launch rows (peers: importing, compiling)...")
+        launch_rows = stage("launch", lambda: build_launch_rows(S, peers_wanted="peers" in want)) or []
+        _say(f"barecuda.bench: {len([r for r in launch_rows if not r.na])} launch rows, "
+             f"{settings.rounds} alternated rounds")
+        stage("launch", lambda: run_rounds(launch_rows, settings.rounds, settings.batches, settings.thr_n,
+                                           settings.rt_n, S.B.ctx_sync))
+        rat = ratios(launch_rows)
+    if "threads" in want:
+        _say("barecuda.bench: thread scaling...")
+        threads = stage("threads", lambda: thread_scaling(S, settings))
+    if "alloccheck" in want:
+        _say(f"barecuda.bench: allocation check ({settings.alloc_check_n:,} launches)...")
+        acheck = stage("alloccheck", lambda: alloc_check(S, settings.alloc_check_n))
+    if "alloc" in want:
+        _say("barecuda.bench: allocation rows...")
+        mem["alloc"] = stage("alloc", lambda: alloc_rows_measured(S, settings)) or []
+    if "copy" in want:
+        _say("barecuda.bench: copy rows...")
+        mem["copy"] = stage("copy", lambda: copy_rows_measured(S, settings)) or []
     env["peers"] = dict(Peers.versions)
     env["gil_switch"] = S.gil_switch
     env["elapsed_s"] = round(time.monotonic() - t_all, 1)
     table = format_table(env, launch_rows, rat, threads, acheck, mem, settings)
+    if failures:
+        table += "\n" + "\n".join(f"STAGE FAILED: {k}: {v}" for k, v in failures.items())
     if args.json:
         doc = {
             "env": env, "settings": settings.as_dict(),
@@ -1256,7 +1276,7 @@ def main(argv=None):
     _say(f"barecuda.bench: done in {env['elapsed_s']} s")
     print(table)
     S.close()
-    return 0
+    return 1 if failures else 0
 
 
 def alloc_rows_measured(S, settings):
