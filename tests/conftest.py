@@ -88,6 +88,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU and driver (run with --gpu)")
+    # Destructor failures surface as CudaWarning; in the suite they are errors. Added
+    # here (not in pyproject) because barecuda is importable only once the path is set.
+    config.addinivalue_line("filterwarnings", "error::barecuda.CudaWarning")
     if not config.getoption("--gpu"):
         if _BUILD_ERROR:
             raise pytest.UsageError(f"could not build the fake CUDA driver:\n{_BUILD_ERROR}")
