@@ -18,8 +18,9 @@ from barecuda._device import Device, device_count
 from barecuda._stream import Stream, Event
 from barecuda._memory import (
     DeviceBuffer, PinnedBuffer, Allocator, DriverAllocator, alloc, empty, zeros, to_device,
-    as_device_buffer, pinned_empty, get_allocator, set_allocator,
+    as_device_buffer, pinned_empty, get_allocator, set_allocator, managed_empty, alloc_pitch,
+    copy_2d, copy_3d, register_host, HostRegistration,
 )
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
-from barecuda._pool import MemoryPool, DriverMemoryPool, memory_stats, trim_memory
+from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory

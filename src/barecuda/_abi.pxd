@@ -485,6 +485,7 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value) nogil
         CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev) nogil
         CUresult (*cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) nogil
+        CUresult (*cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) nogil
 
     ctypedef struct bc_symbol_info:
         const char *name

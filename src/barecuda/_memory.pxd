@@ -70,6 +70,10 @@ cdef Allocator default_allocator(int ordinal)
 # A fresh DeviceBuffer of nbytes on (device, stream) from `allocator` (None: default).
 cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object allocator)
 
+# A PinnedBuffer over pooled pinned memory, handed back via pool._give_back(ptr, n, dptr, event).
+cdef PinnedBuffer pinned_from_block(void *p, size_t n, Device dev, CUdeviceptr dptr, unsigned int flags,
+                                    object pool)
+
 cdef inline void note_use(DeviceBuffer b, CUstream s) noexcept nogil:
     """Record that queued work on stream s uses b (cheap; called per launch argument)."""
     if b.stream_handle != s:

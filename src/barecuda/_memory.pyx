@@ -931,6 +931,25 @@ cdef class DeviceBuffer:
             note_use(self, s)
         return self
 
+    def prefetch(self, where=None, *, stream=None):
+        """Managed memory only: migrate it to ``where`` (a Device/ordinal, or None /
+        ``"cpu"`` for the host), asynchronously on ``stream`` (default: its stream)."""
+        self._check_open()
+        _prefetch(self, where, stream)
+        return self
+
+    def advise(self, advice, where=None):
+        """Managed memory only: ``cuMemAdvise`` with ``advice`` one of "read_mostly",
+        "preferred_location", "accessed_by" (and their "unset_" forms), for ``where``
+        (a Device/ordinal, or None / "cpu" for the host)."""
+        self._check_open()
+        _advise(self, advice, where)
+        return self
+
+    @property
+    def is_managed(self):
+        return self._kind == KIND_MANAGED
+
     # -- export
     @property
     def __cuda_array_interface__(self):
@@ -1427,6 +1446,12 @@ cdef class PinnedBuffer:
         self.ptr = NULL
         self._last_use = NULL
         set_current(self.ctx)
+        if self._pool is not None and p != NULL:
+            # Back to its pinned pool, which reuses it once `ev` has completed.
+            pool = self._pool
+            self._pool = None
+            pool._give_back(<size_t>p, self.nbytes_, self.dptr, <size_t>ev)
+            return 0
         if ev != NULL:
             with nogil:
                 rc = D.cuEventSynchronize(ev)
@@ -1547,3 +1572,452 @@ def pinned_empty(shape, dtype="uint8", *, device=None, portable=True, mapped=Fal
     nbytes = _nbytes_of(shp, itemsize)
     p = PinnedBuffer(nbytes, device=device, portable=portable, mapped=mapped, write_combined=write_combined)
     return np.frombuffer(p, dtype=np.dtype(key), count=nbytes // itemsize).reshape(shp)
+
+
+cdef PinnedBuffer pinned_from_block(void *p, size_t n, Device dev, CUdeviceptr dptr, unsigned int flags,
+                                    object pool):
+    """A PinnedBuffer over memory a pinned pool owns (given back to `pool` on close)."""
+    cdef PinnedBuffer b = PinnedBuffer.__new__(PinnedBuffer, 0, device=dev)
+    b.ptr = p
+    b.nbytes_ = n
+    b._shape[0] = n
+    b.dptr = dptr
+    b.flags = flags
+    b._pool = pool
+    return b
+
+
+# ------------------------------------------------------------ other memory kinds
+@cython.final
+cdef class _WaitingFreeAllocator(Allocator):
+    """Memory from cuMemAllocManaged / cuMemAllocPitch: not stream-ordered, so the free
+    waits for the buffer's stream (or the whole context after cross-stream use)."""
+    cdef int kind
+
+    def __cinit__(self, Device device, int kind):
+        self.device = device
+        self.ctx = device.ctx
+        self.kind = kind
+
+    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
+        raise TypeError("use managed_empty() / alloc_pitch()")
+
+    cdef int deallocate(self, DeviceBuffer b) except -1:
+        cdef CUdeviceptr p = b.ptr
+        cdef CUstream s = b.stream_handle
+        cdef CUresult rc
+        b.ptr = 0
+        if p == 0:
+            return 0
+        set_current(b.ctx)
+        with nogil:
+            rc = D.cuCtxSynchronize() if b.used_elsewhere else D.cuStreamSynchronize(s)
+        check(rc, b"cuCtxSynchronize" if b.used_elsewhere else b"cuStreamSynchronize")
+        with nogil:
+            rc = D.cuMemFree(p)
+        check(rc, b"cuMemFree")
+        return 0
+
+
+cdef object _waiting_allocators = {}
+
+
+cdef Allocator _waiting_allocator(Device dev, int kind):
+    key = (dev.ordinal, kind)
+    a = _waiting_allocators.get(key)
+    if a is None:
+        a = _WaitingFreeAllocator(dev, kind)
+        _waiting_allocators[key] = a
+    return <Allocator>a
+
+
+_ATTACH = {"global": CU_MEM_ATTACH_GLOBAL, "host": CU_MEM_ATTACH_HOST}
+
+
+def managed_empty(shape, dtype="uint8", *, device=None, stream=None, attach="global"):
+    """A DeviceBuffer of managed (unified) memory, accessible from the host and every
+    device (``cuMemAllocManaged``). Use :meth:`DeviceBuffer.prefetch` and
+    :meth:`DeviceBuffer.advise` to place it. Freeing waits for the buffer's stream."""
+    cdef CUdeviceptr p = 0
+    cdef CUresult rc
+    cdef CUstream h = NULL
+    cdef size_t n
+    cdef unsigned int flags
+    ensure_driver(ST)
+    shp = _normalize_shape(shape)
+    key, itemsize = _resolve_dtype(dtype)
+    n = _nbytes_of(shp, itemsize)
+    try:
+        flags = _ATTACH[attach]
+    except KeyError:
+        raise ValueError(f"attach must be 'global' or 'host', not {attach!r}") from None
+    if stream is not None:
+        stream_handle(stream, &h)
+    cdef Device dev = _resolve_device(device, stream)
+    if n:
+        with nogil:
+            rc = D.cuMemAllocManaged(&p, n, flags)
+        if rc != 0:
+            raise _oom(rc, b"cuMemAllocManaged", n, dev, " (managed memory)")
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    b.ptr = p
+    b.size = n
+    b.device = dev
+    b.ctx = dev.ctx
+    b.stream_handle = h
+    b._stream = stream
+    b._kind = KIND_MANAGED
+    b._shape = shp
+    b._dtype = key
+    b._itemsize = itemsize
+    b._allocator = _waiting_allocator(dev, KIND_MANAGED)
+    return b
+
+
+cdef CUmemLocation _location(object where) except *:
+    cdef CUmemLocation loc
+    if where is None or (isinstance(where, str) and where.lower() in ("cpu", "host")):
+        loc.type = CU_MEM_LOCATION_TYPE_HOST
+        loc.id = 0
+    else:
+        loc.type = CU_MEM_LOCATION_TYPE_DEVICE
+        loc.id = device_of(where).ordinal
+    return loc
+
+
+def _prefetch(DeviceBuffer b, where, stream):
+    cdef CUstream s = b.stream_handle
+    cdef CUmemLocation loc = _location(where)
+    if b._kind != KIND_MANAGED:
+        raise ValueError("prefetch() needs managed memory (managed_empty)")
+    if D.cuMemPrefetchAsync == NULL:
+        raise DriverVersionError("cuMemPrefetchAsync (with CUmemLocation) needs a CUDA 12.2+ driver")
+    if stream is not None:
+        stream_handle(stream, &s)
+    if b.size == 0:
+        return
+    set_current(b.ctx)
+    check(D.cuMemPrefetchAsync(b.ptr, b.size, loc, 0, s), b"cuMemPrefetchAsync")
+    if stream is not None:
+        note_use(b, s)
+
+
+_ADVICE = {
+    "read_mostly": CU_MEM_ADVISE_SET_READ_MOSTLY, "unset_read_mostly": CU_MEM_ADVISE_UNSET_READ_MOSTLY,
+    "preferred_location": CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
+    "unset_preferred_location": CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
+    "accessed_by": CU_MEM_ADVISE_SET_ACCESSED_BY, "unset_accessed_by": CU_MEM_ADVISE_UNSET_ACCESSED_BY,
+}
+
+
+def _advise(DeviceBuffer b, advice, where):
+    cdef CUmemLocation loc = _location(where)
+    if b._kind != KIND_MANAGED:
+        raise ValueError("advise() needs managed memory (managed_empty)")
+    if D.cuMemAdvise == NULL:
+        raise DriverVersionError("cuMemAdvise (with CUmemLocation) needs a CUDA 12.2+ driver")
+    try:
+        code = _ADVICE[advice] if isinstance(advice, str) else int(advice)
+    except KeyError:
+        raise ValueError(f"unknown advice {advice!r}; one of {sorted(_ADVICE)}") from None
+    if b.size == 0:
+        return
+    set_current(b.ctx)
+    check(D.cuMemAdvise(b.ptr, b.size, <CUmem_advise>code, loc), b"cuMemAdvise")
+
+
+def alloc_pitch(width_bytes, height, *, element_size=4, device=None, stream=None):
+    """Pitched 2D device memory (``cuMemAllocPitch``): returns ``(buffer, pitch)``;
+    row ``y`` starts at ``buffer.ptr + y * pitch``. ``element_size`` is 4, 8 or 16."""
+    cdef CUdeviceptr p = 0
+    cdef size_t pitch = 0
+    cdef CUresult rc
+    cdef size_t w = width_bytes, h = height
+    cdef unsigned int es = element_size
+    cdef CUstream hs = NULL
+    if es not in (4, 8, 16):
+        raise ValueError("element_size must be 4, 8 or 16")
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, &hs)
+    cdef Device dev = _resolve_device(device, stream)
+    if w and h:
+        with nogil:
+            rc = D.cuMemAllocPitch(&p, &pitch, w, h, es)
+        if rc != 0:
+            raise _oom(rc, b"cuMemAllocPitch", w * h, dev, " (pitched)")
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    b.ptr = p
+    b.size = pitch * h
+    b.device = dev
+    b.ctx = dev.ctx
+    b.stream_handle = hs
+    b._stream = stream
+    b._kind = KIND_SYNC
+    b._shape = (h, pitch)
+    b._dtype = "uint8"
+    b._itemsize = 1
+    b._allocator = _waiting_allocator(dev, KIND_SYNC)
+    return b, pitch
+
+
+cdef class _Side:
+    """One side of a 2D/3D copy: device address or host pointer, and its extent."""
+    cdef CUmemorytype mtype
+    cdef CUdeviceptr dptr
+    cdef void *hptr
+    cdef size_t nbytes
+    cdef Py_buffer view
+    cdef bint has_view
+    cdef DeviceBuffer dev
+    cdef object keep
+
+    def __dealloc__(self):
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+
+
+cdef _Side _side(object obj, bint writable):
+    cdef _Side sd = _Side.__new__(_Side)
+    cdef DeviceBuffer d = _as_device(obj, None)
+    if d is not None:
+        d._check_open()
+        sd.mtype = CU_MEMORYTYPE_DEVICE
+        sd.dptr = d.ptr
+        sd.nbytes = d.size
+        sd.dev = d
+        return sd
+    _get_host(obj, &sd.view, writable)
+    sd.has_view = True
+    sd.keep = obj
+    sd.mtype = CU_MEMORYTYPE_HOST
+    sd.hptr = sd.view.buf
+    sd.nbytes = sd.view.len
+    return sd
+
+
+cdef int _check_extent(_Side sd, str which, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
+                       size_t width, size_t height, size_t depth) except -1:
+    if width == 0 or height == 0 or depth == 0:
+        return 0
+    if x + width > pitch:
+        raise ValueError(f"{which}: x offset + width ({x} + {width}) exceeds the pitch {pitch}")
+    if y + height > rows and depth > 1:
+        raise ValueError(f"{which}: y offset + height exceeds the rows per slice ({rows})")
+    last = ((z + depth - 1) * rows + (y + height - 1)) * pitch + x + width
+    if last > sd.nbytes:
+        raise ValueError(f"{which}: the copy reaches byte {last} but the buffer has {sd.nbytes}")
+    return 0
+
+
+cdef CUcontext _ctx_of(_Side d, _Side sr, object stream) except NULL:
+    if d.dev is not None:
+        return d.dev.ctx
+    if sr.dev is not None:
+        return sr.dev.ctx
+    return _resolve_device(None, stream).ctx
+
+
+def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, dst_x=0, dst_y=0,
+            src_x=0, src_y=0, stream=None):
+    """Copy a ``width_bytes`` x ``height`` rectangle between pitched memories (device
+    buffers or host buffers, any direction; ``cuMemcpy2DAsync``). Pitches default to
+    ``width_bytes``. Synchronous unless a stream is given (host memory must then stay
+    valid until the stream reaches the copy). Bounds are checked before any driver call."""
+    cdef CUDA_MEMCPY2D c
+    cdef CUstream s = NULL
+    cdef CUresult rc
+    cdef _Side d = _side(dst, True)
+    cdef _Side sr = _side(src, False)
+    cdef size_t w = width_bytes, h = height
+    cdef size_t dp = w if dst_pitch is None else dst_pitch
+    cdef size_t sp = w if src_pitch is None else src_pitch
+    _check_extent(d, "dst", dst_x, dst_y, 0, dp, h + dst_y, w, h, 1)
+    _check_extent(sr, "src", src_x, src_y, 0, sp, h + src_y, w, h, 1)
+    if stream is not None:
+        stream_handle(stream, &s)
+    elif d.dev is not None:
+        s = d.dev.stream_handle
+    elif sr.dev is not None:
+        s = sr.dev.stream_handle
+    if w == 0 or h == 0:
+        return
+    memset(&c, 0, sizeof(c))
+    c.srcXInBytes = src_x
+    c.srcY = src_y
+    c.srcMemoryType = sr.mtype
+    c.srcHost = sr.hptr
+    c.srcDevice = sr.dptr
+    c.srcPitch = sp
+    c.dstXInBytes = dst_x
+    c.dstY = dst_y
+    c.dstMemoryType = d.mtype
+    c.dstHost = d.hptr
+    c.dstDevice = d.dptr
+    c.dstPitch = dp
+    c.WidthInBytes = w
+    c.Height = h
+    set_current(_ctx_of(d, sr, stream))
+    with nogil:
+        rc = D.cuMemcpy2DAsync(&c, s)
+    check(rc, b"cuMemcpy2DAsync")
+    if stream is None:
+        _sync(s)
+    else:
+        if d.dev is not None:
+            note_use(d.dev, s)
+        if sr.dev is not None:
+            note_use(sr.dev, s)
+
+
+def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=None, dst_height=None,
+            src_height=None, dst_pos=(0, 0, 0), src_pos=(0, 0, 0), stream=None):
+    """Copy a ``width_bytes`` x ``height`` x ``depth`` box between pitched memories
+    (``cuMemcpy3DAsync``). ``*_height`` is the rows per slice (default ``height``);
+    ``*_pos`` are ``(x_bytes, y, z)``. Synchronous unless a stream is given."""
+    cdef CUDA_MEMCPY3D c
+    cdef CUstream s = NULL
+    cdef CUresult rc
+    cdef _Side d = _side(dst, True)
+    cdef _Side sr = _side(src, False)
+    cdef size_t w = width_bytes, h = height, dz = depth
+    cdef size_t dp = w if dst_pitch is None else dst_pitch
+    cdef size_t sp = w if src_pitch is None else src_pitch
+    cdef size_t dh = h if dst_height is None else dst_height
+    cdef size_t sh = h if src_height is None else src_height
+    dx, dy, dzp = dst_pos
+    sx, sy, szp = src_pos
+    _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
+    _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
+    if stream is not None:
+        stream_handle(stream, &s)
+    elif d.dev is not None:
+        s = d.dev.stream_handle
+    elif sr.dev is not None:
+        s = sr.dev.stream_handle
+    if w == 0 or h == 0 or dz == 0:
+        return
+    memset(&c, 0, sizeof(c))
+    c.srcXInBytes, c.srcY, c.srcZ = sx, sy, szp
+    c.srcMemoryType = sr.mtype
+    c.srcHost = sr.hptr
+    c.srcDevice = sr.dptr
+    c.srcPitch = sp
+    c.srcHeight = sh
+    c.dstXInBytes, c.dstY, c.dstZ = dx, dy, dzp
+    c.dstMemoryType = d.mtype
+    c.dstHost = d.hptr
+    c.dstDevice = d.dptr
+    c.dstPitch = dp
+    c.dstHeight = dh
+    c.WidthInBytes = w
+    c.Height = h
+    c.Depth = dz
+    set_current(_ctx_of(d, sr, stream))
+    with nogil:
+        rc = D.cuMemcpy3DAsync(&c, s)
+    check(rc, b"cuMemcpy3DAsync")
+    if stream is None:
+        _sync(s)
+    else:
+        if d.dev is not None:
+            note_use(d.dev, s)
+        if sr.dev is not None:
+            note_use(sr.dev, s)
+
+
+@cython.final
+cdef class HostRegistration:
+    """Page-locks an existing host buffer (``cuMemHostRegister``) until :meth:`close`
+    or the end of a ``with`` block. See :func:`register_host`."""
+    cdef Py_buffer view
+    cdef bint registered
+    cdef bint has_view
+    cdef readonly Device device
+    cdef CUcontext ctx
+    cdef CUdeviceptr dptr
+    cdef object obj
+
+    def __dealloc__(self):
+        if self.registered and bc_driver_usable(ST):
+            set_current(self.ctx)
+            rc = D.cuMemHostUnregister(self.view.buf)
+            if rc != 0:
+                warnings.warn(f"cuMemHostUnregister failed: {make_error(rc, 'cuMemHostUnregister')}", CudaWarning)
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+
+    def close(self):
+        """Unregister (after a full device synchronization-free check: the caller must
+        make sure no queued copy still uses it). Idempotent."""
+        cdef CUresult rc
+        if self.registered:
+            self.registered = False
+            set_current(self.ctx)
+            rc = D.cuMemHostUnregister(self.view.buf)
+            if self.has_view:
+                self.has_view = False
+                PyBuffer_Release(&self.view)
+            check(rc, b"cuMemHostUnregister")
+        elif self.has_view:
+            self.has_view = False
+            PyBuffer_Release(&self.view)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def ptr(self):
+        return <size_t>self.view.buf if self.has_view else 0
+
+    @property
+    def nbytes(self):
+        return self.view.len if self.has_view else 0
+
+    @property
+    def device_ptr(self):
+        """Device address of the registered memory (``mapped=True``)."""
+        if not self.dptr:
+            raise ValueError("not registered with mapped=True")
+        return self.dptr
+
+
+def register_host(obj, *, device=None, portable=True, mapped=False, read_only=False):
+    """Page-lock the memory of a C-contiguous host buffer (a numpy array, bytearray...)
+    so copies from/to it run at pinned speed; use as a context manager::
+
+        with bc.register_host(arr):
+            buf.copy_from(arr, stream=s); s.synchronize()
+
+    The buffer is held (cannot be resized) while registered. Unregister only once
+    no queued copy uses it."""
+    cdef HostRegistration r = HostRegistration.__new__(HostRegistration)
+    cdef unsigned int flags = 0
+    cdef CUresult rc
+    cdef CUdeviceptr dp = 0
+    ensure_driver(ST)
+    cdef Device dev = _resolve_device(device, None)
+    _get_host(obj, &r.view, not read_only)
+    r.has_view = True
+    r.obj = obj
+    r.device = dev
+    r.ctx = dev.ctx
+    if portable:
+        flags |= CU_MEMHOSTREGISTER_PORTABLE
+    if mapped:
+        flags |= CU_MEMHOSTREGISTER_DEVICEMAP
+    if read_only:
+        flags |= CU_MEMHOSTREGISTER_READ_ONLY
+    if r.view.len == 0:
+        return r
+    with nogil:
+        rc = D.cuMemHostRegister(r.view.buf, r.view.len, flags)
+    check(rc, b"cuMemHostRegister")
+    r.registered = True
+    if mapped:
+        check(D.cuMemHostGetDevicePointer(&dp, r.view.buf, 0), b"cuMemHostGetDevicePointer")
+        r.dptr = dp
+    return r
