@@ -24,7 +24,8 @@ def _collect(request):
     if "fake" in request.fixturenames:
         # These tests pin down the plain driver allocator's contract (one driver
         # allocation per buffer, freed in stream order); the cache is in test_pool.py.
-        prev = bc.set_allocator(None, 0)
+        prev = bc.get_allocator(0)
+        bc.set_allocator(bc.DriverAllocator(0))
     yield
     if prev is not None:
         gc.collect()
@@ -576,3 +577,82 @@ def test_zero_size_pinned(fake):
     p = bc.PinnedBuffer(0)
     assert len(memoryview(p)) == 0
     assert fake.calls("cuMemHostAlloc") == 0
+
+
+# ------------------------------------------------------------------ other kinds
+def test_managed_memory(fake):
+    live = fake.live("managed")
+    a = fresh(100, "float32", 21)
+    m = bc.managed_empty(100, "float32")
+    assert m.is_managed and fake.live("managed") == live + 1
+    m.copy_from(a)
+    np.testing.assert_array_equal(m.to_numpy(), a)
+    m.prefetch(0).prefetch("cpu").advise("read_mostly", 0).advise("preferred_location", None)
+    assert fake.calls("cuMemPrefetchAsync") == 2 and fake.calls("cuMemAdvise") == 2
+    with pytest.raises(ValueError):
+        m.advise("sideways", 0)
+    with pytest.raises(ValueError, match="managed"):
+        bc.alloc(16).prefetch(0)
+    del m
+    gc.collect()
+    assert fake.live("managed") == live
+    fake.fail("cuMemAllocManaged", 2)
+    with pytest.raises(CudaOutOfMemoryError):
+        bc.managed_empty(10)
+    assert fake.live("managed") == live
+
+
+@pytest.mark.parametrize("width,height", [(1, 1), (10, 3), (513, 7)])
+def test_pitched_copy_2d_round_trip(fake, width, height):
+    buf, pitch = bc.alloc_pitch(width, height)
+    assert pitch >= width and buf.nbytes == pitch * height
+    h = fresh(width * height, "uint8", width).reshape(height, width)
+    bc.copy_2d(buf, h, width, height, dst_pitch=pitch)
+    out = np.zeros_like(h)
+    bc.copy_2d(out, buf, width, height, src_pitch=pitch)
+    np.testing.assert_array_equal(out, h)
+    # device to device, into a sub-rectangle of a wider host image
+    big = np.zeros((height + 2, width + 5), np.uint8)
+    bc.copy_2d(big, buf, width, height, dst_pitch=width + 5, dst_x=3, dst_y=1, src_pitch=pitch)
+    np.testing.assert_array_equal(big[1:height + 1, 3:width + 3], h)
+    assert big[0].sum() == 0 and big[:, :3].sum() == 0
+
+
+def test_copy_2d_bounds_checked_before_driver(fake):
+    buf = bc.alloc(100)
+    with pytest.raises(ValueError):
+        bc.copy_2d(buf, bytes(100), 10, 11)              # 110 bytes > 100
+    with pytest.raises(ValueError, match="pitch"):
+        bc.copy_2d(buf, bytes(100), 10, 5, dst_pitch=8)
+    assert fake.calls("cuMemcpy2DAsync") == 0
+
+
+def test_copy_3d_box(fake):
+    a = fresh(4 * 5 * 6, "uint8", 7).reshape(4, 5, 6)
+    d = bc.alloc(a.nbytes)
+    bc.copy_3d(d, a, 6, 5, 4)
+    np.testing.assert_array_equal(d.to_numpy().reshape(4, 5, 6), a)
+    # a 2x3x4 sub-box starting at (x=1, y=1, z=1)
+    out = np.zeros((2, 3, 4), np.uint8)
+    bc.copy_3d(out, d, 4, 3, 2, src_pitch=6, src_height=5, src_pos=(1, 1, 1))
+    np.testing.assert_array_equal(out, a[1:3, 1:4, 1:5])
+
+
+def test_register_host(fake):
+    arr = fresh(4096, "uint8", 3)
+    live = fake.live("host_register")
+    with bc.register_host(arr, mapped=True) as r:
+        assert fake.live("host_register") == live + 1
+        assert r.nbytes == 4096 and r.ptr == arr.ctypes.data
+        assert r.device_ptr != 0
+        b = bc.to_device(arr)
+        np.testing.assert_array_equal(b.to_numpy(), arr)
+    assert fake.live("host_register") == live
+    r.close()
+    fake.fail("cuMemHostRegister", 1)
+    with pytest.raises(bc.CudaError):
+        bc.register_host(arr)
+    assert fake.live("host_register") == live
+    with pytest.raises(ValueError, match="read-only"):
+        bc.register_host(bytes(10))
+    bc.register_host(bytes(10), read_only=True).close()

@@ -344,3 +344,39 @@ def test_driver_memory_pool_threshold_and_failures(fake):
         p.alloc(4096)
     d = bc.DriverMemoryPool(0, default=True)
     assert d.alloc(100).nbytes == 100
+
+
+# ------------------------------------------------------------ pinned pool
+def test_pinned_pool_reuse_and_trim(fake):
+    pp = bc.PinnedMemoryPool(0)
+    live = fake.live("host_mem")
+    a = pp.empty(1000)
+    aptr = a.ptr
+    memoryview(a)[:3] = b"abc"
+    del a
+    b = pp.empty(900)                            # same class, copy-free: reused at once
+    assert b.ptr == aptr and b.nbytes == 900
+    assert fake.live("host_mem") == live + 1
+    st = pp.stats()
+    assert st["driver_allocations"] == 1 and st["cache_hits"] == 1
+    del b
+    pp.trim()
+    assert fake.live("host_mem") == live
+    assert pp.stats()["reserved"] == 0
+
+
+def test_pinned_pool_waits_for_the_copy_event(fake):
+    pp = bc.PinnedMemoryPool(0)
+    s = bc.Stream()
+    dev = bc.alloc(4096, stream=s)
+    a = pp.empty(4096)
+    aptr = a.ptr
+    dev.copy_from(a, stream=s)                  # async use: an event is recorded
+    del a
+    fake.fail("cuEventQuery", 600)              # the copy has not run yet
+    b = pp.empty(4096)
+    assert b.ptr != aptr and pp.stats()["busy_skips"] == 1
+    c = pp.empty(4096)                          # now the event reports completion
+    assert c.ptr == aptr
+    arr = pp.array((8, 8), "float64")
+    assert arr.shape == (8, 8) and arr.dtype.name == "float64"
