@@ -1053,7 +1053,26 @@ def environment():
         env["numpy"] = numpy.__version__
     except Exception:   # noqa: BLE001
         env["numpy"] = None
+    env["installed"] = _dist_versions()
     return env
+
+
+def _dist_versions():
+    """Installed versions of the peers (package metadata only: nothing is imported)."""
+    try:
+        from importlib.metadata import version, PackageNotFoundError
+    except ImportError:
+        return {}
+    out = {}
+    for name in ("cuda-core", "cuda-bindings", "cuda-python", "cupy-cuda13x", "cupy-cuda12x", "cupy",
+                 "torch", "triton", "pytest-benchmark", "Cython"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+        except Exception:   # noqa: BLE001
+            pass
+    return out
 
 
 def _cpu_model():
