@@ -235,3 +235,92 @@ def test_cupy_array_imports_and_stays_alive(cupy, rng):
     gc.collect()
     cupy.get_default_memory_pool().free_all_blocks()
     np.testing.assert_array_equal(v2.to_numpy(), a)
+
+
+# ------------------------------------------------------------------ other kinds
+def test_managed_round_trip_prefetch_advise(rng):
+    a = fresh(1000003, "float32", rng)
+    m = bc.managed_empty(a.shape, "float32")
+    m.copy_from(a)
+    dev = bc.Device(0)
+    if dev.attribute("concurrent_managed_access"):
+        s = bc.Stream()
+        m.advise("preferred_location", 0).advise("accessed_by", 0)
+        m.prefetch(0, stream=s)
+        s.synchronize()
+        m.prefetch("cpu", stream=s)
+        s.synchronize()
+    np.testing.assert_array_equal(m.to_numpy(), a)
+    out = bc.empty(a.shape, "float32").copy_from(m)
+    np.testing.assert_array_equal(out.to_numpy(), a)
+
+
+@pytest.mark.parametrize("width,height", [(1, 1), (7, 3), (1000, 517)])
+def test_pitched_2d(width, height, rng):
+    h = fresh(width * height, "uint8", rng).reshape(height, width)
+    buf, pitch = bc.alloc_pitch(width, height)
+    assert pitch >= width
+    bc.copy_2d(buf, h, width, height, dst_pitch=pitch)
+    out = np.zeros_like(h)
+    bc.copy_2d(out, buf, width, height, src_pitch=pitch)
+    np.testing.assert_array_equal(out, h)
+    s = bc.Stream()
+    buf2, pitch2 = bc.alloc_pitch(width, height)
+    bc.copy_2d(buf2, buf, width, height, dst_pitch=pitch2, src_pitch=pitch, stream=s)
+    out2 = np.zeros_like(h)
+    bc.copy_2d(out2, buf2, width, height, src_pitch=pitch2, stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(out2, h)
+
+
+def test_copy_3d(rng):
+    a = fresh(17 * 19 * 23, "uint8", rng).reshape(17, 19, 23)
+    d = bc.alloc(a.nbytes)
+    bc.copy_3d(d, a, 23, 19, 17)
+    out = np.zeros((5, 6, 7), np.uint8)
+    bc.copy_3d(out, d, 7, 6, 5, src_pitch=23, src_height=19, src_pos=(2, 3, 4))
+    np.testing.assert_array_equal(out, a[4:9, 3:9, 2:9])
+
+
+def test_register_host_copies(rng):
+    a = fresh(2**22 + 3, "float32", rng)
+    out = np.empty_like(a)
+    s = bc.Stream()
+    with bc.register_host(a), bc.register_host(out):
+        b = bc.to_device(a, stream=s)
+        b.copy_to(out, stream=s)
+        s.synchronize()
+    np.testing.assert_array_equal(out, a)
+
+
+def test_pinned_pool_on_gpu(rng):
+    pp = bc.PinnedMemoryPool(0)
+    s = bc.Stream()
+    a = fresh(1 << 20, "float32", rng)
+    for _ in range(5):
+        h = pp.array(a.shape, "float32")
+        h[:] = a
+        d = bc.to_device(h, stream=s)
+        back = pp.array(a.shape, "float32")
+        d.copy_to(back, stream=s)
+        s.synchronize()
+        np.testing.assert_array_equal(back, a)
+        del h, back, d
+    assert pp.stats()["driver_allocations"] <= 4
+
+
+def test_peer_copy():
+    if bc.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    rng = np.random.default_rng()
+    a = fresh(1000003, "float64", rng)
+    d0 = bc.to_device(a, device=0)
+    d1 = bc.empty(a.shape, "float64", device=1)
+    d1.copy_from(d0)
+    np.testing.assert_array_equal(d1.to_numpy(), a)
+    if bc.Device(1).can_access_peer(0):
+        bc.Device(1).enable_peer_access(0)
+        s = bc.Stream(1)
+        d2 = bc.empty(a.shape, "float64", stream=s)
+        d2.copy_from(d0, stream=s)
+        np.testing.assert_array_equal(d2.to_numpy(stream=s), a)
