@@ -470,3 +470,20 @@ def test_exit_releases_when_the_driver_is_usable(fake_lib_path):
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "LIVE 0 0" in proc.stdout
+
+
+@pytest.mark.parametrize("nt", [False, True], ids=["memcpy", "streaming_stores"])
+def test_both_copy_kernels_exact(fake, small_chunks, mem, rng, nt):
+    st.configure(nt_stores=nt, chunk_bytes=3 * CHUNK, min_part=300)
+    for n in (255, 256, 257, 1000, 3 * CHUNK - 1, 7 * CHUNK + 333):
+        for off in (0, 1, 7, 15):
+            _, src = host_view(n, off, rng)
+            d = mem.alloc(n + GUARD, 0xEE)
+            st.copy_htod(d + off, src)
+            got = mem.read(d, n + GUARD)
+            assert got[off:off + n] == src.tobytes() and got[:off] == b"\xee" * off
+            assert got[off + n:] == b"\xee" * (GUARD - off)
+            base = np.full(n + 2 * GUARD, 0x11, np.uint8)
+            st.copy_dtoh(base[off + 3:off + 3 + n], d + off)
+            assert base[off + 3:off + 3 + n].tobytes() == src.tobytes()
+            assert (base[:off + 3] == 0x11).all() and (base[off + 3 + n:] == 0x11).all()

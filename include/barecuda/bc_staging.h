@@ -91,6 +91,53 @@ static void bc_cond_broadcast(bc_cond_t *c) { pthread_cond_broadcast(c); }
 #endif
 #endif
 
+/* Large copies with streaming (non-temporal) stores: the bytes are headed for a DMA
+ * engine or for a buffer the caller will not read for a while, so they need not pass
+ * through the cache, and skipping the read-for-ownership of every destination line
+ * is worth ~1.5x in copy bandwidth. SSE2 is part of x86-64, no dispatch needed. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#define BC_STAGING_HAVE_NT 1
+static void bc_copy_nt(void *dst_, const void *src_, size_t n) {
+    char *dst = (char *)dst_;
+    const char *src = (const char *)src_;
+    size_t head = (size_t)(-(intptr_t)dst) & 15;
+    if (n < 256) {
+        memcpy(dst, src, n);
+        return;
+    }
+    if (head) {
+        memcpy(dst, src, head);
+        dst += head;
+        src += head;
+        n -= head;
+    }
+    while (n >= 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src);
+        __m128i b = _mm_loadu_si128((const __m128i *)(src + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + 32));
+        __m128i d = _mm_loadu_si128((const __m128i *)(src + 48));
+        _mm_stream_si128((__m128i *)dst, a);
+        _mm_stream_si128((__m128i *)(dst + 16), b);
+        _mm_stream_si128((__m128i *)(dst + 32), c);
+        _mm_stream_si128((__m128i *)(dst + 48), d);
+        dst += 64;
+        src += 64;
+        n -= 64;
+    }
+    if (n) memcpy(dst, src, n);
+    _mm_sfence();   /* streamed bytes visible before anyone is told the copy is done */
+}
+#else
+#define BC_STAGING_HAVE_NT 0
+static void bc_copy_nt(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+#endif
+
+static inline void bc_copy(void *dst, const void *src, size_t n, int nt) {
+    if (nt) bc_copy_nt(dst, src, n);
+    else memcpy(dst, src, n);
+}
+
 #define BC_STAGING_MAX_CHUNKS 64
 #define BC_STAGING_MAX_THREADS 64
 #define BC_STAGING_MAX_STAGERS 256
@@ -120,10 +167,11 @@ typedef struct bc_staging_config {
     size_t threshold;     /* copies below this many bytes take the driver's plain path */
     size_t min_piece;     /* smallest pipeline piece (a copy of a few chunks is cut finer) */
     size_t min_part;      /* smallest share of a memcpy given to one thread */
+    int nt_stores;        /* copy with streaming stores (x86-64) */
 } bc_staging_config;
 
 static bc_staging_config bc_staging_cfg = {
-    (size_t)8 << 20, 4, 4, (size_t)1 << 20, (size_t)256 << 10, (size_t)64 << 10};
+    (size_t)8 << 20, 4, 4, (size_t)1 << 20, (size_t)256 << 10, (size_t)64 << 10, BC_STAGING_HAVE_NT};
 static long bc_staging_cfg_gen = 1;             /* bumped by every configure */
 static bc_mutex_t bc_staging_registry_mu = BC_MUTEX_INIT;
 
@@ -162,6 +210,7 @@ typedef struct bc_pool {
     char *dst;
     const char *src;
     size_t n, part;
+    int nt;
 } bc_pool;
 
 static void bc_pool_part(const bc_pool *p, int index, char **dst, const char **src, size_t *len) {
@@ -198,7 +247,7 @@ static void bc_pool_worker_loop(bc_worker_arg *a) {
         if (BC_ALOAD(&p->stop)) return;
         seen = BC_ALOAD(&p->gen);
         bc_pool_part(p, a->index, &dst, &src, &len);
-        if (len) memcpy(dst, src, len);
+        if (len) bc_copy(dst, src, len, p->nt);
         if (BC_ADEC(&p->remaining) == 0) {
             bc_mutex_lock(&p->mu);
             bc_cond_broadcast(&p->cv_done);
@@ -262,7 +311,7 @@ static void bc_pool_stop(bc_pool *p) {
 }
 
 /* memcpy(dst, src, n) split between the caller and the workers. */
-static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, size_t min_part) {
+static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, size_t min_part, int nt) {
     size_t nparts, part;
     long long t0 = 0;
     int spins = 0;
@@ -270,7 +319,7 @@ static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, siz
     nparts = n / min_part;
     if (nparts > (size_t)p->nworkers + 1) nparts = (size_t)p->nworkers + 1;
     if (nparts <= 1) {
-        memcpy(dst, src, n);
+        bc_copy(dst, src, n, nt);
         return;
     }
     part = (n + nparts - 1) / nparts;
@@ -279,6 +328,7 @@ static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, siz
     p->src = (const char *)src;
     p->n = n;
     p->part = part;
+    p->nt = nt;
     /* Every worker takes part in every job (an idle share is empty): no worker can
        be left reading a job the caller is already overwriting. */
     BC_ASTORE(&p->remaining, (long)p->nworkers);
@@ -286,7 +336,7 @@ static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, siz
     BC_ASTORE(&p->gen, p->gen + 1);
     bc_cond_broadcast(&p->cv_work);
     bc_mutex_unlock(&p->mu);
-    memcpy(dst, src, n < part ? n : part);
+    bc_copy(dst, src, n < part ? n : part, nt);
     while (BC_ALOAD(&p->remaining) > 0) {
         BC_CPU_RELAX();
         if ((++spins & 255) == 0) {
@@ -547,7 +597,7 @@ static CUresult bc_stager_htod(const bc_driver_t *D, bc_stager *s, CUdeviceptr d
         int c = s->next;
         rc = bc_stager_claim(D, s, c, call);
         if (rc != CUDA_SUCCESS) break;
-        bc_pool_memcpy(&s->pool, s->chunk[c], src + off, len, s->cfg.min_part);
+        bc_pool_memcpy(&s->pool, s->chunk[c], src + off, len, s->cfg.min_part, s->cfg.nt_stores);
         rc = D->cuMemcpyHtoDAsync(dst + off, s->chunk[c], len, stream);
         if (rc != CUDA_SUCCESS) {
             *call = "cuMemcpyHtoDAsync";
@@ -615,7 +665,7 @@ static CUresult bc_stager_dtoh(const bc_driver_t *D, bc_stager *s, void *dst_, C
             size_t len = n - off < piece ? n - off : piece;
             rc = bc_stager_claim(D, s, c, call);
             if (rc != CUDA_SUCCESS) goto out;
-            bc_pool_memcpy(&s->pool, dst + off, s->chunk[c], len, s->cfg.min_part);
+            bc_pool_memcpy(&s->pool, dst + off, s->chunk[c], len, s->cfg.min_part, s->cfg.nt_stores);
             s->st.dtoh_staged_bytes += (long long)len;
             done++;
         }
