@@ -380,3 +380,103 @@ def test_pinned_pool_waits_for_the_copy_event(fake):
     assert c.ptr == aptr
     arr = pp.array((8, 8), "float64")
     assert arr.shape == (8, 8) and arr.dtype.name == "float64"
+
+
+# ------------------------------------------- never freed early (property test)
+import ctypes
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+
+def _pending(fake):
+    lib = fake.lib
+    lib.fakecuda_pending_mode.argtypes = [ctypes.c_int]
+    lib.fakecuda_pending_mode.restype = ctypes.c_int
+    lib.fakecuda_early_frees.argtypes = []
+    lib.fakecuda_early_frees.restype = ctypes.c_longlong
+    lib.fakecuda_pending_refs.argtypes = [ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int]
+    lib.fakecuda_pending_refs.restype = ctypes.c_int
+    lib.cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
+    lib.cuMemFreeAsync.argtypes = [ctypes.c_ulonglong, ctypes.c_void_p]
+    return lib
+
+
+@pytest.fixture
+def vadd(fake, ptx):
+    return bc.Module.from_ptx(ptx.VADD).get_kernel("vadd")
+
+
+def test_pending_model_detects_an_early_free(fake, vadd):
+    """The detector the property test relies on can fail."""
+    lib = _pending(fake)
+    lib.fakecuda_pending_mode(1)
+    s1, s2 = bc.Stream(), bc.Stream()
+    p = ctypes.c_ulonglong()
+    assert lib.cuMemAlloc(ctypes.byref(p), 256) == 0
+    vadd.launch(1, 32, p.value, p.value, p.value, 1, stream=s2)
+    assert lib.fakecuda_pending_refs(p.value, s1.handle_int, 0) >= 1
+    ev = bc.Event(timing=False).record(s2)
+    assert not ev.query()                                # s2's launch is pending
+    assert lib.cuMemFreeAsync(p.value, s1.handle_int) == 0   # wrong stream, work pending
+    assert lib.fakecuda_early_frees() == 1
+    q = ctypes.c_ulonglong()
+    assert lib.cuMemAlloc(ctypes.byref(q), 256) == 0
+    vadd.launch(1, 32, q.value, q.value, q.value, 1, stream=s2)
+    s2.synchronize()
+    assert ev.query()
+    assert lib.cuMemFreeAsync(q.value, s1.handle_int) == 0   # after the sync: fine
+    assert lib.fakecuda_early_frees() == 1
+
+
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("alloc"), st.integers(0, 3), st.sampled_from([512, 3000, 4096, 100_000, 1 << 20])),
+    st.tuples(st.just("launch"), st.integers(0, 31), st.integers(0, 3)),
+    st.tuples(st.just("del"), st.integers(0, 31)),
+    st.tuples(st.just("gc")),
+    st.tuples(st.just("sync"), st.integers(0, 4)),         # 4: the whole context
+    st.tuples(st.just("trim")),
+), max_size=80)
+
+
+@pytest.mark.parametrize("kind", ["cache", "driver", "driver_pool"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
+    lib = _pending(fake)
+    lib.fakecuda_pending_mode(0)                            # forget the previous example's work
+    gc.collect()
+    early0 = lib.fakecuda_early_frees()
+    lib.fakecuda_pending_mode(1)
+    try:
+        alloc = {"cache": bc.MemoryPool, "driver": bc.DriverAllocator, "driver_pool": bc.DriverMemoryPool}[kind](0)
+        streams = [bc.Stream() for _ in range(4)]
+        bufs = []
+        for op in ops:
+            if op[0] == "alloc":
+                s = streams[op[1]]
+                b = alloc.alloc(op[2], stream=s)
+                # No queued work on another stream may still use the memory we were given.
+                assert lib.fakecuda_pending_refs(b.ptr, s.handle_int, 0) <= 0, (op, kind)
+                bufs.append(b)
+            elif op[0] == "launch" and bufs:
+                b = bufs[op[1] % len(bufs)]
+                vadd.launch(1, 32, b, b, b, 1, stream=streams[op[2]])
+                del b
+            elif op[0] == "del" and bufs:
+                bufs.pop(op[1] % len(bufs))
+            elif op[0] == "gc":
+                gc.collect()
+            elif op[0] == "sync":
+                if op[1] == 4:
+                    bc.Device(0).synchronize()
+                else:
+                    streams[op[1]].synchronize()
+            elif op[0] == "trim" and hasattr(alloc, "trim"):
+                alloc.trim()
+        del bufs
+        gc.collect()
+        if hasattr(alloc, "trim"):
+            alloc.trim()
+        assert lib.fakecuda_early_frees() == early0
+    finally:
+        lib.fakecuda_pending_mode(0)

@@ -158,6 +158,9 @@ struct CUevent_st {
     unsigned flags;
     int recorded;
     double t_ms;
+    CUstream pend_stream;            /* pending-work model: where and when it was recorded, */
+    unsigned long long pend_seq;
+    int pend_polls;                  /* and how often it was found not ready */
 };
 
 typedef struct fk_param {
@@ -568,6 +571,74 @@ static int count_allocs(int kind1, int kind2) {
     return n;
 }
 
+/* ------------------------------------------------- pending-work model (opt-in)
+ * Off unless fakecuda_pending_mode(1). Then each launch stays "pending" on its stream
+ * until cuStreamSynchronize or cuStreamQuery of that stream, cuCtxSynchronize, or
+ * cuEventSynchronize of an event recorded on that stream after it. cuEventQuery of such
+ * an event answers CUDA_ERROR_NOT_READY at the first look and completes the work at the
+ * next (so polling loops end). cuMemFreeAsync(p, s) of an
+ * allocation that pending work on another stream references (cuMemFree: any stream)
+ * counts as an early free (fakecuda_early_frees). A launch references every live
+ * device/managed allocation that one of its 8-byte-aligned parameter slots points into.
+ * The NULL and legacy stream handles are one stream. */
+#define FK_PEND_MAX 65536
+typedef struct fk_pend {
+    CUstream stream;
+    unsigned long long seq;
+    unsigned long long alloc_id;
+} fk_pend;
+static fk_pend g_pend[FK_PEND_MAX];
+static int g_npend;
+static int g_pending_mode;
+static unsigned long long g_pend_seq;
+static long long g_early_frees;
+
+static CUstream pend_norm(CUstream s) { return s == NULL ? CU_STREAM_LEGACY : s; }
+
+static void pend_add_launch(CUstream stream, const unsigned char *buf, size_t n) {
+    size_t off;
+    unsigned long long seq = ++g_pend_seq;
+    if (!buf) return;
+    for (off = 0; off + 8 <= n; off += 8) {
+        unsigned long long v;
+        fk_alloc *a;
+        memcpy(&v, buf + off, 8);
+        a = v ? find_alloc((uintptr_t)v) : NULL;
+        if (!a || (a->kind != MK_DEVICE && a->kind != MK_MANAGED)) continue;
+        if (g_npend < FK_PEND_MAX) {
+            g_pend[g_npend].stream = pend_norm(stream);
+            g_pend[g_npend].seq = seq;
+            g_pend[g_npend].alloc_id = a->id;
+            g_npend++;
+        }
+    }
+}
+
+/* Complete the work on `stream` up to seq (stream NULL with all=1: everything). */
+static void pend_complete(CUstream stream, unsigned long long upto, int all) {
+    int i = 0;
+    stream = pend_norm(stream);
+    while (i < g_npend) {
+        if (all || (g_pend[i].stream == stream && g_pend[i].seq <= upto)) g_pend[i] = g_pend[--g_npend];
+        else i++;
+    }
+}
+
+static int pend_refs(unsigned long long alloc_id, CUstream stream, int any_stream) {
+    int i, n = 0;
+    stream = pend_norm(stream);
+    for (i = 0; i < g_npend; i++)
+        if (g_pend[i].alloc_id == alloc_id && (any_stream || g_pend[i].stream != stream)) n++;
+    return n;
+}
+
+static void pend_check_free(CUdeviceptr dptr, CUstream stream, int any_stream) {
+    fk_alloc *a;
+    if (!g_pending_mode) return;
+    a = find_alloc_exact((uintptr_t)dptr);
+    if (a && pend_refs(a->id, stream, any_stream)) g_early_frees++;
+}
+
 /* ================================================================= driver */
 CUresult CUDAAPI cuInit(unsigned int Flags) {
     int forced;
@@ -735,6 +806,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
         (void)c;
     }
     sync_point();
+    pend_complete(NULL, 0, 1);
     return CUDA_SUCCESS;
 }
 
@@ -1698,6 +1770,7 @@ static CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams
     rec->params = buf;
     rec->nparams_bytes = f->param_bytes;
     g_launch_count++;
+    if (g_pending_mode) pend_add_launch(r->stream, buf, f->param_bytes);
     return CUDA_SUCCESS;
 }
 
@@ -1813,6 +1886,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
     sync_point();
+    pend_complete(hStream, ~0ULL, 0);
     return CUDA_SUCCESS;
 }
 
@@ -1820,6 +1894,7 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
     FK_ENTER(cuStreamQuery);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    pend_complete(hStream, ~0ULL, 0);   /* reported idle: its pending work is done */
     return CUDA_SUCCESS;
 }
 
@@ -1892,12 +1967,26 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     if (!vec_has(&g_events, hEvent) || !valid_stream(hStream)) return E_INVALID_HANDLE;
     hEvent->recorded = 1;
     hEvent->t_ms = now_ms();
+    hEvent->pend_stream = pend_norm(hStream);
+    hEvent->pend_seq = g_pend_seq;
+    hEvent->pend_polls = 0;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
     FK_ENTER(cuEventQuery);
     if (!vec_has(&g_events, hEvent)) return E_INVALID_HANDLE;
+    if (g_pending_mode && hEvent->recorded) {
+        int i;
+        for (i = 0; i < g_npend; i++)
+            if (g_pend[i].stream == hEvent->pend_stream && g_pend[i].seq <= hEvent->pend_seq) break;
+        if (i < g_npend) {
+            /* Not ready at the first look; the work finishes before the next one (so that
+             * polling loops end). Completion is recorded either way. */
+            if (hEvent->pend_polls++ == 0) return (CUresult)600; /* CUDA_ERROR_NOT_READY */
+            pend_complete(hEvent->pend_stream, hEvent->pend_seq, 0);
+        }
+    }
     return CUDA_SUCCESS;
 }
 
@@ -1905,6 +1994,7 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
     FK_ENTER(cuEventSynchronize);
     if (!vec_has(&g_events, hEvent)) return E_INVALID_HANDLE;
     sync_point();
+    if (hEvent->recorded) pend_complete(hEvent->pend_stream, hEvent->pend_seq, 0);
     return CUDA_SUCCESS;
 }
 
@@ -1929,6 +2019,7 @@ CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     FK_ENTER(cuMemFree);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (dptr == 0) return CUDA_SUCCESS;
+    pend_check_free(dptr, NULL, 1);
     return do_free(dptr, 0);
 }
 
@@ -2253,6 +2344,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     FK_ENTER(cuMemFreeAsync);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    pend_check_free(dptr, hStream, 0);
     return do_free(dptr, 0);
 }
 
@@ -2457,6 +2549,9 @@ FK_EXPORT int fakecuda_reset(void) {
     }
     g_launch_count = 0;
     g_reason[0] = 0;
+    g_pending_mode = 0;
+    g_npend = 0;
+    g_early_frees = 0;
     for (i = 0; i < FK_MAX_DEV; i++) default_attrs(i);
     return 0;
 }
@@ -2593,4 +2688,30 @@ FK_EXPORT int fakecuda_current_device(int *dev) {
     if (!c) return 0;
     if (dev) *dev = c->dev;
     return 1;
+}
+
+/* Pending-work model switch (see "pending-work model" above); returns the old setting. */
+FK_EXPORT int fakecuda_pending_mode(int on) {
+    int old;
+    FK_LOCK_SCOPE;
+    old = g_pending_mode;
+    g_pending_mode = on != 0;
+    if (!on) g_npend = 0;
+    return old;
+}
+
+/* Frees of memory that pending work on another stream still referenced. */
+FK_EXPORT long long fakecuda_early_frees(void) {
+    FK_LOCK_SCOPE;
+    return g_early_frees;
+}
+
+/* Pending launches referencing the allocation that contains ptr, on streams other than
+ * `stream` (any stream when any_stream); -1 if ptr is in no allocation. */
+FK_EXPORT int fakecuda_pending_refs(unsigned long long ptr, void *stream, int any_stream) {
+    fk_alloc *a;
+    FK_LOCK_SCOPE;
+    a = find_alloc((uintptr_t)ptr);
+    if (!a) return -1;
+    return pend_refs(a->id, (CUstream)stream, any_stream);
 }
