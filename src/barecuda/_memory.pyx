@@ -1948,8 +1948,8 @@ cdef class HostRegistration:
             PyBuffer_Release(&self.view)
 
     def close(self):
-        """Unregister (after a full device synchronization-free check: the caller must
-        make sure no queued copy still uses it). Idempotent."""
+        """Unregister now and release the buffer. Idempotent. Nothing waits here: the
+        caller must make sure no queued async copy still uses the memory."""
         cdef CUresult rc
         if self.registered:
             self.registered = False
