@@ -78,6 +78,10 @@ def spin():
 
 @pytest.fixture
 def gate():
+    # Collect leftovers first: a destructor that synchronizes (managed or pitched memory,
+    # the plain allocator after cross-stream use) must not run while a kernel spins.
+    gc.collect()
+    bc.Device(0).synchronize()
     g = Gate()
     try:
         yield g
@@ -96,11 +100,12 @@ def test_dropped_buffer_not_reused_by_other_stream_before_kernel_ends(spin, gate
     aptr = a.ptr
     spin.launch(1, 256, gate.mem.device_ptr, a, N, 7, stream=s1)
     del a                                        # freed while the kernel is still spinning
-    gc.collect()
     b = bc.empty(N, "uint32", stream=s2, allocator=pool)
     c = bc.empty(N, "uint32", stream=s2, allocator=pool)
     assert aptr not in (b.ptr, c.ptr)            # s1's work on it is not done: no reuse
-    pattern = np.random.default_rng().integers(1, 2**32 - 1, N, dtype=np.uint32)
+    # Pinned source: a direct DMA (the staged path's shared chunks could wait on s1).
+    pattern = bc.pinned_empty(N, "uint32")
+    pattern[:] = np.random.default_rng().integers(1, 2**32 - 1, N, dtype=np.uint32)
     b.copy_from(pattern, stream=s2)
     s2.synchronize()
     assert not s1.query()                        # the kernel is still waiting
@@ -122,7 +127,8 @@ def test_same_stream_reuse_is_ordered_after_the_kernel(spin, gate):
     del a
     b = bc.empty(N, "uint32", stream=s, allocator=pool)
     assert b.ptr == aptr                         # same stream: reuse at once, in stream order
-    pattern = np.random.default_rng().integers(8, 2**32 - 1, N, dtype=np.uint32)
+    pattern = bc.pinned_empty(N, "uint32")       # pinned: a direct DMA queued behind the kernel
+    pattern[:] = np.random.default_rng().integers(8, 2**32 - 1, N, dtype=np.uint32)
     b.copy_from(pattern, stream=s)               # queued after the kernel's writes
     gate.release()
     np.testing.assert_array_equal(b.to_numpy(stream=s), pattern)
