@@ -474,7 +474,7 @@ def test_exit_releases_when_the_driver_is_usable(fake_lib_path):
 
 @pytest.mark.parametrize("nt", [False, True], ids=["memcpy", "streaming_stores"])
 def test_both_copy_kernels_exact(fake, small_chunks, mem, rng, nt):
-    st.configure(nt_stores=nt, chunk_bytes=3 * CHUNK, min_part=300)
+    st.configure(nt_htod=nt, nt_dtoh=nt, chunk_bytes=3 * CHUNK, min_part=300)
     for n in (255, 256, 257, 1000, 3 * CHUNK - 1, 7 * CHUNK + 333):
         for off in (0, 1, 7, 15):
             _, src = host_view(n, off, rng)

@@ -3,7 +3,7 @@
 Device memory is allocated, filled and read back here through the driver's own
 synchronous calls (ctypes on the library barecuda loaded), so the reference path
 shares no code with the staging engine. Every check is against numpy on fresh
-random data. Both the default configuration (8 MiB chunks, 1 MiB threshold) and a
+random data. Both the default configuration (8 MiB chunks, 8 MiB threshold) and a
 small one (64 KiB chunks, threshold 0: every copy staged, many pipeline rounds)
 are tested.
 """

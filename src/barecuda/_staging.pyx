@@ -6,7 +6,7 @@ entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
 _staging.pxd), the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
 addresses, and ``bench_copy``, the raw measurement the benchmark reports.
 
-Copies below the threshold (1 MiB unless configured) take the driver's plain path
+Copies below the threshold (8 MiB unless configured) take the driver's plain path
 unchanged. The GIL is released for the whole copy; the worker threads only memcpy.
 
 Environment (read at import): ``BARECUDA_STAGING_THREADS``,
@@ -39,7 +39,8 @@ cdef extern from "barecuda/bc_staging.h" nogil:
         size_t threshold
         size_t min_piece
         size_t min_part
-        int nt_stores
+        int nt_htod
+        int nt_dtoh
     ctypedef struct bc_staging_counters:
         long long htod_plain, htod_plain_bytes
         long long dtoh_plain, dtoh_plain_bytes
@@ -201,11 +202,11 @@ def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None):
 cdef dict _config_dict(const bc_staging_config *c):
     return {"chunk_bytes": c.chunk_bytes, "chunks": c.chunks, "threads": c.threads,
             "threshold": c.threshold, "min_piece": c.min_piece, "min_part": c.min_part,
-            "nt_stores": bool(c.nt_stores)}
+            "nt_htod": bool(c.nt_htod), "nt_dtoh": bool(c.nt_dtoh)}
 
 
 def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
-              min_piece=None, min_part=None, nt_stores=None):
+              min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None):
     """Set the staging parameters (None leaves one unchanged); returns the resulting set.
 
     Parameters
@@ -219,15 +220,17 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         Host threads sharing each memcpy, the calling thread included, 1 to 64
         (default ``min(8, max(2, cores // 2))``, never more than the usable cores).
     threshold : int
-        Copies of fewer bytes take the driver's plain path (default 1 MiB).
+        Copies of fewer bytes take the driver's plain path (default 8 MiB).
     min_piece : int
         Smallest pipeline piece: a copy of only a few chunks is cut into ``chunks``
         pieces of at least this size so that memcpy and DMA still overlap (256 KiB).
     min_part : int
-        Smallest share of a memcpy given to one thread (64 KiB).
-    nt_stores : bool
-        Copy with streaming (non-temporal) stores, bypassing the cache (default True
-        on x86-64, where it is available; ignored elsewhere).
+        Smallest share of a memcpy given to one thread (512 KiB).
+    nt_htod, nt_dtoh : bool
+        Do the host-side copy of that direction with streaming (non-temporal) stores,
+        bypassing the cache (x86-64 only; ignored elsewhere). Defaults: off for
+        host->device (slower into the pinned chunks on the H200 VM), on for
+        device->host (about 2x there).
 
     Notes
     -----
@@ -236,7 +239,7 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
     """
     cdef bc_staging_config c
     bc_staging_get_config(&c)
-    if all(v is None for v in (chunk_bytes, chunks, threads, threshold, min_piece, min_part, nt_stores)):
+    if all(v is None for v in (chunk_bytes, chunks, threads, threshold, min_piece, min_part, nt_htod, nt_dtoh)):
         return _config_dict(&c)
     if chunk_bytes is not None:
         if chunk_bytes < 1:
@@ -262,8 +265,10 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         if min_part < 1:
             raise ValueError(f"min_part must be positive, got {min_part}")
         c.min_part = min_part
-    if nt_stores is not None:
-        c.nt_stores = 1 if (nt_stores and BC_STAGING_HAVE_NT) else 0
+    if nt_htod is not None:
+        c.nt_htod = 1 if (nt_htod and BC_STAGING_HAVE_NT) else 0
+    if nt_dtoh is not None:
+        c.nt_dtoh = 1 if (nt_dtoh and BC_STAGING_HAVE_NT) else 0
     bc_staging_set_config(&c)
     return _config_dict(&c)
 
