@@ -232,3 +232,25 @@ def test_gpu_torch_current_context_is_shared():
     assert d.ordinal == 0
     view = bc.as_device_buffer(t)
     assert list(view.to_numpy()) == list(range(10))
+
+
+def test_default_device_follows_the_users_choice_not_internal_switches(fake_lib_path, tmp_path):
+    """Two fake devices, in a fresh interpreter (the double reads its device count at load)."""
+    import os
+    import subprocess
+    import sys
+    code = r'''
+import threading, barecuda as bc
+assert bc.device_count() == 2
+s1 = bc.Stream(1)                      # barecuda binds device 1's context internally...
+assert bc.Device().ordinal == 0        # ...which must not change the default device
+bc.Device(1).set_current()
+assert bc.Device().ordinal == 1 and bc.Stream().device.ordinal == 1
+seen = []
+t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start(); t.join()
+assert seen == [0], seen               # the choice is per thread
+print("ok")
+'''
+    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_DEVICES="2")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -158,5 +158,11 @@ static inline CUresult bc_set_current(CUcontext ctx) {
 }
 
 static inline void bc_forget_current(void) { bc_tls_ctx = NULL; }
+static inline CUcontext bc_bound_context(void) { return bc_tls_ctx; }
+
+/* The device the user chose for this thread with Device.set_current(), or -1. */
+static BC_THREAD_LOCAL int bc_tls_device = -1;
+static inline int bc_chosen_device(void) { return bc_tls_device; }
+static inline void bc_choose_device(int ordinal) { bc_tls_device = ordinal; }
 
 #endif /* BARECUDA_BC_RUNTIME_H */

@@ -12,7 +12,8 @@ cimport cython
 from libc.string cimport memset
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, forget_current
+from barecuda._loader cimport (driver_table, runtime_state, ensure_driver, set_current, forget_current,
+                               bound_context, chosen_device, choose_device)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -201,12 +202,21 @@ cdef CUcontext activate_device(int ordinal) except NULL:
 
 
 cdef int _current_ordinal() except -2:
-    """Device of the context current on this thread, or -1 when none is."""
+    """The default device of this thread, or -1 for "none chosen" (then 0).
+
+    Like the CUDA runtime's current device: the device chosen on this thread with
+    ``Device.set_current()``; otherwise, when another library (PyTorch, CuPy) made a
+    context current on this thread, that context's device. A context barecuda made
+    current only to run an operation on some device does not change the default.
+    """
     cdef CUcontext ctx = NULL
     cdef CUdevice dev
+    cdef int o = chosen_device()
+    if o >= 0:
+        return o
     ensure_driver(ST)
     check(D.cuCtxGetCurrent(&ctx), b"cuCtxGetCurrent")
-    if ctx == NULL:
+    if ctx == NULL or ctx == bound_context():
         return -1
     check(D.cuCtxGetDevice(&dev), b"cuCtxGetDevice")
     return <int>dev
@@ -227,8 +237,9 @@ cdef class Device:
     Parameters
     ----------
     ordinal : int, optional
-        Device index. By default the device of the context current on this thread
-        (so code running under PyTorch's or CuPy's current device follows it), or 0.
+        Device index. By default the thread's default device: the one chosen with
+        :meth:`set_current`, else the device of a context another library (PyTorch,
+        CuPy) made current on this thread, else 0.
 
     Device objects are cheap; every Device for one ordinal shares the primary
     context, which is retained on first use and made current on each calling thread.
@@ -259,8 +270,10 @@ cdef class Device:
         return 0
 
     def set_current(self):
-        """Retain this device's primary context and make it current on this thread."""
+        """Make this device the default of the calling thread (``Device()``, and every
+        call that takes ``device=None``) and its primary context current."""
         self.activate()
+        choose_device(self.ordinal)
 
     def __repr__(self):
         return f"<barecuda.Device {self.ordinal}: {self.name}>"

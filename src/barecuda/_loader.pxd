@@ -14,6 +14,9 @@ cdef bc_state_t *runtime_state() noexcept nogil
 cdef int _ensure_driver_slow() except -1
 cdef int set_current(CUcontext ctx) except -1 nogil
 cdef void forget_current() noexcept nogil
+cdef CUcontext bound_context() noexcept nogil      # what barecuda made current on this thread
+cdef int chosen_device() noexcept nogil            # Device.set_current() on this thread, or -1
+cdef void choose_device(int ordinal) noexcept nogil
 
 cdef inline int ensure_driver(bc_state_t *st) except -1:
     """Load the driver on first use; raise if it cannot be used in this process."""

@@ -24,6 +24,9 @@ cdef extern from "barecuda/bc_runtime.h" nogil:
     int bc_load_from(const char *path, char *err, size_t errlen, const char **missing, CUresult *cu_rc)
     CUresult bc_set_current(CUcontext ctx)
     void bc_forget_current()
+    CUcontext bc_bound_context()
+    int bc_chosen_device()
+    void bc_choose_device(int ordinal)
 
 _lock = threading.Lock()
 _failure = None   # the last load failure, kept so is_available() stays cheap
@@ -53,6 +56,18 @@ cdef int set_current(CUcontext ctx) except -1 nogil:
 
 cdef void forget_current() noexcept nogil:
     bc_forget_current()
+
+
+cdef CUcontext bound_context() noexcept nogil:
+    return bc_bound_context()
+
+
+cdef int chosen_device() noexcept nogil:
+    return bc_chosen_device()
+
+
+cdef void choose_device(int ordinal) noexcept nogil:
+    bc_choose_device(ordinal)
 
 
 def _on_exit():
