@@ -1155,6 +1155,10 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
             raise BufferError(f"{type(obj).__name__} is not in CUDA device memory (DLPack device {tuple(dev)}); "
                               "use to_device() to copy host data")
         sarg = 1 if h == NULL else <size_t>h
+        # The producer may check (PyTorch does) that its device's context is the
+        # current one when it is handed a stream: bind it, as we are about to use
+        # the memory there anyway. This does not change the thread's default device.
+        activate_device(int(dev[1]))
         try:
             cap = obj.__dlpack__(stream=sarg, max_version=(BC_DLPACK_MAJOR_VERSION, BC_DLPACK_MINOR_VERSION))
         except TypeError:
