@@ -200,17 +200,33 @@ def test_sticky_error_from_a_real_call_path(fake):
 def test_invalid_value_from_a_real_call_path(fake):
     Device = _device_api()
     dev = Device(0)
-    fake.fail("cuDeviceGetName", 1)
+    fake.fail("cuDeviceGetAttribute", 1)
     with pytest.raises(ValueError) as ei:
-        _query(dev, "name")
+        dev.attribute("multiprocessor_count")
     assert isinstance(ei.value, barecuda.CudaInvalidValueError)
-    assert ei.value.call == "cuDeviceGetName" and ei.value.code == 1
-    assert _query(dev, "name") == "FakeCUDA Device 0"  # one failure only
+    assert ei.value.call == "cuDeviceGetAttribute" and ei.value.code == 1
+    assert dev.attribute("multiprocessor_count") > 0  # one failure only
+
+
+def test_identity_properties_ask_the_driver_once(fake):
+    """name / uuid / pci_bus_id / total_memory / compute_capability never change for an
+    ordinal: after the first read they cost no driver call (and cannot fail)."""
+    Device = _device_api()
+    dev = Device(0)
+    first = (dev.name, dev.uuid, dev.pci_bus_id, dev.total_memory, dev.compute_capability)
+    calls = {c: fake.calls(c) for c in ("cuDeviceGetName", "cuDeviceGetUuid", "cuDeviceGetPCIBusId",
+                                         "cuDeviceTotalMem", "cuDeviceGetAttribute")}
+    for c in calls:
+        fake.fail(c, 1)
+    again = Device(0)
+    assert (again.name, again.uuid, again.pci_bus_id, again.total_memory, again.compute_capability) == first
+    assert {c: fake.calls(c) for c in calls} == calls
+    assert first[0] == "FakeCUDA Device 0" and first[1].startswith("GPU-") and first[3] > 0
 
 
 def test_out_of_memory_from_a_real_call_path(fake):
     Device = _device_api()
-    fake.fail("cuDeviceTotalMem", 2)
+    fake.fail("cuMemGetInfo", 2)
     with pytest.raises(MemoryError) as ei:
-        _query(Device(0), "total_memory")
-    assert isinstance(ei.value, barecuda.CudaOutOfMemoryError) and ei.value.call == "cuDeviceTotalMem"
+        Device(0).mem_info()
+    assert isinstance(ei.value, barecuda.CudaOutOfMemoryError) and ei.value.call == "cuMemGetInfo"

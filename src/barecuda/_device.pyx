@@ -20,6 +20,8 @@ cdef bc_state_t *ST = runtime_state()
 
 DEF MAX_DEVICES = 256
 cdef CUcontext _primary[MAX_DEVICES]
+# (ordinal, property) -> value for the identity properties of Device (fixed per process)
+cdef dict _IDENTITY = {}
 memset(_primary, 0, sizeof(_primary))
 _retain_lock = threading.Lock()
 
@@ -290,40 +292,63 @@ cdef class Device:
     def __reduce__(self):
         return (Device, (self.ordinal,))
 
+    # The identity properties below never change for a device ordinal: each asks the
+    # driver once per process and is a dict lookup afterwards (STYLE: properties are
+    # for cheap values).
     @property
     def name(self):
-        """Marketing name, e.g. ``'NVIDIA H200'``."""
+        """Marketing name, e.g. ``'NVIDIA H200'`` (asked once, then cached)."""
         cdef char buf[256]
-        check(D.cuDeviceGetName(buf, sizeof(buf), self.handle), b"cuDeviceGetName")
-        return buf.decode(errors="replace")
+        key = (self.ordinal, "name")
+        v = _IDENTITY.get(key)
+        if v is None:
+            check(D.cuDeviceGetName(buf, sizeof(buf), self.handle), b"cuDeviceGetName")
+            v = _IDENTITY[key] = buf.decode(errors="replace")
+        return v
 
     @property
     def uuid(self):
-        """The device UUID as a string ``GPU-xxxxxxxx-xxxx-...``."""
+        """The device UUID as a string ``GPU-xxxxxxxx-xxxx-...`` (asked once, then cached)."""
         cdef CUuuid u
-        check(D.cuDeviceGetUuid(&u, self.handle), b"cuDeviceGetUuid")
-        h = bytes((<unsigned char *>u.bytes)[:16]).hex()
-        return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        key = (self.ordinal, "uuid")
+        v = _IDENTITY.get(key)
+        if v is None:
+            check(D.cuDeviceGetUuid(&u, self.handle), b"cuDeviceGetUuid")
+            h = bytes((<unsigned char *>u.bytes)[:16]).hex()
+            v = _IDENTITY[key] = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        return v
 
     @property
     def pci_bus_id(self):
-        """PCI bus id, e.g. ``'0000:19:00.0'``."""
+        """PCI bus id, e.g. ``'0000:19:00.0'`` (asked once, then cached)."""
         cdef char buf[64]
-        check(D.cuDeviceGetPCIBusId(buf, sizeof(buf), self.handle), b"cuDeviceGetPCIBusId")
-        return buf.decode()
+        key = (self.ordinal, "pci_bus_id")
+        v = _IDENTITY.get(key)
+        if v is None:
+            check(D.cuDeviceGetPCIBusId(buf, sizeof(buf), self.handle), b"cuDeviceGetPCIBusId")
+            v = _IDENTITY[key] = buf.decode()
+        return v
 
     @property
     def compute_capability(self):
-        """``(major, minor)``."""
-        return (self.attribute("compute_capability_major"),
-                self.attribute("compute_capability_minor"))
+        """``(major, minor)`` (asked once, then cached)."""
+        key = (self.ordinal, "compute_capability")
+        v = _IDENTITY.get(key)
+        if v is None:
+            v = _IDENTITY[key] = (self.attribute("compute_capability_major"),
+                                  self.attribute("compute_capability_minor"))
+        return v
 
     @property
     def total_memory(self):
-        """Total device memory in bytes."""
+        """Total device memory in bytes (asked once, then cached)."""
         cdef size_t b = 0
-        check(D.cuDeviceTotalMem(&b, self.handle), b"cuDeviceTotalMem")
-        return b
+        key = (self.ordinal, "total_memory")
+        v = _IDENTITY.get(key)
+        if v is None:
+            check(D.cuDeviceTotalMem(&b, self.handle), b"cuDeviceTotalMem")
+            v = _IDENTITY[key] = b
+        return v
 
     def attribute(self, name):
         """Value of a device attribute.
