@@ -487,3 +487,33 @@ def test_both_copy_kernels_exact(fake, small_chunks, mem, rng, nt):
             st.copy_dtoh(base[off + 3:off + 3 + n], d + off)
             assert base[off + 3:off + 3 + n].tobytes() == src.tobytes()
             assert (base[:off + 3] == 0x11).all() and (base[off + 3 + n:] == 0x11).all()
+
+
+@pytest.mark.parametrize("n", [1, CHUNK + 1, (2 << 20) - 1, (5 << 20) + 4093])
+@pytest.mark.parametrize("off", [0, 3, 4095])
+def test_fresh_destination_is_faulted_in_place_and_exact(fake, small_chunks, mem, rng, n, off):
+    """fresh=True: the threads write into every page of the destination before the
+    copy (2 MiB blocks taken from a shared counter); nothing outside it is touched
+    and every byte ends up as on the device."""
+    st.configure(threads=4)
+    data = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+    d = mem.alloc(n, 0)
+    mem.write(d, data)
+    base = np.full(n + off + GUARD, 0x5A, dtype=np.uint8)
+    dst = base[off:off + n]
+    st.copy_dtoh(dst, d, fresh=True)
+    assert dst.tobytes() == data
+    assert base[:off].tobytes() == b"\x5a" * off and base[off + n:].tobytes() == b"\x5a" * GUARD
+
+
+@pytest.mark.parametrize("n", [CHUNK * 3 + 7, (3 << 20) + 5])
+def test_to_numpy_and_copy_to_new_buffer_through_the_stager(fake, small_chunks, rng, n):
+    """to_numpy() and copy_to() allocate the result themselves (np.empty, an
+    uninitialised bytearray) and take the fresh-destination path."""
+    src = rng.integers(0, 256, size=n, dtype=np.uint8)
+    buf = bc.to_device(src)
+    before = st.stats()["dtoh_staged"]
+    assert np.array_equal(buf.to_numpy(), src)
+    out = buf.copy_to()
+    assert isinstance(out, bytearray) and bytes(out) == src.tobytes()
+    assert st.stats()["dtoh_staged"] == before + 2

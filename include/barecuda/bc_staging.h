@@ -73,6 +73,7 @@ static void bc_cond_broadcast(bc_cond_t *c) { pthread_cond_broadcast(c); }
 #define BC_ALOAD(p) InterlockedCompareExchange((volatile LONG *)(p), 0, 0)
 #define BC_ASTORE(p, v) InterlockedExchange((volatile LONG *)(p), (LONG)(v))
 #define BC_ADEC(p) InterlockedDecrement((volatile LONG *)(p))
+#define BC_AFETCHINC(p) (InterlockedIncrement((volatile LONG *)(p)) - 1)
 #define BC_AADD64(p, v) InterlockedExchangeAdd64((volatile LONG64 *)(p), (LONG64)(v))
 #define BC_ALOAD64(p) InterlockedCompareExchange64((volatile LONG64 *)(p), 0, 0)
 #define BC_CPU_RELAX() YieldProcessor()
@@ -80,6 +81,7 @@ static void bc_cond_broadcast(bc_cond_t *c) { pthread_cond_broadcast(c); }
 #define BC_ALOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define BC_ASTORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
 #define BC_ADEC(p) __atomic_sub_fetch((p), 1, __ATOMIC_ACQ_REL)
+#define BC_AFETCHINC(p) __atomic_fetch_add((p), 1, __ATOMIC_RELAXED)
 #define BC_AADD64(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 #define BC_ALOAD64(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #if defined(__x86_64__) || defined(__i386__)
@@ -171,11 +173,13 @@ typedef struct bc_staging_config {
     int nt_dtoh;          /* device->host memcpy into the destination with streaming stores */
 } bc_staging_config;
 
-/* Defaults from the H200 VM (16 cores): streaming stores took device->host from
- * 12-31 to 43-53 GB/s but host->device from ~41 down to ~28 GB/s; below ~8 MiB the
+/* Defaults from the H200 VMs (16 and 32 cores; tools/staging_sweep.py): streaming
+ * stores took device->host from 12-31 to 43-53 GB/s but host->device from ~41 down
+ * to ~28 GB/s; 8 chunks of 8 MiB held device->host at 52-53 GB/s from 8 to 24
+ * threads where 4 chunks dipped to 38-49 at some thread counts; below ~8 MiB the
  * thread wake-ups cost more than staging gains (4 MiB: 5 vs 10.7 GB/s plain). */
 static bc_staging_config bc_staging_cfg = {
-    (size_t)8 << 20, 4, 8, (size_t)8 << 20, (size_t)256 << 10, (size_t)512 << 10, 0, BC_STAGING_HAVE_NT};
+    (size_t)8 << 20, 8, 8, (size_t)8 << 20, (size_t)256 << 10, (size_t)512 << 10, 0, BC_STAGING_HAVE_NT};
 static long bc_staging_cfg_gen = 1;             /* bumped by every configure */
 static bc_mutex_t bc_staging_registry_mu = BC_MUTEX_INIT;
 
@@ -200,6 +204,11 @@ typedef struct bc_worker_arg {
     int index;                 /* 1..nworkers; the caller is part 0 */
 } bc_worker_arg;
 
+/* A job is cut into grains that the participants (caller and workers) take one at
+ * a time from a shared counter: a participant that is slow to wake, or descheduled
+ * by the hypervisor, holds up at most one grain instead of a fixed 1/T share. */
+enum { BC_JOB_COPY = 0, BC_JOB_TOUCH = 1 };
+
 typedef struct bc_pool {
     int nworkers;
     bc_thread_t th[BC_STAGING_MAX_THREADS];
@@ -209,23 +218,55 @@ typedef struct bc_pool {
     long gen;                  /* job number; a worker runs each job exactly once */
     long remaining;            /* workers that have not finished the current job */
     long stop;
+    long next_grain;           /* the next grain of the current job to take */
     /* the current job: written by the caller only while no worker reads it
        (between remaining reaching 0 and the next gen increment) */
+    int op;                    /* BC_JOB_COPY or BC_JOB_TOUCH */
     char *dst;
     const char *src;
-    size_t n, part;
+    size_t n, grain;
     int nt;
 } bc_pool;
 
-static void bc_pool_part(const bc_pool *p, int index, char **dst, const char **src, size_t *len) {
-    size_t start = p->part * (size_t)index;
-    if (start >= p->n) {
-        *len = 0;
-        return;
+/* Page-size stride for touching: a larger page is just touched more than once. */
+#define BC_STAGING_TOUCH_STRIDE 4096
+/* Touch grains are whole 2 MiB-aligned blocks of the address space, so that no two
+ * threads fault pages under one page-table page (whose lock they would share). */
+#define BC_STAGING_TOUCH_GRAIN ((size_t)2 << 20)
+
+/* Write a zero into every page of [p, p + n): the kernel maps (and zeroes) them
+ * now, in parallel, rather than one fault at a time inside the copy. Only for
+ * destinations whose bytes are all about to be overwritten. */
+static void bc_touch_pages(char *p, size_t n) {
+    char *end = p + n;
+    volatile char *q = p;
+    while ((char *)q < end) {
+        *q = 0;
+        q = (volatile char *)(((uintptr_t)q & ~(uintptr_t)(BC_STAGING_TOUCH_STRIDE - 1)) + BC_STAGING_TOUCH_STRIDE);
     }
-    *len = p->n - start < p->part ? p->n - start : p->part;
-    *dst = p->dst + start;
-    *src = p->src + start;
+}
+
+/* Take grains until none is left. */
+static void bc_pool_run(bc_pool *p) {
+    for (;;) {
+        size_t g = (size_t)BC_AFETCHINC(&p->next_grain);
+        if (p->op == BC_JOB_TOUCH) {
+            /* grain g is the g-th 2 MiB block counted from the one holding dst */
+            uintptr_t base = (uintptr_t)p->dst & ~(uintptr_t)(BC_STAGING_TOUCH_GRAIN - 1);
+            uintptr_t lo = base + g * BC_STAGING_TOUCH_GRAIN, hi = lo + BC_STAGING_TOUCH_GRAIN;
+            uintptr_t first = (uintptr_t)p->dst, last = first + p->n;
+            if (lo >= last) return;
+            if (lo < first) lo = first;
+            if (hi > last) hi = last;
+            bc_touch_pages((char *)lo, (size_t)(hi - lo));
+        } else {
+            size_t off = g * p->grain;
+            size_t len;
+            if (off >= p->n) return;
+            len = p->n - off < p->grain ? p->n - off : p->grain;
+            bc_copy(p->dst + off, p->src + off, len, p->nt);
+        }
+    }
 }
 
 static void bc_pool_worker_loop(bc_worker_arg *a) {
@@ -234,9 +275,6 @@ static void bc_pool_worker_loop(bc_worker_arg *a) {
     for (;;) {
         long long t0 = 0;
         int spins = 0;
-        char *dst = NULL;
-        const char *src = NULL;
-        size_t len = 0;
         while (BC_ALOAD(&p->gen) == seen && !BC_ALOAD(&p->stop)) {
             BC_CPU_RELAX();
             if ((++spins & 255) == 0) {
@@ -250,8 +288,7 @@ static void bc_pool_worker_loop(bc_worker_arg *a) {
         bc_mutex_unlock(&p->mu);
         if (BC_ALOAD(&p->stop)) return;
         seen = BC_ALOAD(&p->gen);
-        bc_pool_part(p, a->index, &dst, &src, &len);
-        if (len) bc_copy(dst, src, len, p->nt);
+        bc_pool_run(p);
         if (BC_ADEC(&p->remaining) == 0) {
             bc_mutex_lock(&p->mu);
             bc_cond_broadcast(&p->cv_done);
@@ -314,33 +351,25 @@ static void bc_pool_stop(bc_pool *p) {
     bc_mutex_destroy(&p->mu);
 }
 
-/* memcpy(dst, src, n) split between the caller and the workers. */
-static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, size_t min_part, int nt) {
-    size_t nparts, part;
+/* Run one job on the caller and every worker; returns when all grains are done. */
+static void bc_pool_job(bc_pool *p, int op, void *dst, const void *src, size_t n, size_t grain, int nt) {
     long long t0 = 0;
     int spins = 0;
-    if (min_part == 0) min_part = 1;
-    nparts = n / min_part;
-    if (nparts > (size_t)p->nworkers + 1) nparts = (size_t)p->nworkers + 1;
-    if (nparts <= 1) {
-        bc_copy(dst, src, n, nt);
-        return;
-    }
-    part = (n + nparts - 1) / nparts;
-    part = (part + 63) & ~(size_t)63;   /* whole cache lines per thread */
+    p->op = op;
     p->dst = (char *)dst;
     p->src = (const char *)src;
     p->n = n;
-    p->part = part;
+    p->grain = grain;
     p->nt = nt;
-    /* Every worker takes part in every job (an idle share is empty): no worker can
-       be left reading a job the caller is already overwriting. */
+    BC_ASTORE(&p->next_grain, 0);
+    /* Every worker takes part in every job (one that wakes late finds no grain
+       left): no worker can be left reading a job the caller is already overwriting. */
     BC_ASTORE(&p->remaining, (long)p->nworkers);
     bc_mutex_lock(&p->mu);
     BC_ASTORE(&p->gen, p->gen + 1);
     bc_cond_broadcast(&p->cv_work);
     bc_mutex_unlock(&p->mu);
-    bc_copy(dst, src, n < part ? n : part, nt);
+    bc_pool_run(p);
     while (BC_ALOAD(&p->remaining) > 0) {
         BC_CPU_RELAX();
         if ((++spins & 255) == 0) {
@@ -352,6 +381,33 @@ static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, siz
     bc_mutex_lock(&p->mu);
     while (BC_ALOAD(&p->remaining) > 0) bc_cond_wait(&p->cv_done, &p->mu);
     bc_mutex_unlock(&p->mu);
+}
+
+/* memcpy(dst, src, n) shared between the caller and the workers: about four grains
+ * per participant (a participant gets at least min_part bytes' worth of work),
+ * grains in whole pages. */
+static void bc_pool_memcpy(bc_pool *p, void *dst, const void *src, size_t n, size_t min_part, int nt) {
+    size_t nparts, grain;
+    if (min_part == 0) min_part = 1;
+    nparts = n / min_part;
+    if (nparts > (size_t)p->nworkers + 1) nparts = (size_t)p->nworkers + 1;
+    if (nparts <= 1) {
+        bc_copy(dst, src, n, nt);
+        return;
+    }
+    grain = n / (nparts * 4);
+    grain = (grain + 4095) & ~(size_t)4095;
+    if (grain < 4096) grain = 4096;
+    bc_pool_job(p, BC_JOB_COPY, dst, src, n, grain, nt);
+}
+
+/* Fault in every page of [dst, dst + n) with all threads (see bc_touch_pages). */
+static void bc_pool_touch(bc_pool *p, void *dst, size_t n) {
+    if (p->nworkers == 0 || n <= BC_STAGING_TOUCH_GRAIN) {
+        bc_touch_pages((char *)dst, n);
+        return;
+    }
+    bc_pool_job(p, BC_JOB_TOUCH, dst, NULL, n, BC_STAGING_TOUCH_GRAIN, 0);
 }
 
 /* ------------------------------------------------------------ the stager */
@@ -617,9 +673,12 @@ static CUresult bc_stager_htod(const bc_driver_t *D, bc_stager *s, CUdeviceptr d
     return rc;
 }
 
-/* Device->host, n >= threshold; returns when dst is written. */
+/* Device->host, n >= threshold; returns when dst is written. `fresh`: dst is newly
+ * allocated memory the caller never touched (to_numpy's result): its pages are
+ * faulted in by all threads while the first DMAs run, instead of one page fault at
+ * a time inside each thread's share of the copies. */
 static CUresult bc_stager_dtoh(const bc_driver_t *D, bc_stager *s, void *dst_, CUdeviceptr src,
-                               size_t n, CUstream stream, const char **call) {
+                               size_t n, CUstream stream, int fresh, const char **call) {
     char *dst = (char *)dst_;
     size_t piece, npieces, issued = 0, done = 0;
     int base, k;
@@ -662,6 +721,10 @@ static CUresult bc_stager_dtoh(const bc_driver_t *D, bc_stager *s, void *dst_, C
             rc = bc_stager_guard(D, s, c, stream, call);
             if (rc != CUDA_SUCCESS) goto out;
             issued++;
+        }
+        if (fresh) {
+            bc_pool_touch(&s->pool, dst, n);
+            fresh = 0;
         }
         {
             int c = (int)((base + done) % (size_t)k);

@@ -24,6 +24,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTI
 from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer,
                                 PyCapsule_SetName, PyCapsule_CheckExact)
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 from libc.stdint cimport int64_t, uint64_t, uint8_t, uint16_t, int32_t, uint32_t
@@ -599,8 +600,9 @@ cdef int _copy_hd(DeviceBuffer dst, object src, object stream) except -1:
     return 0
 
 
-cdef int _copy_dh(object dst, DeviceBuffer src, object stream) except -1:
-    """Device -> host (writable buffer protocol)."""
+cdef int _copy_dh(object dst, DeviceBuffer src, object stream, bint fresh=False) except -1:
+    """Device -> host (writable buffer protocol). ``fresh``: dst was just allocated by
+    us and never touched (see staged_dtoh)."""
     cdef Py_buffer view
     cdef CUcontext ctx = src.ctx
     cdef PinnedBuffer p
@@ -633,7 +635,7 @@ cdef int _copy_dh(object dst, DeviceBuffer src, object stream) except -1:
         else:
             # Complete on return (staged through pinned chunks when large).
             with nogil:
-                staged_dtoh(hp, dptr, n, s, ctx)
+                staged_dtoh(hp, dptr, n, s, ctx, fresh)
     finally:
         PyBuffer_Release(&view)
     return 0
@@ -850,8 +852,10 @@ cdef class DeviceBuffer:
         and the host destination must stay valid until the stream reaches it.
         """
         if dst is None:
-            dst = bytearray(self.size)
-            _copy_dh(dst, self, stream)
+            # uninitialised (no memset: every byte is written by the copy, and the
+            # staging threads fault the pages in in parallel)
+            dst = PyByteArray_FromStringAndSize(NULL, <Py_ssize_t>self.size)
+            _copy_dh(dst, self, stream, True)
             if stream is not None:
                 _sync_on(stream)
             return dst
@@ -872,7 +876,7 @@ cdef class DeviceBuffer:
         except TypeError:
             raise TypeError(f"numpy has no dtype {self._dtype!r}; use .view('uint8') first") from None
         out = np.empty(self.shape, dtype=dt)
-        _copy_dh(out, self, stream)
+        _copy_dh(out, self, stream, True)
         if stream is not None:
             _sync_on(stream)
         return out

@@ -15,5 +15,7 @@ cdef int staged_htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
 
 # Device->host into pageable (or any) host memory, ordered after earlier work on
 # `stream`. Returns when dst is fully written (synchronous, like cuMemcpyDtoH).
+# `fresh`: dst was just allocated and never touched, and every byte of it is about
+# to be written: its pages are faulted in by all staging threads first.
 cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
-                     CUcontext ctx) except -1 nogil
+                     CUcontext ctx, bint fresh) except -1 nogil

@@ -61,7 +61,7 @@ cdef extern from "barecuda/bc_staging.h" nogil:
     CUresult bc_stager_htod(const bc_driver_t *drv, bc_stager *s, CUdeviceptr dst, const void *src,
                             size_t n, CUstream stream, const char **call)
     CUresult bc_stager_dtoh(const bc_driver_t *drv, bc_stager *s, void *dst, CUdeviceptr src,
-                            size_t n, CUstream stream, const char **call)
+                            size_t n, CUstream stream, int fresh, const char **call)
     CUresult bc_staging_plain_htod(const bc_driver_t *drv, CUdeviceptr dst, const void *src, size_t n,
                                    CUstream stream, const char **call)
     CUresult bc_staging_plain_dtoh(const bc_driver_t *drv, void *dst, CUdeviceptr src, size_t n,
@@ -110,7 +110,7 @@ cdef int staged_htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
 
 
 cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
-                     CUcontext ctx) except -1 nogil:
+                     CUcontext ctx, bint fresh) except -1 nogil:
     cdef const char *call = b"cuMemcpyDtoH"
     cdef CUresult rc
     cdef bc_stager *s = NULL
@@ -120,7 +120,7 @@ cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
     if n >= bc_staging_threshold():
         s = bc_stager_for(ctx)
     if s != NULL:
-        rc = bc_stager_dtoh(D, s, dst, src, n, stream, &call)
+        rc = bc_stager_dtoh(D, s, dst, src, n, stream, fresh, &call)
     else:
         rc = bc_staging_plain_dtoh(D, dst, src, n, stream, &call)
     return check(rc, call)
@@ -171,7 +171,7 @@ def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
         PyBuffer_Release(&view)
 
 
-def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None):
+def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None, fresh=False):
     """Copy device memory at ``dev_ptr`` into a writable host buffer; returns when it is written.
 
     Parameters
@@ -185,16 +185,22 @@ def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None):
         The copy starts after earlier work on this stream (None: legacy default stream).
     device : Device or int, optional
         As for :func:`copy_htod`.
+    fresh : bool
+        ``host_obj`` was just allocated and never written (``np.empty``): a large
+        staged copy first faults its pages in with all staging threads, which is
+        faster than one page fault at a time inside the copy. Its previous contents
+        are lost either way; only say so for memory that is all about to be written.
     """
     cdef Py_buffer view
     cdef CUstream h
     cdef CUdeviceptr src = dev_ptr
+    cdef bint fr = fresh
     cdef CUcontext ctx = _context_for(stream, device)
     stream_handle(stream, &h)
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
     try:
         with nogil:
-            staged_dtoh(view.buf, src, <size_t>view.len, h, ctx)
+            staged_dtoh(view.buf, src, <size_t>view.len, h, ctx, fr)
     finally:
         PyBuffer_Release(&view)
 
@@ -214,8 +220,9 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
     chunk_bytes : int
         Size of each pinned chunk (default 8 MiB).
     chunks : int
-        Number of chunks per device, 1 to 64 (default 4); at most ``chunks`` DMAs
-        are in flight while the host copies.
+        Number of chunks per device, 1 to 64 (default 8: 64 MiB page-locked per
+        device while a stager exists); at most ``chunks`` DMAs are in flight while
+        the host copies.
     threads : int
         Host threads sharing each memcpy, the calling thread included, 1 to 64
         (default ``min(8, max(2, cores // 2))``, never more than the usable cores).
@@ -432,7 +439,7 @@ def bench_copy(direction, size_t nbytes, int repeats=5, *, device=None, stream=N
                         if htod:
                             staged_htod(d, pageable, nbytes, s, ctx)
                         else:
-                            staged_dtoh(pageable, d, nbytes, s, ctx)
+                            staged_dtoh(pageable, d, nbytes, s, ctx, False)
                     elif method == 1:
                         if htod:
                             rc = D.cuMemcpyHtoDAsync(d, pageable, nbytes, s); call = b"cuMemcpyHtoDAsync"
@@ -509,8 +516,10 @@ def _configure_from_env():
     threads = _env_size("BARECUDA_STAGING_THREADS")
     chunks = _env_size("BARECUDA_STAGING_CHUNKS")
     if threads is None:
-        # H200 VM, 16 cores, 256 MiB: 4 threads 21 GB/s, 8 threads 38 GB/s (pinned 53);
-        # one thread per two cores leaves room for the caller and the driver's own.
+        # H200 VMs, 256 MiB device->host (tools/staging_sweep.py): 4 threads 21-33 GB/s,
+        # 6 threads 45-52, 8 to 24 threads 52-53 with 8 chunks (pinned 55). One thread
+        # per two cores leaves room for the caller and the driver's own; more than 8
+        # gained nothing measurable.
         cores = _usable_cores()
         threads = min(8, max(2, cores // 2), cores)
     try:

@@ -149,7 +149,7 @@ class Settings:
         self.mem_rounds = 4 if quick else 15
         self.mem_batches = 3 if quick else 5
         self.copy_bytes = 256 << 20
-        self.copy_rounds = 2 if quick else 5
+        self.copy_rounds = 3 if quick else 9
 
     def as_dict(self):
         return dict(vars(self))
