@@ -98,7 +98,7 @@ def main():
     chunk_sizes = (4 * MiB, 8 * MiB, 16 * MiB)
     chunk_counts = (4, 8)
     if a.quick:
-        chunk_sizes, chunk_counts = (8 * MiB, 16 * MiB), (4,)
+        chunk_sizes, chunk_counts = (8 * MiB, 16 * MiB), (4, 8)
     for label, fn, ntkey in (("D2H copy_to(numpy)", lambda: buf.copy_to(dst), "nt_dtoh"),
                              ("H2D copy_from(numpy)", lambda: buf.copy_from(src), "nt_htod")):
         print(f"\n{label}, GB/s (threads x chunk MiB x chunks, nt on / off)")
