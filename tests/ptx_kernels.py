@@ -1,58 +1,19 @@
 """Hand-written PTX for the GPU tests (tests/test_launch_gpu.py). No nvcc needed: the
 driver JIT-compiles these. Every text here is checked with ``ptxas`` in
 test_launch_gpu.py when ptxas is installed (that check runs without a GPU too).
+The module header and ``vadd`` come from tests/fakecuda/ptx.py, which the CPU tests use.
 """
 
-HEADER = """\
-.version 8.0
-.target {target}
-.address_size 64
-"""
+from fakecuda.ptx import header as _header, vadd
 
 
 def header(target="sm_52"):
-    return HEADER.format(target=target)
+    """``.version 8.0``, ``.target <target>``, ``.address_size 64``."""
+    return _header(target)
 
 
-# out[i] = a[i] + b[i], float32, i < n
-VADD = header() + """
-.visible .entry vadd(
-    .param .u64 .ptr .global .align 4 out,
-    .param .u64 .ptr .global .align 4 a,
-    .param .u64 .ptr .global .align 4 b,
-    .param .u32 n
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<11>;
-
-    ld.param.u64 %rd1, [out];
-    ld.param.u64 %rd2, [a];
-    ld.param.u64 %rd3, [b];
-    ld.param.u32 %r2, [n];
-    mov.u32 %r3, %ctaid.x;
-    mov.u32 %r4, %ntid.x;
-    mov.u32 %r5, %tid.x;
-    mad.lo.s32 %r1, %r3, %r4, %r5;
-    setp.ge.u32 %p1, %r1, %r2;
-    @%p1 bra $L__done;
-    cvta.to.global.u64 %rd4, %rd2;
-    cvta.to.global.u64 %rd5, %rd3;
-    cvta.to.global.u64 %rd6, %rd1;
-    mul.wide.u32 %rd7, %r1, 4;
-    add.s64 %rd8, %rd4, %rd7;
-    add.s64 %rd9, %rd5, %rd7;
-    add.s64 %rd10, %rd6, %rd7;
-    ld.global.f32 %f1, [%rd8];
-    ld.global.f32 %f2, [%rd9];
-    add.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd10], %f3;
-$L__done:
-    ret;
-}
-"""
+# out[i] = a[i] + b[i], float32, i < n (the kernel text is tests/fakecuda/ptx.py's)
+VADD = vadd(header(), pointer=".ptr .global .align 4 ")
 
 # width in bytes of each PTX scalar type
 SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "u32": 4, "s32": 4, "b32": 4,

@@ -38,6 +38,8 @@ def rng_bytes(n, seed=None):
 
 
 def fresh(n, dtype, seed=None):
+    """n random values of `dtype`; `seed` is a seed or a numpy Generator (drawn from as is).
+    tests/test_memory_gpu.py uses this too."""
     g = np.random.default_rng(seed)
     dt = np.dtype(dtype)
     if dt.kind == "f":

@@ -9,23 +9,12 @@ import pytest
 np = pytest.importorskip("numpy")
 
 import barecuda as bc
+from test_memory import fresh  # fresh(n, dtype, rng): random data drawn from the Generator rng
 
 pytestmark = pytest.mark.gpu
 
 SIZES = [1, 7, 1000003, 2**24 + 17]
 DTYPES = ["float32", "float64", "int8", "uint64", "int32", "float16", "bool"]
-
-
-def fresh(n, dtype, rng):
-    dt = np.dtype(dtype)
-    if dt.kind == "f":
-        return rng.standard_normal(n).astype(dt)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=n, dtype=dt, endpoint=True)
-    if dt.kind == "b":
-        return rng.integers(0, 2, size=n).astype(bool)
-    raise AssertionError(dt)
 
 
 @pytest.fixture
