@@ -225,7 +225,7 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         the host copies.
     threads : int
         Host threads sharing each memcpy, the calling thread included, 1 to 64
-        (default ``min(8, max(2, cores // 2))``, never more than the usable cores).
+        (default ``min(12, max(2, 3 * cores // 4))``, never more than the usable cores).
     threshold : int
         Copies of fewer bytes take the driver's plain path (default 8 MiB).
     min_piece : int
@@ -516,12 +516,13 @@ def _configure_from_env():
     threads = _env_size("BARECUDA_STAGING_THREADS")
     chunks = _env_size("BARECUDA_STAGING_CHUNKS")
     if threads is None:
-        # H200 VMs, 256 MiB device->host (tools/staging_sweep.py): 4 threads 21-33 GB/s,
-        # 6 threads 45-52, 8 to 24 threads 52-53 with 8 chunks (pinned 55). One thread
-        # per two cores leaves room for the caller and the driver's own; more than 8
-        # gained nothing measurable.
+        # H200 VMs, 256 MiB (tools/staging_sweep.py, 8 chunks of 8 MiB; pinned 55 GB/s):
+        # device->host 4 threads 21-33 GB/s, 6 threads 33-53, 8 threads 41-53, 12
+        # threads 52-53; host->device 4 threads 28, 8 threads 42-47, 12 threads 49-50,
+        # 16 threads 45-48. Three threads per four cores, at most 12: the rest is
+        # left to the caller's other threads and the driver's own.
         cores = _usable_cores()
-        threads = min(8, max(2, cores // 2), cores)
+        threads = min(12, max(2, cores * 3 // 4), cores)
     try:
         configure(threads=max(1, min(threads, BC_STAGING_MAX_THREADS)),
                   chunks=None if chunks is None else max(1, min(chunks, BC_STAGING_MAX_CHUNKS)),
