@@ -20,7 +20,7 @@ cdef bc_state_t *ST = runtime_state()
 
 DEF MAX_DEVICES = 256
 cdef CUcontext _primary[MAX_DEVICES]
-# (ordinal, property) -> value for the identity properties of Device (fixed per process)
+# ordinal -> identity properties of Device (fixed per process; see _identity)
 cdef dict _IDENTITY = {}
 memset(_primary, 0, sizeof(_primary))
 _retain_lock = threading.Lock()
@@ -232,6 +232,29 @@ cdef Device device_of(object device):
     return Device(device)
 
 
+cdef dict _identity(Device d):
+    """name, uuid, pci_bus_id, compute_capability, total_memory of d, asked once."""
+    cdef char buf[256]
+    cdef CUuuid u
+    cdef size_t total = 0
+    info = _IDENTITY.get(d.ordinal)
+    if info is not None:
+        return info
+    check(D.cuDeviceGetName(buf, sizeof(buf), d.handle), b"cuDeviceGetName")
+    name = buf.decode(errors="replace")
+    check(D.cuDeviceGetUuid(&u, d.handle), b"cuDeviceGetUuid")
+    h = bytes((<unsigned char *>u.bytes)[:16]).hex()
+    check(D.cuDeviceGetPCIBusId(buf, 64, d.handle), b"cuDeviceGetPCIBusId")
+    pci = buf.decode()
+    check(D.cuDeviceTotalMem(&total, d.handle), b"cuDeviceTotalMem")
+    info = {"name": name, "uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}",
+            "pci_bus_id": pci, "total_memory": total,
+            "compute_capability": (d.attribute("compute_capability_major"),
+                                   d.attribute("compute_capability_minor"))}
+    _IDENTITY[d.ordinal] = info
+    return info
+
+
 @cython.final
 cdef class Device:
     """A CUDA device.
@@ -292,63 +315,33 @@ cdef class Device:
     def __reduce__(self):
         return (Device, (self.ordinal,))
 
-    # The identity properties below never change for a device ordinal: each asks the
-    # driver once per process and is a dict lookup afterwards (STYLE: properties are
-    # for cheap values).
+    # The identity properties never change for a device ordinal: the driver is asked
+    # once per process (_identity) and they are dict lookups afterwards (STYLE:
+    # properties are for cheap values).
     @property
     def name(self):
         """Marketing name, e.g. ``'NVIDIA H200'`` (asked once, then cached)."""
-        cdef char buf[256]
-        key = (self.ordinal, "name")
-        v = _IDENTITY.get(key)
-        if v is None:
-            check(D.cuDeviceGetName(buf, sizeof(buf), self.handle), b"cuDeviceGetName")
-            v = _IDENTITY[key] = buf.decode(errors="replace")
-        return v
+        return _identity(self)["name"]
 
     @property
     def uuid(self):
         """The device UUID as a string ``GPU-xxxxxxxx-xxxx-...`` (asked once, then cached)."""
-        cdef CUuuid u
-        key = (self.ordinal, "uuid")
-        v = _IDENTITY.get(key)
-        if v is None:
-            check(D.cuDeviceGetUuid(&u, self.handle), b"cuDeviceGetUuid")
-            h = bytes((<unsigned char *>u.bytes)[:16]).hex()
-            v = _IDENTITY[key] = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-        return v
+        return _identity(self)["uuid"]
 
     @property
     def pci_bus_id(self):
         """PCI bus id, e.g. ``'0000:19:00.0'`` (asked once, then cached)."""
-        cdef char buf[64]
-        key = (self.ordinal, "pci_bus_id")
-        v = _IDENTITY.get(key)
-        if v is None:
-            check(D.cuDeviceGetPCIBusId(buf, sizeof(buf), self.handle), b"cuDeviceGetPCIBusId")
-            v = _IDENTITY[key] = buf.decode()
-        return v
+        return _identity(self)["pci_bus_id"]
 
     @property
     def compute_capability(self):
         """``(major, minor)`` (asked once, then cached)."""
-        key = (self.ordinal, "compute_capability")
-        v = _IDENTITY.get(key)
-        if v is None:
-            v = _IDENTITY[key] = (self.attribute("compute_capability_major"),
-                                  self.attribute("compute_capability_minor"))
-        return v
+        return _identity(self)["compute_capability"]
 
     @property
     def total_memory(self):
         """Total device memory in bytes (asked once, then cached)."""
-        cdef size_t b = 0
-        key = (self.ordinal, "total_memory")
-        v = _IDENTITY.get(key)
-        if v is None:
-            check(D.cuDeviceTotalMem(&b, self.handle), b"cuDeviceTotalMem")
-            v = _IDENTITY[key] = b
-        return v
+        return _identity(self)["total_memory"]
 
     def attribute(self, name):
         """Value of a device attribute.

@@ -556,86 +556,64 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
     return 0
 
 
-cdef int _copy_hd(DeviceBuffer dst, object src, object stream) except -1:
-    """Host (buffer protocol) -> device."""
+cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host,
+                    bint fresh=False) except -1:
+    """Host (buffer protocol) <-> device. ``to_host``: dev -> host (writable), complete
+    on return unless host is a PinnedBuffer and a stream is given (then asynchronous).
+    Otherwise host -> dev: synchronous without a stream, else ordered on it (host
+    memory may be reused on return: pageable bytes are staged). ``fresh``: host was
+    just allocated by us and never touched (see staged_dtoh)."""
     cdef Py_buffer view
-    cdef CUcontext ctx = dst.ctx
+    cdef CUcontext ctx = dev.ctx
     cdef PinnedBuffer p
-    cdef CUstream s = dst.stream_handle
+    cdef CUstream s = dev.stream_handle
     cdef CUresult rc
     cdef size_t n
     cdef CUdeviceptr dptr
     cdef void *hp
-    dst._check_open()
+    dev._check_open()
     if stream is not None:
         stream_handle(stream, &s)
-    _get_host(src, &view, False)
+    _get_host(host, &view, to_host)
     try:
         n = view.len
-        if n != dst.size:
-            raise ValueError(f"size mismatch: destination has {dst.size} bytes, source {n}")
+        if n != dev.size:
+            raise ValueError(f"size mismatch: destination has {n if to_host else dev.size} bytes, "
+                             f"source {dev.size if to_host else n}")
         if n == 0:
             return 0
-        set_current(dst.ctx)
-        dptr = dst.ptr
+        set_current(ctx)
+        dptr = dev.ptr
         hp = view.buf
-        p = _find_pinned(src)
-        if p is not None:
-            with nogil:
-                rc = D.cuMemcpyHtoDAsync(dptr, hp, n, s)
-            check(rc, b"cuMemcpyHtoDAsync")
-        else:
-            # Pageable memory: staged through pinned chunks (plain path below the
-            # threshold); returns once src may be reused, the DMAs ordered on s.
-            with nogil:
-                staged_htod(dptr, hp, n, s, ctx)
-        if stream is None:
-            _sync(s)
-        else:
-            note_use(dst, s)
+        if to_host:
+            p = _find_pinned(host) if stream is not None else None
             if p is not None:
-                p.note_async_use(s)
-    finally:
-        PyBuffer_Release(&view)
-    return 0
-
-
-cdef int _copy_dh(object dst, DeviceBuffer src, object stream, bint fresh=False) except -1:
-    """Device -> host (writable buffer protocol). ``fresh``: dst was just allocated by
-    us and never touched (see staged_dtoh)."""
-    cdef Py_buffer view
-    cdef CUcontext ctx = src.ctx
-    cdef PinnedBuffer p
-    cdef CUstream s = src.stream_handle
-    cdef CUresult rc
-    cdef size_t n
-    cdef CUdeviceptr dptr
-    cdef void *hp
-    src._check_open()
-    if stream is not None:
-        stream_handle(stream, &s)
-    _get_host(dst, &view, True)
-    try:
-        n = view.len
-        if n != src.size:
-            raise ValueError(f"size mismatch: destination has {n} bytes, source {src.size}")
-        if n == 0:
-            return 0
-        set_current(src.ctx)
-        dptr = src.ptr
-        hp = view.buf
-        p = _find_pinned(dst) if stream is not None else None
-        if p is not None:
-            # Page-locked destination on a stream: a true asynchronous copy.
-            with nogil:
-                rc = D.cuMemcpyDtoHAsync(hp, dptr, n, s)
-            check(rc, b"cuMemcpyDtoHAsync")
-            note_use(src, s)
-            p.note_async_use(s)
+                # Page-locked destination on a stream: a true asynchronous copy.
+                with nogil:
+                    rc = D.cuMemcpyDtoHAsync(hp, dptr, n, s)
+                check(rc, b"cuMemcpyDtoHAsync")
+            else:
+                # Complete on return (staged through pinned chunks when large).
+                with nogil:
+                    staged_dtoh(hp, dptr, n, s, ctx, fresh)
+                return 0
         else:
-            # Complete on return (staged through pinned chunks when large).
-            with nogil:
-                staged_dtoh(hp, dptr, n, s, ctx, fresh)
+            p = _find_pinned(host)
+            if p is not None:
+                with nogil:
+                    rc = D.cuMemcpyHtoDAsync(dptr, hp, n, s)
+                check(rc, b"cuMemcpyHtoDAsync")
+            else:
+                # Pageable memory: staged through pinned chunks (plain path below the
+                # threshold); returns once host may be reused, the DMAs ordered on s.
+                with nogil:
+                    staged_htod(dptr, hp, n, s, ctx)
+            if stream is None:
+                _sync(s)
+                return 0
+        note_use(dev, s)
+        if p is not None:
+            p.note_async_use(s)
     finally:
         PyBuffer_Release(&view)
     return 0
@@ -840,7 +818,7 @@ cdef class DeviceBuffer:
         if d is not None:
             _copy_dd(self, d, stream)
         else:
-            _copy_hd(self, src, stream)
+            _copy_host(self, src, stream, False)
         return self
 
     def copy_to(self, dst=None, stream=None):
@@ -855,7 +833,7 @@ cdef class DeviceBuffer:
             # uninitialised (no memset: every byte is written by the copy, and the
             # staging threads fault the pages in in parallel)
             dst = PyByteArray_FromStringAndSize(NULL, <Py_ssize_t>self.size)
-            _copy_dh(dst, self, stream, True)
+            _copy_host(self, dst, stream, True, True)
             if stream is not None:
                 _sync_on(stream)
             return dst
@@ -863,7 +841,7 @@ cdef class DeviceBuffer:
         if d is not None:
             _copy_dd(d, self, stream)
         else:
-            _copy_dh(dst, self, stream)
+            _copy_host(self, dst, stream, True)
         return dst
 
     def to_numpy(self, stream=None):
@@ -876,7 +854,7 @@ cdef class DeviceBuffer:
         except TypeError:
             raise TypeError(f"numpy has no dtype {self._dtype!r}; use .view('uint8') first") from None
         out = np.empty(self.shape, dtype=dt)
-        _copy_dh(out, self, stream, True)
+        _copy_host(self, out, stream, True, True)
         if stream is not None:
             _sync_on(stream)
         return out
@@ -1369,7 +1347,7 @@ def to_device(obj, *, stream=None, device=None, allocator=None):
     b._shape = shape
     b._dtype = key
     b._itemsize = itemsize
-    _copy_hd(b, obj, stream)
+    _copy_host(b, obj, stream, False)
     return b
 
 
