@@ -1804,6 +1804,29 @@ cdef CUcontext _ctx_of(_Side d, _Side sr, object stream) except NULL:
     return _resolve_device(None, stream).ctx
 
 
+cdef int _pick_stream(_Side d, _Side sr, object stream, CUstream *s) except -1:
+    """The stream of a pitched copy: the one given, else dst's, else src's (else NULL)."""
+    if stream is not None:
+        stream_handle(stream, s)
+    elif d.dev is not None:
+        s[0] = d.dev.stream_handle
+    elif sr.dev is not None:
+        s[0] = sr.dev.stream_handle
+    return 0
+
+
+cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s) except -1:
+    """Synchronous without a stream; else both device sides are noted as used on it."""
+    if stream is None:
+        _sync(s)
+        return 0
+    if d.dev is not None:
+        note_use(d.dev, s)
+    if sr.dev is not None:
+        note_use(sr.dev, s)
+    return 0
+
+
 def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, dst_x=0, dst_y=0,
             src_x=0, src_y=0, stream=None):
     """Copy a ``width_bytes`` x ``height`` rectangle between pitched memories (device
@@ -1820,12 +1843,7 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     cdef size_t sp = w if src_pitch is None else src_pitch
     _check_extent(d, "dst", dst_x, dst_y, 0, dp, h + dst_y, w, h, 1)
     _check_extent(sr, "src", src_x, src_y, 0, sp, h + src_y, w, h, 1)
-    if stream is not None:
-        stream_handle(stream, &s)
-    elif d.dev is not None:
-        s = d.dev.stream_handle
-    elif sr.dev is not None:
-        s = sr.dev.stream_handle
+    _pick_stream(d, sr, stream, &s)
     if w == 0 or h == 0:
         return
     memset(&c, 0, sizeof(c))
@@ -1847,13 +1865,7 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     with nogil:
         rc = D.cuMemcpy2DAsync(&c, s)
     check(rc, b"cuMemcpy2DAsync")
-    if stream is None:
-        _sync(s)
-    else:
-        if d.dev is not None:
-            note_use(d.dev, s)
-        if sr.dev is not None:
-            note_use(sr.dev, s)
+    _after_copy(d, sr, stream, s)
 
 
 def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=None, dst_height=None,
@@ -1875,12 +1887,7 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     sx, sy, szp = src_pos
     _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
     _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
-    if stream is not None:
-        stream_handle(stream, &s)
-    elif d.dev is not None:
-        s = d.dev.stream_handle
-    elif sr.dev is not None:
-        s = sr.dev.stream_handle
+    _pick_stream(d, sr, stream, &s)
     if w == 0 or h == 0 or dz == 0:
         return
     memset(&c, 0, sizeof(c))
@@ -1903,13 +1910,7 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     with nogil:
         rc = D.cuMemcpy3DAsync(&c, s)
     check(rc, b"cuMemcpy3DAsync")
-    if stream is None:
-        _sync(s)
-    else:
-        if d.dev is not None:
-            note_use(d.dev, s)
-        if sr.dev is not None:
-            note_use(sr.dev, s)
+    _after_copy(d, sr, stream, s)
 
 
 @cython.final
