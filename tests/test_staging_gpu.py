@@ -142,8 +142,9 @@ def test_ordered_after_queued_work(drv, config, rng):
         np.testing.assert_array_equal(out, a)
 
 
-def test_throughput_printout(drv, rng):
-    """Prints GB/s; asserts nothing about speed (the benchmark reports the figures)."""
+def test_256_mib_copies_exact_rates_printed(drv, rng):
+    """256 MiB both ways: bench_copy checks its staged bytes, the round trip below is
+    compared with the source; GB/s are printed, never asserted (bench/ reports them)."""
     n = 256 * MiB
     print()
     for direction in ("htod", "dtoh"):

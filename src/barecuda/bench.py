@@ -1191,6 +1191,15 @@ def format_table(env, launch_rows, rat, threads, acheck, mem, settings):
             ref = by_key.get(r.ref)
             x = (gbs / ref.gbs) if (ref is not None and not ref.na and ref.gbs) else None
             out.append(f"{r.label:<{W}} {r.direction:>4} {gbs:>7.2f} {_fmt_x(x):>15}")
+    if mem and mem.get("small_copy"):
+        out.append("-" * 100)
+        out.append(f"{'pageable copy, us per copy (raw C vs copy_from/to)':<{W}} {'dir':>4} {'raw C':>8} "
+                   f"{'barecuda':>9} {'x raw':>6}")
+        for c in mem["small_copy"]:
+            size = f"{c['bytes'] >> 20} MiB" if c["bytes"] >= 1 << 20 else f"{c['bytes'] >> 10} KiB"
+            label = f"  {size}{' (staged)' if c['staged'] else ' (driver path)'}"
+            out.append(f"{label:<{W}} {c['dir']:>4} {c['raw_ns'] / 1e3:>8.1f} {c['bc_ns'] / 1e3:>9.1f} "
+                       f"{_fmt_x(c['x']):>6}")
     out.append("=" * 100)
     return "\n".join(out)
 
@@ -1275,6 +1284,7 @@ def main(argv=None):
     if "copy" in want:
         _say("barecuda.bench: copy rows...")
         mem["copy"] = stage("copy", lambda: copy_rows_measured(S, settings)) or []
+        mem["small_copy"] = stage("small_copy", lambda: small_copy_rows(S, settings)) or []
     env["peers"] = dict(Peers.versions)
     env["gil_switch"] = S.gil_switch
     env["elapsed_s"] = round(time.monotonic() - t_all, 1)
@@ -1288,6 +1298,7 @@ def main(argv=None):
             "threads": threads, "alloc_check": acheck,
             "alloc": [_row_json(r, ratios(mem["alloc"])) for r in mem.get("alloc", [])],
             "copy": [_copy_json(r) for r in mem.get("copy", [])],
+            "small_copy": mem.get("small_copy", []),
         }
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=1, default=str)
@@ -1401,6 +1412,55 @@ def copy_rows_measured(S, settings):
 def _row_json(r, rat):
     return {"key": r.key, "label": r.label, "ref": r.ref, "stmt": r.stmt, "na": r.na, "per": r.per,
             "median_ns": r.result(), "ratio": rat.get(r.key), "samples_ns": r.samples}
+
+
+SMALL_COPY_SIZES = (64 << 10, 1 << 20, 4 << 20, 16 << 20)
+
+
+def small_copy_rows(S, settings):
+    """Pageable copies around the staging threshold: the driver's own copy (raw C,
+    timed in C) against ``copy_from``/``copy_to`` (timed from Python, the call a user
+    writes). Below the threshold barecuda takes the driver's path, so the ratio is the
+    Python call's cost; above it, staging. Rows alternate over many rounds; medians."""
+    B, bc = S.B, S.bc
+    if S.mem_error:
+        raise NotAvailable(S.mem_error)
+    import numpy as np
+    from barecuda import _staging
+    threshold = _staging.configure()["threshold"]
+    rounds = 21 if settings.quick else 101
+    out = []
+    for n in SMALL_COPY_SIZES:
+        src = np.ones(n, dtype=np.uint8)
+        dst = np.zeros(n, dtype=np.uint8)
+        dptr = B.mem_alloc(n)
+        buf = bc.empty(n, "uint8")
+        S.keep_copy_small = getattr(S, "keep_copy_small", []) + [(src, dst, buf)]
+
+        def py(fn):
+            def once():
+                t0 = B.now_ns()
+                fn()
+                B.ctx_sync()
+                return B.now_ns() - t0
+            return once
+
+        fns = [lambda: B.memcpy_htod(dptr, src, n, 1)[0], py(lambda: buf.copy_from(src)),
+               lambda: B.memcpy_dtoh(dst, dptr, n, 1)[0], py(lambda: buf.copy_to(dst))]
+        times = [[] for _ in fns]
+        for f in fns:
+            f()   # warm-up (builds the stager above the threshold)
+        try:
+            for _ in range(rounds):
+                for i, f in enumerate(fns):
+                    times[i].append(f())
+        finally:
+            B.mem_free(dptr)
+        med = [_median(t) for t in times]
+        for d, raw, ours in (("H2D", med[0], med[1]), ("D2H", med[2], med[3])):
+            out.append({"bytes": n, "dir": d, "raw_ns": raw, "bc_ns": ours, "staged": n >= threshold,
+                        "x": (ours / raw) if raw else None})
+    return out
 
 
 def _copy_json(r):
