@@ -71,11 +71,37 @@ def huge_empty(n):
     return np.frombuffer(m, dtype=np.uint8)
 
 
+def idle_probe(n, reps):
+    """Does a copy that follows an idle pause (staging threads asleep, caches cold)
+    cost more than one that follows another copy?"""
+    src = np.ones(n, dtype=np.uint8)
+    dst = np.zeros(n, dtype=np.uint8)
+    buf = bc.empty(n, "uint8")
+    rows = (("to_device(numpy)", lambda: bc.to_device(src)), ("copy_from(numpy)", lambda: buf.copy_from(src)),
+            ("copy_to(numpy)", lambda: buf.copy_to(dst)), ("to_numpy()", lambda: buf.to_numpy()))
+    for pause in (0.0, 0.2):
+        for label, fn in rows:
+            fn()
+            ts = []
+            for _ in range(reps):
+                if pause:
+                    time.sleep(pause)
+                t0 = time.perf_counter_ns()
+                fn()
+                bc.Device(0).synchronize()
+                ts.append(time.perf_counter_ns() - t0)
+            print(f"  pause {pause:.1f} s  {label:<18} {gbps(n, statistics.median(ts)):6.1f} GB/s"
+                  f"  (min {gbps(n, max(ts)):5.1f}, max {gbps(n, min(ts)):5.1f})")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--idle", action="store_true",
+                    help="only: each copy back to back vs after 200 ms idle (threads asleep)")
     a = ap.parse_args()
     n = a.mib * MiB
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -87,6 +113,8 @@ def main():
     dev = bc.Device(0)
     print(f"device {dev.name}")
     default = _staging.configure()
+    if a.idle:
+        return idle_probe(n, a.reps)
     for d in ("dtoh", "htod"):
         st, raw, pin = _staging.bench_copy(d, n, a.reps)
         print(f"ref {d}: staged {st:6.1f}  driver pageable {raw:6.1f}  pinned {pin:6.1f} GB/s"
