@@ -349,7 +349,8 @@ def test_reconfigure_rebuilds(fake, small_chunks, mem, rng):
 def test_configure_validates():
     saved = st.configure()
     for bad in ({"chunks": 0}, {"chunks": 65}, {"threads": 0}, {"threads": 65},
-                {"chunk_bytes": 0}, {"threshold": -1}, {"min_piece": 0}, {"min_part": 0}):
+                {"chunk_bytes": 0}, {"threshold": -1}, {"min_piece": 0}, {"min_part": 0},
+                {"spin_us": -1}, {"spin_us": 1_000_001}):
         with pytest.raises(ValueError):
             st.configure(**bad)
     assert st.configure() == saved
@@ -517,3 +518,18 @@ def test_to_numpy_and_copy_to_new_buffer_through_the_stager(fake, small_chunks, 
     out = buf.copy_to()
     assert isinstance(out, bytearray) and bytes(out) == src.tobytes()
     assert st.stats()["dtoh_staged"] == before + 2
+
+
+@pytest.mark.parametrize("spin_us", [0, 3000])
+def test_spin_setting_never_changes_the_bytes(fake, small_chunks, mem, rng, spin_us):
+    """spin_us=0: every worker sleeps on the condition variable between pieces (the
+    wake-up path every time); a long spin keeps them polling. Both copy exactly."""
+    assert st.configure(spin_us=spin_us, threads=4)["spin_us"] == spin_us
+    n = 40 * CHUNK + 17
+    _, src = host_view(n, 5, rng)
+    d = mem.alloc(n, 0)
+    st.copy_htod(d, src)
+    assert mem.read(d, n) == src.tobytes()
+    out = np.empty(n, np.uint8)
+    st.copy_dtoh(out, d)
+    assert out.tobytes() == src.tobytes()

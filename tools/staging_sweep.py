@@ -77,21 +77,27 @@ def idle_probe(n, reps):
     src = np.ones(n, dtype=np.uint8)
     dst = np.zeros(n, dtype=np.uint8)
     buf = bc.empty(n, "uint8")
-    rows = (("to_device(numpy)", lambda: bc.to_device(src)), ("copy_from(numpy)", lambda: buf.copy_from(src)),
+    pin = bc.PinnedBuffer(n)
+    np.frombuffer(pin, dtype=np.uint8)[:] = 1
+    rows = (("copy_from(Pinned)", lambda: buf.copy_from(pin)),   # DMA only: GPU/link side
+            ("to_device(numpy)", lambda: bc.to_device(src)), ("copy_from(numpy)", lambda: buf.copy_from(src)),
             ("copy_to(numpy)", lambda: buf.copy_to(dst)), ("to_numpy()", lambda: buf.to_numpy()))
-    for pause in (0.0, 0.2):
-        for label, fn in rows:
-            fn()
-            ts = []
-            for _ in range(reps):
-                if pause:
-                    time.sleep(pause)
-                t0 = time.perf_counter_ns()
+    for spin in (50, 500, 2000):
+        _staging.configure(spin_us=spin)
+        print(f"spin_us {spin}")
+        for pause in (0.0, 0.2):
+            for label, fn in rows:
                 fn()
-                bc.Device(0).synchronize()
-                ts.append(time.perf_counter_ns() - t0)
-            print(f"  pause {pause:.1f} s  {label:<18} {gbps(n, statistics.median(ts)):6.1f} GB/s"
-                  f"  (min {gbps(n, max(ts)):5.1f}, max {gbps(n, min(ts)):5.1f})")
+                ts = []
+                for _ in range(reps):
+                    if pause:
+                        time.sleep(pause)
+                    t0 = time.perf_counter_ns()
+                    fn()
+                    bc.Device(0).synchronize()
+                    ts.append(time.perf_counter_ns() - t0)
+                print(f"  pause {pause:.1f} s  {label:<18} {gbps(n, statistics.median(ts)):6.1f} GB/s"
+                      f"  (min {gbps(n, max(ts)):5.1f}, max {gbps(n, min(ts)):5.1f})")
     return 0
 
 

@@ -143,9 +143,9 @@ static inline void bc_copy(void *dst, const void *src, size_t n, int nt) {
 #define BC_STAGING_MAX_CHUNKS 64
 #define BC_STAGING_MAX_THREADS 64
 #define BC_STAGING_MAX_STAGERS 256
-/* After a job, workers (and the caller waiting for them) spin this long before
- * sleeping: the next chunk of a large copy comes within microseconds. */
-#define BC_STAGING_SPIN_NS 50000LL
+/* After a job, workers (and the caller waiting for them) spin spin_ns (config,
+ * default 50 us) before sleeping: the next chunk of a large copy comes within
+ * microseconds. */
 
 static inline long long bc_staging_now_ns(void) {
 #ifdef _WIN32
@@ -171,6 +171,7 @@ typedef struct bc_staging_config {
     size_t min_part;      /* smallest share of a memcpy given to one thread */
     int nt_htod;          /* host->device memcpy into the chunks with streaming stores */
     int nt_dtoh;          /* device->host memcpy into the destination with streaming stores */
+    long long spin_ns;    /* spin this long after a job before sleeping */
 } bc_staging_config;
 
 /* Defaults from the H200 VMs (16 and 32 cores; tools/staging_sweep.py): streaming
@@ -179,7 +180,7 @@ typedef struct bc_staging_config {
  * threads where 4 chunks dipped to 38-49 at some thread counts; below ~8 MiB the
  * thread wake-ups cost more than staging gains (4 MiB: 5 vs 10.7 GB/s plain). */
 static bc_staging_config bc_staging_cfg = {
-    (size_t)8 << 20, 8, 8, (size_t)8 << 20, (size_t)256 << 10, (size_t)512 << 10, 0, BC_STAGING_HAVE_NT};
+    (size_t)8 << 20, 8, 8, (size_t)8 << 20, (size_t)256 << 10, (size_t)512 << 10, 0, BC_STAGING_HAVE_NT, 50000LL};
 static long bc_staging_cfg_gen = 1;             /* bumped by every configure */
 static bc_mutex_t bc_staging_registry_mu = BC_MUTEX_INIT;
 
@@ -219,6 +220,7 @@ typedef struct bc_pool {
     long remaining;            /* workers that have not finished the current job */
     long stop;
     long next_grain;           /* the next grain of the current job to take */
+    long long spin_ns;         /* spin after a job before sleeping (set at start) */
     /* the current job: written by the caller only while no worker reads it
        (between remaining reaching 0 and the next gen increment) */
     int op;                    /* BC_JOB_COPY or BC_JOB_TOUCH */
@@ -280,7 +282,7 @@ static void bc_pool_worker_loop(bc_worker_arg *a) {
             if ((++spins & 255) == 0) {
                 long long now = bc_staging_now_ns();
                 if (!t0) t0 = now;
-                else if (now - t0 > BC_STAGING_SPIN_NS) break;
+                else if (now - t0 > p->spin_ns) break;
             }
         }
         bc_mutex_lock(&p->mu);
@@ -311,9 +313,10 @@ static void *bc_pool_thread(void *arg) {
 
 /* Start up to `nworkers` threads; fewer if the system refuses (the copy still
  * works, with less parallelism). */
-static void bc_pool_start(bc_pool *p, int nworkers) {
+static void bc_pool_start(bc_pool *p, int nworkers, long long spin_ns) {
     int i;
     memset(p, 0, sizeof(*p));
+    p->spin_ns = spin_ns;      /* before any worker exists to read it */
     bc_mutex_init(&p->mu);
     bc_cond_init(&p->cv_work);
     bc_cond_init(&p->cv_done);
@@ -375,7 +378,7 @@ static void bc_pool_job(bc_pool *p, int op, void *dst, const void *src, size_t n
         if ((++spins & 255) == 0) {
             long long now = bc_staging_now_ns();
             if (!t0) t0 = now;
-            else if (now - t0 > BC_STAGING_SPIN_NS) break;
+            else if (now - t0 > p->spin_ns) break;
         }
     }
     bc_mutex_lock(&p->mu);
@@ -539,7 +542,7 @@ static CUresult bc_stager_build(const bc_driver_t *D, bc_stager *s, const char *
         return rc;
     }
     memset(s->pending, 0, sizeof(s->pending));
-    bc_pool_start(&s->pool, cfg.threads - 1);
+    bc_pool_start(&s->pool, cfg.threads - 1, cfg.spin_ns);
     s->next = 0;
     s->cfg_gen = gen;
     s->built = 1;

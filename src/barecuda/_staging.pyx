@@ -41,6 +41,7 @@ cdef extern from "barecuda/bc_staging.h" nogil:
         size_t min_part
         int nt_htod
         int nt_dtoh
+        long long spin_ns
     ctypedef struct bc_staging_counters:
         long long htod_plain, htod_plain_bytes
         long long dtoh_plain, dtoh_plain_bytes
@@ -208,11 +209,11 @@ def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None, fresh=False):
 cdef dict _config_dict(const bc_staging_config *c):
     return {"chunk_bytes": c.chunk_bytes, "chunks": c.chunks, "threads": c.threads,
             "threshold": c.threshold, "min_piece": c.min_piece, "min_part": c.min_part,
-            "nt_htod": bool(c.nt_htod), "nt_dtoh": bool(c.nt_dtoh)}
+            "nt_htod": bool(c.nt_htod), "nt_dtoh": bool(c.nt_dtoh), "spin_us": c.spin_ns / 1000.0}
 
 
 def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
-              min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None):
+              min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None, spin_us=None):
     """Set the staging parameters (None leaves one unchanged); returns the resulting set.
 
     Parameters
@@ -238,6 +239,11 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         bypassing the cache (x86-64 only; ignored elsewhere). Defaults: off for
         host->device (slower into the pinned chunks on the H200 VM), on for
         device->host (about 2x there).
+    spin_us : float
+        After each piece of work the threads (and the caller waiting for them) spin
+        this many microseconds before sleeping on a condition variable (default 50).
+        Longer keeps them awake between the pieces of a copy whose DMAs are slower
+        than the host side, at the cost of CPU time after the last piece.
 
     Notes
     -----
@@ -246,7 +252,8 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
     """
     cdef bc_staging_config c
     bc_staging_get_config(&c)
-    if all(v is None for v in (chunk_bytes, chunks, threads, threshold, min_piece, min_part, nt_htod, nt_dtoh)):
+    if all(v is None for v in (chunk_bytes, chunks, threads, threshold, min_piece, min_part, nt_htod, nt_dtoh,
+                               spin_us)):
         return _config_dict(&c)
     if chunk_bytes is not None:
         if chunk_bytes < 1:
@@ -272,6 +279,10 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         if min_part < 1:
             raise ValueError(f"min_part must be positive, got {min_part}")
         c.min_part = min_part
+    if spin_us is not None:
+        if not 0 <= spin_us <= 1_000_000:
+            raise ValueError(f"spin_us must be in 0..1000000, got {spin_us}")
+        c.spin_ns = <long long>(spin_us * 1000)
     if nt_htod is not None:
         c.nt_htod = 1 if (nt_htod and BC_STAGING_HAVE_NT) else 0
     if nt_dtoh is not None:
