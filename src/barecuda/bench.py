@@ -887,6 +887,17 @@ def alloc_check(S, n):
 
 
 # ---------------------------------------------------------------- memory
+def _timed_to_sync(B, fn):
+    """A callable that runs fn() and returns the ns up to a context synchronize
+    (the benchmark module's clock, read from Python like the user's statement)."""
+    def once():
+        t0 = B.now_ns()
+        fn()
+        B.ctx_sync()
+        return B.now_ns() - t0
+    return once
+
+
 def copy_rows(S, settings):
     """Copy bandwidth host<->device, pinned and pageable; each measured as one copy
     timed up to a context sync."""
@@ -907,12 +918,7 @@ def copy_rows(S, settings):
     S.keep_copy = (src, dst, dptr, hpin)
 
     def timed(fn):
-        def once():
-            t0 = B.now_ns()
-            fn()
-            B.ctx_sync()
-            return B.now_ns() - t0
-        return once
+        return _timed_to_sync(B, fn)
 
     def add(key, label, direction, ref, build):
         r = Row(key, label, ref, section="copy")
@@ -1437,16 +1443,8 @@ def small_copy_rows(S, settings):
         buf = bc.empty(n, "uint8")
         S.keep_copy_small = getattr(S, "keep_copy_small", []) + [(src, dst, buf)]
 
-        def py(fn):
-            def once():
-                t0 = B.now_ns()
-                fn()
-                B.ctx_sync()
-                return B.now_ns() - t0
-            return once
-
-        fns = [lambda: B.memcpy_htod(dptr, src, n, 1)[0], py(lambda: buf.copy_from(src)),
-               lambda: B.memcpy_dtoh(dst, dptr, n, 1)[0], py(lambda: buf.copy_to(dst))]
+        fns = [lambda: B.memcpy_htod(dptr, src, n, 1)[0], _timed_to_sync(B, lambda: buf.copy_from(src)),
+               lambda: B.memcpy_dtoh(dst, dptr, n, 1)[0], _timed_to_sync(B, lambda: buf.copy_to(dst))]
         times = [[] for _ in fns]
         for f in fns:
             f()   # warm-up (builds the stager above the threshold)
