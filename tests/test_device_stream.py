@@ -65,9 +65,10 @@ def test_context_is_bound_once_per_thread(fake):
 
     def other():
         bc.Stream().synchronize()
-    t = threading.Thread(target=other)
+    t = threading.Thread(target=other, daemon=True)
     t.start()
-    t.join()
+    t.join(30)
+    assert not t.is_alive()
     assert fake.calls("cuCtxSetCurrent") == n + 1, "a new thread binds exactly once"
 
 
@@ -255,7 +256,7 @@ assert bc.Device().ordinal == 0        # ...which must not change the default de
 bc.Device(1).set_current()
 assert bc.Device().ordinal == 1 and bc.Stream().device.ordinal == 1
 seen = []
-t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start(); t.join()
+t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start(); t.join(30)
 assert seen == [0], seen               # the choice is per thread
 print("ok")
 '''
