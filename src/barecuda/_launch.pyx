@@ -29,7 +29,8 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
-from barecuda._memory cimport DeviceBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._interop cimport pointer_of
 from barecuda._errors import make_error, DriverVersionError
 
 cdef extern from "Python.h":
@@ -420,52 +421,6 @@ cdef int _pack_bytes(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
     return 0
 
 
-cdef extern from *:
-    """
-    typedef struct { void *data; int32_t device_type; int32_t device_id; int32_t ndim;
-                     uint8_t code, bits; uint16_t lanes; int64_t *shape; int64_t *strides;
-                     uint64_t byte_offset; } bc_dltensor_view;
-    /* DLManagedTensor starts with the DLTensor; DLManagedTensorVersioned has
-       version (8), manager_ctx, deleter, flags before it. */
-    static bc_dltensor_view *bc_dl_legacy(void *p) { return (bc_dltensor_view *)p; }
-    static bc_dltensor_view *bc_dl_versioned(void *p) { return (bc_dltensor_view *)((char *)p + 32); }
-    """
-    ctypedef struct bc_dltensor_view:
-        void *data
-        int32_t device_type
-        int32_t device_id
-        uint64_t byte_offset
-    bc_dltensor_view *bc_dl_legacy(void *p)
-    bc_dltensor_view *bc_dl_versioned(void *p)
-
-
-cdef int _pointer_of(object arg, unsigned long long *out) except -1:
-    """1 and the device address when arg is pointer-like (CAI, DLPack), else 0."""
-    cdef bc_dltensor_view *t = NULL
-    cai = getattr(arg, "__cuda_array_interface__", None)
-    if cai is not None:
-        ptr = cai["data"][0]
-        out[0] = 0 if ptr is None else <unsigned long long>ptr
-        return 1
-    dl = getattr(arg, "__dlpack__", None)
-    if dl is not None:
-        cap = dl()
-        if PyCapsule_IsValid(cap, "dltensor"):
-            t = bc_dl_legacy(PyCapsule_GetPointer(cap, "dltensor"))
-        elif PyCapsule_IsValid(cap, "dltensor_versioned"):
-            t = bc_dl_versioned(PyCapsule_GetPointer(cap, "dltensor_versioned"))
-        else:
-            raise TypeError(f"{type(arg).__name__}.__dlpack__() did not return a DLPack capsule")
-        if t.device_type not in (2, 3, 13):     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-            raise TypeError(f"{type(arg).__name__} lives on DLPack device type {t.device_type}, "
-                            "not on a CUDA device")
-        out[0] = <unsigned long long>t.data + t.byte_offset
-        # The capsule is not consumed: its destructor releases the producer's
-        # reference; arg itself keeps the memory alive.
-        return 1
-    return 0
-
-
 cdef int _pack_scalar_obj(Kernel k, Py_ssize_t i, object arg, char *slot, str category, size_t size,
                           object raw) except -1:
     """numpy / ctypes scalars: raw bytes when the width matches, else by value."""
@@ -490,12 +445,12 @@ cdef int _pack_scalar_obj(Kernel k, Py_ssize_t i, object arg, char *slot, str ca
     return _raise_type(k, i, arg)
 
 
-cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
+cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
     """Everything the fast path in _pack_one does not handle."""
     cdef const bc_param *p = &k.params[i]
     cdef int kind = p.kind
     cdef int cls = bc_kind_class[kind]
-    cdef unsigned long long addr = 0
+    cdef CUdeviceptr addr = 0
     if kind == BC_K_BYTES:
         return _pack_bytes(k, i, arg, slot)
     if isinstance(arg, DeviceBuffer):
@@ -539,12 +494,14 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
         return _raise_type(k, i, arg)
     if bc_kind_is_pointer(kind):
         try:
-            found = _pointer_of(arg, &addr)
-        except (TypeError, KeyError, IndexError) as exc:
-            raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): {exc}") from None
-        if found:
-            bc_store_int(slot, 8, addr)
-            return 0
+            pointer_of(arg, k.device, hs, &addr)
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            if cls == 1 and isinstance(exc, TypeError) and hasattr(type(arg), "__index__"):
+                import operator
+                return _pack_int(k, i, operator.index(arg), slot)
+            raise type(exc)(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): {exc}") from None
+        bc_store_int(slot, 8, addr)
+        return 0
     if cls == 1 and hasattr(type(arg), "__index__"):
         import operator
         return _pack_int(k, i, operator.index(arg), slot)
@@ -581,7 +538,7 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
         return _raise_type(k, i, arg)
-    return _pack_slow(k, i, arg, slot)
+    return _pack_slow(k, i, arg, slot, hs)
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:

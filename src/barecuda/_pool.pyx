@@ -39,10 +39,10 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
-from barecuda._memory cimport (Allocator, DeviceBuffer, PinnedBuffer, new_buffer, default_allocator,
-                               pinned_from_block, KIND_POOL, KIND_ASYNC)
+from barecuda._buffer cimport Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC
+from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
 from barecuda._errors import CudaWarning, make_error
-from barecuda import _memory
+from barecuda import _buffer
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -274,7 +274,7 @@ cdef class MemoryPool(Allocator):
         cdef bc_scache *c
         cdef bc_block *b
         buf.ptr = 0
-        buf.size = size
+        buf.nbytes = size
         buf._kind = KIND_POOL
         if size == 0:
             buf._block = NULL
@@ -614,7 +614,7 @@ cdef class DriverMemoryPool(Allocator):
         cdef CUresult rc
         cdef CUmemoryPool pool = self.pool
         b.ptr = 0
-        b.size = size
+        b.nbytes = size
         b._kind = KIND_ASYNC
         if size == 0:
             return 0
@@ -675,7 +675,7 @@ cdef class DriverMemoryPool(Allocator):
 
 
 @cython.final
-cdef class PinnedMemoryPool:
+cdef class PinnedMemoryPool(PinnedAllocator):
     """A cache of page-locked host memory: ``pool.empty(nbytes)`` gives a PinnedBuffer
     whose ``close()`` (or drop) hands the memory back here instead of to the driver.
     A block is reused only after the asynchronous copies that used it have completed
@@ -688,7 +688,6 @@ cdef class PinnedMemoryPool:
     portable, mapped, write_combined : bool
         As for PinnedBuffer.
     """
-    cdef readonly Device device
     cdef dict free_blocks           # rounded size -> list of (ptr, dptr, event)
     cdef unsigned int flags
     cdef size_t reserved
@@ -777,12 +776,13 @@ cdef class PinnedMemoryPool:
         buf = self.empty(count * dt.itemsize)
         return np.frombuffer(buf, dtype=dt, count=count).reshape(shp)
 
-    def _give_back(self, size_t ptr, size_t n, CUdeviceptr dptr, size_t event):
+    cdef int give_back(self, void *p, size_t n, CUdeviceptr dptr, CUevent ev) except -1:
         cdef size_t rounded = 0
         size_class(n, &rounded)
-        self.free_blocks.setdefault(rounded, []).append((ptr, dptr, event))
+        self.free_blocks.setdefault(rounded, []).append((<size_t>p, dptr, <size_t>ev))
         self.in_use -= rounded
         self.cached += rounded
+        return 0
 
     def trim(self):
         """Free every cached block (waiting for the copies still using one)."""
@@ -821,14 +821,14 @@ cdef class PinnedMemoryPool:
 
 def memory_stats(device=None):
     """Statistics of the default allocator of ``device`` (see MemoryPool.stats)."""
-    a = _memory.get_allocator(device)
+    a = _buffer.get_allocator(device)
     f = getattr(a, "stats", None)
     return f() if f is not None else {}
 
 
 def trim_memory(device=None):
     """Give the default allocator's cached memory back to the driver."""
-    a = _memory.get_allocator(device)
+    a = _buffer.get_allocator(device)
     f = getattr(a, "trim", None)
     if f is not None:
         f()
@@ -841,4 +841,4 @@ def _default_pool(dev):
 # BARECUDA_ALLOCATOR=driver turns the cache off (every buffer straight from the
 # driver), for debugging memory errors.
 if os.environ.get("BARECUDA_ALLOCATOR", "cache").lower() != "driver":
-    _memory._set_default_allocator_factory(_default_pool)
+    _buffer._set_default_allocator_factory(_default_pool)
