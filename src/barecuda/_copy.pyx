@@ -206,6 +206,8 @@ def to_device(obj, *, stream=None, device=None, allocator=None):
     cdef int i
     d = as_device(obj, stream)
     if d is not None:
+        d._check_open()
+        d._check_contiguous("to_device()")
         b = new_buffer(d.nbytes, device if device is not None else d.device, stream, allocator)
         b._shape, b._dtype, b._itemsize = d._shape, d._dtype, d._itemsize
         _copy_dd(b, d, stream)

@@ -498,7 +498,12 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs)
         except (TypeError, ValueError, KeyError, IndexError) as exc:
             if cls == 1 and isinstance(exc, TypeError) and hasattr(type(arg), "__index__"):
                 import operator
-                return _pack_int(k, i, operator.index(arg), slot)
+                try:
+                    addr = operator.index(arg)
+                except TypeError:
+                    pass
+                else:
+                    return _pack_int(k, i, addr, slot)
             raise type(exc)(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): {exc}") from None
         bc_store_int(slot, 8, addr)
         return 0

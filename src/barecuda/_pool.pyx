@@ -57,9 +57,13 @@ cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" 
 
 
 cdef inline int size_class(size_t n, size_t *rounded) noexcept nogil:
-    """Class index and rounded size for a request of n bytes (n > 0)."""
+    """Class index and rounded size for a request of n bytes (n > 0); -1 (rounded 0)
+    above 2**63, where rounding up would not fit in 64 bits."""
     cdef size_t k, step, m
     cdef int e
+    if n > (<size_t>1 << 63):
+        rounded[0] = 0
+        return -1
     if n <= 8192:
         k = (n + 511) >> 9
         rounded[0] = k << 9
@@ -280,6 +284,8 @@ cdef class MemoryPool(Allocator):
             buf._block = NULL
             return 0
         cls = size_class(size, &rounded)
+        if cls < 0:
+            raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
         c = self.cache_for(s, buf._stream)
         b = c.heads[cls]
         if b != NULL:                                   # hot path: same stream, cached
@@ -725,7 +731,8 @@ cdef class PinnedMemoryPool(PinnedAllocator):
         cdef size_t i
         if n == 0:
             return PinnedBuffer(0, device=self.device)
-        size_class(n, &rounded)
+        if size_class(n, &rounded) < 0:
+            raise OverflowError(f"cannot allocate {n} bytes of pinned memory (above 2**63)")
         self.device.activate()
         lst = self.free_blocks.get(rounded)
         found = None
