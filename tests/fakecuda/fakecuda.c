@@ -639,6 +639,32 @@ static void pend_check_free(CUdeviceptr dptr, CUstream stream, int any_stream) {
     if (a && pend_refs(a->id, stream, any_stream)) g_early_frees++;
 }
 
+/* ---------------------------------------------- CUDA graph hooks (graph.c) */
+struct launch_req;
+static CUresult fk_cap_kernel(CUfunction f, const struct launch_req *r, unsigned char *buf, int *taken);
+static CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr dd, CUmemorytype st,
+                            const void *sh, CUdeviceptr sd, size_t bytes, int *taken);
+static CUresult fk_cap_copy3d(CUstream s, const CUDA_MEMCPY3D *c, int *taken);
+static CUresult fk_cap_memset(CUstream s, CUdeviceptr dst, unsigned int value, unsigned int esize, size_t count,
+                              int *taken);
+static CUresult fk_cap_host(CUstream s, CUhostFn fn, void *user, int *taken);
+static CUresult fk_cap_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes, int dev, struct CUmemPoolHandle_st *pool,
+                             int *taken);
+static CUresult fk_cap_free(CUstream s, CUdeviceptr dptr, int *taken);
+static int fk_cap_event_record(CUevent e, CUstream s);
+static int fk_cap_event_wait(CUstream s, CUevent e);
+static int fk_cap_forbid(CUstream s);
+static int fk_cap_unsafe(void);
+static int fk_cap_any(void);
+#define E_CAPTURE_UNSUPPORTED ((CUresult)900)
+/* Returns from the enclosing function when the call was captured (or capture failed). */
+#define FK_CAPTURED(call)                                                          \
+    do {                                                                           \
+        int fk_taken_ = 0;                                                         \
+        CUresult fk_crc_ = (call);                                                 \
+        if (fk_taken_ || fk_crc_) return fk_crc_;                                  \
+    } while (0)
+
 /* ================================================================= driver */
 CUresult CUDAAPI cuInit(unsigned int Flags) {
     int forced;
@@ -805,6 +831,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
         FK_NEED_CTX(c);
         (void)c;
     }
+    if (fk_cap_any()) return E_CAPTURE_UNSUPPORTED;   /* invalidates every capture */
     sync_point();
     pend_complete(NULL, 0, 1);
     return CUDA_SUCCESS;
@@ -1752,6 +1779,14 @@ static CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams
             memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
         }
     }
+    {
+        int taken = 0;
+        CUresult crc = fk_cap_kernel(f, r, buf, &taken);
+        if (taken) {
+            if (crc) free(buf);
+            return crc;
+        }
+    }
     rec = &g_ring[g_launch_count % FK_RING];
     free(rec->params);
     memset(rec, 0, sizeof(*rec));
@@ -1838,6 +1873,7 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
         if (!fn) return E_INVALID_VALUE;
         if (!cur_ctx()) return E_INVALID_CONTEXT;
         if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+        FK_CAPTURED(fk_cap_host(hStream, fn, userData, &fk_taken_));
     }
     /* outside the lock: the callback may take the GIL */
     fn(userData);
@@ -1885,6 +1921,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
     FK_ENTER(cuStreamSynchronize);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (fk_cap_forbid(hStream)) return E_CAPTURE_UNSUPPORTED;
     sync_point();
     pend_complete(hStream, ~0ULL, 0);
     return CUDA_SUCCESS;
@@ -1894,6 +1931,7 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
     FK_ENTER(cuStreamQuery);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (fk_cap_forbid(hStream)) return E_CAPTURE_UNSUPPORTED;
     pend_complete(hStream, ~0ULL, 0);   /* reported idle: its pending work is done */
     return CUDA_SUCCESS;
 }
@@ -1903,6 +1941,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (Flags & ~1u) return E_INVALID_VALUE;
     if (!valid_stream(hStream) || !vec_has(&g_events, hEvent)) return E_INVALID_HANDLE;
+    (void)fk_cap_event_wait(hStream, hEvent);
     return CUDA_SUCCESS;
 }
 
@@ -1965,6 +2004,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     FK_ENTER(cuEventRecord);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!vec_has(&g_events, hEvent) || !valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (fk_cap_event_record(hEvent, hStream)) return CUDA_SUCCESS;
     hEvent->recorded = 1;
     hEvent->t_ms = now_ms();
     hEvent->pend_stream = pend_norm(hStream);
@@ -2011,12 +2051,14 @@ CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUeven
 /* ------------------------------------------------------------------ memory */
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
     FK_ENTER(cuMemAlloc);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     FK_NEED_CTX(c);
     return do_alloc(dptr, bytesize, MK_DEVICE, c->dev, NULL, 0);
 }
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     FK_ENTER(cuMemFree);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (dptr == 0) return CUDA_SUCCESS;
     pend_check_free(dptr, NULL, 1);
@@ -2160,6 +2202,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
     FK_ENTER(cuMemcpy);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     if (ByteCount && (!dst || !src)) return E_INVALID_VALUE;
     if (ByteCount) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
     return CUDA_SUCCESS;
@@ -2168,6 +2211,8 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_UNIFIED, NULL, dst, CU_MEMORYTYPE_UNIFIED, NULL, src, ByteCount,
+                            &fk_taken_));
     if (ByteCount && (!dst || !src)) return E_INVALID_VALUE;
     if (ByteCount) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
     return CUDA_SUCCESS;
@@ -2197,6 +2242,7 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
     FK_ENTER(cuMemcpyHtoD);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     sync_point();
     return htod(dstDevice, srcHost, ByteCount);
 }
@@ -2204,6 +2250,7 @@ CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t
 CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
     FK_ENTER(cuMemcpyDtoH);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     sync_point();
     return dtoh(dstHost, srcDevice, ByteCount);
 }
@@ -2211,24 +2258,31 @@ CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
     FK_ENTER(cuMemcpyDtoD);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyHtoDAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, CU_MEMORYTYPE_HOST, srcHost, 0, ByteCount,
+                            &fk_taken_));
     return htod(dstDevice, srcHost, ByteCount);
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyDtoHAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_HOST, dstHost, 0, CU_MEMORYTYPE_DEVICE, NULL, srcDevice, ByteCount,
+                            &fk_taken_));
     return dtoh(dstHost, srcDevice, ByteCount);
 }
 
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyDtoDAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, CU_MEMORYTYPE_DEVICE, NULL, srcDevice,
+                            ByteCount, &fk_taken_));
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
@@ -2237,6 +2291,8 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, 
     FK_ENTER(cuMemcpyPeerAsync);
     FK_COPY_PRELUDE(hStream);
     if (!valid_ctx(dstContext) || !valid_ctx(srcContext)) return E_INVALID_CONTEXT;
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, CU_MEMORYTYPE_DEVICE, NULL, srcDevice,
+                            ByteCount, &fk_taken_));
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
@@ -2281,6 +2337,16 @@ CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream hStream) {
     FK_ENTER(cuMemcpy2DAsync);
     FK_COPY_PRELUDE(hStream);
     if (!c) return E_INVALID_VALUE;
+    {
+        CUDA_MEMCPY3D m;
+        memset(&m, 0, sizeof(m));
+        m.srcXInBytes = c->srcXInBytes; m.srcY = c->srcY; m.srcMemoryType = c->srcMemoryType;
+        m.srcHost = c->srcHost; m.srcDevice = c->srcDevice; m.srcPitch = c->srcPitch; m.srcHeight = c->Height;
+        m.dstXInBytes = c->dstXInBytes; m.dstY = c->dstY; m.dstMemoryType = c->dstMemoryType;
+        m.dstHost = c->dstHost; m.dstDevice = c->dstDevice; m.dstPitch = c->dstPitch; m.dstHeight = c->Height;
+        m.WidthInBytes = c->WidthInBytes; m.Height = c->Height; m.Depth = 1;
+        FK_CAPTURED(fk_cap_copy3d(hStream, &m, &fk_taken_));
+    }
     return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, 0, c->srcPitch, 0,
                   c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, 0, c->dstPitch, 0,
                   c->WidthInBytes, c->Height, 1);
@@ -2292,6 +2358,7 @@ CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D *c, CUstream hStream) {
     FK_COPY_PRELUDE(hStream);
     if (!c) return E_INVALID_VALUE;
     if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1) return E_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_copy3d(hStream, c, &fk_taken_));
     sh = c->srcHeight;
     dh = c->dstHeight;
     return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, sh,
@@ -2303,6 +2370,7 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t
     FK_ENTER(cuMemsetD8Async);
     FK_COPY_PRELUDE(hStream);
     if (!dev_range_ok((uintptr_t)dstDevice, N)) return E_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_memset(hStream, dstDevice, uc, 1, N, &fk_taken_));
     if (N) memset((void *)(uintptr_t)dstDevice, uc, N);
     return CUDA_SUCCESS;
 }
@@ -2312,6 +2380,7 @@ CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size
     FK_ENTER(cuMemsetD16Async);
     FK_COPY_PRELUDE(hStream);
     if ((dstDevice & 1) || N * 2 / 2 != N || !dev_range_ok((uintptr_t)dstDevice, N * 2)) return E_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_memset(hStream, dstDevice, us, 2, N, &fk_taken_));
     for (i = 0; i < N; i++) ((unsigned short *)(uintptr_t)dstDevice)[i] = us;
     return CUDA_SUCCESS;
 }
@@ -2321,6 +2390,7 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
     FK_ENTER(cuMemsetD32Async);
     FK_COPY_PRELUDE(hStream);
     if ((dstDevice & 3) || N * 4 / 4 != N || !dev_range_ok((uintptr_t)dstDevice, N * 4)) return E_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_memset(hStream, dstDevice, ui, 4, N, &fk_taken_));
     for (i = 0; i < N; i++) ((unsigned int *)(uintptr_t)dstDevice)[i] = ui;
     return CUDA_SUCCESS;
 }
@@ -2337,6 +2407,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
     FK_ENTER(cuMemAllocAsync);
     FK_NEED_CTX(c);
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    FK_CAPTURED(fk_cap_alloc(hStream, dptr, bytesize, c->dev, &g_dev[c->dev].default_pool, &fk_taken_));
     return do_alloc(dptr, bytesize, MK_DEVICE, c->dev, &g_dev[c->dev].default_pool, 0);
 }
 
@@ -2344,6 +2415,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     FK_ENTER(cuMemFreeAsync);
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    FK_CAPTURED(fk_cap_free(hStream, dptr, &fk_taken_));
     pend_check_free(dptr, hStream, 0);
     return do_free(dptr, 0);
 }
@@ -2353,6 +2425,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
     if (!cur_ctx()) return E_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return E_INVALID_HANDLE;
     if (!valid_pool(pool)) return E_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_alloc(hStream, dptr, bytesize, pool->dev, pool, &fk_taken_));
     return do_alloc(dptr, bytesize, MK_DEVICE, pool->dev, pool, 0);
 }
 
@@ -2715,3 +2788,6 @@ FK_EXPORT int fakecuda_pending_refs(unsigned long long ptr, void *stream, int an
     if (!a) return -1;
     return pend_refs(a->id, (CUstream)stream, any_stream);
 }
+
+/* CUDA graphs: capture, explicit and executable graphs (see graph.c). */
+#include "graph.c"
