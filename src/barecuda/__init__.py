@@ -24,3 +24,9 @@ from barecuda._memory import (
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
 from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
+
+# CUDA graphs (_graph.pyx)
+from barecuda._graph import (
+    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode,
+    Capture, capture, is_capturing, check_host_errors,
+)
