@@ -36,6 +36,7 @@ from barecuda._memory cimport DeviceBuffer, PinnedBuffer, note_use
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._errors import make_error, CudaWarning, CudaStreamCaptureError
 from barecuda._loader import require_symbol
+from barecuda import _pool
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -209,8 +210,27 @@ cdef int _ptr_of(object obj, CUdeviceptr *dev, void **host, size_t *size, str wh
         host[0] = (<PinnedBuffer>obj).ptr
         size[0] = (<PinnedBuffer>obj).nbytes_
         return 1
-    raise TypeError(f"{what} must be a DeviceBuffer or a PinnedBuffer, got {type(obj).__name__} "
-                    "(graph copies cannot stage pageable host memory)")
+    # an array over pinned memory (bc.pinned_empty gives numpy arrays whose base is a PinnedBuffer)
+    base = getattr(obj, "base", None)
+    for _ in range(6):
+        if base is None or isinstance(base, PinnedBuffer):
+            break
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    iface = getattr(obj, "__array_interface__", None)
+    if isinstance(base, PinnedBuffer) and iface is not None and not (<PinnedBuffer>base)._closed:
+        addr = iface["data"][0]
+        nbytes = obj.nbytes
+        start = <size_t>(<PinnedBuffer>base).ptr
+        if iface.get("strides") is not None and not obj.flags.c_contiguous:
+            raise ValueError(f"{what}: the pinned array must be contiguous")
+        if not (start <= addr and addr + nbytes <= start + (<PinnedBuffer>base).nbytes_):
+            raise ValueError(f"{what}: the array lies outside its PinnedBuffer")
+        dev[0] = 0
+        host[0] = <void *><size_t>addr
+        size[0] = nbytes
+        return 1
+    raise TypeError(f"{what} must be a DeviceBuffer, a PinnedBuffer or an array over one, got "
+                    f"{type(obj).__name__} (graph copies cannot stage pageable host memory)")
 
 
 # ------------------------------------------------------------------ capture
@@ -260,6 +280,7 @@ cdef class Capture:
         self.graph._keep.append(self.stream)
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
+        _pool._capture_started()
         return self.graph
 
     def __exit__(self, exc_type, exc, tb):
@@ -271,6 +292,7 @@ cdef class Capture:
         self.graph.capturing = False
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
+        _pool._capture_ended()
         if exc_type is not None:
             # Discard the partial graph; the block's exception propagates.
             if g != NULL:

@@ -2081,6 +2081,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
 
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
     FK_ENTER(cuMemAllocManaged);
+    if (fk_cap_unsafe()) return E_CAPTURE_UNSUPPORTED;
     FK_NEED_CTX(c);
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return E_INVALID_VALUE;
     return do_alloc(dptr, bytesize, MK_MANAGED, c->dev, NULL, flags);
