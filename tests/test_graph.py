@@ -642,6 +642,51 @@ def test_set_arg_and_launch_do_not_grow_the_heap(fake, vadd, stream):
     assert grown < 4096, grown
 
 
+@pytest.mark.parametrize("how", ["drop_exec", "set_arg", "update", "captured"])
+def test_memory_a_launched_graph_uses_is_not_reused_early(fake, vadd, how):
+    """A buffer allocated on s0 and used by a graph launched on s1 must not go back to
+    s0's cache (and to the next allocation on s0) while that launch may still run."""
+    lib = _lib(fake)
+    s0, s1 = bc.Stream(), bc.Stream()
+    lib.fakecuda_pending_mode(1)
+    try:
+        x = bc.alloc(4096, stream=s0)
+        keep = bc.alloc(4096, stream=s0)
+        if how == "captured":                            # captured on x's own stream: x is not
+            with s0.capture() as g:                      # marked as used elsewhere by the launch
+                vadd.launch(1, 32, x, x, x, 1, stream=s0)
+            g.keep_alive(x)
+            n = h = None
+        else:
+            g = bc.Graph()
+            n = g.add_kernel(vadd, 1, 32, x, x, x, 1)
+        exe = g.instantiate()
+        if n is not None:
+            h = exe.kernel_node(n)
+        exe.launch(s1)                                   # pending on s1, uses x
+        ptr = x.ptr
+        assert lib.fakecuda_pending_refs(ptr, s0.handle_int, 0) >= 1
+        del g, n, x
+        if how in ("drop_exec", "captured"):
+            del exe, h
+        elif how == "set_arg":
+            h.set_arg(0, keep)
+            h.set_arg(1, keep)
+            h.set_arg(2, keep)                           # x stays in the instantiation snapshot
+        else:
+            g2 = bc.Graph()
+            g2.add_kernel(vadd, 1, 32, keep, keep, keep, 1)
+            exe.update(g2)
+            del g2
+            h = None
+        gc.collect()
+        y = bc.alloc(4096, stream=s0)
+        assert y.ptr != ptr or lib.fakecuda_pending_refs(y.ptr, s0.handle_int, 0) == 0
+        assert lib.fakecuda_early_frees() == 0
+    finally:
+        lib.fakecuda_pending_mode(0)
+
+
 # ------------------------------------- property test: no early free, no leak
 OPS = st.lists(st.one_of(
     st.tuples(st.just("alloc"), st.integers(0, 2)),
@@ -719,7 +764,7 @@ def test_random_graph_lifetimes_never_free_early_nor_leak(fake, vadd, ops):
                     bc.Device(0).synchronize()
                 else:
                     streams[op[1]].synchronize()
-        bufs = execs = exe = h = g = b = s = None
+        bufs = execs = exe = h = g = b = s = _ = None
         gc.collect()
         assert lib.fakecuda_early_frees() == early0
         bc.Device(0).synchronize()
