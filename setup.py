@@ -32,11 +32,14 @@ else:
     compile_args = ["-O2", "-std=gnu11", "-Wno-unused-function"]
     libraries = ["dl", "pthread"] if sys.platform.startswith("linux") else []
 
+# Hand-written C compiled into an extension besides its generated module.
+C_SOURCES = {"barecuda._staging": ["src/csrc/bc_staging.c"]}
+
 extensions = []
 for pyx in sorted(glob.glob("src/barecuda/*.pyx")):
     name = "barecuda." + os.path.splitext(os.path.basename(pyx))[0]
     extensions.append(Extension(
-        name, [pyx],
+        name, [pyx] + C_SOURCES.get(name, []),
         include_dirs=["include"],
         define_macros=macros,
         extra_compile_args=compile_args,

@@ -154,7 +154,7 @@ def test_enum_values_match_cuda_h():
 @needs_cuda_h
 def test_error_codes_match_cuda_h():
     text = open(OUR_ERRORS, encoding="utf-8").read()
-    ours = {name: int(code) for code, name in re.findall(r'\{\s*(-?\d+)\s*,\s*"(CUDA_\w+)"', text)}
+    ours = {name: int(code) for code, name in re.findall(r'X\(\s*(-?\d+)\s*,\s*(CUDA_\w+)\s*,', text)}
     theirs = {n: v for n, v in parse_enums(os.path.join(CUDA_INCLUDE, "cuda.h")).items()
               if n == "CUDA_SUCCESS" or n.startswith("CUDA_ERROR_")}
     assert len(ours) > 90

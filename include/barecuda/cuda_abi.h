@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "barecuda/cuda_errors.h" /* CUDA_SUCCESS and every CUDA_ERROR_* name */
+
 #ifdef _WIN32
 #define CUDAAPI __stdcall
 #else
@@ -29,7 +31,7 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ scalars */
-typedef int CUresult;                 /* enum cudaError_enum; table in cuda_errors.h */
+typedef int CUresult;                 /* enum cudaError_enum; names and table in cuda_errors.h */
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 
@@ -47,7 +49,6 @@ typedef struct CUgraphExec_st *CUgraphExec;
 
 typedef struct CUuuid_st { char bytes[16]; } CUuuid;
 
-#define CUDA_SUCCESS 0
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 

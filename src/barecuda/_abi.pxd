@@ -500,6 +500,6 @@ cdef extern from "barecuda/cuda_errors.h" nogil:
         const char *description
         const char *hint
         int sticky
-    const bc_error_info bc_error_table[]
-    size_t BC_ERROR_TABLE_LEN
+    const bc_error_info *bc_error_table()      # sorted by code, BC_ERROR_TABLE_LEN rows
+    enum: BC_ERROR_TABLE_LEN
     const bc_error_info *bc_error_lookup(int code)

@@ -30,26 +30,6 @@
 
 #define FK_EXPORT __attribute__((visibility("default")))
 
-/* ------------------------------------------------------------ result codes */
-enum {
-    E_INVALID_VALUE = 1,
-    E_OUT_OF_MEMORY = 2,
-    E_NOT_INITIALIZED = 3,
-    E_NO_DEVICE = 100,
-    E_INVALID_DEVICE = 101,
-    E_INVALID_IMAGE = 200,
-    E_INVALID_CONTEXT = 201,
-    E_PEER_ACCESS_UNSUPPORTED = 217,
-    E_INVALID_PTX = 218,
-    E_INVALID_HANDLE = 400,
-    E_NOT_FOUND = 500,
-    E_PEER_ACCESS_ALREADY_ENABLED = 704,
-    E_PEER_ACCESS_NOT_ENABLED = 705,
-    E_HOST_MEMORY_ALREADY_REGISTERED = 712,
-    E_HOST_MEMORY_NOT_REGISTERED = 713,
-    E_COOPERATIVE_LAUNCH_TOO_LARGE = 720,
-    E_INVALID_CLUSTER_SIZE = 912,
-};
 
 /* Every entry point, declared from the ABI header: a definition below whose
  * signature differs from what barecuda calls is a compile error. */
@@ -427,7 +407,7 @@ static CUresult fk_begin(int sym) {
 
 #define FK_ENTER(name)                                                             \
     FK_ENTER_NOINIT(name);                                                         \
-    if (!g_initialized) return E_NOT_INITIALIZED
+    if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED
 
 static int valid_dev(CUdevice d) { return d >= 0 && d < g_ndev; }
 
@@ -447,7 +427,7 @@ static CUcontext cur_ctx(void) {
 
 #define FK_NEED_CTX(var)                                                           \
     CUcontext var = cur_ctx();                                                     \
-    if (!var) return E_INVALID_CONTEXT
+    if (!var) return CUDA_ERROR_INVALID_CONTEXT
 
 static int valid_stream(CUstream s) {
     return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || vec_has(&g_streams, s);
@@ -518,17 +498,17 @@ static CUresult do_alloc(CUdeviceptr *dptr, size_t n, int kind, int dev, struct 
     size_t rounded;
     void *p;
     fk_alloc *a;
-    if (!dptr || n == 0) return E_INVALID_VALUE;
-    if (kind != MK_HOST_ALLOC && g_dev[dev].used + n > FK_TOTAL_MEM) return E_OUT_OF_MEMORY;
+    if (!dptr || n == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (kind != MK_HOST_ALLOC && g_dev[dev].used + n > FK_TOTAL_MEM) return CUDA_ERROR_OUT_OF_MEMORY;
     rounded = (n + 255) & ~(size_t)255;
-    if (rounded < n) return E_OUT_OF_MEMORY;
+    if (rounded < n) return CUDA_ERROR_OUT_OF_MEMORY;
     p = aligned_alloc(256, rounded);
-    if (!p) return E_OUT_OF_MEMORY;
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     memset(p, 0xA5, rounded);
     a = add_alloc();
     if (!a) {
         free(p);
-        return E_OUT_OF_MEMORY;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     a->base = (uintptr_t)p;
     a->size = n;
@@ -553,9 +533,9 @@ static CUresult do_alloc(CUdeviceptr *dptr, size_t n, int kind, int dev, struct 
 
 static CUresult do_free(CUdeviceptr dptr, int allow_host) {
     fk_alloc *a = find_alloc_exact((uintptr_t)dptr);
-    if (!a) return E_INVALID_VALUE;
-    if (a->kind == MK_GLOBAL || a->kind == MK_HOST_REG) return E_INVALID_VALUE;
-    if ((a->kind == MK_HOST_ALLOC) != (allow_host != 0)) return E_INVALID_VALUE;
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
+    if (a->kind == MK_GLOBAL || a->kind == MK_HOST_REG) return CUDA_ERROR_INVALID_VALUE;
+    if ((a->kind == MK_HOST_ALLOC) != (allow_host != 0)) return CUDA_ERROR_INVALID_VALUE;
     if (a->kind != MK_HOST_ALLOC) g_dev[a->dev].used -= a->size;
     if (a->pool) a->pool->used -= a->size;
     free(a->raw);
@@ -645,10 +625,10 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
     FK_ENTER_NOINIT(cuInit);
     forced = env_int("FAKECUDA_INIT_RESULT", 0);
     if (forced) return forced;
-    if (Flags != 0) return E_INVALID_VALUE;
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (!g_initialized) {
         init_devices();
-        if (g_ndev == 0) return E_NO_DEVICE;
+        if (g_ndev == 0) return CUDA_ERROR_NO_DEVICE;
         g_initialized = 1;
     }
     return CUDA_SUCCESS;
@@ -656,7 +636,7 @@ CUresult CUDAAPI cuInit(unsigned int Flags) {
 
 CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
     FK_ENTER_NOINIT(cuDriverGetVersion);
-    if (!driverVersion) return E_INVALID_VALUE;
+    if (!driverVersion) return CUDA_ERROR_INVALID_VALUE;
     *driverVersion = env_int("FAKECUDA_DRIVER_VERSION", 13000);
     return CUDA_SUCCESS;
 }
@@ -664,41 +644,41 @@ CUresult CUDAAPI cuDriverGetVersion(int *driverVersion) {
 CUresult CUDAAPI cuGetErrorName(CUresult error, const char **pStr) {
     const bc_error_info *e;
     FK_ENTER_NOINIT(cuGetErrorName);
-    if (!pStr) return E_INVALID_VALUE;
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
     e = bc_error_lookup(error);
     *pStr = e ? e->name : NULL;
-    return e ? CUDA_SUCCESS : E_INVALID_VALUE;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
     const bc_error_info *e;
     FK_ENTER_NOINIT(cuGetErrorString);
-    if (!pStr) return E_INVALID_VALUE;
+    if (!pStr) return CUDA_ERROR_INVALID_VALUE;
     e = bc_error_lookup(error);
     *pStr = e ? e->description : NULL;
-    return e ? CUDA_SUCCESS : E_INVALID_VALUE;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ---------------------------------------------------------------- devices */
 CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
     FK_ENTER(cuDeviceGet);
-    if (!device) return E_INVALID_VALUE;
-    if (!valid_dev(ordinal)) return E_INVALID_DEVICE;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
     *device = ordinal;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetCount(int *count) {
     FK_ENTER(cuDeviceGetCount);
-    if (!count) return E_INVALID_VALUE;
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
     *count = g_ndev;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev) {
     FK_ENTER(cuDeviceGetName);
-    if (!name || len <= 0) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     snprintf(name, (size_t)len, "FakeCUDA Device %d", dev);
     return CUDA_SUCCESS;
 }
@@ -707,8 +687,8 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
     static const unsigned char base[16] = {0xfa, 0xce, 0xc0, 0xda, 0x00, 0x00, 0x40, 0x00,
                                            0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
     FK_ENTER(cuDeviceGetUuid);
-    if (!uuid) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     memcpy(uuid->bytes, base, 16);
     uuid->bytes[15] = (char)dev;
     return CUDA_SUCCESS;
@@ -716,25 +696,25 @@ CUresult CUDAAPI cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
 
 CUresult CUDAAPI cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
     FK_ENTER(cuDeviceTotalMem);
-    if (!bytes) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     *bytes = (size_t)FK_TOTAL_MEM;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev) {
     FK_ENTER(cuDeviceGetAttribute);
-    if (!pi) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
-    if ((int)attrib <= 0 || (int)attrib >= CU_DEVICE_ATTRIBUTE_MAX) return E_INVALID_VALUE;
+    if (!pi) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    if ((int)attrib <= 0 || (int)attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
     *pi = g_dev[dev].attrs[attrib];
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
     FK_ENTER(cuDeviceGetPCIBusId);
-    if (!pciBusId || len <= 0) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!pciBusId || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", g_dev[dev].attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID],
              g_dev[dev].attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID], g_dev[dev].attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]);
     return CUDA_SUCCESS;
@@ -742,8 +722,8 @@ CUresult CUDAAPI cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev) {
 
 CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev) {
     FK_ENTER(cuDeviceCanAccessPeer);
-    if (!canAccessPeer) return E_INVALID_VALUE;
-    if (!valid_dev(dev) || !valid_dev(peerDev)) return E_INVALID_DEVICE;
+    if (!canAccessPeer) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev) || !valid_dev(peerDev)) return CUDA_ERROR_INVALID_DEVICE;
     *canAccessPeer = dev != peerDev;
     return CUDA_SUCCESS;
 }
@@ -751,8 +731,8 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
 /* --------------------------------------------------------------- contexts */
 CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     FK_ENTER(cuDevicePrimaryCtxRetain);
-    if (!pctx) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     g_dev[dev].retain++;
     *pctx = &g_dev[dev].ctx;
     return CUDA_SUCCESS;
@@ -760,16 +740,16 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
     FK_ENTER(cuDevicePrimaryCtxRelease);
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
-    if (g_dev[dev].retain <= 0) return E_INVALID_CONTEXT;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
+    if (g_dev[dev].retain <= 0) return CUDA_ERROR_INVALID_CONTEXT;
     if (--g_dev[dev].retain == 0) g_dev[dev].ctx.peers = 0;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
     FK_ENTER(cuDevicePrimaryCtxGetState);
-    if (!flags || !active) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     *flags = 0;
     *active = g_dev[dev].retain > 0;
     return CUDA_SUCCESS;
@@ -777,21 +757,21 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
 
 CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
     FK_ENTER(cuCtxSetCurrent);
-    if (ctx && !valid_ctx(ctx)) return E_INVALID_CONTEXT;
+    if (ctx && !valid_ctx(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
     tls_ctx = ctx;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
     FK_ENTER(cuCtxGetCurrent);
-    if (!pctx) return E_INVALID_VALUE;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
     *pctx = tls_ctx;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
     FK_ENTER(cuCtxGetDevice);
-    if (!device) return E_INVALID_VALUE;
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
     {
         FK_NEED_CTX(c);
         *device = c->dev;
@@ -813,10 +793,10 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags) {
     FK_ENTER(cuCtxEnablePeerAccess);
     FK_NEED_CTX(c);
-    if (Flags != 0) return E_INVALID_VALUE;
-    if (!valid_ctx(peerContext) || g_dev[peerContext->dev].retain <= 0) return E_INVALID_CONTEXT;
-    if (peerContext == c) return E_PEER_ACCESS_UNSUPPORTED;
-    if (c->peers & (1u << peerContext->dev)) return E_PEER_ACCESS_ALREADY_ENABLED;
+    if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_ctx(peerContext) || g_dev[peerContext->dev].retain <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (peerContext == c) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    if (c->peers & (1u << peerContext->dev)) return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
     c->peers |= 1u << peerContext->dev;
     return CUDA_SUCCESS;
 }
@@ -824,8 +804,8 @@ CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags
 CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peerContext) {
     FK_ENTER(cuCtxDisablePeerAccess);
     FK_NEED_CTX(c);
-    if (!valid_ctx(peerContext)) return E_INVALID_CONTEXT;
-    if (!(c->peers & (1u << peerContext->dev))) return E_PEER_ACCESS_NOT_ENABLED;
+    if (!valid_ctx(peerContext)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!(c->peers & (1u << peerContext->dev))) return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
     c->peers &= ~(1u << peerContext->dev);
     return CUDA_SUCCESS;
 }
@@ -840,7 +820,7 @@ CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPr
 CUresult CUDAAPI cuMemGetInfo(size_t *free_, size_t *total) {
     FK_ENTER(cuMemGetInfo);
     FK_NEED_CTX(c);
-    if (!free_ || !total) return E_INVALID_VALUE;
+    if (!free_ || !total) return CUDA_ERROR_INVALID_VALUE;
     *total = (size_t)FK_TOTAL_MEM;
     *free_ = (size_t)(FK_TOTAL_MEM - g_dev[c->dev].used);
     return CUDA_SUCCESS;
@@ -1243,17 +1223,17 @@ static CUresult parse_module(const char *text, struct CUmod_st *m, parse_ctx *pc
     toks ts = {0};
     int i, start;
     CUresult rc = CUDA_SUCCESS;
-    if (!s) return E_OUT_OF_MEMORY;
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     if (invalid) {
         snprintf(pc->err, sizeof(pc->err),
                  "ptxas fatal   : fakecuda: PTX rejected on request ('// FAKECUDA: invalid' at line %d)",
                  invalid_line);
         free(s);
-        return E_INVALID_PTX;
+        return CUDA_ERROR_INVALID_PTX;
     }
     if (tokenize(s, len, &ts)) {
         free(s);
-        return E_OUT_OF_MEMORY;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     /* walk statements at brace depth 0 */
     i = 0;
@@ -1284,7 +1264,7 @@ static CUresult parse_module(const char *text, struct CUmod_st *m, parse_ctx *pc
                 }
                 if (i >= ts.n) {
                     snprintf(pc->err, sizeof(pc->err), "unbalanced braces");
-                    rc = E_INVALID_PTX;
+                    rc = CUDA_ERROR_INVALID_PTX;
                     break;
                 }
                 body_end = i;
@@ -1302,7 +1282,7 @@ static CUresult parse_module(const char *text, struct CUmod_st *m, parse_ctx *pc
                     add_func(m, &f, &fcap)) {
                     free(f.params);
                     if (!pc->err[0]) snprintf(pc->err, sizeof(pc->err), "out of memory");
-                    rc = E_INVALID_PTX;
+                    rc = CUDA_ERROR_INVALID_PTX;
                     break;
                 }
                 f.mod = m;
@@ -1311,13 +1291,13 @@ static CUresult parse_module(const char *text, struct CUmod_st *m, parse_ctx *pc
             } else if (kw >= 0 && (which == 2 || which == 3) && !extern_ && body_start < 0) {
                 fk_global g;
                 if (parse_global(&ts, kw + 1, i, &g, pc)) {
-                    rc = E_INVALID_PTX;
+                    rc = CUDA_ERROR_INVALID_PTX;
                     break;
                 }
                 if (m->nglobals == gcap) {
                     int nc = gcap ? gcap * 2 : 8;
                     fk_global *ng = realloc(m->globals, (size_t)nc * sizeof(*ng));
-                    if (!ng) { free(g.data); rc = E_OUT_OF_MEMORY; break; }
+                    if (!ng) { free(g.data); rc = CUDA_ERROR_OUT_OF_MEMORY; break; }
                     m->globals = ng;
                     gcap = nc;
                 }
@@ -1327,7 +1307,7 @@ static CUresult parse_module(const char *text, struct CUmod_st *m, parse_ctx *pc
             start = i;
         } else if (tok_is(t, "}")) {
             snprintf(pc->err, sizeof(pc->err), "unbalanced braces");
-            rc = E_INVALID_PTX;
+            rc = CUDA_ERROR_INVALID_PTX;
             break;
         } else {
             i++;
@@ -1364,8 +1344,8 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
     double t0 = now_ms();
     FK_ENTER(cuModuleLoadDataEx);
     FK_NEED_CTX(c);
-    if (!module || !image) return E_INVALID_VALUE;
-    if (numOptions && (!options || !optionValues)) return E_INVALID_VALUE;
+    if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+    if (numOptions && (!options || !optionValues)) return CUDA_ERROR_INVALID_VALUE;
     for (k = 0; k < numOptions; k++) {
         switch ((int)options[k]) {
         case CU_JIT_INFO_LOG_BUFFER: info_buf = optionValues[k]; break;
@@ -1374,7 +1354,7 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
         case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: err_size = &optionValues[k]; break;
         case CU_JIT_WALL_TIME: wall = (float *)&optionValues[k]; break;
         default:
-            if ((int)options[k] < 0 || (int)options[k] >= CU_JIT_NUM_OPTIONS) return E_INVALID_VALUE;
+            if ((int)options[k] < 0 || (int)options[k] >= CU_JIT_NUM_OPTIONS) return CUDA_ERROR_INVALID_VALUE;
         }
     }
     text = (const char *)image;
@@ -1393,11 +1373,11 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
         }
         if (*p != '.' || (!strstr(p, ".version") && !strstr(p, ".entry"))) {
             write_log(err_buf, err_size, "fakecuda: image is neither PTX nor a FAKECUBIN/FAKEFATBIN image");
-            return E_INVALID_IMAGE;
+            return CUDA_ERROR_INVALID_IMAGE;
         }
     }
     m = calloc(1, sizeof(*m));
-    if (!m) return E_OUT_OF_MEMORY;
+    if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     m->magic = 0x30D0u;
     m->ctx = c;
     memset(&pc, 0, sizeof(pc));
@@ -1434,7 +1414,7 @@ CUresult CUDAAPI cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
 CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
     int i;
     FK_ENTER(cuModuleUnload);
-    if (!vec_has(&g_modules, hmod)) return E_INVALID_HANDLE;
+    if (!vec_has(&g_modules, hmod)) return CUDA_ERROR_INVALID_HANDLE;
     for (i = 0; i < hmod->nfuncs; i++) vec_remove(&g_funcs, &hmod->funcs[i]);
     for (i = 0; i < hmod->nglobals; i++) {
         fk_alloc *a = find_alloc_exact((uintptr_t)hmod->globals[i].data);
@@ -1448,28 +1428,28 @@ CUresult CUDAAPI cuModuleUnload(CUmodule hmod) {
 CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name) {
     int i;
     FK_ENTER(cuModuleGetFunction);
-    if (!hfunc || !name) return E_INVALID_VALUE;
-    if (!vec_has(&g_modules, hmod)) return E_INVALID_HANDLE;
+    if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_modules, hmod)) return CUDA_ERROR_INVALID_HANDLE;
     for (i = 0; i < hmod->nfuncs; i++)
         if (strcmp(hmod->funcs[i].name, name) == 0) {
             *hfunc = &hmod->funcs[i];
             return CUDA_SUCCESS;
         }
-    return E_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
 }
 
 CUresult CUDAAPI cuModuleGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name) {
     int i;
     FK_ENTER(cuModuleGetGlobal);
-    if (!name) return E_INVALID_VALUE;
-    if (!vec_has(&g_modules, hmod)) return E_INVALID_HANDLE;
+    if (!name) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_modules, hmod)) return CUDA_ERROR_INVALID_HANDLE;
     for (i = 0; i < hmod->nglobals; i++)
         if (strcmp(hmod->globals[i].name, name) == 0) {
             if (dptr) *dptr = (CUdeviceptr)(uintptr_t)hmod->globals[i].data;
             if (bytes) *bytes = hmod->globals[i].size;
             return CUDA_SUCCESS;
         }
-    return E_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
 }
 
 static int optin_limit(const struct CUfunc_st *f) {
@@ -1478,8 +1458,8 @@ static int optin_limit(const struct CUfunc_st *f) {
 
 CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc) {
     FK_ENTER(cuFuncGetAttribute);
-    if (!pi) return E_INVALID_VALUE;
-    if (!vec_has(&g_funcs, hfunc)) return E_INVALID_HANDLE;
+    if (!pi) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_funcs, hfunc)) return CUDA_ERROR_INVALID_HANDLE;
     switch ((int)attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = hfunc->max_threads; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = hfunc->static_smem; break;
@@ -1497,47 +1477,47 @@ CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunc
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: *pi = hfunc->cluster[2]; break;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *pi = hfunc->non_portable_cluster; break;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *pi = hfunc->cluster_policy; break;
-    default: return E_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value) {
     FK_ENTER(cuFuncSetAttribute);
-    if (!vec_has(&g_funcs, hfunc)) return E_INVALID_HANDLE;
+    if (!vec_has(&g_funcs, hfunc)) return CUDA_ERROR_INVALID_HANDLE;
     switch ((int)attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-        if (value < 0 || value > optin_limit(hfunc)) return E_INVALID_VALUE;
+        if (value < 0 || value > optin_limit(hfunc)) return CUDA_ERROR_INVALID_VALUE;
         hfunc->max_dyn_smem = value;
         break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-        if (value < -1 || value > 100) return E_INVALID_VALUE;
+        if (value < -1 || value > 100) return CUDA_ERROR_INVALID_VALUE;
         hfunc->carveout = value;
         break;
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-        if (value < 0) return E_INVALID_VALUE;
+        if (value < 0) return CUDA_ERROR_INVALID_VALUE;
         hfunc->cluster[attrib - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] = value;
         break;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
-        if (value != 0 && value != 1) return E_INVALID_VALUE;
+        if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
         hfunc->non_portable_cluster = value;
         break;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-        if (value < 0 || value > 2) return E_INVALID_VALUE;
+        if (value < 0 || value > 2) return CUDA_ERROR_INVALID_VALUE;
         hfunc->cluster_policy = value;
         break;
     default:
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) {
     FK_ENTER(cuFuncGetParamInfo);
-    if (!vec_has(&g_funcs, func)) return E_INVALID_HANDLE;
-    if (paramIndex >= (size_t)func->nparams) return E_INVALID_VALUE;
+    if (!vec_has(&g_funcs, func)) return CUDA_ERROR_INVALID_HANDLE;
+    if (paramIndex >= (size_t)func->nparams) return CUDA_ERROR_INVALID_VALUE;
     if (paramOffset) *paramOffset = func->params[paramIndex].offset;
     if (paramSize) *paramSize = func->params[paramIndex].size;
     return CUDA_SUCCESS;
@@ -1545,8 +1525,8 @@ CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *
 
 CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc) {
     FK_ENTER(cuFuncGetName);
-    if (!name) return E_INVALID_VALUE;
-    if (!vec_has(&g_funcs, hfunc)) return E_INVALID_HANDLE;
+    if (!name) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_funcs, hfunc)) return CUDA_ERROR_INVALID_HANDLE;
     *name = hfunc->name;
     return CUDA_SUCCESS;
 }
@@ -1589,8 +1569,8 @@ CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUf
                                                              size_t dynamicSMemSize) {
     occ_info o;
     FK_ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
-    if (!numBlocks || blockSize <= 0) return E_INVALID_VALUE;
-    if (!vec_has(&g_funcs, func)) return E_INVALID_HANDLE;
+    if (!numBlocks || blockSize <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_funcs, func)) return CUDA_ERROR_INVALID_HANDLE;
     get_occ_info(func, &o);
     *numBlocks = occ_blocks(&o, blockSize, dynamicSMemSize);
     return CUDA_SUCCESS;
@@ -1603,8 +1583,8 @@ CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSi
     int b, best_b = 0, best_occ = 0, best_blocks = 0, limit;
     {
         FK_ENTER(cuOccupancyMaxPotentialBlockSize);
-        if (!minGridSize || !blockSize) return E_INVALID_VALUE;
-        if (!vec_has(&g_funcs, func)) return E_INVALID_HANDLE;
+        if (!minGridSize || !blockSize) return CUDA_ERROR_INVALID_VALUE;
+        if (!vec_has(&g_funcs, func)) return CUDA_ERROR_INVALID_HANDLE;
         get_occ_info(func, &o);
     }
     /* outside the lock: the callback may be anything */
@@ -1634,10 +1614,10 @@ CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize
     occ_info o;
     long long per;
     FK_ENTER(cuOccupancyAvailableDynamicSMemPerBlock);
-    if (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0) return E_INVALID_VALUE;
-    if (!vec_has(&g_funcs, func)) return E_INVALID_HANDLE;
+    if (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_funcs, func)) return CUDA_ERROR_INVALID_HANDLE;
     get_occ_info(func, &o);
-    if (blockSize > o.max_threads) return E_INVALID_VALUE;
+    if (blockSize > o.max_threads) return CUDA_ERROR_INVALID_VALUE;
     per = (long long)o.smem_sm / numBlocks - FK_RESERVED_SMEM - o.static_smem;
     if (per > o.optin - o.static_smem) per = o.optin - o.static_smem;
     if (per < 0) per = 0;
@@ -1664,13 +1644,13 @@ CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
     unsigned long long csize, block;
     int per_sm;
     FK_ENTER(cuOccupancyMaxActiveClusters);
-    if (!numClusters || !config || (config->numAttrs && !config->attrs)) return E_INVALID_VALUE;
-    if (!vec_has(&g_funcs, func)) return E_INVALID_HANDLE;
+    if (!numClusters || !config || (config->numAttrs && !config->attrs)) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_funcs, func)) return CUDA_ERROR_INVALID_HANDLE;
     get_occ_info(func, &o);
     cluster_size_of(config, cd);
     csize = (unsigned long long)cd[0] * cd[1] * cd[2];
-    if (csize == 0) return E_INVALID_VALUE;
-    if (csize > (func->non_portable_cluster ? 16u : 8u)) return E_INVALID_CLUSTER_SIZE;
+    if (csize == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (csize > (func->non_portable_cluster ? 16u : 8u)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
     block = (unsigned long long)config->blockDimX * config->blockDimY * config->blockDimZ;
     per_sm = occ_blocks(&o, (int)block, config->sharedMemBytes);
     *numClusters = (int)((unsigned long long)o.sms * (unsigned long long)per_sm / csize);
@@ -1693,41 +1673,41 @@ static CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams
     int used_extra = 0, i;
     fk_launch *rec;
     CUcontext c = cur_ctx();
-    if (!c) return fk_reject(E_INVALID_CONTEXT, "no current context");
-    if (!vec_has(&g_funcs, f)) return fk_reject(E_INVALID_HANDLE, "unknown function handle");
-    if (f->mod->ctx != c) return fk_reject(E_INVALID_CONTEXT, "function belongs to another context");
-    if (!valid_stream(r->stream)) return fk_reject(E_INVALID_HANDLE, "unknown stream handle");
+    if (!c) return fk_reject(CUDA_ERROR_INVALID_CONTEXT, "no current context");
+    if (!vec_has(&g_funcs, f)) return fk_reject(CUDA_ERROR_INVALID_HANDLE, "unknown function handle");
+    if (f->mod->ctx != c) return fk_reject(CUDA_ERROR_INVALID_CONTEXT, "function belongs to another context");
+    if (!valid_stream(r->stream)) return fk_reject(CUDA_ERROR_INVALID_HANDLE, "unknown stream handle");
     a = g_dev[c->dev].attrs;
     for (i = 0; i < 3; i++) {
         if (r->grid[i] == 0 || r->grid[i] > (unsigned int)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X + i])
-            return fk_reject(E_INVALID_VALUE, "grid dim %d = %u out of range", i, r->grid[i]);
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "grid dim %d = %u out of range", i, r->grid[i]);
         if (r->block[i] == 0 || r->block[i] > (unsigned int)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X + i])
-            return fk_reject(E_INVALID_VALUE, "block dim %d = %u out of range", i, r->block[i]);
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "block dim %d = %u out of range", i, r->block[i]);
     }
     threads = (unsigned long long)r->block[0] * r->block[1] * r->block[2];
     if (threads > (unsigned long long)f->max_threads ||
         threads > (unsigned long long)a[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK])
-        return fk_reject(E_INVALID_VALUE, "%llu threads per block > %d", threads, f->max_threads);
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "%llu threads per block > %d", threads, f->max_threads);
     if (r->shared > (unsigned int)f->max_dyn_smem)
-        return fk_reject(E_INVALID_VALUE, "%u bytes of dynamic shared memory > %d", r->shared, f->max_dyn_smem);
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "%u bytes of dynamic shared memory > %d", r->shared, f->max_dyn_smem);
     if (r->has_cluster) {
         unsigned long long cs = (unsigned long long)r->cluster[0] * r->cluster[1] * r->cluster[2];
         if (cs == 0 || cs > (f->non_portable_cluster ? 16u : 8u))
-            return fk_reject(E_INVALID_CLUSTER_SIZE, "cluster size %llu", cs);
+            return fk_reject(CUDA_ERROR_INVALID_CLUSTER_SIZE, "cluster size %llu", cs);
         for (i = 0; i < 3; i++)
-            if (r->grid[i] % r->cluster[i]) return fk_reject(E_INVALID_CLUSTER_SIZE, "grid not divisible by cluster");
+            if (r->grid[i] % r->cluster[i]) return fk_reject(CUDA_ERROR_INVALID_CLUSTER_SIZE, "grid not divisible by cluster");
     }
     if (r->cooperative) {
         occ_info o;
         get_occ_info(f, &o);
         if ((unsigned long long)r->grid[0] * r->grid[1] * r->grid[2] >
             (unsigned long long)occ_blocks(&o, (int)threads, r->shared) * (unsigned long long)o.sms)
-            return fk_reject(E_COOPERATIVE_LAUNCH_TOO_LARGE, "cooperative grid too large");
+            return fk_reject(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "cooperative grid too large");
     }
-    if (kernelParams && extra) return fk_reject(E_INVALID_VALUE, "both kernelParams and extra");
+    if (kernelParams && extra) return fk_reject(CUDA_ERROR_INVALID_VALUE, "both kernelParams and extra");
     if (f->param_bytes) {
         buf = calloc(1, f->param_bytes);
-        if (!buf) return E_OUT_OF_MEMORY;
+        if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (extra) {
         void *pbuf = NULL;
@@ -1736,19 +1716,19 @@ static CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams
         for (k = 0; extra[k] != NULL; k += 2) {
             if (extra[k] == (void *)1) pbuf = extra[k + 1];
             else if (extra[k] == (void *)2) psize = (size_t *)extra[k + 1];
-            else { free(buf); return fk_reject(E_INVALID_VALUE, "unknown extra key"); }
-            if (k > 64) { free(buf); return fk_reject(E_INVALID_VALUE, "extra not terminated"); }
+            else { free(buf); return fk_reject(CUDA_ERROR_INVALID_VALUE, "unknown extra key"); }
+            if (k > 64) { free(buf); return fk_reject(CUDA_ERROR_INVALID_VALUE, "extra not terminated"); }
         }
         if (f->param_bytes && (!pbuf || !psize || *psize < f->param_bytes)) {
             free(buf);
-            return fk_reject(E_INVALID_VALUE, "extra buffer missing or smaller than %zu bytes", f->param_bytes);
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "extra buffer missing or smaller than %zu bytes", f->param_bytes);
         }
         if (f->param_bytes) memcpy(buf, pbuf, f->param_bytes);
         used_extra = 1;
     } else if (f->nparams) {
-        if (!kernelParams) { free(buf); return fk_reject(E_INVALID_VALUE, "kernelParams is NULL for %d parameters", f->nparams); }
+        if (!kernelParams) { free(buf); return fk_reject(CUDA_ERROR_INVALID_VALUE, "kernelParams is NULL for %d parameters", f->nparams); }
         for (i = 0; i < f->nparams; i++) {
-            if (!kernelParams[i]) { free(buf); return fk_reject(E_INVALID_VALUE, "kernelParams[%d] is NULL", i); }
+            if (!kernelParams[i]) { free(buf); return fk_reject(CUDA_ERROR_INVALID_VALUE, "kernelParams[%d] is NULL", i); }
             memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
         }
     }
@@ -1797,7 +1777,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
     launch_req r;
     unsigned int i;
     FK_ENTER(cuLaunchKernelEx);
-    if (!config || (config->numAttrs && !config->attrs)) return fk_reject(E_INVALID_VALUE, "config or attrs NULL");
+    if (!config || (config->numAttrs && !config->attrs)) return fk_reject(CUDA_ERROR_INVALID_VALUE, "config or attrs NULL");
     memset(&r, 0, sizeof(r));
     r.kind = 2;
     r.grid[0] = config->gridDimX;
@@ -1826,7 +1806,7 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
             r.prog_serial = at->value.programmaticStreamSerializationAllowed;
             break;
         default:
-            if ((int)at->id < 0 || (int)at->id > 32) return fk_reject(E_INVALID_VALUE, "launch attribute id %d", (int)at->id);
+            if ((int)at->id < 0 || (int)at->id > 32) return fk_reject(CUDA_ERROR_INVALID_VALUE, "launch attribute id %d", (int)at->id);
         }
     }
     return do_launch(f, &r, kernelParams, extra);
@@ -1835,9 +1815,9 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
 CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData) {
     {
         FK_ENTER(cuLaunchHostFunc);
-        if (!fn) return E_INVALID_VALUE;
-        if (!cur_ctx()) return E_INVALID_CONTEXT;
-        if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+        if (!fn) return CUDA_ERROR_INVALID_VALUE;
+        if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+        if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     }
     /* outside the lock: the callback may take the GIL */
     fn(userData);
@@ -1848,17 +1828,17 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 static CUresult make_stream(CUstream *ph, unsigned int flags, int priority) {
     struct CUstream_st *s;
     FK_NEED_CTX(c);
-    if (!ph) return E_INVALID_VALUE;
-    if (flags & ~1u) return E_INVALID_VALUE;
+    if (!ph) return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
     s = calloc(1, sizeof(*s));
-    if (!s) return E_OUT_OF_MEMORY;
+    if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     if (priority < FK_PRIO_GREATEST) priority = FK_PRIO_GREATEST;
     if (priority > FK_PRIO_LEAST) priority = FK_PRIO_LEAST;
     s->magic = 0x57EAu;
     s->flags = flags;
     s->priority = priority;
     s->ctx = c;
-    if (vec_add(&g_streams, s)) { free(s); return E_OUT_OF_MEMORY; }
+    if (vec_add(&g_streams, s)) { free(s); return CUDA_ERROR_OUT_OF_MEMORY; }
     *ph = s;
     return CUDA_SUCCESS;
 }
@@ -1875,7 +1855,7 @@ CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int fla
 
 CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
     FK_ENTER(cuStreamDestroy);
-    if (!vec_remove(&g_streams, hStream)) return E_INVALID_HANDLE;
+    if (!vec_remove(&g_streams, hStream)) return CUDA_ERROR_INVALID_HANDLE;
     hStream->magic = 0xDEADu;
     free(hStream);
     return CUDA_SUCCESS;
@@ -1883,8 +1863,8 @@ CUresult CUDAAPI cuStreamDestroy(CUstream hStream) {
 
 CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
     FK_ENTER(cuStreamSynchronize);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     sync_point();
     pend_complete(hStream, ~0ULL, 0);
     return CUDA_SUCCESS;
@@ -1892,40 +1872,40 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
 
 CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
     FK_ENTER(cuStreamQuery);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     pend_complete(hStream, ~0ULL, 0);   /* reported idle: its pending work is done */
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
     FK_ENTER(cuStreamWaitEvent);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (Flags & ~1u) return E_INVALID_VALUE;
-    if (!valid_stream(hStream) || !vec_has(&g_events, hEvent)) return E_INVALID_HANDLE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (Flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream) || !vec_has(&g_events, hEvent)) return CUDA_ERROR_INVALID_HANDLE;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamGetPriority(CUstream hStream, int *priority) {
     FK_ENTER(cuStreamGetPriority);
-    if (!priority) return E_INVALID_VALUE;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!priority) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     *priority = vec_has(&g_streams, hStream) ? hStream->priority : 0;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamGetFlags(CUstream hStream, unsigned int *flags) {
     FK_ENTER(cuStreamGetFlags);
-    if (!flags) return E_INVALID_VALUE;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!flags) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     *flags = vec_has(&g_streams, hStream) ? hStream->flags : 0;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx) {
     FK_ENTER(cuStreamGetCtx);
-    if (!pctx) return E_INVALID_VALUE;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     if (vec_has(&g_streams, hStream)) {
         *pctx = hStream->ctx;
     } else {
@@ -1941,21 +1921,21 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags) {
     FK_ENTER(cuEventCreate);
     FK_NEED_CTX(c);
     (void)c;
-    if (!phEvent) return E_INVALID_VALUE;
-    if (Flags & ~7u) return E_INVALID_VALUE;
-    if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) return E_INVALID_VALUE;
+    if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
+    if (Flags & ~7u) return CUDA_ERROR_INVALID_VALUE;
+    if ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
     e = calloc(1, sizeof(*e));
-    if (!e) return E_OUT_OF_MEMORY;
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = 0xE7E7u;
     e->flags = Flags;
-    if (vec_add(&g_events, e)) { free(e); return E_OUT_OF_MEMORY; }
+    if (vec_add(&g_events, e)) { free(e); return CUDA_ERROR_OUT_OF_MEMORY; }
     *phEvent = e;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
     FK_ENTER(cuEventDestroy);
-    if (!vec_remove(&g_events, hEvent)) return E_INVALID_HANDLE;
+    if (!vec_remove(&g_events, hEvent)) return CUDA_ERROR_INVALID_HANDLE;
     hEvent->magic = 0xDEADu;
     free(hEvent);
     return CUDA_SUCCESS;
@@ -1963,8 +1943,8 @@ CUresult CUDAAPI cuEventDestroy(CUevent hEvent) {
 
 CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     FK_ENTER(cuEventRecord);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!vec_has(&g_events, hEvent) || !valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!vec_has(&g_events, hEvent) || !valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     hEvent->recorded = 1;
     hEvent->t_ms = now_ms();
     hEvent->pend_stream = pend_norm(hStream);
@@ -1975,7 +1955,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
     FK_ENTER(cuEventQuery);
-    if (!vec_has(&g_events, hEvent)) return E_INVALID_HANDLE;
+    if (!vec_has(&g_events, hEvent)) return CUDA_ERROR_INVALID_HANDLE;
     if (g_pending_mode && hEvent->recorded) {
         int i;
         for (i = 0; i < g_npend; i++)
@@ -1983,7 +1963,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
         if (i < g_npend) {
             /* Not ready at the first look; the work finishes before the next one (so that
              * polling loops end). Completion is recorded either way. */
-            if (hEvent->pend_polls++ == 0) return (CUresult)600; /* CUDA_ERROR_NOT_READY */
+            if (hEvent->pend_polls++ == 0) return CUDA_ERROR_NOT_READY;
             pend_complete(hEvent->pend_stream, hEvent->pend_seq, 0);
         }
     }
@@ -1992,7 +1972,7 @@ CUresult CUDAAPI cuEventQuery(CUevent hEvent) {
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
     FK_ENTER(cuEventSynchronize);
-    if (!vec_has(&g_events, hEvent)) return E_INVALID_HANDLE;
+    if (!vec_has(&g_events, hEvent)) return CUDA_ERROR_INVALID_HANDLE;
     sync_point();
     if (hEvent->recorded) pend_complete(hEvent->pend_stream, hEvent->pend_seq, 0);
     return CUDA_SUCCESS;
@@ -2000,10 +1980,10 @@ CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
 
 CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
     FK_ENTER(cuEventElapsedTime);
-    if (!pMilliseconds) return E_INVALID_VALUE;
-    if (!vec_has(&g_events, hStart) || !vec_has(&g_events, hEnd)) return E_INVALID_HANDLE;
-    if (!hStart->recorded || !hEnd->recorded) return E_INVALID_HANDLE;
-    if ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING) return E_INVALID_HANDLE;
+    if (!pMilliseconds) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_events, hStart) || !vec_has(&g_events, hEnd)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!hStart->recorded || !hEnd->recorded) return CUDA_ERROR_INVALID_HANDLE;
+    if ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
     *pMilliseconds = (float)(hEnd->t_ms - hStart->t_ms);
     return CUDA_SUCCESS;
 }
@@ -2017,7 +1997,7 @@ CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     FK_ENTER(cuMemFree);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (dptr == 0) return CUDA_SUCCESS;
     pend_check_free(dptr, NULL, 1);
     return do_free(dptr, 0);
@@ -2029,8 +2009,8 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
     CUresult rc;
     FK_ENTER(cuMemAllocPitch);
     FK_NEED_CTX(c);
-    if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0) return E_INVALID_VALUE;
-    if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) return E_INVALID_VALUE;
+    if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) return CUDA_ERROR_INVALID_VALUE;
     pitch = (WidthInBytes + 511) & ~(size_t)511;
     rc = do_alloc(dptr, pitch * Height, MK_DEVICE, c->dev, NULL, 0);
     if (rc == CUDA_SUCCESS) *pPitch = pitch;
@@ -2040,7 +2020,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
     FK_ENTER(cuMemAllocManaged);
     FK_NEED_CTX(c);
-    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return E_INVALID_VALUE;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
     return do_alloc(dptr, bytesize, MK_MANAGED, c->dev, NULL, flags);
 }
 
@@ -2049,8 +2029,8 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) 
     CUresult rc;
     FK_ENTER(cuMemHostAlloc);
     FK_NEED_CTX(c);
-    if (!pp) return E_INVALID_VALUE;
-    if (Flags & ~7u) return E_INVALID_VALUE;
+    if (!pp) return CUDA_ERROR_INVALID_VALUE;
+    if (Flags & ~7u) return CUDA_ERROR_INVALID_VALUE;
     rc = do_alloc(&d, bytesize, MK_HOST_ALLOC, c->dev, NULL, Flags);
     if (rc == CUDA_SUCCESS) *pp = (void *)(uintptr_t)d;
     return rc;
@@ -2058,17 +2038,17 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags) 
 
 CUresult CUDAAPI cuMemFreeHost(void *p) {
     FK_ENTER(cuMemFreeHost);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     return do_free((CUdeviceptr)(uintptr_t)p, 1);
 }
 
 CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p, unsigned int Flags) {
     fk_alloc *a;
     FK_ENTER(cuMemHostGetDevicePointer);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!pdptr || Flags != 0) return E_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!pdptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
     a = find_alloc((uintptr_t)p);
-    if (!a || (a->kind != MK_HOST_ALLOC && a->kind != MK_HOST_REG)) return E_INVALID_VALUE;
+    if (!a || (a->kind != MK_HOST_ALLOC && a->kind != MK_HOST_REG)) return CUDA_ERROR_INVALID_VALUE;
     *pdptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -2079,16 +2059,16 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
     fk_alloc *a;
     FK_ENTER(cuMemHostRegister);
     FK_NEED_CTX(c);
-    if (!p || bytesize == 0 || (Flags & ~0xFu)) return E_INVALID_VALUE;
+    if (!p || bytesize == 0 || (Flags & ~0xFu)) return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < g_nallocs; i++) {
         fk_alloc *b = &g_allocs[i];
         if (lo < b->base + b->size && b->base < hi) {
-            if (b->kind == MK_HOST_REG || b->kind == MK_HOST_ALLOC) return E_HOST_MEMORY_ALREADY_REGISTERED;
-            return E_INVALID_VALUE;
+            if (b->kind == MK_HOST_REG || b->kind == MK_HOST_ALLOC) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+            return CUDA_ERROR_INVALID_VALUE;
         }
     }
     a = add_alloc();
-    if (!a) return E_OUT_OF_MEMORY;
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
     a->base = lo;
     a->size = bytesize;
     a->kind = MK_HOST_REG;
@@ -2100,9 +2080,9 @@ CUresult CUDAAPI cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
 CUresult CUDAAPI cuMemHostUnregister(void *p) {
     fk_alloc *a;
     FK_ENTER(cuMemHostUnregister);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     a = find_alloc_exact((uintptr_t)p);
-    if (!a || a->kind != MK_HOST_REG) return E_HOST_MEMORY_NOT_REGISTERED;
+    if (!a || a->kind != MK_HOST_REG) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     remove_alloc(a);
     return CUDA_SUCCESS;
 }
@@ -2110,9 +2090,9 @@ CUresult CUDAAPI cuMemHostUnregister(void *p) {
 CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
     fk_alloc *a;
     FK_ENTER(cuMemGetAddressRange);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     a = find_alloc((uintptr_t)dptr);
-    if (!a) return E_NOT_FOUND;
+    if (!a) return CUDA_ERROR_NOT_FOUND;
     if (pbase) *pbase = (CUdeviceptr)a->base;
     if (psize) *psize = a->size;
     return CUDA_SUCCESS;
@@ -2123,9 +2103,9 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     fk_alloc *a;
     int host_side;
     FK_ENTER(cuPointerGetAttribute);
-    if (!data) return E_INVALID_VALUE;
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
     a = find_alloc((uintptr_t)ptr);
-    if (!a) return E_INVALID_VALUE;
+    if (!a) return CUDA_ERROR_INVALID_VALUE;
     host_side = a->kind == MK_HOST_ALLOC || a->kind == MK_HOST_REG;
     switch ((int)attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = &g_dev[a->dev].ctx; break;
@@ -2134,7 +2114,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
         break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        if (a->kind == MK_DEVICE || a->kind == MK_GLOBAL) return E_INVALID_VALUE;
+        if (a->kind == MK_DEVICE || a->kind == MK_GLOBAL) return CUDA_ERROR_INVALID_VALUE;
         *(void **)data = (void *)(uintptr_t)ptr;
         break;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(unsigned char *)data = 0; break;
@@ -2145,22 +2125,22 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a->size; break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *(unsigned char *)data = 1; break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        if (!a->pool) return E_INVALID_VALUE;
+        if (!a->pool) return CUDA_ERROR_INVALID_VALUE;
         *(CUmemoryPool *)data = a->pool;
         break;
-    default: return E_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
 
 #define FK_COPY_PRELUDE(stream)                                                    \
-    if (!cur_ctx()) return E_INVALID_CONTEXT;                                      \
-    if (!valid_stream(stream)) return E_INVALID_HANDLE
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;                                      \
+    if (!valid_stream(stream)) return CUDA_ERROR_INVALID_HANDLE
 
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
     FK_ENTER(cuMemcpy);
     FK_COPY_PRELUDE(NULL);
-    if (ByteCount && (!dst || !src)) return E_INVALID_VALUE;
+    if (ByteCount && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
     if (ByteCount) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
     return CUDA_SUCCESS;
 }
@@ -2168,28 +2148,28 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyAsync);
     FK_COPY_PRELUDE(hStream);
-    if (ByteCount && (!dst || !src)) return E_INVALID_VALUE;
+    if (ByteCount && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
     if (ByteCount) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
     return CUDA_SUCCESS;
 }
 
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n) {
     if (!n) return CUDA_SUCCESS;
-    if (!src || !dev_range_ok((uintptr_t)dst, n)) return E_INVALID_VALUE;
+    if (!src || !dev_range_ok((uintptr_t)dst, n)) return CUDA_ERROR_INVALID_VALUE;
     memmove((void *)(uintptr_t)dst, src, n);
     return CUDA_SUCCESS;
 }
 
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n) {
     if (!n) return CUDA_SUCCESS;
-    if (!dst || !dev_range_ok((uintptr_t)src, n)) return E_INVALID_VALUE;
+    if (!dst || !dev_range_ok((uintptr_t)src, n)) return CUDA_ERROR_INVALID_VALUE;
     memmove(dst, (const void *)(uintptr_t)src, n);
     return CUDA_SUCCESS;
 }
 
 static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n) {
     if (!n) return CUDA_SUCCESS;
-    if (!dev_range_ok((uintptr_t)dst, n) || !dev_range_ok((uintptr_t)src, n)) return E_INVALID_VALUE;
+    if (!dev_range_ok((uintptr_t)dst, n) || !dev_range_ok((uintptr_t)src, n)) return CUDA_ERROR_INVALID_VALUE;
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     return CUDA_SUCCESS;
 }
@@ -2236,7 +2216,7 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, 
                                    CUcontext srcContext, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyPeerAsync);
     FK_COPY_PRELUDE(hStream);
-    if (!valid_ctx(dstContext) || !valid_ctx(srcContext)) return E_INVALID_CONTEXT;
+    if (!valid_ctx(dstContext) || !valid_ctx(srcContext)) return CUDA_ERROR_INVALID_CONTEXT;
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
@@ -2270,7 +2250,7 @@ static CUresult copy3d(CUmemorytype st, const void *sh, CUdeviceptr sd, size_t s
     if (w == 0 || h == 0 || d == 0) return CUDA_SUCCESS;
     s = side_addr(st, sh, sd, sx, sy, sz, sp, shgt, w, h, d, &err);
     t = side_addr(dt, dh, dd, dx, dy, dz, dp, dhgt, w, h, d, &err);
-    if (err) return E_INVALID_VALUE;
+    if (err) return CUDA_ERROR_INVALID_VALUE;
     for (z = 0; z < d; z++)
         for (y = 0; y < h; y++)
             memmove(t + ((dz + z) * dhgt + dy + y) * dp + dx, s + ((sz + z) * shgt + sy + y) * sp + sx, w);
@@ -2280,7 +2260,7 @@ static CUresult copy3d(CUmemorytype st, const void *sh, CUdeviceptr sd, size_t s
 CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream hStream) {
     FK_ENTER(cuMemcpy2DAsync);
     FK_COPY_PRELUDE(hStream);
-    if (!c) return E_INVALID_VALUE;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
     return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, 0, c->srcPitch, 0,
                   c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, 0, c->dstPitch, 0,
                   c->WidthInBytes, c->Height, 1);
@@ -2290,8 +2270,8 @@ CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D *c, CUstream hStream) {
     size_t sh, dh;
     FK_ENTER(cuMemcpy3DAsync);
     FK_COPY_PRELUDE(hStream);
-    if (!c) return E_INVALID_VALUE;
-    if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1) return E_INVALID_VALUE;
+    if (!c) return CUDA_ERROR_INVALID_VALUE;
+    if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1) return CUDA_ERROR_INVALID_VALUE;
     sh = c->srcHeight;
     dh = c->dstHeight;
     return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, sh,
@@ -2302,7 +2282,7 @@ CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D *c, CUstream hStream) {
 CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream) {
     FK_ENTER(cuMemsetD8Async);
     FK_COPY_PRELUDE(hStream);
-    if (!dev_range_ok((uintptr_t)dstDevice, N)) return E_INVALID_VALUE;
+    if (!dev_range_ok((uintptr_t)dstDevice, N)) return CUDA_ERROR_INVALID_VALUE;
     if (N) memset((void *)(uintptr_t)dstDevice, uc, N);
     return CUDA_SUCCESS;
 }
@@ -2311,7 +2291,7 @@ CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size
     size_t i;
     FK_ENTER(cuMemsetD16Async);
     FK_COPY_PRELUDE(hStream);
-    if ((dstDevice & 1) || N * 2 / 2 != N || !dev_range_ok((uintptr_t)dstDevice, N * 2)) return E_INVALID_VALUE;
+    if ((dstDevice & 1) || N * 2 / 2 != N || !dev_range_ok((uintptr_t)dstDevice, N * 2)) return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < N; i++) ((unsigned short *)(uintptr_t)dstDevice)[i] = us;
     return CUDA_SUCCESS;
 }
@@ -2320,7 +2300,7 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
     size_t i;
     FK_ENTER(cuMemsetD32Async);
     FK_COPY_PRELUDE(hStream);
-    if ((dstDevice & 3) || N * 4 / 4 != N || !dev_range_ok((uintptr_t)dstDevice, N * 4)) return E_INVALID_VALUE;
+    if ((dstDevice & 3) || N * 4 / 4 != N || !dev_range_ok((uintptr_t)dstDevice, N * 4)) return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < N; i++) ((unsigned int *)(uintptr_t)dstDevice)[i] = ui;
     return CUDA_SUCCESS;
 }
@@ -2336,40 +2316,40 @@ static int valid_pool(CUmemoryPool p) {
 CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream) {
     FK_ENTER(cuMemAllocAsync);
     FK_NEED_CTX(c);
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     return do_alloc(dptr, bytesize, MK_DEVICE, c->dev, &g_dev[c->dev].default_pool, 0);
 }
 
 CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     FK_ENTER(cuMemFreeAsync);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     pend_check_free(dptr, hStream, 0);
     return do_free(dptr, 0);
 }
 
 CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
     FK_ENTER(cuMemAllocFromPoolAsync);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
-    if (!valid_pool(pool)) return E_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
     return do_alloc(dptr, bytesize, MK_DEVICE, pool->dev, pool, 0);
 }
 
 CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps) {
     struct CUmemPoolHandle_st *p;
     FK_ENTER(cuMemPoolCreate);
-    if (!pool || !poolProps) return E_INVALID_VALUE;
-    if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return E_INVALID_VALUE;
+    if (!pool || !poolProps) return CUDA_ERROR_INVALID_VALUE;
+    if (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
     if (poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_dev(poolProps->location.id))
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     p = calloc(1, sizeof(*p));
-    if (!p) return E_OUT_OF_MEMORY;
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     p->magic = 0x900Lu;
     p->live = 1;
     p->dev = poolProps->location.id;
     p->reuse[1] = p->reuse[2] = p->reuse[3] = 1;
-    if (vec_add(&g_pools, p)) { free(p); return E_OUT_OF_MEMORY; }
+    if (vec_add(&g_pools, p)) { free(p); return CUDA_ERROR_OUT_OF_MEMORY; }
     *pool = p;
     return CUDA_SUCCESS;
 }
@@ -2377,7 +2357,7 @@ CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolP
 /* Destroyed pools are never freed: allocations still made from them keep a pointer. */
 CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
     FK_ENTER(cuMemPoolDestroy);
-    if (!vec_has(&g_pools, pool)) return E_INVALID_VALUE;
+    if (!vec_has(&g_pools, pool)) return CUDA_ERROR_INVALID_VALUE;
     vec_remove(&g_pools, pool);
     pool->live = 0;
     return CUDA_SUCCESS;
@@ -2385,15 +2365,15 @@ CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
     FK_ENTER(cuMemPoolTrimTo);
-    if (!valid_pool(pool)) return E_INVALID_VALUE;
+    if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
     pool_trim(pool, minBytesToKeep);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
     FK_ENTER(cuMemPoolSetAttribute);
-    if (!value) return E_INVALID_VALUE;
-    if (!valid_pool(pool)) return E_INVALID_VALUE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
     switch ((int)attr) {
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
@@ -2402,22 +2382,22 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
         break;
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->threshold = *(unsigned long long *)value; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-        if (*(unsigned long long *)value != 0) return E_INVALID_VALUE;
+        if (*(unsigned long long *)value != 0) return CUDA_ERROR_INVALID_VALUE;
         pool->reserved_high = pool->reserved;
         break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        if (*(unsigned long long *)value != 0) return E_INVALID_VALUE;
+        if (*(unsigned long long *)value != 0) return CUDA_ERROR_INVALID_VALUE;
         pool->used_high = pool->used;
         break;
-    default: return E_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value) {
     FK_ENTER(cuMemPoolGetAttribute);
-    if (!value) return E_INVALID_VALUE;
-    if (!valid_pool(pool)) return E_INVALID_VALUE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
     switch ((int)attr) {
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
@@ -2429,15 +2409,15 @@ CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(unsigned long long *)value = pool->reserved_high; break;
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(unsigned long long *)value = pool->used; break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(unsigned long long *)value = pool->used_high; break;
-    default: return E_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev) {
     FK_ENTER(cuDeviceGetDefaultMemPool);
-    if (!pool_out) return E_INVALID_VALUE;
-    if (!valid_dev(dev)) return E_INVALID_DEVICE;
+    if (!pool_out) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(dev)) return CUDA_ERROR_INVALID_DEVICE;
     *pool_out = &g_dev[dev].default_pool;
     return CUDA_SUCCESS;
 }
@@ -2456,22 +2436,22 @@ static int managed_range(CUdeviceptr p, size_t n) {
 CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
                                     CUstream hStream) {
     FK_ENTER(cuMemPrefetchAsync);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     if (flags != 0 || count == 0 || !valid_location(location) || !managed_range(devPtr, count))
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) {
     FK_ENTER(cuMemAdvise);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if ((int)advice < CU_MEM_ADVISE_SET_READ_MOSTLY || (int)advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
-        return E_INVALID_VALUE;
-    if (count == 0 || !managed_range(devPtr, count)) return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
+    if (count == 0 || !managed_range(devPtr, count)) return CUDA_ERROR_INVALID_VALUE;
     if (advice != CU_MEM_ADVISE_SET_READ_MOSTLY && advice != CU_MEM_ADVISE_UNSET_READ_MOSTLY &&
         !valid_location(location))
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 
@@ -2513,8 +2493,8 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
     size_t i;
     int drv;
     FK_ENTER_NOINIT(cuGetProcAddress_v2);
-    if (!symbol || !pfn) return E_INVALID_VALUE;
-    if (flags > CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) return E_INVALID_VALUE;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    if (flags > CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
     drv = env_int("FAKECUDA_DRIVER_VERSION", 13000);
     for (i = 0; i < sizeof(fk_entries) / sizeof(fk_entries[0]); i++) {
@@ -2523,14 +2503,14 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
         if (is_hidden(symbol)) break;
         if (fk_entries[i].version > drv || cudaVersion < 2000) {
             if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-            return E_NOT_FOUND;
+            return CUDA_ERROR_NOT_FOUND;
         }
         *pfn = fk_entries[i].fn;
         if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;
     }
     if (symbolStatus) *symbolStatus = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return E_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
 }
 #endif
 
