@@ -190,7 +190,7 @@ _CLASS_BY_CODE = {
 
 def _build_curesult_enum():
     cdef const bc_error_info *t = bc_error_table()
-    cdef size_t i
+    cdef int i
     cls = enum.IntEnum("CUresult", [(t[i].name.decode(), t[i].code) for i in range(BC_ERROR_TABLE_LEN)],
                        module=__name__)
     cls.__doc__ = _CURESULT_DOC

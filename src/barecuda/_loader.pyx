@@ -13,7 +13,7 @@ import threading
 
 from libc.string cimport strcmp
 
-from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult
+from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult, device_attribute_codes, function_attribute_codes
 from barecuda._errors cimport bc_state_t, check, register_state
 from barecuda._errors import DriverNotFoundError, DriverVersionError, ForkedProcessError, make_error
 
@@ -230,3 +230,8 @@ def _state():
     """Internal: the process flags, for tests and the doctor."""
     return {"loaded": bool(bc_state.loaded), "forked": bool(bc_state.forked),
             "finalizing": bool(bc_state.finalizing), "pid": bc_state.pid}
+
+
+def _attribute_tables():
+    """Internal, for tests: the device and function attribute name tables of the ABI header."""
+    return device_attribute_codes(), function_attribute_codes()
