@@ -33,8 +33,8 @@ else:
     libraries = ["dl", "pthread"] if sys.platform.startswith("linux") else []
 
 extensions = []
-for pyx in sorted(glob.glob("src/barecuda/*.pyx")):
-    name = "barecuda." + os.path.splitext(os.path.basename(pyx))[0]
+for pyx in sorted(glob.glob("src/barecuda/**/*.pyx", recursive=True)):   # bench wing: barecuda.bench._baseline
+    name = os.path.splitext(os.path.relpath(pyx, "src"))[0].replace(os.sep, ".")
     extensions.append(Extension(
         name, [pyx],
         include_dirs=["include"],
