@@ -187,17 +187,24 @@ class Context:
         return tuple(next(it) if kind == "p" else v for kind, v in K16_SIG)
 
     def close(self):
-        """Free the raw objects (the barecuda ones go with their last reference)."""
+        """Free the raw objects (the barecuda ones go with their last reference).
+        A second call does nothing."""
         B = self.B
-        self.keep.clear()
+        if self.raw_mod is None:
+            return
         try:
             B.ctx_sync()
+        except Exception:   # noqa: BLE001 -- teardown of a benchmark; the process exits next
+            pass
+        self.keep.clear()      # peers' objects and raw copy buffers (memory_rows._Freed)
+        try:
             for p in self.raw_ptrs:
                 B.mem_free(p)
             B.stream_destroy(self.raw_stream)
             B.module_unload(self.raw_mod)
         except Exception:   # noqa: BLE001 -- teardown of a benchmark; the process exits next
             pass
+        self.raw_ptrs, self.raw_stream, self.raw_mod = [], None, None
 
 
 def pack_k4(out_ptr, in_ptr):
