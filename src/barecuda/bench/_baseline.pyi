@@ -1,5 +1,5 @@
 """Raw C baselines of the benchmark wing (``python -m barecuda.bench``)."""
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union, final
 
 _Dims = Union[int, Sequence[int]]
 _Handle = Any   # an int handle, or an object with handle_int / handle / __int__
@@ -7,10 +7,11 @@ _Handle = Any   # an int handle, or an object with handle_int / handle / __int__
 def now_ns() -> int: ...
 def use_device(ordinal: int = 0) -> None: ...
 
+@final
 class ParamBlock:
     count: int
     nbytes: int
-    def __init__(self, args: Sequence[bytes] = ()) -> None: ...
+    def __new__(cls, args: Sequence[bytes] = ...) -> "ParamBlock": ...
     @property
     def address(self) -> int: ...
 

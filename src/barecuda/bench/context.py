@@ -7,6 +7,7 @@ so that the CPU cost of issuing the launch dominates), their argument values, th
 rows module's section functions as ``ctx``.
 """
 import struct
+from typing import Any
 
 from barecuda.bench.harness import why
 
@@ -140,6 +141,9 @@ class Context:
     live until ``close()``), ``settings``, ``extra`` (a dict rows modules may fill
     for the JSON's ``env``).
     """
+
+    bc: Any = None          # set by __init__ (declared here for type checkers)
+    B: Any = None
 
     def __init__(self, settings=None):
         import barecuda as bc

@@ -11,6 +11,7 @@ attributes; nothing is probed by executing strings.
 import os
 import sys
 import tempfile
+from typing import Dict
 
 from barecuda.bench.context import K4, K4_N, K4_X, PTX
 from barecuda.bench.harness import NotAvailable, Row, py_row, timed_to_sync, why
@@ -21,7 +22,7 @@ __all__ = ["installed_versions", "PEER_DISTRIBUTIONS", "launch_rows", "ALLOC_PEE
 PEER_DISTRIBUTIONS = ("cuda-core", "cuda-bindings", "cuda-python", "cupy-cuda13x", "cupy-cuda12x", "cupy",
                       "torch", "triton", "numpy", "pytest-benchmark", "Cython")
 
-versions = {}      # peer -> version, filled by the builders that ran (imported) it
+versions: Dict[str, str] = {}      # peer -> version, filled by the builders that ran (imported) it
 
 
 def installed_versions(names=PEER_DISTRIBUTIONS):
