@@ -85,7 +85,4 @@ void bc_staging_set_config(const bc_staging_config *cfg);
 size_t bc_staging_threshold(void);
 void bc_staging_global_counters(bc_staging_counters *sum);
 void bc_staging_init(void);
-/* The configuration clock (CLOCK_MONOTONIC / QueryPerformanceCounter), in ns. */
-long long bc_staging_now_ns(void);
-
 #endif /* BARECUDA_BC_STAGING_H */

@@ -23,7 +23,6 @@
 #include <process.h>
 #else
 #include <pthread.h>
-#include <time.h>
 #endif
 
 #if defined(_M_X64) || defined(_M_IX86) || defined(__x86_64__) || defined(__i386__)
@@ -123,20 +122,5 @@ typedef _Atomic long long bc_atomic_i64;
 #else
 #define BC_CPU_RELAX() ((void)0)
 #endif
-
-/* A monotonic clock in nanoseconds (QueryPerformanceCounter / CLOCK_MONOTONIC). */
-static inline long long bc_monotonic_ns(void) {
-#ifdef _WIN32
-    static LARGE_INTEGER freq;   /* written once with the same value by any racing thread */
-    LARGE_INTEGER c;
-    if (freq.QuadPart == 0) QueryPerformanceFrequency(&freq);
-    QueryPerformanceCounter(&c);
-    return (long long)((double)c.QuadPart * (1e9 / (double)freq.QuadPart));
-#else
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-#endif
-}
 
 #endif /* BARECUDA_BC_THREAD_H */
