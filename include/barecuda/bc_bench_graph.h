@@ -1,9 +1,10 @@
 /*
  * barecuda/bc_bench_graph.h -- raw C baselines of the CUDA graph benchmark rows
- * (src/barecuda/bench/graph_rows.py through src/barecuda/_graphbench.pyx).
+ * (src/barecuda/bench/graph_rows.py through src/barecuda/bench/_graphbench.pyx).
  *
  * Each loop calls the driver as a C program would (no checks beyond the returned
- * CUresult) and times itself with CLOCK_MONOTONIC, the clock of every other row.
+ * CUresult) and times itself with bc_now_ns() (barecuda/bc_clock.h), the clock of
+ * every other row.
  * A "chain" is a graph of n kernel nodes, node i depending on node i-1, all launching
  * the same function with the same pre-packed kernelParams.
  */
@@ -12,14 +13,10 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 #include "barecuda/cuda_abi.h"
+#include "barecuda/bc_clock.h"
 
-static inline int64_t bc_gb_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
-}
+#define bc_gb_now_ns bc_now_ns
 
 typedef struct bc_gb_kernel {
     CUfunction f;

@@ -2,8 +2,9 @@
  * fakecuda graph.c -- CUDA graphs in the driver double: stream capture, explicit
  * graphs, executable graphs (instantiate, launch, update, per-node parameters).
  *
- * Included at the end of fakecuda.c (it uses that file's registries, locks, launch
- * validation and pending-work model). What it simulates:
+ * Uses the double's registries, lock, launch validation and pending-work model
+ * (fake_internal.h); the other files call its capture hooks (fk_cap_*, declared
+ * there). What it simulates:
  * - Capture: cuStreamBeginCapture puts a stream in capture; kernel launches, async
  *   copies/memsets, host functions and stream-ordered allocations/frees on it become
  *   nodes (each depends on the stream's previous node; an event recorded in the capture
@@ -28,6 +29,8 @@
  * - cuGraphExecUpdate pairs nodes by position: node count, types, dependencies and the
  *   kernel's context must match (else 910 with the result info naming the node).
  */
+
+#include "fake_internal.h"
 
 #define FK_GMAGIC 0x47524150u   /* graph */
 #define FK_NMAGIC 0x4E4F4445u   /* node */
@@ -177,21 +180,21 @@ static void graph_free(CUgraph g) {
 static CUresult add_node(CUgraph g, CUgraphNodeType type, const CUgraphNode *deps, size_t ndeps, CUgraphNode *out) {
     CUgraphNode n;
     size_t i;
-    if (!graph_valid(g)) return E_INVALID_HANDLE;
-    if (ndeps && !deps) return E_INVALID_VALUE;
+    if (!graph_valid(g)) return CUDA_ERROR_INVALID_HANDLE;
+    if (ndeps && !deps) return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < ndeps; i++)
-        if (!deps[i] || deps[i]->magic != FK_NMAGIC || deps[i]->graph != g) return E_INVALID_VALUE;
+        if (!deps[i] || deps[i]->magic != FK_NMAGIC || deps[i]->graph != g) return CUDA_ERROR_INVALID_VALUE;
     if (g->n == g->cap) {
         int nc = g->cap ? g->cap * 2 : 16;
         CUgraphNode *nv = realloc(g->nodes, (size_t)nc * sizeof(*nv));
-        if (!nv) return E_OUT_OF_MEMORY;
+        if (!nv) return CUDA_ERROR_OUT_OF_MEMORY;
         g->nodes = nv;
         g->cap = nc;
     }
     n = calloc(1, sizeof(*n));
-    if (!n) return E_OUT_OF_MEMORY;
+    if (!n) return CUDA_ERROR_OUT_OF_MEMORY;
     n->deps = ndeps ? malloc(ndeps * sizeof(int)) : NULL;
-    if (ndeps && !n->deps) { free(n); return E_OUT_OF_MEMORY; }
+    if (ndeps && !n->deps) { free(n); return CUDA_ERROR_OUT_OF_MEMORY; }
     for (i = 0; i < ndeps; i++) n->deps[i] = deps[i]->index;
     n->ndeps = (int)ndeps;
     n->magic = FK_NMAGIC;
@@ -260,7 +263,7 @@ static void cap_invalidate_graph(CUgraph g) {
         if (g_caps[i].graph == g) g_caps[i].invalid = 1;
 }
 
-/* Forward declarations of these hooks sit before do_launch in fakecuda.c. */
+/* Capture hooks (declared in fake_internal.h), called by the files of the recorded calls. */
 static CUresult fk_cap_node(CUstream s, CUgraphNodeType type, CUgraphNode *out, int *taken) {
     fk_cap *c = cap_of(s);
     CUgraphNode deps[8];
@@ -269,7 +272,7 @@ static CUresult fk_cap_node(CUstream s, CUgraphNodeType type, CUgraphNode *out, 
     *taken = 0;
     if (!c) return CUDA_SUCCESS;
     *taken = 1;
-    if (c->invalid) return (CUresult)901;   /* CUDA_ERROR_STREAM_CAPTURE_INVALIDATED */
+    if (c->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     for (i = 0; i < c->ndeps; i++) deps[i] = c->graph->nodes[c->deps[i]];
     rc = add_node(c->graph, type, deps, (size_t)c->ndeps, out);
     if (rc) return rc;
@@ -278,7 +281,7 @@ static CUresult fk_cap_node(CUstream s, CUgraphNodeType type, CUgraphNode *out, 
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_kernel(CUfunction f, const launch_req *r, unsigned char *buf, int *taken) {
+CUresult fk_cap_kernel(CUfunction f, const launch_req *r, unsigned char *buf, int *taken) {
     CUgraphNode n;
     CUresult rc = fk_cap_node(r->stream, CU_GRAPH_NODE_TYPE_KERNEL, &n, taken);
     if (!*taken || rc) return rc;
@@ -290,7 +293,7 @@ static CUresult fk_cap_kernel(CUfunction f, const launch_req *r, unsigned char *
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr dd, CUmemorytype st,
+CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr dd, CUmemorytype st,
                             const void *sh, CUdeviceptr sd, size_t bytes, int *taken) {
     CUgraphNode n;
     CUresult rc;
@@ -298,7 +301,7 @@ static CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr d
     if ((dt == CU_MEMORYTYPE_DEVICE && bytes && !dev_range_ok((uintptr_t)dd, bytes)) ||
         (st == CU_MEMORYTYPE_DEVICE && bytes && !dev_range_ok((uintptr_t)sd, bytes))) {
         *taken = 1;
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     }
     rc = fk_cap_node(s, CU_GRAPH_NODE_TYPE_MEMCPY, &n, taken);
     if (rc) return rc;
@@ -316,7 +319,7 @@ static CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr d
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_copy3d(CUstream s, const CUDA_MEMCPY3D *c, int *taken) {
+CUresult fk_cap_copy3d(CUstream s, const CUDA_MEMCPY3D *c, int *taken) {
     CUgraphNode n;
     CUresult rc;
     if (!cap_of(s)) { *taken = 0; return CUDA_SUCCESS; }
@@ -326,7 +329,7 @@ static CUresult fk_cap_copy3d(CUstream s, const CUDA_MEMCPY3D *c, int *taken) {
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_memset(CUstream s, CUdeviceptr dst, unsigned int value, unsigned int esize, size_t count,
+CUresult fk_cap_memset(CUstream s, CUdeviceptr dst, unsigned int value, unsigned int esize, size_t count,
                               int *taken) {
     CUgraphNode n;
     CUresult rc;
@@ -343,7 +346,7 @@ static CUresult fk_cap_memset(CUstream s, CUdeviceptr dst, unsigned int value, u
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_host(CUstream s, CUhostFn fn, void *user, int *taken) {
+CUresult fk_cap_host(CUstream s, CUhostFn fn, void *user, int *taken) {
     CUgraphNode n;
     CUresult rc = fk_cap_node(s, CU_GRAPH_NODE_TYPE_HOST, &n, taken);
     if (!*taken || rc) return rc;
@@ -352,7 +355,7 @@ static CUresult fk_cap_host(CUstream s, CUhostFn fn, void *user, int *taken) {
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes, int dev, struct CUmemPoolHandle_st *pool,
+CUresult fk_cap_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes, int dev, struct CUmemPoolHandle_st *pool,
                              int *taken) {
     CUgraphNode n;
     CUresult rc;
@@ -366,7 +369,7 @@ static CUresult fk_cap_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes, int de
     if (g_ngallocs == g_capgallocs) {
         size_t nc = g_capgallocs ? g_capgallocs * 2 : 16;
         fk_galloc *nv = realloc(g_gallocs, nc * sizeof(*nv));
-        if (!nv) return E_OUT_OF_MEMORY;
+        if (!nv) return CUDA_ERROR_OUT_OF_MEMORY;
         g_gallocs = nv;
         g_capgallocs = nc;
     }
@@ -380,7 +383,7 @@ static CUresult fk_cap_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes, int de
     return CUDA_SUCCESS;
 }
 
-static CUresult fk_cap_free(CUstream s, CUdeviceptr dptr, int *taken) {
+CUresult fk_cap_free(CUstream s, CUdeviceptr dptr, int *taken) {
     CUgraphNode n;
     CUresult rc;
     fk_alloc *a;
@@ -389,7 +392,7 @@ static CUresult fk_cap_free(CUstream s, CUdeviceptr dptr, int *taken) {
     a = find_alloc_exact((uintptr_t)dptr);
     ga = a ? galloc_find(a->base, a->id) : NULL;
     *taken = 1;
-    if (!ga) return E_INVALID_VALUE;  /* only memory allocated by a graph can be freed in a capture */
+    if (!ga) return CUDA_ERROR_INVALID_VALUE;  /* only memory allocated by a graph can be freed in a capture */
     rc = fk_cap_node(s, CU_GRAPH_NODE_TYPE_MEM_FREE, &n, taken);
     if (rc) return rc;
     n->abase = a->base;
@@ -399,7 +402,7 @@ static CUresult fk_cap_free(CUstream s, CUdeviceptr dptr, int *taken) {
 }
 
 /* cuEventRecord on a capturing stream: the event marks the stream's position. */
-static int fk_cap_event_record(CUevent e, CUstream s) {
+int fk_cap_event_record(CUevent e, CUstream s) {
     fk_cap *c = cap_of(s);
     int i;
     if (!c) return 0;
@@ -416,7 +419,7 @@ static int fk_cap_event_record(CUevent e, CUstream s) {
 }
 
 /* cuStreamWaitEvent: an event recorded in a capture joins the waiting stream to it. */
-static int fk_cap_event_wait(CUstream s, CUevent e) {
+int fk_cap_event_wait(CUstream s, CUevent e) {
     fk_cap *c = cap_of(s);
     int i, j;
     for (i = 0; i < g_ncapevs && g_capevs[i].event != e; i++) {}
@@ -436,7 +439,7 @@ static int fk_cap_event_wait(CUstream s, CUevent e) {
 }
 
 /* Calls that cannot be captured, on a capturing stream: invalidate, report 900. */
-static int fk_cap_forbid(CUstream s) {
+int fk_cap_forbid(CUstream s) {
     fk_cap *c = cap_of(s);
     if (!c) return 0;
     cap_invalidate_graph(c->graph);
@@ -444,7 +447,7 @@ static int fk_cap_forbid(CUstream s) {
 }
 
 /* "Potentially unsafe" calls while a GLOBAL capture (or a THREAD_LOCAL one of this thread) runs. */
-static int fk_cap_unsafe(void) {
+int fk_cap_unsafe(void) {
     int i, hit = 0;
     for (i = 0; i < g_ncaps; i++) {
         if (g_caps[i].mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
@@ -457,7 +460,7 @@ static int fk_cap_unsafe(void) {
 }
 
 /* A context-wide synchronization during a capture: every capture is invalidated. */
-static int fk_cap_any(void) {
+int fk_cap_any(void) {
     int i;
     for (i = 0; i < g_ncaps; i++) g_caps[i].invalid = 1;
     return g_ncaps > 0;
@@ -466,16 +469,16 @@ static int fk_cap_any(void) {
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream, CUstreamCaptureMode mode) {
     fk_cap *c;
     FK_ENTER(cuStreamBeginCapture);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
-    if ((int)mode < 0 || (int)mode > 2) return E_INVALID_VALUE;
-    if (pend_norm(hStream) == CU_STREAM_LEGACY) return (CUresult)900;   /* the legacy stream cannot be captured */
-    if (cap_of(hStream)) return E_INVALID_VALUE;   /* already capturing */
-    if (g_ncaps == 64) return E_OUT_OF_MEMORY;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    if ((int)mode < 0 || (int)mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    if (pend_norm(hStream) == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* the legacy stream cannot be captured */
+    if (cap_of(hStream)) return CUDA_ERROR_INVALID_VALUE;   /* already capturing */
+    if (g_ncaps == 64) return CUDA_ERROR_OUT_OF_MEMORY;
     c = &g_caps[g_ncaps];
     memset(c, 0, sizeof(*c));
     c->graph = graph_new();
-    if (!c->graph) return E_OUT_OF_MEMORY;
+    if (!c->graph) return CUDA_ERROR_OUT_OF_MEMORY;
     c->stream = c->origin = hStream;
     c->mode = (int)mode;
     c->thread = pthread_self();
@@ -488,12 +491,12 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
     CUgraph g;
     int invalid = 0, i = 0;
     FK_ENTER(cuStreamEndCapture);
-    if (!phGraph) return E_INVALID_VALUE;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!phGraph) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     c = cap_of(hStream);
-    if (!c || c->origin != hStream) return (CUresult)901 + 2;   /* CUDA_ERROR_STREAM_CAPTURE_UNMATCHED */
+    if (!c || c->origin != hStream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
     if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
-        return (CUresult)908;   /* CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD */
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
     g = c->graph;
     while (i < g_ncaps) {
         if (g_caps[i].graph == g) {
@@ -509,7 +512,7 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
     *phGraph = NULL;
     if (invalid) {
         graph_free(g);
-        return (CUresult)901;
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     }
     *phGraph = g;
     return CUDA_SUCCESS;
@@ -518,8 +521,8 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
 CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus) {
     fk_cap *c;
     FK_ENTER(cuStreamIsCapturing);
-    if (!captureStatus) return E_INVALID_VALUE;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!captureStatus) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     c = cap_of(hStream);
     *captureStatus = !c ? CU_STREAM_CAPTURE_STATUS_NONE
                         : (c->invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE);
@@ -531,7 +534,7 @@ static __thread int tls_capture_mode;
 CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
     int old;
     FK_ENTER(cuThreadExchangeStreamCaptureMode);
-    if (!mode || (int)*mode < 0 || (int)*mode > 2) return E_INVALID_VALUE;
+    if (!mode || (int)*mode < 0 || (int)*mode > 2) return CUDA_ERROR_INVALID_VALUE;
     old = tls_capture_mode;
     tls_capture_mode = (int)*mode;
     *mode = (CUstreamCaptureMode)old;
@@ -541,14 +544,14 @@ CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
 /* ----------------------------------------------------------- explicit graphs */
 CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags) {
     FK_ENTER(cuGraphCreate);
-    if (!phGraph || flags) return E_INVALID_VALUE;
+    if (!phGraph || flags) return CUDA_ERROR_INVALID_VALUE;
     *phGraph = graph_new();
-    return *phGraph ? CUDA_SUCCESS : E_OUT_OF_MEMORY;
+    return *phGraph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
     FK_ENTER(cuGraphDestroy);
-    if (!graph_valid(hGraph) || hGraph->body) return E_INVALID_VALUE;
+    if (!graph_valid(hGraph) || hGraph->body) return CUDA_ERROR_INVALID_VALUE;
     graph_free(hGraph);
     return CUDA_SUCCESS;
 }
@@ -556,7 +559,7 @@ CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
 CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
     size_t i;
     FK_ENTER(cuGraphGetNodes);
-    if (!graph_valid(hGraph) || !numNodes) return E_INVALID_VALUE;
+    if (!graph_valid(hGraph) || !numNodes) return CUDA_ERROR_INVALID_VALUE;
     if (nodes)
         for (i = 0; i < *numNodes && i < (size_t)hGraph->n; i++) nodes[i] = hGraph->nodes[i];
     *numNodes = (size_t)hGraph->n;
@@ -569,7 +572,7 @@ static int node_valid(CUgraphNode n) {
 
 CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type) {
     FK_ENTER(cuGraphNodeGetType);
-    if (!node_valid(hNode) || !type) return E_INVALID_VALUE;
+    if (!node_valid(hNode) || !type) return CUDA_ERROR_INVALID_VALUE;
     *type = hNode->type;
     return CUDA_SUCCESS;
 }
@@ -580,32 +583,32 @@ static CUresult check_kernel_params(const CUDA_KERNEL_NODE_PARAMS_v2 *p) {
     const int *a;
     int i;
     unsigned long long threads;
-    if (!p) return E_INVALID_VALUE;
-    if (!c) return E_INVALID_CONTEXT;
-    if (!vec_has(&g_funcs, p->func)) return fk_reject(E_INVALID_HANDLE, "unknown function handle");
-    if (p->func->mod->ctx != c) return fk_reject(E_INVALID_CONTEXT, "function belongs to another context");
-    if (p->kern) return fk_reject(E_INVALID_VALUE, "kern is not supported by fakecuda");
-    if (p->ctx && p->ctx != c) return fk_reject(E_INVALID_CONTEXT, "ctx is not the current context");
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    if (!c) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!vec_has(&g_funcs, p->func)) return fk_reject(CUDA_ERROR_INVALID_HANDLE, "unknown function handle");
+    if (p->func->mod->ctx != c) return fk_reject(CUDA_ERROR_INVALID_CONTEXT, "function belongs to another context");
+    if (p->kern) return fk_reject(CUDA_ERROR_INVALID_VALUE, "kern is not supported by fakecuda");
+    if (p->ctx && p->ctx != c) return fk_reject(CUDA_ERROR_INVALID_CONTEXT, "ctx is not the current context");
     a = g_dev[c->dev].attrs;
     for (i = 0; i < 3; i++) {
         unsigned int gd = i == 0 ? p->gridDimX : i == 1 ? p->gridDimY : p->gridDimZ;
         unsigned int bd = i == 0 ? p->blockDimX : i == 1 ? p->blockDimY : p->blockDimZ;
         if (gd == 0 || gd > (unsigned int)a[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X + i])
-            return fk_reject(E_INVALID_VALUE, "grid dim %d = %u out of range", i, gd);
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "grid dim %d = %u out of range", i, gd);
         if (bd == 0 || bd > (unsigned int)a[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X + i])
-            return fk_reject(E_INVALID_VALUE, "block dim %d = %u out of range", i, bd);
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "block dim %d = %u out of range", i, bd);
     }
     threads = (unsigned long long)p->blockDimX * p->blockDimY * p->blockDimZ;
     if (threads > (unsigned long long)p->func->max_threads)
-        return fk_reject(E_INVALID_VALUE, "%llu threads per block > %d", threads, p->func->max_threads);
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "%llu threads per block > %d", threads, p->func->max_threads);
     if (p->sharedMemBytes > (unsigned int)p->func->max_dyn_smem)
-        return fk_reject(E_INVALID_VALUE, "%u bytes of dynamic shared memory > %d", p->sharedMemBytes,
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "%u bytes of dynamic shared memory > %d", p->sharedMemBytes,
                          p->func->max_dyn_smem);
-    if (p->kernelParams && p->extra) return fk_reject(E_INVALID_VALUE, "both kernelParams and extra");
+    if (p->kernelParams && p->extra) return fk_reject(CUDA_ERROR_INVALID_VALUE, "both kernelParams and extra");
     if (p->func->nparams && !p->kernelParams && !p->extra)
-        return fk_reject(E_INVALID_VALUE, "kernelParams is NULL for %d parameters", p->func->nparams);
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "kernelParams is NULL for %d parameters", p->func->nparams);
     for (i = 0; p->kernelParams && i < p->func->nparams; i++)
-        if (!p->kernelParams[i]) return fk_reject(E_INVALID_VALUE, "kernelParams[%d] is NULL", i);
+        if (!p->kernelParams[i]) return fk_reject(CUDA_ERROR_INVALID_VALUE, "kernelParams[%d] is NULL", i);
     return CUDA_SUCCESS;
 }
 
@@ -616,7 +619,7 @@ static CUresult store_kernel_params(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS
     int i;
     if (f->param_bytes) {
         buf = calloc(1, f->param_bytes);
-        if (!buf) return E_OUT_OF_MEMORY;
+        if (!buf) return CUDA_ERROR_OUT_OF_MEMORY;
         for (i = 0; p->kernelParams && i < f->nparams; i++)
             memcpy(buf + f->params[i].offset, p->kernelParams[i], f->params[i].size);
     }
@@ -634,9 +637,9 @@ CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, 
     CUresult rc;
     CUgraphNode n;
     FK_ENTER(cuGraphAddKernelNode);
-    if (!phGraphNode) return E_INVALID_VALUE;
+    if (!phGraphNode) return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_kernel_params(nodeParams))) return rc;
-    if (nodeParams->extra) return fk_reject(E_INVALID_VALUE, "fakecuda graphs take kernelParams, not extra");
+    if (nodeParams->extra) return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda graphs take kernelParams, not extra");
     if ((rc = add_node(hGraph, CU_GRAPH_NODE_TYPE_KERNEL, dependencies, numDependencies, &n))) return rc;
     if ((rc = store_kernel_params(n, nodeParams))) return rc;
     *phGraphNode = n;
@@ -645,7 +648,7 @@ CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, 
 
 CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
     FK_ENTER(cuGraphKernelNodeGetParams);
-    if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !nodeParams) return E_INVALID_VALUE;
+    if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !nodeParams) return CUDA_ERROR_INVALID_VALUE;
     memset(nodeParams, 0, sizeof(*nodeParams));
     nodeParams->func = hNode->func;
     nodeParams->gridDimX = hNode->grid[0]; nodeParams->gridDimY = hNode->grid[1]; nodeParams->gridDimZ = hNode->grid[2];
@@ -658,7 +661,7 @@ CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_
 CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
     CUresult rc;
     FK_ENTER(cuGraphKernelNodeSetParams);
-    if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL) return E_INVALID_VALUE;
+    if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_kernel_params(nodeParams))) return rc;
     return store_kernel_params(hNode, nodeParams);
 }
@@ -668,10 +671,10 @@ CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, 
     CUresult rc;
     CUgraphNode n;
     FK_ENTER(cuGraphAddMemcpyNode);
-    if (!phGraphNode || !copyParams) return E_INVALID_VALUE;
-    if (!valid_ctx(ctx)) return E_INVALID_CONTEXT;
+    if (!phGraphNode || !copyParams) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_ctx(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
     if (copyParams->srcLOD || copyParams->dstLOD || copyParams->reserved0 || copyParams->reserved1)
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     if ((rc = add_node(hGraph, CU_GRAPH_NODE_TYPE_MEMCPY, dependencies, numDependencies, &n))) return rc;
     n->copy = *copyParams;
     *phGraphNode = n;
@@ -685,10 +688,10 @@ CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, 
     CUgraphNode n;
     const CUDA_MEMSET_NODE_PARAMS *p = memsetParams;
     FK_ENTER(cuGraphAddMemsetNode);
-    if (!phGraphNode || !p) return E_INVALID_VALUE;
-    if (!valid_ctx(ctx)) return E_INVALID_CONTEXT;
-    if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) return E_INVALID_VALUE;
-    if (p->height > 1 && p->pitch < p->width * p->elementSize) return E_INVALID_VALUE;
+    if (!phGraphNode || !p) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_ctx(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (p->elementSize != 1 && p->elementSize != 2 && p->elementSize != 4) return CUDA_ERROR_INVALID_VALUE;
+    if (p->height > 1 && p->pitch < p->width * p->elementSize) return CUDA_ERROR_INVALID_VALUE;
     if ((rc = add_node(hGraph, CU_GRAPH_NODE_TYPE_MEMSET, dependencies, numDependencies, &n))) return rc;
     n->set = *p;
     *phGraphNode = n;
@@ -700,7 +703,7 @@ CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, co
     CUresult rc;
     CUgraphNode n;
     FK_ENTER(cuGraphAddHostNode);
-    if (!phGraphNode || !nodeParams || !nodeParams->fn) return E_INVALID_VALUE;
+    if (!phGraphNode || !nodeParams || !nodeParams->fn) return CUDA_ERROR_INVALID_VALUE;
     if ((rc = add_node(hGraph, CU_GRAPH_NODE_TYPE_HOST, dependencies, numDependencies, &n))) return rc;
     n->fn = nodeParams->fn;
     n->user = nodeParams->userData;
@@ -713,25 +716,25 @@ CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
     CUresult rc;
     CUgraphNode n;
     FK_ENTER(cuGraphAddChildGraphNode);
-    if (!phGraphNode || !graph_valid(childGraph) || childGraph == hGraph) return E_INVALID_VALUE;
+    if (!phGraphNode || !graph_valid(childGraph) || childGraph == hGraph) return CUDA_ERROR_INVALID_VALUE;
     if ((rc = add_node(hGraph, CU_GRAPH_NODE_TYPE_GRAPH, dependencies, numDependencies, &n))) return rc;
     n->child = graph_clone(childGraph, 0);   /* the driver clones the child */
     *phGraphNode = n;
-    return n->child ? CUDA_SUCCESS : E_OUT_OF_MEMORY;
+    return n->child ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                      size_t numDependencies) {
     FK_ENTER(cuGraphAddEmptyNode);
-    if (!phGraphNode) return E_INVALID_VALUE;
+    if (!phGraphNode) return CUDA_ERROR_INVALID_VALUE;
     return add_node(hGraph, CU_GRAPH_NODE_TYPE_EMPTY, dependencies, numDependencies, phGraphNode);
 }
 
 static CUresult add_event_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t nd, CUevent e,
                                CUgraphNodeType t) {
     CUresult rc;
-    if (!ph) return E_INVALID_VALUE;
-    if (!vec_has(&g_events, e)) return E_INVALID_HANDLE;
+    if (!ph) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_events, e)) return CUDA_ERROR_INVALID_HANDLE;
     if ((rc = add_node(g, t, deps, nd, ph))) return rc;
     (*ph)->event = e;
     return CUDA_SUCCESS;
@@ -752,12 +755,12 @@ CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGrap
 CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx,
                                                 unsigned int defaultLaunchValue, unsigned int flags) {
     FK_ENTER(cuGraphConditionalHandleCreate);
-    if (!pHandle_out || !graph_valid(hGraph) || (flags & ~CU_GRAPH_COND_ASSIGN_DEFAULT)) return E_INVALID_VALUE;
-    if (!valid_ctx(ctx)) return E_INVALID_CONTEXT;
+    if (!pHandle_out || !graph_valid(hGraph) || (flags & ~CU_GRAPH_COND_ASSIGN_DEFAULT)) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_ctx(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
     if (g_nconds == g_capconds) {
         size_t nc = g_capconds ? g_capconds * 2 : 16;
         fk_cond *nv = realloc(g_conds, nc * sizeof(*nv));
-        if (!nv) return E_OUT_OF_MEMORY;
+        if (!nv) return CUDA_ERROR_OUT_OF_MEMORY;
         g_conds = nv;
         g_capconds = nc;
     }
@@ -784,20 +787,20 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     unsigned int i;
     size_t k;
     FK_ENTER(cuGraphAddNode);
-    if (!phGraphNode || !nodeParams) return E_INVALID_VALUE;
+    if (!phGraphNode || !nodeParams) return CUDA_ERROR_INVALID_VALUE;
     for (k = 0; dependencyData && k < numDependencies; k++)
-        if (dependencyData[k].from_port || dependencyData[k].to_port || dependencyData[k].type) return E_INVALID_VALUE;
+        if (dependencyData[k].from_port || dependencyData[k].to_port || dependencyData[k].type) return CUDA_ERROR_INVALID_VALUE;
     if (nodeParams->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return fk_reject(E_INVALID_VALUE, "fakecuda's cuGraphAddNode builds conditional nodes only");
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda's cuGraphAddNode builds conditional nodes only");
     cp = &nodeParams->conditional;
     cd = cond_of(cp->handle);
-    if (!cd || cd->graph != hGraph) return E_INVALID_VALUE;
-    if (!valid_ctx(cp->ctx)) return E_INVALID_CONTEXT;
-    if (!cp->phGraph_out) return E_INVALID_VALUE;
+    if (!cd || cd->graph != hGraph) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_ctx(cp->ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!cp->phGraph_out) return CUDA_ERROR_INVALID_VALUE;
     if ((cp->type == CU_GRAPH_COND_TYPE_WHILE && cp->size != 1) ||
         (cp->type == CU_GRAPH_COND_TYPE_IF && (cp->size < 1 || cp->size > 2)) ||
         (cp->type == CU_GRAPH_COND_TYPE_SWITCH && cp->size < 1) || (int)cp->type < 0 || (int)cp->type > 2)
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     if ((rc = add_node(hGraph, CU_GRAPH_NODE_TYPE_CONDITIONAL, dependencies, numDependencies, &n))) return rc;
     n->handle = cp->handle;
     n->ctype = (int)cp->type;
@@ -839,9 +842,9 @@ static void dot_graph(FILE *f, CUgraph g, const char *prefix) {
 CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags) {
     FILE *f;
     FK_ENTER(cuGraphDebugDotPrint);
-    if (!graph_valid(hGraph) || !path || (flags & ~0x3FFFu)) return E_INVALID_VALUE;
+    if (!graph_valid(hGraph) || !path || (flags & ~0x3FFFu)) return CUDA_ERROR_INVALID_VALUE;
     f = fopen(path, "w");
-    if (!f) return 999;   /* CUDA_ERROR_UNKNOWN, as the driver answers an unwritable path */
+    if (!f) return CUDA_ERROR_UNKNOWN;   /* as the driver answers an unwritable path */
     fprintf(f, "digraph fakecuda {\n");
     dot_graph(f, hGraph, "n");
     fprintf(f, "}\n");
@@ -855,22 +858,22 @@ static CUresult instantiate(CUgraphExec *ph, CUgraph g, unsigned long long flags
     CUgraphExec x;
     int i;
     if (res) *res = CUDA_GRAPH_INSTANTIATE_ERROR;
-    if (!ph || !graph_valid(g) || (flags & ~0xFULL)) return E_INVALID_VALUE;
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!ph || !graph_valid(g) || (flags & ~0xFULL)) return CUDA_ERROR_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     for (i = 0; i < g->n; i++) {
         CUgraphNode n = g->nodes[i];
         if (n->type == CU_GRAPH_NODE_TYPE_KERNEL && !vec_has(&g_funcs, n->func)) {
             if (err_node) *err_node = n;
-            return E_INVALID_HANDLE;   /* the module was unloaded */
+            return CUDA_ERROR_INVALID_HANDLE;   /* the module was unloaded */
         }
         if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) && n->type == CU_GRAPH_NODE_TYPE_HOST) {
             if (err_node) *err_node = n;
             if (res) *res = CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED;
-            return E_INVALID_VALUE;
+            return CUDA_ERROR_INVALID_VALUE;
         }
     }
     x = calloc(1, sizeof(*x));
-    if (!x) return E_OUT_OF_MEMORY;
+    if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
     x->magic = FK_XMAGIC;
     x->g = graph_clone(g, 1);
     x->source = g;
@@ -878,7 +881,7 @@ static CUresult instantiate(CUgraphExec *ph, CUgraph g, unsigned long long flags
     if (!x->g || vec_add(&g_execs, x)) {
         graph_free(x->g);
         free(x);
-        return E_OUT_OF_MEMORY;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *ph = x;
     if (res) *res = CUDA_GRAPH_INSTANTIATE_SUCCESS;
@@ -887,22 +890,22 @@ static CUresult instantiate(CUgraphExec *ph, CUgraph g, unsigned long long flags
 
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
     FK_ENTER(cuGraphInstantiateWithFlags);
-    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) return E_INVALID_VALUE;   /* needs WithParams (an upload stream) */
+    if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) return CUDA_ERROR_INVALID_VALUE;   /* needs WithParams (an upload stream) */
     return instantiate(phGraphExec, hGraph, flags, NULL, NULL);
 }
 
 CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
                                               CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
     FK_ENTER(cuGraphInstantiateWithParams);
-    if (!p) return E_INVALID_VALUE;
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
     p->hErrNode_out = NULL;
-    if ((p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) && !valid_stream(p->hUploadStream)) return E_INVALID_HANDLE;
+    if ((p->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) && !valid_stream(p->hUploadStream)) return CUDA_ERROR_INVALID_HANDLE;
     return instantiate(phGraphExec, hGraph, p->flags, &p->hErrNode_out, &p->result_out);
 }
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
     FK_ENTER(cuGraphExecDestroy);
-    if (!exec_valid(hGraphExec)) return E_INVALID_VALUE;
+    if (!exec_valid(hGraphExec)) return CUDA_ERROR_INVALID_VALUE;
     vec_remove(&g_execs, hGraphExec);
     graph_free(hGraphExec->g);
     hGraphExec->magic = 0xDEADu;
@@ -912,8 +915,8 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
 
 CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
     FK_ENTER(cuGraphUpload);
-    if (!exec_valid(hGraphExec)) return E_INVALID_VALUE;
-    if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+    if (!exec_valid(hGraphExec)) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     return CUDA_SUCCESS;
 }
 
@@ -939,8 +942,8 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         void *ptrs[512];
         launch_req r;
         int i;
-        if (!vec_has(&g_funcs, n->func)) return fk_reject(E_INVALID_HANDLE, "graph kernel's module was unloaded");
-        if (n->func->nparams > 512) return E_INVALID_VALUE;
+        if (!vec_has(&g_funcs, n->func)) return fk_reject(CUDA_ERROR_INVALID_HANDLE, "graph kernel's module was unloaded");
+        if (n->func->nparams > 512) return CUDA_ERROR_INVALID_VALUE;
         for (i = 0; i < n->func->nparams; i++) ptrs[i] = n->params + n->func->params[i].offset;
         memset(&r, 0, sizeof(r));
         memcpy(r.grid, n->grid, sizeof(r.grid));
@@ -960,7 +963,7 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         const CUDA_MEMSET_NODE_PARAMS *p = &n->set;
         size_t y, i, rowbytes = p->width * p->elementSize;
         size_t span = p->height ? (p->height - 1) * p->pitch + rowbytes : 0;
-        if (span && !dev_range_ok((uintptr_t)p->dst, span)) return E_INVALID_VALUE;
+        if (span && !dev_range_ok((uintptr_t)p->dst, span)) return CUDA_ERROR_INVALID_VALUE;
         for (y = 0; y < p->height; y++) {
             unsigned char *row = (unsigned char *)(uintptr_t)(p->dst + y * p->pitch);
             for (i = 0; i < p->width; i++) {
@@ -975,7 +978,7 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         if (rp->ncalls == rp->capcalls) {
             size_t nc = rp->capcalls ? rp->capcalls * 2 : 8;
             fk_hostcall *nv = realloc(rp->calls, nc * sizeof(*nv));
-            if (!nv) return E_OUT_OF_MEMORY;
+            if (!nv) return CUDA_ERROR_OUT_OF_MEMORY;
             rp->calls = nv;
             rp->capcalls = nc;
         }
@@ -984,7 +987,7 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         rp->ncalls++;
         return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-        if (!vec_has(&g_events, n->event)) return E_INVALID_HANDLE;
+        if (!vec_has(&g_events, n->event)) return CUDA_ERROR_INVALID_HANDLE;
         n->event->recorded = 1;
         n->event->t_ms = now_ms();
         n->event->pend_stream = pend_norm(rp->stream);
@@ -992,12 +995,12 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         n->event->pend_polls = 0;
         return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-        return vec_has(&g_events, n->event) ? CUDA_SUCCESS : E_INVALID_HANDLE;
+        return vec_has(&g_events, n->event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
     case CU_GRAPH_NODE_TYPE_GRAPH:
         return replay_graph(n->child, rp);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL: {
         fk_cond *cd = cond_of(n->handle);
-        if (!cd) return E_INVALID_VALUE;
+        if (!cd) return CUDA_ERROR_INVALID_VALUE;
         if (n->ctype == CU_GRAPH_COND_TYPE_IF) {
             if (cd->value) rc = replay_graph(n->bodies[0], rp);
             else if (n->nbodies == 2) rc = replay_graph(n->bodies[1], rp);
@@ -1046,9 +1049,9 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
     memset(&rp, 0, sizeof(rp));
     {
         FK_ENTER(cuGraphLaunch);
-        if (!cur_ctx()) return E_INVALID_CONTEXT;
-        if (!exec_valid(hGraphExec)) return E_INVALID_VALUE;
-        if (!valid_stream(hStream)) return E_INVALID_HANDLE;
+        if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+        if (!exec_valid(hGraphExec)) return CUDA_ERROR_INVALID_VALUE;
+        if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
         if (cap_of(hStream)) {
             /* launching an executable graph into a capture adds it as a child graph */
             int taken;
@@ -1056,7 +1059,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
             rc = fk_cap_node(hStream, CU_GRAPH_NODE_TYPE_GRAPH, &n, &taken);
             if (rc) return rc;
             n->child = graph_clone(hGraphExec->g, 0);
-            return n->child ? CUDA_SUCCESS : E_OUT_OF_MEMORY;
+            return n->child ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
         }
         reset_conditionals(hGraphExec->g);
         rp.stream = hStream;
@@ -1076,7 +1079,7 @@ static CUresult update_fail(CUgraphExecUpdateResultInfo *info, CUgraphExecUpdate
         info->errorNode = n;
         info->errorFromNode = from;
     }
-    return (CUresult)910;   /* CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
 }
 
 static CUresult update_check(CUgraph x, CUgraph g, CUgraphExecUpdateResultInfo *info) {
@@ -1149,7 +1152,7 @@ static void update_apply(CUgraph x, CUgraph g) {
 CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) {
     CUresult rc;
     FK_ENTER(cuGraphExecUpdate);
-    if (!exec_valid(hGraphExec) || !graph_valid(hGraph) || !resultInfo) return E_INVALID_VALUE;
+    if (!exec_valid(hGraphExec) || !graph_valid(hGraph) || !resultInfo) return CUDA_ERROR_INVALID_VALUE;
     memset(resultInfo, 0, sizeof(*resultInfo));
     if ((rc = update_check(hGraphExec->g, hGraph, resultInfo))) return rc;
     update_apply(hGraphExec->g, hGraph);
@@ -1177,23 +1180,23 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphN
     CUresult rc;
     CUgraphNode n;
     FK_ENTER(cuGraphExecKernelNodeSetParams);
-    if (!exec_valid(hGraphExec) || !hNode) return E_INVALID_VALUE;
+    if (!exec_valid(hGraphExec) || !hNode) return CUDA_ERROR_INVALID_VALUE;
     n = exec_node(hGraphExec->g, hNode);
-    if (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return E_INVALID_VALUE;
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
     if ((rc = check_kernel_params(nodeParams))) return rc;
-    if (nodeParams->func->mod->ctx != n->func->mod->ctx) return E_INVALID_VALUE;
+    if (nodeParams->func->mod->ctx != n->func->mod->ctx) return CUDA_ERROR_INVALID_VALUE;
     return store_kernel_params(n, nodeParams);
 }
 
 CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) {
     CUgraphNode n;
     FK_ENTER(cuGraphNodeSetEnabled);
-    if (!exec_valid(hGraphExec) || !hNode) return E_INVALID_VALUE;
+    if (!exec_valid(hGraphExec) || !hNode) return CUDA_ERROR_INVALID_VALUE;
     n = exec_node(hGraphExec->g, hNode);
-    if (!n) return E_INVALID_VALUE;
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
     if (n->type != CU_GRAPH_NODE_TYPE_KERNEL && n->type != CU_GRAPH_NODE_TYPE_MEMCPY &&
         n->type != CU_GRAPH_NODE_TYPE_MEMSET)
-        return E_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_VALUE;
     n->enabled = isEnabled != 0;
     return CUDA_SUCCESS;
 }
@@ -1201,9 +1204,9 @@ CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode
 CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) {
     CUgraphNode n;
     FK_ENTER(cuGraphNodeGetEnabled);
-    if (!exec_valid(hGraphExec) || !hNode || !isEnabled) return E_INVALID_VALUE;
+    if (!exec_valid(hGraphExec) || !hNode || !isEnabled) return CUDA_ERROR_INVALID_VALUE;
     n = exec_node(hGraphExec->g, hNode);
-    if (!n) return E_INVALID_VALUE;
+    if (!n) return CUDA_ERROR_INVALID_VALUE;
     *isEnabled = (unsigned int)n->enabled;
     return CUDA_SUCCESS;
 }

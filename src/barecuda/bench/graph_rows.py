@@ -1,6 +1,6 @@
 """CUDA graph rows: replay, launch issue, kernel-node set_arg, whole-graph update,
 capture of 100 launches, instantiate, and the inference-loop step; each beside a raw
-C row of the same run (src/barecuda/_graphbench.pyx) and the peers where installed
+C row of the same run (src/barecuda/bench/_graphbench.pyx) and the peers where installed
 (PyTorch ``torch.cuda.CUDAGraph``, CuPy stream capture).
 
 Section (``--rows`` name): ``graph``. Every figure is the median over alternated
@@ -85,7 +85,7 @@ def _rounds(rows, rounds, say=None):
 
 def build_rows(bc, now_ns, reps=200):
     """Every row of the section: [(group, [_Row, ...])]. ``now_ns``: the run's clock."""
-    from barecuda import _graphbench as GB
+    from barecuda.bench import _graphbench as GB
     dev = bc.Device(0)
     dev.set_current()
     s = bc.Stream(non_blocking=True)
@@ -367,7 +367,7 @@ ALIASES = {"graphs": ("graph",)}
 def main():
     """``python -m barecuda.bench.graph_rows``: the section on its own, as plain text."""
     import barecuda as bc
-    from barecuda import _graphbench
+    from barecuda.bench import _graphbench
     for g, rows in measure(bc, _graphbench.now_ns).items():
         print(g)
         for k, lab, ns, x, na in rows:

@@ -1,4 +1,4 @@
-"""Raw C baselines of the CUDA graph benchmark rows (include/barecuda/bc_bench_graph.h).
+"""Raw C baselines of the graph rows (graph_rows.py; the loops: include/barecuda/bc_bench_graph.h).
 
 Owns: ``RawChain``, a chain of kernel nodes built, instantiated and driven with the
 driver's entry points straight from C (no barecuda objects in the loops), the
@@ -37,7 +37,7 @@ cdef bc_driver_t *D = driver_table()
 
 
 def now_ns():
-    """CLOCK_MONOTONIC in ns (the clock of every benchmark row)."""
+    """bc_now_ns() (barecuda/bc_clock.h): the clock of every benchmark row."""
     return bc_gb_now_ns()
 
 
