@@ -579,6 +579,33 @@ def test_graph_and_exec_keep_buffers_kernels_and_callables_alive(fake, ptx, stre
     assert all(r() is None for r in refs) and fref() is None
 
 
+def test_no_reference_cycles_buffers_go_with_the_last_reference(fake, vadd, stream):
+    """Nodes, bodies and handles never keep their graph alive: dropping the graph and
+    its executable releases the buffers at once, without the cycle collector."""
+    buf = bc.alloc(64)
+    ref = weakref.ref(buf)
+    g = bc.Graph()
+    n = g.add_kernel(vadd, 1, 1, buf, buf, buf, 1)
+    c = g.conditional_handle()
+    body = g.add_while(c, depends_on=n).bodies[0]
+    body.add_memset(buf, 0)
+    exe = g.instantiate()
+    h = exe.kernel_node(n)
+    gref = weakref.ref(g)
+    gc.disable()
+    try:
+        del g, body, c, exe, h
+        assert gref() is None                                # nothing kept the graph
+        del buf
+        assert ref() is not None                             # the node still holds its argument
+        with pytest.raises(ValueError, match="gone"):
+            n.set_arg(3, 2)
+        del n
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_child_graph_references_are_held_by_the_parent(fake, vadd):
     buf = bc.alloc(64)
     ref = weakref.ref(buf)

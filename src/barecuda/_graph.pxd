@@ -17,9 +17,13 @@ cdef class Graph:
     cdef readonly Device device
     cdef CUcontext ctx
     cdef object _parent             # body graphs: the graph whose conditional node owns them
-    cdef list _keep                 # everything the nodes reference (buffers, kernels, callables, events, graphs)
-    cdef list _nodes                # GraphNode objects, in creation order
-    cdef dict _by_handle            # <size_t>CUgraphNode -> GraphNode
+    cdef list _keep                 # everything the nodes reference (buffers, kernels, callables, events,
+                                    #   and the _keep lists of child graphs and conditional bodies)
+    cdef list _nodes                # weak references to the GraphNode objects, in creation order
+    cdef dict _by_handle            # <size_t>CUgraphNode -> weak reference to its GraphNode
+    cdef dict _info                 # <size_t>CUgraphNode -> (index, kind, kernel name or None), for messages
+    cdef dict _kernels              # node index -> KernelNode (strong: update refreshes handles from it)
+    cdef object __weakref__
     cdef readonly bint captured     # made by stream capture
     cdef bint capturing             # the capture that fills it is still running
 
@@ -35,7 +39,8 @@ cdef class Graph:
 
 cdef class GraphNode:
     cdef CUgraphNode handle
-    cdef readonly Graph graph
+    cdef object _graph_ref          # weak reference to the Graph (nodes never keep a graph alive: no cycle)
+    cdef object __weakref__
     cdef readonly str kind
     cdef readonly Py_ssize_t index
 

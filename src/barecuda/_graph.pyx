@@ -26,6 +26,7 @@ from cpython.ref cimport PyObject
 
 import os
 import warnings
+import weakref
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
@@ -184,7 +185,7 @@ cdef CUgraphNode *_dep_array(Graph g, object depends_on, size_t *n) except? NULL
     for x in deps:
         if not isinstance(x, GraphNode):
             raise TypeError(f"depends_on takes graph nodes, got {type(x).__name__}")
-        if (<GraphNode>x).graph is not g:
+        if (<GraphNode>x)._graph_ref() is not g:
             raise ValueError(f"dependency {x!r} belongs to another graph")
     arr = <CUgraphNode *>PyMem_Malloc(n[0] * sizeof(CUgraphNode))
     if arr == NULL:
@@ -360,9 +361,21 @@ cdef class GraphNode:
         return f"<barecuda.GraphNode {self.kind} #{self.index}>"
 
     @property
+    def graph(self):
+        """The graph of this node (a node does not keep its graph alive)."""
+        return _graph_of(self)
+
+    @property
     def handle_int(self):
         """The ``CUgraphNode`` as an int."""
         return <size_t>self.handle
+
+
+cdef Graph _graph_of(GraphNode n):
+    g = n._graph_ref() if n._graph_ref is not None else None
+    if g is None:
+        raise ValueError(f"the graph of {n!r} is gone")
+    return <Graph>g
 
 
 @cython.final
@@ -403,13 +416,15 @@ cdef class KernelNode(GraphNode):
     def set_arg(self, Py_ssize_t index, value):
         """Repack parameter ``index`` of this node in the graph (``cuGraphKernelNodeSetParams``)."""
         cdef list keep = []
-        self.graph._live()
+        cdef Graph g = _graph_of(self)
+        g._live()
         pack_arg(self.kernel, index, value, self.buf, NULL, keep)
-        set_current(self.graph.ctx)
+        set_current(g.ctx)
         check(D.cuGraphKernelNodeSetParams(self.handle, &self.p), b"cuGraphKernelNodeSetParams")
         self._vals[index] = value
+        g._keep.append(value)           # executables made earlier may hold the old value themselves
         if keep:
-            self.graph._keep.extend(keep)
+            g._keep.extend(keep)
 
 
 @cython.final
@@ -461,6 +476,8 @@ cdef class Graph:
         self._keep = []
         self._nodes = []
         self._by_handle = {}
+        self._info = {}
+        self._kernels = {}
         self.captured = False
         if token is _TOKEN or device is _TOKEN:
             return
@@ -493,6 +510,8 @@ cdef class Graph:
         self._keep = []
         self._nodes = []
         self._by_handle = {}
+        self._info = {}
+        self._kernels = {}
 
     def __repr__(self):
         state = "closed" if self.handle == NULL else f"{len(self._nodes)} nodes added"
@@ -507,10 +526,16 @@ cdef class Graph:
 
     cdef int _adopt(self, object node) except -1:
         cdef GraphNode n = <GraphNode>node
-        n.graph = self
+        n._graph_ref = weakref.ref(self)
         n.index = len(self._nodes)
-        self._nodes.append(n)
-        self._by_handle[<size_t>n.handle] = n
+        ref = weakref.ref(n)
+        self._nodes.append(ref)
+        self._by_handle[<size_t>n.handle] = ref
+        if isinstance(n, KernelNode):
+            self._kernels[n.index] = n
+            self._info[<size_t>n.handle] = (n.index, n.kind, (<KernelNode>n).kernel.name)
+        else:
+            self._info[<size_t>n.handle] = (n.index, n.kind, None)
         return 0
 
     @property
@@ -525,14 +550,15 @@ cdef class Graph:
         self._keep.extend(objs)
 
     cdef list _snapshot(self):
-        out = list(self._keep)
-        for n in self._nodes:
-            if isinstance(n, KernelNode):
-                out.extend((<KernelNode>n)._vals)
-                out.append((<KernelNode>n).kernel)
-            elif isinstance(n, ConditionalNode):
-                for b in (<ConditionalNode>n).bodies:
-                    out.extend((<Graph>b)._snapshot())
+        """Every object the graph references, flat (nested _keep lists of bodies and children unrolled)."""
+        out = []
+        todo = [self._keep]
+        while todo:
+            for o in todo.pop():
+                if type(o) is list:
+                    todo.append(o)
+                else:
+                    out.append(o)
         return out
 
     # ----------------------------------------------------------- node builders
@@ -581,6 +607,8 @@ cdef class Graph:
             n.ptrs[i] = n.buf + kernel.params[i].offset
             pack_arg(kernel, i, args[i], n.buf, NULL, keep)
         n._vals = list(args)
+        self._keep.append(kernel)
+        self._keep.extend(args)
         n.p.func = kernel.func
         n.p.kernelParams = n.ptrs if kernel.nparams > 0 else NULL
         n.p.ctx = kernel.ctx
@@ -707,7 +735,7 @@ cdef class Graph:
         if child is self:
             raise ValueError("a graph cannot be its own child")
         _need(<void *>D.cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode")
-        return self._add_simple("graph", depends_on, (child,) + tuple(child._snapshot()), NULL, NULL, NULL, child)
+        return self._add_simple("graph", depends_on, (child._snapshot(),), NULL, NULL, NULL, child)
 
     def add_empty(self, depends_on=None):
         """Add an empty node (a join point for dependencies)."""
@@ -817,7 +845,8 @@ cdef class Graph:
                 b.owned = False
                 b.device = self.device
                 b.ctx = self.ctx
-                b._parent = self
+                b._parent = self        # the body's handle lives as long as this graph
+                self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
                 out.append(b)
         finally:
             PyMem_Free(deps)
@@ -869,7 +898,8 @@ cdef class Graph:
         try:
             check(D.cuGraphGetNodes(self.handle, arr, &n), b"cuGraphGetNodes")
             for i in range(n):
-                known = self._by_handle.get(<size_t>arr[i])
+                ref = self._by_handle.get(<size_t>arr[i])
+                known = ref() if ref is not None else None
                 if known is None:
                     check(D.cuGraphNodeGetType(arr[i], &t), b"cuGraphNodeGetType")
                     gn = GraphNode.__new__(GraphNode, _TOKEN)
@@ -901,12 +931,13 @@ cdef class Graph:
               b"cuGraphDebugDotPrint")
 
     cdef str _describe(self, CUgraphNode h):
-        n = self._by_handle.get(<size_t>h)
-        if n is None:
+        info = self._info.get(<size_t>h)
+        if info is None:
             return "a node the driver did not name" if h == NULL else f"node 0x{<size_t>h:x}"
-        if isinstance(n, KernelNode):
-            return f"node #{(<GraphNode>n).index} (kernel {(<KernelNode>n).kernel.name!r})"
-        return f"node #{(<GraphNode>n).index} ({(<GraphNode>n).kind})"
+        index, kind, name = info
+        if name is not None:
+            return f"node #{index} (kernel {name!r})"
+        return f"node #{index} ({kind})"
 
     # ------------------------------------------------------------- instantiate
     def instantiate(self, upload=None, *, bint auto_free_on_launch=False, bint device_launch=False,
@@ -978,6 +1009,7 @@ cdef class Graph:
 
 
 # -------------------------------------------------------------- executables
+@cython.no_gc_clear     # __dealloc__ needs _graphs (to mark buffers used) even when a collected cycle held it
 cdef class GraphExec:
     """An executable graph (from :meth:`Graph.instantiate`).
 
@@ -1011,7 +1043,7 @@ cdef class GraphExec:
         """Buffers this executable used are about to lose a reference: make their free
         wait for the launch streams."""
         cdef DeviceBuffer b
-        if not self.launched:
+        if not self.launched or self._graphs is None:
             return
         for item in self._graphs:
             if isinstance(item, list):
@@ -1127,8 +1159,8 @@ cdef class GraphExec:
                 continue
             live.append(ref)
             h = <ExecKernelNode>obj
-            if h.node.index < len(graph._nodes) and isinstance(graph._nodes[h.node.index], KernelNode):
-                src = <KernelNode>graph._nodes[h.node.index]
+            if isinstance(graph._kernels.get(h.node.index), KernelNode):
+                src = <KernelNode>graph._kernels[h.node.index]
                 if src.kernel.argbytes == h.kernel.argbytes:
                     memcpy(h.buf, src.buf, max(h.kernel.argbytes, 1))
                     h.p.func = src.p.func
@@ -1147,7 +1179,7 @@ cdef class GraphExec:
         cdef ExecKernelNode h
         cdef Kernel k = node.kernel
         self._live()
-        if node.graph is not self.graph:
+        if node._graph_ref() is not self.graph:
             raise ValueError("the node belongs to another graph than the one this executable came from")
         _need(<void *>D.cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams")
         h = ExecKernelNode.__new__(ExecKernelNode, _TOKEN)
