@@ -2715,3 +2715,6 @@ FK_EXPORT int fakecuda_pending_refs(unsigned long long ptr, void *stream, int an
     if (!a) return -1;
     return pend_refs(a->id, (CUstream)stream, any_stream);
 }
+
+/* dist: IPC, peer topology and pool sharing entry points (until core splits this file). */
+#include "ipc.c"
