@@ -24,3 +24,10 @@ from barecuda._memory import (
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
 from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
+
+# -- dist: IPC, several GPUs, NCCL (docs/multi-gpu.md)
+from barecuda._ipc import (
+    IpcAllocator, IpcMemoryPool, IpcError, IpcStaleHandleError, IpcForeignHostError, IpcAlreadyOpenError,
+)
+from barecuda._topology import devices, topology, topology_report, p2p_attributes, DevicePool
+from barecuda import ipc, nccl
