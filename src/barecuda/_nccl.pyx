@@ -27,7 +27,7 @@ from libc.stdint cimport uintptr_t
 from posix.dlfcn cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL
 from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._errors cimport bc_state_t, bc_driver_usable
-from barecuda._loader cimport runtime_state, ensure_driver, set_current
+from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
 from barecuda._memory cimport DeviceBuffer
 from barecuda._stream cimport stream_handle
@@ -270,6 +270,16 @@ def version():
     return (v // 1000, (v % 1000) // 100, v % 100)
 
 
+cdef int _bind(Device d) except -1:
+    """Make d's context current for an NCCL call. NCCL moves the thread's current
+    device itself (through the CUDA runtime), so barecuda's cached binding is dropped
+    and set again -- before the call, and (forget_current) after it."""
+    d.activate()
+    forget_current()
+    set_current(d.ctx)
+    return 0
+
+
 cdef int _ready() except -1:
     if _handle == NULL:
         load()
@@ -401,6 +411,7 @@ def group_end():
     _ready()
     with nogil:
         rc = NC.ncclGroupEnd()
+        forget_current()
     _ck(rc, "ncclGroupEnd", NULL)
 
 
@@ -476,9 +487,10 @@ cdef class Communicator:
         _ready()
         _keep_nvls_off()
         memcpy(uid.internal, <char *>unique_id.data, 128)
-        dev.activate()
+        _bind(dev)
         with nogil:
             rc = NC.ncclCommInitRank(&c, nranks, uid, rank)
+            forget_current()
         _ck(rc, "ncclCommInitRank", NULL)
         self.comm = c
         self._owned = True
@@ -518,6 +530,7 @@ cdef class Communicator:
         _keep_nvls_off()
         for d in devs:
             (<Device>d).activate()
+        forget_current()
         comms = <ncclComm_t *>malloc(n * sizeof(ncclComm_t))
         devlist = <int *>malloc(n * sizeof(int))
         if comms == NULL or devlist == NULL:
@@ -530,6 +543,7 @@ cdef class Communicator:
                 comms[i] = NULL
             with nogil:
                 rc = NC.ncclCommInitAll(comms, n, devlist)
+                forget_current()
             _ck(rc, "ncclCommInitAll", NULL)
             out = []
             for i in range(n):
@@ -549,6 +563,7 @@ cdef class Communicator:
     def __dealloc__(self):
         if self.comm != NULL and self._owned and bc_driver_usable(ST) and NC.ncclCommDestroy != NULL:
             NC.ncclCommDestroy(self.comm)
+            forget_current()
         self.comm = NULL
 
     cdef int _open(self) except -1:
@@ -563,9 +578,10 @@ cdef class Communicator:
         if c == NULL:
             return
         self.comm = NULL
-        self.device.activate()
+        _bind(self.device)
         with nogil:
             rc = NC.ncclCommDestroy(c)
+            forget_current()
         _ck(rc, "ncclCommDestroy", NULL)
 
     def abort(self):
@@ -576,9 +592,10 @@ cdef class Communicator:
         if c == NULL:
             return
         self.comm = NULL
-        self.device.activate()
+        _bind(self.device)
         with nogil:
             rc = NC.ncclCommAbort(c)
+            forget_current()
         _ck(rc, "ncclCommAbort", NULL)
 
     def __enter__(self):
@@ -638,6 +655,7 @@ cdef class Communicator:
                 c = self.comm
                 self.comm = NULL
                 NC.ncclCommAbort(c)
+                forget_current()
         return -1
 
     cdef int _prep(self, _Arg a, str what) except -1:
@@ -678,10 +696,11 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = sa.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclAllReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
                                   <ncclRedOp_t>o, self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclAllReduce")
         return ra.keep
@@ -708,10 +727,11 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = ra.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclBroadcast(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, root,
                                   self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclBroadcast")
         return ra.keep
@@ -733,10 +753,11 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = sa.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, <ncclRedOp_t>o,
                                root, self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclReduce")
         return ra.keep
@@ -759,9 +780,10 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = sa.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclAllGather(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclAllGather")
         return ra.keep
@@ -783,10 +805,11 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = ra.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclReduceScatter(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
                                       <ncclRedOp_t>o, self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclReduceScatter")
         return ra.keep
@@ -804,9 +827,10 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = a.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclSend(<const void *>a.ptr, count, <ncclDataType_t>dti, peer, self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclSend")
 
@@ -822,9 +846,10 @@ cdef class Communicator:
         stream_handle(stream, &s)
         cdef size_t count = a.nbytes // <size_t>isz
         cdef int dti = dt
-        set_current(self.device.ctx)
+        _bind(self.device)
         with nogil:
             rc = NC.ncclRecv(<void *>a.ptr, count, <ncclDataType_t>dti, peer, self.comm, s)
+            forget_current()
         if rc != 0:
             self._fail(rc, "ncclRecv")
         return a.keep
