@@ -35,8 +35,9 @@ def _consumer(hbuf, hev, q):
         s = bc.Stream(v.device)
         s.wait(e)                                   # the producer's fill is ordered before us
         got = v.to_numpy(stream=s)
-        v.copy_from(got * 2 + 1, stream=s)          # the reply, in the shared memory
-        s.synchronize()
+        reply = got * 2 + 1
+        v.copy_from(reply, stream=s)                # the reply, in the shared memory
+        s.synchronize()                             # (reply stays alive until the copy is done)
         v.close()
         q.put(("ok", got))
     except BaseException as ex:  # noqa: BLE001 - reported to the parent
