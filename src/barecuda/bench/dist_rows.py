@@ -1,9 +1,10 @@
 """Benchmark rows for several GPUs: NCCL all-reduce through barecuda, IPC open cost,
 peer-copy bandwidth.
 
-Rows are dicts ``{"key", "label", "value", "unit", "note"}``. ``run()`` measures every
-row that this machine allows (one process; all-reduce in the one-process form over every
-GPU); ``bench/nccl_compare.py`` measures barecuda's all-reduce beside
+Sections (``python -m barecuda.bench --rows dist``, or each by name): ``allreduce``
+(one process, every GPU, ``Communicator.for_devices``), ``ipc``, ``peercopy``. Rows are
+dicts ``{"key", "label", "value", "unit", "note"}``; ``run()`` gives them all without the
+bench harness. ``bench/nccl_compare.py`` measures barecuda's all-reduce beside
 torch.distributed's in the same two-process job, with :func:`time_allreduce`.
 
 Method
@@ -25,6 +26,7 @@ import os
 import statistics
 import time
 
+ORDER = 60
 MiB = 1 << 20
 SIZES = (1 * MiB, 16 * MiB, 256 * MiB, 1024 * MiB)
 
@@ -176,6 +178,37 @@ def run(quick=False):
         except Exception as e:  # noqa: BLE001 - the reason is the row
             rows.append(_row(name, name, None, "", f"n/a: {type(e).__name__}: {e}"))
     return rows
+
+
+def _section(key, title, fn):
+    from barecuda.bench.report import Section
+    rows = fn()
+    sec = Section(key, title, [("value", 10), ("unit", 11)], data=rows)
+    for r in rows:
+        if r["value"] is None:
+            sec.add(r["label"], f"n/a ({r['note']})")
+        else:
+            sec.add(r["label"], [f"{r['value']:.2f}", r["unit"]])
+            if r["note"]:
+                sec.notes.append(f"{r['label']}: {r['note']}")
+    return sec
+
+
+def allreduce_section(ctx):
+    rounds = getattr(getattr(ctx, "settings", None), "rounds", 5) or 5
+    return _section("allreduce", "NCCL all-reduce via barecuda", lambda: allreduce_rows(rounds=min(rounds, 7)))
+
+
+def ipc_section(ctx):
+    return _section("ipc", "CUDA IPC", lambda: [ipc_open_row()])
+
+
+def peercopy_section(ctx):
+    return _section("peercopy", "peer copies", lambda: peer_copy_rows())
+
+
+SECTIONS = {"allreduce": allreduce_section, "ipc": ipc_section, "peercopy": peercopy_section}
+ALIASES = {"dist": ("allreduce", "ipc", "peercopy")}
 
 
 def format_rows(rows):
