@@ -45,14 +45,16 @@ from barecuda._abi cimport (
     CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, CU_MEM_LOCATION_TYPE_DEVICE,
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
 )
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._errors cimport (
+    check, bc_state_t, bc_driver_usable, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_MAP_FAILED,
+)
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._memory cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED
 from barecuda._stream cimport Event
 
 from barecuda._errors import BarecudaError, CudaError, CudaWarning
-from barecuda._loader import require_symbol
 from barecuda._device import device_count
 
 cdef bc_driver_t *D = driver_table()
@@ -218,8 +220,8 @@ cdef class IpcMemoryPool(Allocator):
         cdef Device dev = device_of(device)
         self.pool = NULL
         dev.activate()
-        require_symbol("cuMemPoolCreate", "IpcMemoryPool", 11020)
-        require_symbol("cuMemPoolExportToShareableHandle", "IpcMemoryPool", 11020)
+        require(<const void *>D.cuMemPoolCreate, b"cuMemPoolCreate", b"IpcMemoryPool")
+        require(<const void *>D.cuMemPoolExportToShareableHandle, b"cuMemPoolExportToShareableHandle", b"IpcMemoryPool")
         memset(&props, 0, sizeof(props))
         props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
         props.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
@@ -384,12 +386,12 @@ def export_buffer(DeviceBuffer buf not None):
     buf._check_open()
     if buf.size == 0:
         raise ValueError("cannot export an empty buffer")
-    require_symbol("cuIpcGetMemHandle", "IPC", 4010)
+    require(<const void *>D.cuIpcGetMemHandle, b"cuIpcGetMemHandle", b"IPC")
     buf.device.activate()
     host, boot = _machine()
     rc = D.cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, buf.ptr)
     if rc == 0 and pool != NULL:
-        require_symbol("cuMemPoolExportPointer", "IPC of pool memory", 11020)
+        require(<const void *>D.cuMemPoolExportPointer, b"cuMemPoolExportPointer", b"IPC of pool memory")
         with nogil:
             rc = D.cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
         if rc != 0:
@@ -441,7 +443,7 @@ def export_event(Event event not None):
     cdef CUipcEventHandle eh
     cdef CUresult rc
     ensure_driver(ST)
-    require_symbol("cuIpcGetEventHandle", "IPC", 4010)
+    require(<const void *>D.cuIpcGetEventHandle, b"cuIpcGetEventHandle", b"IPC")
     event.device.activate()
     rc = D.cuIpcGetEventHandle(&eh, event.handle)
     if rc != 0:
@@ -586,7 +588,7 @@ def open_buffer(h, *, device=None):
     if h.kind not in ("ipc", "pool") or len(h.data) != 64:
         raise ValueError(f"malformed MemHandle (kind {h.kind!r}, {len(h.data)} data bytes)")
     ensure_driver(ST)
-    require_symbol("cuIpcOpenMemHandle", "IPC", 11000)
+    require(<const void *>D.cuIpcOpenMemHandle, b"cuIpcOpenMemHandle", b"IPC")
     _check_origin(h, "memory")
     cdef Device dev = _local_device(h.device_uuid, device)
     dev.activate()
@@ -606,10 +608,10 @@ def open_buffer(h, *, device=None):
             memcpy(mh.reserved, <char *>h.data, 64)
             with nogil:
                 rc = D.cuIpcOpenMemHandle(&p, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
-        if rc == 208:       # CUDA_ERROR_ALREADY_MAPPED
+        if rc == CUDA_ERROR_ALREADY_MAPPED:
             raise IpcAlreadyOpenError("the driver reports this allocation is already mapped in this process "
                                       "(opened through another handle object); close that view first.")
-        if rc in (1, 400, 205):   # INVALID_VALUE, INVALID_HANDLE, MAP_FAILED
+        if rc == CUDA_ERROR_INVALID_VALUE or rc == CUDA_ERROR_INVALID_HANDLE or rc == CUDA_ERROR_MAP_FAILED:
             try:
                 check(rc, b"cuMemPoolImportPointer" if h.kind == "pool" else b"cuIpcOpenMemHandle")
             except CudaError as e:
@@ -649,7 +651,7 @@ def open_event(h, *, device=None):
     if len(h.data) != 64:
         raise ValueError("malformed EventHandle")
     ensure_driver(ST)
-    require_symbol("cuIpcOpenEventHandle", "IPC", 4010)
+    require(<const void *>D.cuIpcOpenEventHandle, b"cuIpcOpenEventHandle", b"IPC")
     _check_origin(h, "event")
     cdef Device dev = _local_device(h.device_uuid, device)
     dev.activate()

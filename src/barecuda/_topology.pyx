@@ -21,7 +21,7 @@ from barecuda._abi cimport (
     CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED,
 )
 from barecuda._errors cimport check, bc_state_t
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._memory cimport DeviceBuffer
 from barecuda._stream cimport stream_handle
@@ -57,9 +57,7 @@ def p2p_attributes(src, dst):
     ensure_driver(ST)
     if a.ordinal == b.ordinal:
         return {"access": True, "performance_rank": 0, "native_atomics": True, "array_access": True}
-    if D.cuDeviceGetP2PAttribute == NULL:
-        from barecuda._loader import require_symbol
-        require_symbol("cuDeviceGetP2PAttribute", "the topology report", 8000)
+    require(<const void *>D.cuDeviceGetP2PAttribute, b"cuDeviceGetP2PAttribute", b"the topology report")
     out = {}
     for name, code in _P2P_ATTRS:
         check(D.cuDeviceGetP2PAttribute(&v, <CUdevice_P2PAttribute>code, a.handle, b.handle),

@@ -3,8 +3,9 @@
  * entry points (cuIpc*, cuMemPool{Export,Import}*, cuMemPoolSetAccess,
  * cuDeviceGetP2PAttribute, cuDeviceGetByPCIBusId).
  *
- * Compiled as part of fakecuda.c (included at its end), so it sees that file's
- * registries, locking and FK_ENTER. The double is one process, so:
+ * One file of the double (tests/conftest.py compiles every .c file in tests/fakecuda/ into
+ * one library); registries, locking and FK_ENTER come from fake_internal.h. The
+ * double is one process, so:
  *   - a memory handle names an allocation of THIS process; opening it is allowed
  *     here (the real driver refuses handles of the calling process -- barecuda checks
  *     the exporter's pid before calling) and gives back the same address;
@@ -15,6 +16,8 @@
  *     cross-process pool path is exercised by the GPU suite only).
  * fakecuda_ipc_live() counts open memory mappings.
  */
+#include "fake_internal.h"
+
 #include <strings.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -43,10 +46,10 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
     fk_alloc *a;
     fk_ipc_payload pl;
     FK_ENTER(cuIpcGetMemHandle);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!pHandle) return E_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
     a = find_alloc((uintptr_t)dptr);
-    if (!a || a->kind != MK_DEVICE || a->pool) return E_INVALID_VALUE;   /* cuMemAlloc memory only */
+    if (!a || a->kind != MK_DEVICE || a->pool) return CUDA_ERROR_INVALID_VALUE;   /* cuMemAlloc memory only */
     memset(pHandle, 0, sizeof(*pHandle));
     pl.magic = FK_IPC_MAGIC;
     pl.pid = (int)getpid();
@@ -62,15 +65,15 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, u
     fk_alloc *a;
     int i;
     FK_ENTER(cuIpcOpenMemHandle);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) return E_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) return CUDA_ERROR_INVALID_VALUE;
     memcpy(&pl, handle.reserved, sizeof(pl));
-    if (pl.magic != FK_IPC_MAGIC) return E_INVALID_VALUE;
+    if (pl.magic != FK_IPC_MAGIC) return CUDA_ERROR_INVALID_VALUE;
     a = find_alloc_exact(pl.base);
-    if (!a || a->id != pl.id) return E_INVALID_VALUE;                      /* freed: stale */
+    if (!a || a->id != pl.id) return CUDA_ERROR_INVALID_VALUE;                      /* freed: stale */
     for (i = 0; i < g_ipc_nopen; i++)
-        if (g_ipc_open[i] == pl.base) return 208;                          /* CUDA_ERROR_ALREADY_MAPPED */
-    if (g_ipc_nopen == FK_IPC_MAX) return E_OUT_OF_MEMORY;
+        if (g_ipc_open[i] == pl.base) return CUDA_ERROR_ALREADY_MAPPED;
+    if (g_ipc_nopen == FK_IPC_MAX) return CUDA_ERROR_OUT_OF_MEMORY;
     g_ipc_open[g_ipc_nopen++] = pl.base;
     *pdptr = (CUdeviceptr)pl.base;
     return CUDA_SUCCESS;
@@ -79,22 +82,22 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, u
 CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr) {
     int i;
     FK_ENTER(cuIpcCloseMemHandle);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     for (i = 0; i < g_ipc_nopen; i++)
         if (g_ipc_open[i] == (uintptr_t)dptr) {
             g_ipc_open[i] = g_ipc_open[--g_ipc_nopen];
             return CUDA_SUCCESS;
         }
-    return E_INVALID_VALUE;
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
     fk_ipc_evpayload pl;
     FK_ENTER(cuIpcGetEventHandle);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!pHandle) return E_INVALID_VALUE;
-    if (!vec_has(&g_events, event)) return E_INVALID_HANDLE;
-    if (!(event->flags & CU_EVENT_INTERPROCESS)) return E_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!pHandle) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_events, event)) return CUDA_ERROR_INVALID_HANDLE;
+    if (!(event->flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_VALUE;
     memset(pHandle, 0, sizeof(*pHandle));
     pl.magic = FK_IPC_MAGIC;
     pl.pid = (int)getpid();
@@ -107,15 +110,15 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
     fk_ipc_evpayload pl;
     struct CUevent_st *e;
     FK_ENTER(cuIpcOpenEventHandle);
-    if (!cur_ctx()) return E_INVALID_CONTEXT;
-    if (!phEvent) return E_INVALID_VALUE;
+    if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (!phEvent) return CUDA_ERROR_INVALID_VALUE;
     memcpy(&pl, handle.reserved, sizeof(pl));
-    if (pl.magic != FK_IPC_MAGIC || !(pl.flags & CU_EVENT_INTERPROCESS)) return E_INVALID_VALUE;
+    if (pl.magic != FK_IPC_MAGIC || !(pl.flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_VALUE;
     e = calloc(1, sizeof(*e));
-    if (!e) return E_OUT_OF_MEMORY;
+    if (!e) return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = 0xE7E7u;
     e->flags = pl.flags;
-    if (vec_add(&g_events, e)) { free(e); return E_OUT_OF_MEMORY; }
+    if (vec_add(&g_events, e)) { free(e); return CUDA_ERROR_OUT_OF_MEMORY; }
     *phEvent = e;
     return CUDA_SUCCESS;
 }
@@ -124,12 +127,12 @@ CUresult CUDAAPI cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool
                                                   CUmemAllocationHandleType handleType, unsigned long long flags) {
     int fd;
     FK_ENTER(cuMemPoolExportToShareableHandle);
-    if (!handle_out || flags) return E_INVALID_VALUE;
-    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return E_INVALID_VALUE;
-    if (!vec_has(&g_pools, pool)) return E_INVALID_VALUE;   /* device default pools: no handle types */
+    if (!handle_out || flags) return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_pools, pool)) return CUDA_ERROR_INVALID_VALUE;   /* device default pools: no handle types */
     fd = (int)syscall(SYS_memfd_create, "fakecuda-pool", 0u);
-    if (fd < 0) return E_OUT_OF_MEMORY;
-    if (write(fd, &pool, sizeof(pool)) != (ssize_t)sizeof(pool)) { close(fd); return E_OUT_OF_MEMORY; }
+    if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (write(fd, &pool, sizeof(pool)) != (ssize_t)sizeof(pool)) { close(fd); return CUDA_ERROR_OUT_OF_MEMORY; }
     *(int *)handle_out = fd;
     return CUDA_SUCCESS;
 }
@@ -138,17 +141,17 @@ CUresult CUDAAPI cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void
                                                     CUmemAllocationHandleType handleType, unsigned long long flags) {
     FK_ENTER(cuMemPoolImportFromShareableHandle);
     (void)handle;
-    if (!pool_out || flags || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return E_INVALID_VALUE;
-    return 801;   /* CUDA_ERROR_NOT_SUPPORTED: no second process in the double */
+    if (!pool_out || flags || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;   /* no second process in the double */
 }
 
 CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) {
     fk_alloc *a;
     fk_ipc_payload pl;
     FK_ENTER(cuMemPoolExportPointer);
-    if (!shareData_out) return E_INVALID_VALUE;
+    if (!shareData_out) return CUDA_ERROR_INVALID_VALUE;
     a = find_alloc_exact((uintptr_t)ptr);
-    if (!a || !a->pool) return E_INVALID_VALUE;
+    if (!a || !a->pool) return CUDA_ERROR_INVALID_VALUE;
     memset(shareData_out, 0, sizeof(*shareData_out));
     pl.magic = FK_IPC_MAGIC;
     pl.pid = (int)getpid();
@@ -162,18 +165,18 @@ CUresult CUDAAPI cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, C
 CUresult CUDAAPI cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData) {
     FK_ENTER(cuMemPoolImportPointer);
     (void)pool;
-    if (!ptr_out || !shareData) return E_INVALID_VALUE;
-    return 801;
+    if (!ptr_out || !shareData) return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) {
     size_t i;
     FK_ENTER(cuMemPoolSetAccess);
-    if (!map || !count) return E_INVALID_VALUE;
-    if (!vec_has(&g_pools, pool)) return E_INVALID_VALUE;
+    if (!map || !count) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_pools, pool)) return CUDA_ERROR_INVALID_VALUE;
     for (i = 0; i < count; i++)
         if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_dev(map[i].location.id))
-            return E_INVALID_DEVICE;
+            return CUDA_ERROR_INVALID_DEVICE;
     return CUDA_SUCCESS;
 }
 
@@ -181,14 +184,14 @@ CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *ma
 CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice,
                                          CUdevice dstDevice) {
     FK_ENTER(cuDeviceGetP2PAttribute);
-    if (!value) return E_INVALID_VALUE;
-    if (!valid_dev(srcDevice) || !valid_dev(dstDevice) || srcDevice == dstDevice) return E_INVALID_DEVICE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    if (!valid_dev(srcDevice) || !valid_dev(dstDevice) || srcDevice == dstDevice) return CUDA_ERROR_INVALID_DEVICE;
     switch ((int)attrib) {
     case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: *value = 0; break;
     case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
     case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
     case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: *value = 1; break;
-    default: return E_INVALID_VALUE;
+    default: return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
 }
@@ -197,7 +200,7 @@ CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId) {
     int d;
     char buf[32];
     FK_ENTER(cuDeviceGetByPCIBusId);
-    if (!dev || !pciBusId) return E_INVALID_VALUE;
+    if (!dev || !pciBusId) return CUDA_ERROR_INVALID_VALUE;
     for (d = 0; d < g_ndev; d++) {
         snprintf(buf, sizeof(buf), "%04x:%02x:%02x.0", g_dev[d].attrs[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID],
                  g_dev[d].attrs[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID], g_dev[d].attrs[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID]);
@@ -206,7 +209,7 @@ CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId) {
             return CUDA_SUCCESS;
         }
     }
-    return E_INVALID_DEVICE;
+    return CUDA_ERROR_INVALID_DEVICE;
 }
 
 FK_EXPORT int fakecuda_ipc_live(void) {
