@@ -494,6 +494,38 @@ typedef void (CUDAAPI *CUhostFn)(void *userData);
 typedef void (CUDAAPI *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
 
+/* ---------------------------------------------- IPC, peer and pool sharing (dist)
+ * Types used by the IPC / multi-GPU entry points at the end of BC_DRIVER_SYMBOLS. */
+typedef struct CUipcMemHandle_st { char reserved[64]; } CUipcMemHandle;
+typedef struct CUipcEventHandle_st { char reserved[64]; } CUipcEventHandle;
+typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPoolPtrExportData;
+
+typedef enum CUdevice_P2PAttribute_enum {
+    CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+    CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+    CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3,
+    CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED = 4
+} CUdevice_P2PAttribute;
+
+typedef enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+} CUmemAccess_flags;
+
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
+
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(CUipcMemHandle) == 64, ipcmemhandle_size);
+BC_STATIC_ASSERT(sizeof(CUipcEventHandle) == 64, ipceventhandle_size);
+BC_STATIC_ASSERT(sizeof(CUmemPoolPtrExportData) == 64, poolptrexport_size);
+BC_STATIC_ASSERT(sizeof(CUmemAccessDesc) == 12, memaccessdesc_size);
+#endif
+
 /* --------------------------------------------- graphs (feature: CUDA graphs, _graph.pyx) */
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef unsigned long long CUgraphConditionalHandle;
@@ -743,6 +775,19 @@ BC_STATIC_ASSERT(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, instantiate_params
     X(cuDeviceGetDefaultMemPool, 11020, 0, (CUmemoryPool *pool_out, CUdevice dev)) \
     X(cuMemPrefetchAsync, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)) \
     X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)) \
+    /* dist: IPC, peer topology and pool sharing (_ipc, _topology) */ \
+    X(cuIpcGetMemHandle, 4010, 0, (CUipcMemHandle *pHandle, CUdeviceptr dptr)) \
+    X(cuIpcOpenMemHandle, 11000, 0, (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)) \
+    X(cuIpcCloseMemHandle, 4010, 0, (CUdeviceptr dptr)) \
+    X(cuIpcGetEventHandle, 4010, 0, (CUipcEventHandle *pHandle, CUevent event)) \
+    X(cuIpcOpenEventHandle, 4010, 0, (CUevent *phEvent, CUipcEventHandle handle)) \
+    X(cuMemPoolExportToShareableHandle, 11020, 0, (void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)) \
+    X(cuMemPoolImportFromShareableHandle, 11020, 0, (CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)) \
+    X(cuMemPoolExportPointer, 11020, 0, (CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)) \
+    X(cuMemPoolImportPointer, 11020, 0, (CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)) \
+    X(cuMemPoolSetAccess, 11020, 0, (CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)) \
+    X(cuDeviceGetP2PAttribute, 8000, 0, (int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)) \
+    X(cuDeviceGetByPCIBusId, 4010, 0, (CUdevice *dev, const char *pciBusId)) \
     /* CUDA graphs (_graph.pyx): capture, explicit graphs, executable graphs */ \
     X(cuStreamBeginCapture, 10010, 0, (CUstream hStream, CUstreamCaptureMode mode)) \
     X(cuStreamEndCapture, 10000, 0, (CUstream hStream, CUgraph *phGraph)) \

@@ -54,6 +54,16 @@ __all__ = [
     "MemoryPool", "DriverMemoryPool", "PinnedMemoryPool", "memory_stats", "trim_memory",
 ]
 
+# -- dist: IPC, several GPUs, NCCL (docs/multi-gpu.md)
+from barecuda._ipc import (
+    IpcAllocator, IpcMemoryPool, IpcError, IpcStaleHandleError, IpcForeignHostError, IpcAlreadyOpenError,
+)
+from barecuda._topology import devices, topology, topology_report, p2p_attributes, DevicePool
+from barecuda import ipc, nccl
+__all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
+            "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
+            "ipc", "nccl"]
+
 # CUDA graphs (_graph.pyx)
 from barecuda._graph import (
     Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode,

@@ -395,6 +395,26 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
     ctypedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData) noexcept
     ctypedef size_t (*CUoccupancyB2DSize)(int blockSize) noexcept
 
+    # -- dist: IPC, peer and pool sharing types
+    ctypedef struct CUipcMemHandle:
+        char reserved[64]
+    ctypedef struct CUipcEventHandle:
+        char reserved[64]
+    ctypedef struct CUmemPoolPtrExportData:
+        unsigned char reserved[64]
+    ctypedef enum CUdevice_P2PAttribute:
+        CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED
+        CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+        CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED
+    ctypedef enum CUmemAccess_flags:
+        CU_MEM_ACCESS_FLAGS_PROT_NONE
+        CU_MEM_ACCESS_FLAGS_PROT_READ
+        CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    ctypedef struct CUmemAccessDesc:
+        CUmemLocation location
+        CUmemAccess_flags flags
+    enum: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
     # CUDA graphs (_graph.pyx)
     cdef struct CUgraphNode_st
     ctypedef CUgraphNode_st* CUgraphNode
@@ -588,6 +608,19 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev) nogil
         CUresult (*cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) nogil
         CUresult (*cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) nogil
+        # dist: IPC, peer topology and pool sharing (_ipc, _topology)
+        CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *pHandle, CUdeviceptr dptr) nogil
+        CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) nogil
+        CUresult (*cuIpcCloseMemHandle)(CUdeviceptr dptr) nogil
+        CUresult (*cuIpcGetEventHandle)(CUipcEventHandle *pHandle, CUevent event) nogil
+        CUresult (*cuIpcOpenEventHandle)(CUevent *phEvent, CUipcEventHandle handle) nogil
+        CUresult (*cuMemPoolExportToShareableHandle)(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) nogil
+        CUresult (*cuMemPoolImportFromShareableHandle)(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags) nogil
+        CUresult (*cuMemPoolExportPointer)(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) nogil
+        CUresult (*cuMemPoolImportPointer)(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData) nogil
+        CUresult (*cuMemPoolSetAccess)(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) nogil
+        CUresult (*cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) nogil
+        CUresult (*cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId) nogil
         # CUDA graphs (_graph.pyx)
         CUresult (*cuStreamBeginCapture)(CUstream hStream, CUstreamCaptureMode mode) nogil
         CUresult (*cuStreamEndCapture)(CUstream hStream, CUgraph *phGraph) nogil
