@@ -189,7 +189,7 @@ def _build_loop_cubin(tmp_path):
 
 @gpu
 def test_while_loop_ended_by_a_kernel(tmp_path):
-    if bc.driver_version() < 12040:
+    if bc.driver_version() < (12, 4):
         pytest.skip("conditional nodes need a CUDA 12.4 driver")
     m = Module.from_cubin(_build_loop_cubin(tmp_path))
     step = m.get_kernel("loop_step", signature=("u64", "ptr", "ptr", "u32", "ptr", "u32"))
