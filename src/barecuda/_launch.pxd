@@ -8,25 +8,6 @@ cdef extern from "barecuda/bc_pack.h" nogil:
         BC_LAUNCH_RELEASES_GIL
         BC_SMALL_ARGBYTES
         BC_SMALL_NPARAMS
-        BC_K_PTR
-        BC_K_U64
-        BC_K_S64
-        BC_K_F64
-        BC_K_U32
-        BC_K_S32
-        BC_K_F32
-        BC_K_U16
-        BC_K_S16
-        BC_K_F16
-        BC_K_U8
-        BC_K_S8
-        BC_K_BOOL
-        BC_K_B8
-        BC_K_B16
-        BC_K_B32
-        BC_K_B64
-        BC_K_BYTES
-        BC_K_COUNT
     ctypedef struct bc_param:
         uint32_t offset
         uint32_t size

@@ -30,18 +30,15 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._memory cimport DeviceBuffer, note_use
+from barecuda._signature cimport *
 from barecuda._errors import make_error, DriverVersionError
+from barecuda import _signature as _signature_mod
 
 cdef extern from "Python.h":
     # No exception is possible for an exact int, so no error check is generated.
     long long _bc_as_ll "PyLong_AsLongLongAndOverflow"(object o, int *overflow)
 
 cdef extern from "barecuda/bc_pack.h" nogil:
-    const long long bc_kind_min[]
-    const unsigned long long bc_kind_max[]
-    const int bc_kind_class[]
-    int bc_kind_is_pointer(int kind)
-    int bc_kind_is_float(int kind)
     void bc_store_int(char *slot, uint32_t size, unsigned long long v)
     void bc_store_f16(char *slot, double d)
     void bc_store_f32(char *slot, double d)
@@ -57,39 +54,7 @@ cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
 
 _TOKEN = object()
 
-# Kind names, indexed by BC_K_*; sizes likewise (-1: given per parameter).
-KIND_NAMES = ("ptr", "u64", "s64", "f64", "u32", "s32", "f32", "u16", "s16", "f16",
-              "u8", "s8", "bool", "b8", "b16", "b32", "b64", "bytes")
-cdef int _KIND_SIZE[18]
-_KIND_SIZE[:] = [8, 8, 8, 8, 4, 4, 4, 2, 2, 2, 1, 1, 1, 1, 2, 4, 8, -1]
-
-# Names accepted in a user signature. Integer names carry their width in bits
-# (as in PTX and Rust: "i8" is int8), not numpy's byte codes.
-_SIG_NAMES = {
-    "ptr": BC_K_PTR, "pointer": BC_K_PTR, "void*": BC_K_PTR, "p": BC_K_PTR,
-    "u64": BC_K_U64, "uint64": BC_K_U64, "size_t": BC_K_U64, "unsigned long long": BC_K_U64,
-    "s64": BC_K_S64, "i64": BC_K_S64, "int64": BC_K_S64, "long long": BC_K_S64,
-    "f64": BC_K_F64, "float64": BC_K_F64, "double": BC_K_F64,
-    "u32": BC_K_U32, "uint32": BC_K_U32, "unsigned int": BC_K_U32, "uint": BC_K_U32,
-    "s32": BC_K_S32, "i32": BC_K_S32, "int32": BC_K_S32, "int": BC_K_S32,
-    "f32": BC_K_F32, "float32": BC_K_F32, "float": BC_K_F32,
-    "u16": BC_K_U16, "uint16": BC_K_U16, "unsigned short": BC_K_U16,
-    "s16": BC_K_S16, "i16": BC_K_S16, "int16": BC_K_S16, "short": BC_K_S16,
-    "f16": BC_K_F16, "float16": BC_K_F16, "half": BC_K_F16,
-    "u8": BC_K_U8, "uint8": BC_K_U8, "unsigned char": BC_K_U8,
-    "s8": BC_K_S8, "i8": BC_K_S8, "int8": BC_K_S8, "signed char": BC_K_S8,
-    "bool": BC_K_BOOL, "bool_": BC_K_BOOL,
-    "b8": BC_K_B8, "b16": BC_K_B16, "b32": BC_K_B32, "b64": BC_K_B64,
-}
-# PTX parameter types (what _module's parser reports) -> kind.
-_PTX_KINDS = {
-    "ptr": BC_K_PTR, "u64": BC_K_U64, "s64": BC_K_S64, "f64": BC_K_F64, "b64": BC_K_B64,
-    "u32": BC_K_U32, "s32": BC_K_S32, "f32": BC_K_F32, "b32": BC_K_B32,
-    "u16": BC_K_U16, "s16": BC_K_S16, "f16": BC_K_F16, "b16": BC_K_B16, "bf16": BC_K_B16,
-    "u8": BC_K_U8, "s8": BC_K_S8, "b8": BC_K_B8, "pred": BC_K_BOOL,
-    "f16x2": BC_K_B32, "bf16x2": BC_K_B32,
-}
-_CTYPES_CODES = {"b": "s8", "B": "u8", "h": "s16", "H": "u16", "?": "bool"}
+KIND_NAMES = _signature_mod.KIND_NAMES
 
 # Every CUfunction_attribute by lower-case name without the prefix.
 FUNC_ATTRIBUTES = {
@@ -144,76 +109,6 @@ cdef object _func_attr_code(object name):
     return int(name)
 
 
-cdef tuple _sig_entry(object s, Py_ssize_t j):
-    """(type name, kind, size, align) for one element of a user signature."""
-    cdef int kind
-    if isinstance(s, int) and not isinstance(s, bool):
-        if s <= 0:
-            raise ValueError(f"signature[{j}]: a struct size must be positive, got {s}")
-        return (f"b8[{s}]", BC_K_BYTES, s, 1)
-    if isinstance(s, tuple) and len(s) in (2, 3) and s[0] == "bytes":
-        size = int(s[1])
-        align = int(s[2]) if len(s) == 3 else 1
-        if size <= 0 or align <= 0 or align & (align - 1):
-            raise ValueError(f"signature[{j}]: bad struct spec {s!r}: want ('bytes', size[, power-of-two align])")
-        return (f"b8[{size}]", BC_K_BYTES, size, align)
-    if isinstance(s, str):
-        key = s.strip().lower()
-        if key in _SIG_NAMES:
-            kind = _SIG_NAMES[key]
-            return (KIND_NAMES[kind], kind, _KIND_SIZE[kind], _KIND_SIZE[kind])
-        if key.endswith("]") and "[" in key:
-            base, _, num = key[:len(key) - 1].partition("[")
-            if base.strip() in ("b8", "bytes", "u8") and num.strip().isdigit() and int(num) > 0:
-                return (f"b8[{int(num)}]", BC_K_BYTES, int(num), 1)
-        raise ValueError(f"signature[{j}]: unknown parameter type {s!r}; use one of "
-                         f"{', '.join(sorted(set(KIND_NAMES) - {'bytes'}))}, 'b8[N]' or ('bytes', N, align)")
-    # numpy dtypes and scalar types, ctypes types
-    mod = getattr(type(s), "__module__", "") or ""
-    if mod.startswith("numpy") or (isinstance(s, type) and getattr(s, "__module__", "").startswith("numpy")):
-        import numpy
-        dt = numpy.dtype(s)
-        if dt.names is not None or dt.kind == "V":
-            return (f"b8[{dt.itemsize}]", BC_K_BYTES, dt.itemsize, dt.alignment)
-        return _sig_entry(dt.name, j)
-    if isinstance(s, type) and getattr(s, "__module__", "") == "ctypes" or hasattr(s, "_fields_") or hasattr(s, "_type_"):
-        import ctypes
-        size = ctypes.sizeof(s)
-        code = getattr(s, "_type_", None)
-        if isinstance(code, str) and len(code) == 1:
-            if code in "fdg":
-                return _sig_entry({4: "f32", 8: "f64"}.get(size, f"b8[{size}]"), j)
-            if code in "P":
-                return _sig_entry("ptr", j)
-            if code in _CTYPES_CODES:
-                return _sig_entry(_CTYPES_CODES[code], j)
-            if code in "iIlLqQ":
-                return _sig_entry(("u" if code.isupper() else "s") + str(size * 8), j)
-        return (f"b8[{size}]", BC_K_BYTES, size, ctypes.alignment(s))
-    raise ValueError(f"signature[{j}]: cannot understand parameter type {s!r}")
-
-
-cdef tuple _size_entry(size_t size):
-    if size == 1:
-        return ("b8", BC_K_B8, 1, 1)
-    if size == 2:
-        return ("b16", BC_K_B16, 2, 2)
-    if size == 4:
-        return ("b32", BC_K_B32, 4, 4)
-    if size == 8:
-        return ("b64", BC_K_B64, 8, 8)
-    return (f"b8[{size}]", BC_K_BYTES, size, 1)
-
-
-cdef tuple _ptx_entry(object t, size_t size, size_t align):
-    cdef int kind
-    if t in _PTX_KINDS:
-        kind = _PTX_KINDS[t]
-        if _KIND_SIZE[kind] == <int>size:
-            return (t, kind, size, align)
-    return (t if "[" in t else f"b8[{size}]", BC_K_BYTES, size, align)
-
-
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature):
     cdef Kernel k = Kernel.__new__(Kernel, _TOKEN)
@@ -240,27 +135,7 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
             idx += 1
         if rc != 1 and not drv:          # not "past the last one": the driver cannot tell
             drv = None
-    if signature is not None:
-        if isinstance(signature, (str, bytes)):
-            signature = [x for x in str(signature).replace(",", " ").split()]
-        entries = [_sig_entry(s, j) for j, s in enumerate(signature)]
-        if drv is not None:
-            if len(drv) != len(entries):
-                raise ValueError(f"kernel {name!r}: the signature has {len(entries)} parameters but the "
-                                 f"driver reports {len(drv)}")
-            for j, (e, d) in enumerate(zip(entries, drv)):
-                if e[2] != d[1]:
-                    raise ValueError(f"kernel {name!r}: signature[{j}] is {e[0]} ({e[2]} bytes) but the "
-                                     f"driver reports a {d[1]}-byte parameter")
-    elif ptx_params is not None:
-        entries = [_ptx_entry(t, s, a) for (t, s, a) in ptx_params]
-        if drv is not None and (len(drv) != len(entries) or
-                                any(e[2] != d[1] for e, d in zip(entries, drv))):
-            entries = [_size_entry(d[1]) for d in drv]     # the driver knows best
-    elif drv is not None:
-        entries = [_size_entry(d[1]) for d in drv]
-    else:
-        entries = None
+    entries = layout_entries(name, ptx_params, signature, drv)
     if entries is None:
         k.nparams = -1
         k._types = None
@@ -326,15 +201,21 @@ cdef int _raise_count(Kernel k, Py_ssize_t got) except -1:
 cdef str _expected(Kernel k, Py_ssize_t i):
     cdef const bc_param *p = &k.params[i]
     cdef int kind = p.kind
+    cdef int fl = bc_kind_flags[kind]
     if kind == BC_K_BYTES:
         return f"a bytes-like object of exactly {p.size} bytes (struct parameter)"
-    if bc_kind_is_pointer(kind):
-        extra = " or a float" if kind == BC_K_B64 else ""
+    if fl & BC_F_EXACT:
+        what = ("a pointer (DeviceBuffer, int address, __cuda_array_interface__, __dlpack__), "
+                if fl & BC_F_PTR else "")
+        return (f"{what}an int, or a numpy/ctypes scalar of exactly {p.size} bytes (the slot's type is "
+                "unknown: pass signature=(...) to Module.get_kernel to pack floats or bools)")
+    if fl & BC_F_PTR:
+        extra = " or a float" if fl & BC_F_FLOAT else ""
         return ("a pointer: DeviceBuffer, int address, or an object with __cuda_array_interface__ "
                 f"or __dlpack__{extra}")
-    if bc_kind_is_float(kind):
+    if fl & BC_F_FCONV:
         return "a float (or int, numpy/ctypes scalar)"
-    if kind in (BC_K_B16, BC_K_B32):
+    if fl & BC_F_FLOAT:
         return "an int or a float"
     return "an int (or bool, numpy/ctypes integer scalar)"
 
@@ -356,8 +237,11 @@ cdef int _launch_failed(Kernel k, CUresult rc, str call) except -1:
 
 # ------------------------------------------------------------------ packing
 cdef inline bint _float_ok(int kind) noexcept nogil:
-    return kind == BC_K_F32 or kind == BC_K_F64 or kind == BC_K_F16 or \
-        kind == BC_K_B16 or kind == BC_K_B32 or kind == BC_K_B64
+    return (bc_kind_flags[kind] & BC_F_FLOAT) != 0
+
+
+cdef inline bint _int_ok(int kind) noexcept nogil:
+    return (bc_kind_flags[kind] & BC_F_INT) != 0
 
 
 cdef inline void _store_float(int kind, char *slot, double d) noexcept nogil:
@@ -376,14 +260,14 @@ cdef int _pack_int(Kernel k, Py_ssize_t i, object v, char *slot) except -1:
     cdef int ovf = 0
     cdef long long x
     cdef unsigned long long ux
-    if bc_kind_class[kind] == 2:
+    if bc_kind_flags[kind] & BC_F_FCONV:
         try:
             _store_float(kind, slot, float(v))
         except OverflowError:
             raise OverflowError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): int {v} is too "
                                 "large to convert to a float") from None
         return 0
-    if bc_kind_class[kind] != 1:
+    if not _int_ok(kind):
         return _raise_type(k, i, v)
     x = _bc_as_ll(v, &ovf)
     if ovf == 0:
@@ -472,19 +356,21 @@ cdef int _pack_scalar_obj(Kernel k, Py_ssize_t i, object arg, char *slot, str ca
     cdef const bc_param *p = &k.params[i]
     cdef int kind = p.kind
     cdef bytes b
+    if bc_kind_flags[kind] & BC_F_EXACT and size != p.size:
+        return _raise_type(k, i, arg)         # width-only slot: the width must match
     if category == "i":
-        if bc_kind_class[kind] == 1 and size == p.size:
+        if _int_ok(kind) and size == p.size and kind != BC_K_BOOL:
             b = raw()
             memcpy(slot, <char *>b, p.size)
             return 0
-        return _pack_int(k, i, int(arg), slot)
+        return _pack_int(k, i, int(arg), slot)     # range-checked (a .pred takes only 0 and 1)
     if category == "f":
+        if size == p.size and (_float_ok(kind) or bc_kind_flags[kind] & BC_F_EXACT):
+            b = raw()
+            memcpy(slot, <char *>b, p.size)
+            return 0
         if not _float_ok(kind):
             return _raise_type(k, i, arg)
-        if size == p.size:
-            b = raw()
-            memcpy(slot, <char *>b, p.size)
-            return 0
         _store_float(kind, slot, float(arg))
         return 0
     return _raise_type(k, i, arg)
@@ -494,7 +380,7 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
     """Everything the fast path in _pack_one does not handle."""
     cdef const bc_param *p = &k.params[i]
     cdef int kind = p.kind
-    cdef int cls = bc_kind_class[kind]
+    cdef int fl = bc_kind_flags[kind]
     cdef unsigned long long addr = 0
     if kind == BC_K_BYTES:
         return _pack_bytes(k, i, arg, slot)
@@ -504,7 +390,7 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
             return 0
         return _raise_type(k, i, arg)
     if isinstance(arg, bool):
-        if cls == 1:
+        if fl & BC_F_BOOL:
             bc_store_int(slot, p.size, 1 if arg else 0)
             return 0
         return _raise_type(k, i, arg)
@@ -531,9 +417,7 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
                     return _raise_type(k, i, arg)
                 return _pack_int(k, i, arg.value or 0, slot)
             if cat == "i" and arg.value is not None:
-                if bc_kind_class[kind] == 1 and ctypes.sizeof(arg) == p.size:
-                    return _pack_scalar_obj(k, i, arg, slot, cat, ctypes.sizeof(arg), raw)
-                return _pack_int(k, i, int(arg.value), slot)
+                return _pack_scalar_obj(k, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
             if cat == "f":
                 return _pack_scalar_obj(k, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
         return _raise_type(k, i, arg)
@@ -545,7 +429,7 @@ cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
         if found:
             bc_store_int(slot, 8, addr)
             return 0
-    if cls == 1 and hasattr(type(arg), "__index__"):
+    if fl & BC_F_INT and hasattr(type(arg), "__index__"):
         import operator
         return _pack_int(k, i, operator.index(arg), slot)
     return _raise_type(k, i, arg)
@@ -565,7 +449,7 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             return 0
         return _raise_type(k, i, arg)
     if t is int:
-        if bc_kind_class[kind] == 1:
+        if _int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
             if ovf == 0 and x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
                 bc_store_int(slot, p.size, <unsigned long long>x)
@@ -577,7 +461,7 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             return 0
         return _raise_type(k, i, arg)
     if t is bool:
-        if bc_kind_class[kind] == 1:
+        if bc_kind_flags[kind] & BC_F_BOOL:
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
         return _raise_type(k, i, arg)
