@@ -559,7 +559,10 @@ typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
     X(cuMemPoolGetAttribute, 11020, 0, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
     X(cuDeviceGetDefaultMemPool, 11020, 0, (CUmemoryPool *pool_out, CUdevice dev)) \
     X(cuMemPrefetchAsync, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)) \
-    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location))
+    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)) \
+    /* launch: a module's kernel names (C++ lookup by plain name in cubins) */ \
+    X(cuModuleGetFunctionCount, 12040, 0, (unsigned int *count, CUmodule mod)) \
+    X(cuModuleEnumerateFunctions, 12040, 0, (CUfunction *functions, unsigned int numFunctions, CUmodule mod))
 
 /* PFN_<name> typedefs */
 #define BC_X_PFN(name, version, required, params) typedef CUresult (CUDAAPI *PFN_##name) params;

@@ -486,6 +486,9 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev) nogil
         CUresult (*cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) nogil
         CUresult (*cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) nogil
+        # launch: a module's kernel names (C++ lookup by plain name in cubins)
+        CUresult (*cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod) nogil
+        CUresult (*cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod) nogil
 
     ctypedef struct bc_symbol_info:
         const char *name

@@ -29,6 +29,7 @@ cdef bc_state_t *ST = runtime_state()
 
 cdef enum:
     LOG_BYTES = 16384
+    CUDA_ERROR_NOT_FOUND = 500      # include/barecuda/cuda_errors.h
 _TOKEN = object()
 
 # ------------------------------------------------------------------ JIT options
@@ -308,16 +309,28 @@ cdef class Module:
             if k is not None:
                 return k
         self._live()
-        bname = name.encode()
-        rc = D.cuModuleGetFunction(&f, self.handle, bname)
-        if rc == 500:       # CUDA_ERROR_NOT_FOUND
-            if self._entries is not None:
-                known = ", ".join(self._entries) or "none"
-                detail = f"no kernel named {name!r} in this module; its .entry functions: {known}"
+        entry = name
+        rc = D.cuModuleGetFunction(&f, self.handle, name.encode())
+        if rc == CUDA_ERROR_NOT_FOUND:
+            names = self._entry_names()
+            found = mangled_matches(name, names or ())
+            if len(found) > 1:
+                raise ValueError(f"kernel name {name!r} is ambiguous: the module has {len(found)} C++ "
+                                 f"overloads of it: {', '.join(found)}; pass the mangled name of one")
+            if len(found) == 1:
+                entry = found[0]
+                rc = D.cuModuleGetFunction(&f, self.handle, entry.encode())
+        if rc == CUDA_ERROR_NOT_FOUND:
+            if names is not None:
+                known = ", ".join(names) or "none"
+                detail = f"no kernel named {name!r} in this module; its kernels: {known}"
             else:
-                detail = f"no kernel named {name!r} in this {self.kind} module"
+                detail = (f"no kernel named {name!r} in this {self.kind} module (a C++ kernel is found by "
+                          "its plain name only where the driver can list a module's kernels, CUDA 12.4+; "
+                          "otherwise pass the mangled name)")
             raise make_error(rc, "cuModuleGetFunction", detail)
         check(rc, b"cuModuleGetFunction")
+        name = entry
         ptx_params = self._entries.get(name) if self._entries is not None else None
         k = make_kernel(self, f, self.ctx, self.device, name, ptx_params, signature)
         if key is not None:
@@ -325,16 +338,52 @@ cdef class Module:
         self._all_kernels.add(k)
         return k
 
+    def _entry_names(self):
+        """The module's kernel names: the PTX .entry names, or for cubins and fatbins
+        what the driver lists (CUDA 12.4+); None when unknown."""
+        cdef unsigned int n = 0, i
+        cdef const char *cname = NULL
+        cdef CUfunction *funcs = NULL
+        if self._entries is not None:
+            return list(self._entries)
+        if D.cuModuleGetFunctionCount == NULL or D.cuModuleEnumerateFunctions == NULL or D.cuFuncGetName == NULL:
+            return None
+        check(D.cuModuleGetFunctionCount(&n, self.handle), b"cuModuleGetFunctionCount")
+        funcs = <CUfunction *>PyMem_Malloc(max(n, 1) * sizeof(CUfunction))
+        if funcs == NULL:
+            raise MemoryError()
+        try:
+            check(D.cuModuleEnumerateFunctions(funcs, n, self.handle), b"cuModuleEnumerateFunctions")
+            out = []
+            for i in range(n):
+                check(D.cuFuncGetName(&cname, funcs[i]), b"cuFuncGetName")
+                out.append(cname.decode("utf-8", errors="replace"))
+        finally:
+            PyMem_Free(funcs)
+        return out
+
+    def kernels(self):
+        """Names of every kernel of the module: the PTX ``.entry`` names, or for a
+        cubin/fatbin what the driver lists (needs a CUDA 12.4 driver)."""
+        self._live()
+        names = self._entry_names()
+        if names is None:
+            from barecuda._loader import require_symbol
+            require_symbol("cuModuleEnumerateFunctions", "Module.kernels() of a cubin or fatbin", 12040)
+        return tuple(names)
+
     def get_global(self, name):
         """A ``__device__`` / ``.global`` variable of the module as a :class:`Global`
         (``.ptr``, ``.nbytes``, ``read()``, ``write()``)."""
         cdef CUdeviceptr p = 0
         cdef size_t n = 0
         cdef CUresult rc
+        if not isinstance(name, str):
+            raise TypeError(f"global name must be a str, got {type(name).__name__}")
         self._live()
         bname = name.encode()
         rc = D.cuModuleGetGlobal(&p, &n, self.handle, bname)
-        if rc == 500:
+        if rc == CUDA_ERROR_NOT_FOUND:
             raise make_error(rc, "cuModuleGetGlobal", f"no global named {name!r} in this module")
         check(rc, b"cuModuleGetGlobal")
         cdef Global g = Global.__new__(Global, _TOKEN)

@@ -2715,3 +2715,21 @@ FK_EXPORT int fakecuda_pending_refs(unsigned long long ptr, void *stream, int an
     if (!a) return -1;
     return pend_refs(a->id, (CUstream)stream, any_stream);
 }
+
+/* ---- launch: a module's kernel names (cuModuleGetFunctionCount, cuModuleEnumerateFunctions), so C++ kernels of cubins can be found by their plain name. */
+CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule mod) {
+    FK_ENTER(cuModuleGetFunctionCount);
+    if (!count) return E_INVALID_VALUE;
+    if (!vec_has(&g_modules, mod)) return E_INVALID_HANDLE;
+    *count = (unsigned int)mod->nfuncs;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod) {
+    unsigned int i;
+    FK_ENTER(cuModuleEnumerateFunctions);
+    if (!functions) return E_INVALID_VALUE;
+    if (!vec_has(&g_modules, mod)) return E_INVALID_HANDLE;
+    for (i = 0; i < numFunctions && (int)i < mod->nfuncs; i++) functions[i] = &mod->funcs[i];
+    return CUDA_SUCCESS;
+}
