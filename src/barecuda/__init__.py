@@ -22,5 +22,9 @@ from barecuda._memory import (
     copy_2d, copy_3d, register_host, HostRegistration,
 )
 from barecuda._module import Module, Global
-from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
+from barecuda._launch import Kernel, LaunchPlan, PlanList, launch_all
+from barecuda._launch_config import LaunchConfig
 from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
+
+# launch: public settings
+from barecuda._launch import set_launch_releases_gil, launch_releases_gil

@@ -50,5 +50,13 @@ cdef class Kernel:
 # signature: the user's signature (sequence of type names / sizes), or None.
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature)
+# Pack `value` into parameter slot i of kernel k at `dst` (k's parameter block), with
+# launch's checks. keep: a list the caller owns; objects that must outlive the packed
+# bytes are appended to it (None: the caller keeps them itself).
+cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1
+# Check a launch geometry against k (device and kernel limits, shared memory) and
+# parse it into out_grid/out_block; raises ValueError/TypeError with a 'Fix:' hint.
+cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
+                    unsigned int out_grid[3], unsigned int out_block[3]) except -1
 # Called by Module.close(): later launches of k raise instead of using a dead handle.
 cdef void invalidate_kernel(Kernel k) noexcept

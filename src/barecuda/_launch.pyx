@@ -28,7 +28,8 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
-from barecuda._stream cimport Stream, stream_handle
+from barecuda._stream cimport Stream
+from barecuda._launch_config cimport LaunchConfig, parse_dims, launch_stream, launch_stream_slow
 from barecuda._memory cimport DeviceBuffer, note_use
 from barecuda._signature cimport *
 from barecuda._errors import make_error, DriverVersionError
@@ -231,8 +232,8 @@ cdef int _raise_range(Kernel k, Py_ssize_t i, object value) except -1:
                         f"[{bc_kind_min[kind]}, {bc_kind_max[kind]}], got {value}")
 
 
-cdef int _launch_failed(Kernel k, CUresult rc, str call) except -1:
-    raise make_error(rc, call, f"while launching kernel {_sig_text(k)}")
+cdef int _launch_failed(Kernel k, CUresult rc, str call, const bc_launch_rec *r) except -1:
+    raise make_error(rc, call, f"while launching kernel {_sig_text(k)} with {_rec_geometry(r)}")
 
 
 # ------------------------------------------------------------------ packing
@@ -478,80 +479,93 @@ cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstrea
     return 0
 
 
-# --------------------------------------------------------- grid / block / smem
-cdef int _dims_slow(Kernel k, object obj, unsigned int *out, const unsigned int *lim, str what) except -1:
-    import operator
-    if isinstance(obj, (tuple, list)):
-        vals = list(obj)
-    else:
-        vals = [obj]
-    if not 1 <= len(vals) <= 3:
-        raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}")
-    ints = []
-    for j, v in enumerate(vals):
-        try:
-            ints.append(operator.index(v))
-        except TypeError:
-            raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}") from None
-    while len(ints) < 3:
-        ints.append(1)
-    for j in range(3):
-        if ints[j] <= 0:
-            raise ValueError(f"{what} {tuple(ints)}: every dimension must be >= 1")
-        if ints[j] > lim[j]:
-            raise ValueError(f"{what} {tuple(ints)}: dimension {'xyz'[j]}={ints[j]} exceeds the device "
-                             f"limit ({lim[0]}, {lim[1]}, {lim[2]}) (kernel {k.name!r})")
-    out[0] = ints[0]
-    out[1] = ints[1]
-    out[2] = ints[2]
+cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1:
+    if k.func == NULL:
+        _raise_closed(k)
+    if not 0 <= i < k.nparams:
+        raise IndexError(f"kernel {_sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
+    _pack_one(k, i, value, dst + k.params[i].offset, s)
+    if keep is not None:
+        keep.append(value)
     return 0
 
 
-cdef inline int _dims(Kernel k, object obj, unsigned int *out, const unsigned int *lim, str what) except -1:
-    cdef long long v
-    cdef int ovf = 0
-    if type(obj) is int:
-        v = _bc_as_ll(obj, &ovf)
-        if ovf == 0 and 0 < v <= lim[0]:
-            out[0] = <unsigned int>v
-            out[1] = 1
-            out[2] = 1
-            return 0
-    return _dims_slow(k, obj, out, lim, what)
+# --------------------------------------------------------- grid / block / smem
+cdef str _geometry(const unsigned int *g, const unsigned int *b, object smem):
+    return f"grid=({g[0]}, {g[1]}, {g[2]}), block=({b[0]}, {b[1]}, {b[2]}), shared_mem={smem}"
 
 
-cdef int _smem_slow(Kernel k, object smem, unsigned int *out) except -1:
+cdef int _check_limits(Kernel k, const unsigned int *g, const unsigned int *b, object smem,
+                       unsigned int *smem_out) except -1:
+    """The one check of a launch's geometry against the device and the kernel (all
+    products in 64 bits after the per-dimension limits, so nothing wraps)."""
+    cdef int j
+    cdef unsigned long long threads
     import operator
+    for j in range(3):
+        if g[j] > k.max_grid[j]:
+            raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): grid dimension {'xyz'[j]}={g[j]} "
+                             f"exceeds the device limit ({k.max_grid[0]}, {k.max_grid[1]}, {k.max_grid[2]}). "
+                             "Fix: use fewer blocks in that dimension (loop inside the kernel, or move "
+                             "blocks to x).")
+        if b[j] > k.max_block[j]:
+            raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): block dimension {'xyz'[j]}={b[j]} "
+                             f"exceeds the device limit ({k.max_block[0]}, {k.max_block[1]}, "
+                             f"{k.max_block[2]}). Fix: use a smaller block.")
+    threads = <unsigned long long>b[0] * b[1] * b[2]          # each <= 1024 here: no overflow
+    if threads > k.max_threads:
+        raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): the block has {threads} threads; "
+                         f"this kernel allows at most {k.max_threads} per block. Fix: use a block of at "
+                         f"most {k.max_threads} threads (see kernel.suggested_block_size()).")
     try:
         v = operator.index(smem)
     except TypeError:
         raise TypeError(f"shared_mem must be an int (bytes), got {type(smem).__name__}") from None
     if v < 0:
-        raise ValueError(f"shared_mem must be >= 0, got {v}")
+        raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): shared_mem must be >= 0")
     if v > k.max_dyn_smem:
         raise ValueError(
-            f"shared_mem={v} bytes exceeds kernel {k.name!r}'s limit of {k.max_dyn_smem} bytes of dynamic "
-            f"shared memory; raise the limit with kernel.set_max_dynamic_shared_memory({v}) (up to the "
-            "device's max_shared_memory_per_block_optin minus the kernel's static shared memory)")
-    out[0] = <unsigned int>v
+            f"kernel {k.name!r} ({_geometry(g, b, smem)}): shared_mem={v} bytes exceeds this kernel's limit "
+            f"of {k.max_dyn_smem} bytes of dynamic shared memory. Fix: raise the limit with "
+            f"kernel.set_max_dynamic_shared_memory({v}) (up to the device's "
+            "max_shared_memory_per_block_optin minus the kernel's static shared memory)")
+    smem_out[0] = <unsigned int>v
     return 0
+
+
+cdef inline bint _dim_fast(object obj, unsigned int *out, unsigned int lim) noexcept:
+    """An exact int in [1, lim]: out = (obj, 1, 1). Nothing raised, nothing allocated."""
+    cdef long long v
+    cdef int ovf = 0
+    if type(obj) is int:
+        v = _bc_as_ll(obj, &ovf)
+        if ovf == 0 and 0 < v <= lim:
+            out[0] = <unsigned int>v
+            out[1] = 1
+            out[2] = 1
+            return True
+    return False
 
 
 cdef inline int _launch_dims(Kernel k, object grid, object block, object smem,
                              unsigned int *g, unsigned int *b, unsigned int *s) except -1:
     cdef long long v
     cdef int ovf = 0
-    _dims(k, grid, g, k.max_grid, "grid")
-    _dims(k, block, b, k.max_block, "block")
-    if <unsigned long long>b[0] * b[1] * b[2] > k.max_threads:
-        raise ValueError(f"block ({b[0]}, {b[1]}, {b[2]}) has {b[0] * b[1] * b[2]} threads; kernel "
-                         f"{k.name!r} allows at most {k.max_threads} threads per block")
-    if type(smem) is int:
+    if _dim_fast(grid, g, k.max_grid[0]) and _dim_fast(block, b, k.max_threads if k.max_threads < k.max_block[0]
+                                                       else k.max_block[0]) and type(smem) is int:
         v = _bc_as_ll(smem, &ovf)
         if ovf == 0 and 0 <= v <= k.max_dyn_smem:
             s[0] = <unsigned int>v
             return 0
-    return _smem_slow(k, smem, s)
+    parse_dims(grid, g, "grid")
+    parse_dims(block, b, "block")
+    return _check_limits(k, g, b, smem, s)
+
+
+cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
+                    unsigned int out_grid[3], unsigned int out_block[3]) except -1:
+    cdef unsigned int s = 0
+    return _launch_dims(k, grid, block, smem, out_grid, out_block, &s)
 
 
 # ------------------------------------------------------------------ Kernel
@@ -704,31 +718,23 @@ cdef class Kernel:
         ValueError
             Zero, negative or too-large grid/block, too much shared memory.
         """
-        cdef unsigned int g[3]
-        cdef unsigned int b[3]
-        cdef unsigned int smem = 0
-        cdef CUstream hs = NULL
+        cdef bc_launch_rec r
         cdef char sbuf[BC_SMALL_ARGBYTES]
         cdef void *sptrs[BC_SMALL_NPARAMS]
-        cdef CUresult rc
-        cdef CUfunction f = self.func
-        if f == NULL:
+        if self.func == NULL:
             _raise_closed(self)
         if PyTuple_GET_SIZE(args) != self.nparams:
             _raise_count(self, PyTuple_GET_SIZE(args))
-        _launch_dims(self, grid, block, shared_mem, g, b, &smem)
-        stream_handle(stream, &hs)
+        _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
+        launch_stream(stream, &r.stream)
+        r.pfunc = &self.func
+        r.ctx = self.ctx
+        r.nattrs = 0
         if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
-            return _launch_heap(self, args, g, b, smem, hs)
-        _pack_args(self, args, sbuf, sptrs, hs)
-        set_current(self.ctx)
-        if _release_gil:
-            with nogil:
-                rc = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, sptrs, NULL)
-        else:
-            rc = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, sptrs, NULL)
-        if rc != 0:
-            _launch_failed(self, rc, "cuLaunchKernel")
+            return _launch_heap(self, args, &r)
+        _pack_args(self, args, sbuf, sptrs, r.stream)
+        r.params = sptrs
+        _issue(self, &r)
 
     def launch_config(self, LaunchConfig config not None, *args):
         """Launch with a :class:`LaunchConfig` (clusters, cooperative launch, priority,
@@ -786,174 +792,58 @@ cdef class Kernel:
         return plan
 
 
-cdef int _launch_heap(Kernel k, tuple args, unsigned int *g, unsigned int *b, unsigned int smem,
-                      CUstream hs) except -1:
+cdef int _launch_heap(Kernel k, tuple args, bc_launch_rec *r) except -1:
     """Launch path for parameter blocks too big for the stack buffer."""
     cdef char *buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
     cdef void **ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
-    cdef CUresult rc
     try:
         if buf == NULL or ptrs == NULL:
             raise MemoryError()
-        _pack_args(k, args, buf, ptrs, hs)
-        set_current(k.ctx)
-        if _release_gil:
-            with nogil:
-                rc = D.cuLaunchKernel(k.func, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, ptrs, NULL)
-        else:
-            rc = D.cuLaunchKernel(k.func, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, ptrs, NULL)
-        if rc != 0:
-            _launch_failed(k, rc, "cuLaunchKernel")
+        _pack_args(k, args, buf, ptrs, r.stream)
+        r.params = ptrs
+        _issue(k, r)
     finally:
         PyMem_Free(buf)
         PyMem_Free(ptrs)
     return 0
 
 
-cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
-    cdef CUresult rc
-    if r.pfunc[0] == NULL:
-        _raise_closed(k)
-    set_current(r.ctx)
+cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2 nogil:
+    """Issue n records in order. Returns -1, or the index of the first that failed
+    (*rc its CUresult, or -1 when its kernel's module was closed)."""
+    cdef Py_ssize_t i
+    cdef bc_launch_rec *r
+    for i in range(n):
+        r = recs[i]
+        if r.pfunc[0] == NULL:
+            rc[0] = -1
+            return i
+        set_current(r.ctx)
+        rc[0] = bc_issue(D, r)
+        if rc[0] != 0:
+            return i
+    return -1
+
+
+cdef inline Py_ssize_t _issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2:
+    """The one GIL switch of every launch path (set_launch_releases_gil)."""
     if _release_gil:
         with nogil:
-            rc = bc_issue(D, r)
-    else:
-        rc = bc_issue(D, r)
-    if rc != 0:
-        _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel")
+            return _issue_many(recs, n, rc)
+    return _issue_many(recs, n, rc)
+
+
+cdef str _rec_geometry(const bc_launch_rec *r):
+    return _geometry(r.grid, r.block, r.smem)
+
+
+cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
+    cdef CUresult rc = 0
+    if _issue_recs(&r, 1, &rc) >= 0:
+        if rc == -1:
+            _raise_closed(k)
+        _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
     return 0
-
-
-# ------------------------------------------------------------- LaunchConfig
-cdef int _dims_plain(object obj, unsigned int *out, str what) except -1:
-    import operator
-    vals = list(obj) if isinstance(obj, (tuple, list)) else [obj]
-    if not 1 <= len(vals) <= 3:
-        raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}")
-    try:
-        vals = [operator.index(v) for v in vals]
-    except TypeError:
-        raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}") from None
-    vals += [1] * (3 - len(vals))
-    for v in vals:
-        if not 1 <= v <= 0xFFFFFFFF:
-            raise ValueError(f"{what} {tuple(vals)}: every dimension must be in [1, 2**32-1]")
-    out[0] = vals[0]
-    out[1] = vals[1]
-    out[2] = vals[2]
-    return 0
-
-
-@cython.final
-cdef class LaunchConfig:
-    """Everything ``cuLaunchKernelEx`` can be told about one launch.
-
-    Parameters
-    ----------
-    grid, block : int or tuple of 1-3 ints
-    shared_mem : int
-        Dynamic shared memory in bytes.
-    stream : Stream, optional
-    cluster : int or tuple of 1-3 ints, optional
-        Thread block cluster dimensions (compute capability 9.0+). Each grid
-        dimension must be a multiple of the cluster's; at most 8 blocks per cluster
-        (16 when the kernel sets ``non_portable_cluster_size_allowed``).
-    cooperative : bool
-        Cooperative launch: all blocks are co-resident, so grid-wide
-        synchronization is allowed. The grid may hold at most
-        ``max_active_blocks_per_sm(block, shared_mem) * multiprocessor_count`` blocks.
-    priority : int, optional
-        Launch priority (overrides the stream's).
-    programmatic_serialization : bool
-        Allow programmatic dependent launch: this kernel may start before the
-        previous one on the stream finishes (the kernels coordinate with
-        ``griddepcontrol``).
-
-    Use with ``kernel.launch_config(config, *args)`` or ``kernel.bind_config(config, *args)``.
-    """
-    cdef unsigned int grid_[3]
-    cdef unsigned int block_[3]
-    cdef unsigned int smem
-    cdef readonly object stream
-    cdef unsigned int cluster_[3]
-    cdef bint has_cluster
-    cdef readonly bint cooperative
-    cdef readonly object priority
-    cdef readonly bint programmatic_serialization
-    cdef CUlaunchAttribute attrs[4]
-    cdef unsigned int nattrs
-    cdef CUfunction _validated      # kernel this config was last validated for
-
-    def __init__(self, grid, block, shared_mem=0, stream=None, cluster=None, cooperative=False,
-                 priority=None, programmatic_serialization=False):
-        import operator
-        cdef CUstream hs = NULL
-        _dims_plain(grid, self.grid_, "grid")
-        _dims_plain(block, self.block_, "block")
-        smem = operator.index(shared_mem)
-        if not 0 <= smem <= 0xFFFFFFFF:
-            raise ValueError(f"shared_mem must be >= 0, got {smem}")
-        self.smem = smem
-        stream_handle(stream, &hs)       # validates the stream argument early
-        self.stream = stream
-        memset(self.attrs, 0, sizeof(self.attrs))
-        self.nattrs = 0
-        self._validated = NULL
-        if cluster is not None:
-            _dims_plain(cluster, self.cluster_, "cluster")
-            self.has_cluster = True
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            self.attrs[self.nattrs].value.clusterDim.x = self.cluster_[0]
-            self.attrs[self.nattrs].value.clusterDim.y = self.cluster_[1]
-            self.attrs[self.nattrs].value.clusterDim.z = self.cluster_[2]
-            self.nattrs += 1
-        self.cooperative = bool(cooperative)
-        if self.cooperative:
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            self.attrs[self.nattrs].value.cooperative = 1
-            self.nattrs += 1
-        self.priority = None if priority is None else operator.index(priority)
-        if self.priority is not None:
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_PRIORITY
-            self.attrs[self.nattrs].value.priority = <int>self.priority
-            self.nattrs += 1
-        self.programmatic_serialization = bool(programmatic_serialization)
-        if self.programmatic_serialization:
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            self.attrs[self.nattrs].value.programmaticStreamSerializationAllowed = 1
-            self.nattrs += 1
-
-    @property
-    def grid(self):
-        return (self.grid_[0], self.grid_[1], self.grid_[2])
-
-    @property
-    def block(self):
-        return (self.block_[0], self.block_[1], self.block_[2])
-
-    @property
-    def shared_mem(self):
-        return self.smem
-
-    @property
-    def cluster(self):
-        """Cluster dimensions, or None."""
-        return (self.cluster_[0], self.cluster_[1], self.cluster_[2]) if self.has_cluster else None
-
-    def __repr__(self):
-        parts = [f"grid={self.grid}", f"block={self.block}"]
-        if self.smem:
-            parts.append(f"shared_mem={self.smem}")
-        if self.has_cluster:
-            parts.append(f"cluster={self.cluster}")
-        if self.cooperative:
-            parts.append("cooperative=True")
-        if self.priority is not None:
-            parts.append(f"priority={self.priority}")
-        if self.programmatic_serialization:
-            parts.append("programmatic_serialization=True")
-        return f"LaunchConfig({', '.join(parts)})"
 
 
 cdef int _dev_attr(Kernel k, int code) except? -1:
@@ -966,21 +856,9 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
     """Checks that need the kernel and device; the driver is not asked to launch."""
     cdef unsigned int j
     cdef int nb = 0, v = 0
+    _check_limits(k, c.grid_, c.block_, c.smem, &c.smem)
     g = c.grid
-    b = c.block
-    for j in range(3):
-        if c.grid_[j] > k.max_grid[j]:
-            raise ValueError(f"grid {g}: dimension {'xyz'[j]} exceeds the device limit "
-                             f"({k.max_grid[0]}, {k.max_grid[1]}, {k.max_grid[2]})")
-        if c.block_[j] > k.max_block[j]:
-            raise ValueError(f"block {b}: dimension {'xyz'[j]} exceeds the device limit "
-                             f"({k.max_block[0]}, {k.max_block[1]}, {k.max_block[2]})")
-    threads = c.block_[0] * c.block_[1] * c.block_[2]
-    if threads > k.max_threads:
-        raise ValueError(f"block {b} has {threads} threads; kernel {k.name!r} allows at most "
-                         f"{k.max_threads} threads per block")
-    if c.smem > k.max_dyn_smem:
-        _smem_slow(k, c.smem, &c.smem)
+    threads = int(c.block_[0]) * c.block_[1] * c.block_[2]
     if c.nattrs and D.cuLaunchKernelEx == NULL:
         raise DriverVersionError("LaunchConfig with cluster/cooperative/priority/programmatic attributes "
                                  "needs cuLaunchKernelEx (driver for CUDA 11.8 or newer)")
@@ -994,7 +872,7 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
         for j in range(3):
             if c.grid_[j] % c.cluster_[j]:
                 raise ValueError(f"grid {g} is not divisible by cluster {cl} (dimension {'xyz'[j]})")
-        size = c.cluster_[0] * c.cluster_[1] * c.cluster_[2]
+        size = int(c.cluster_[0]) * c.cluster_[1] * c.cluster_[2]      # Python ints: no wrap
         check(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, k.func),
               b"cuFuncGetAttribute")
         if size > 16 or (size > 8 and not v):
@@ -1008,7 +886,7 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
         check(D.cuOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k.func, <int>threads, c.smem),
               b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
         sms = _dev_attr(k, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        blocks = c.grid_[0] * c.grid_[1] * c.grid_[2]
+        blocks = int(c.grid_[0]) * c.grid_[1] * c.grid_[2]             # Python ints: no wrap
         if blocks > nb * sms:
             raise ValueError(f"cooperative launch of {blocks} blocks exceeds co-residency for kernel "
                              f"{k.name!r}: at most {nb} blocks of {threads} threads per SM x {sms} SMs = "
@@ -1026,7 +904,7 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
     memcpy(r.grid, c.grid_, sizeof(r.grid))
     memcpy(r.block, c.block_, sizeof(r.block))
     r.smem = c.smem
-    stream_handle(c.stream, &r.stream)
+    launch_stream(c.stream, &r.stream)
     r.params = NULL
     r.nattrs = c.nattrs
     memcpy(r.attrs, c.attrs, sizeof(r.attrs))
@@ -1092,7 +970,7 @@ cdef class LaunchPlan:
 
     cdef int _set_stream(self, object stream) except -1:
         cdef CUstream hs = NULL
-        stream_handle(stream, &hs)
+        launch_stream(stream, &hs)
         self.rec.stream = hs
         self._stream = stream
         for a in self._args:
@@ -1148,29 +1026,13 @@ cdef class LaunchPlan:
         return f"<barecuda.LaunchPlan {_sig_text(self.kernel)} grid={self.grid} block={self.block}>"
 
 
-cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2 nogil:
-    """Issue n records in order. Returns -1, or the index of the first that failed
-    (*rc its CUresult, or -1 when its kernel's module was closed)."""
-    cdef Py_ssize_t i
-    cdef bc_launch_rec *r
-    for i in range(n):
-        r = recs[i]
-        if r.pfunc[0] == NULL:
-            rc[0] = -1
-            return i
-        set_current(r.ctx)
-        rc[0] = bc_issue(D, r)
-        if rc[0] != 0:
-            return i
-    return -1
-
-
 cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
     cdef Kernel k = (<LaunchPlan>plan).kernel
     if rc == -1:
         raise ValueError(f"plan {index}: kernel {k.name!r} belongs to a module that was closed")
     raise make_error(rc, "cuLaunchKernelEx" if (<LaunchPlan>plan).rec.nattrs else "cuLaunchKernel",
-                     f"plan {index} of the batch (kernel {_sig_text(k)}); the plans before it were launched")
+                     f"plan {index} of the batch (kernel {_sig_text(k)}, "
+                     f"{_rec_geometry(&(<LaunchPlan>plan).rec)}); the plans before it were launched")
 
 
 @cython.final
@@ -1205,12 +1067,7 @@ cdef class PlanList:
     def __call__(self):
         """Launch every plan, in order."""
         cdef CUresult rc = 0
-        cdef Py_ssize_t bad
-        if _release_gil:
-            with nogil:
-                bad = _issue_many(self.recs, self.n, &rc)
-        else:
-            bad = _issue_many(self.recs, self.n, &rc)
+        cdef Py_ssize_t bad = _issue_recs(self.recs, self.n, &rc)
         if bad >= 0:
             _batch_failed(self._plans[bad], bad, rc)
 
@@ -1234,8 +1091,9 @@ def launch_all(plans):
     batch issued repeatedly, :class:`PlanList` avoids even that check.
     """
     cdef Py_ssize_t i, n
-    cdef CUresult rc
+    cdef CUresult rc = 0
     cdef LaunchPlan p
+    cdef bc_launch_rec *rp
     if type(plans) is not list and type(plans) is not tuple:
         plans = list(plans)
     n = len(plans)
@@ -1244,13 +1102,6 @@ def launch_all(plans):
             raise TypeError(f"launch_all: item {i} is a {type(plans[i]).__name__}, not a LaunchPlan")
     for i in range(n):
         p = <LaunchPlan>plans[i]
-        if p.rec.pfunc[0] == NULL:
-            _batch_failed(p, i, -1)
-        set_current(p.rec.ctx)
-        if _release_gil:
-            with nogil:
-                rc = bc_issue(D, &p.rec)
-        else:
-            rc = bc_issue(D, &p.rec)
-        if rc != 0:
+        rp = &p.rec
+        if _issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)
