@@ -57,24 +57,25 @@ _TOKEN = object()
 
 KIND_NAMES = _signature_mod.KIND_NAMES
 
-# Every CUfunction_attribute by lower-case name without the prefix.
+# Every CUfunction_attribute by lower-case name without the prefix; the values are the
+# ABI header's enum (include/barecuda/cuda_abi.h), not retyped numbers.
 FUNC_ATTRIBUTES = {
-    "max_threads_per_block": 0,
-    "shared_size_bytes": 1,
-    "const_size_bytes": 2,
-    "local_size_bytes": 3,
-    "num_regs": 4,
-    "ptx_version": 5,
-    "binary_version": 6,
-    "cache_mode_ca": 7,
-    "max_dynamic_shared_size_bytes": 8,
-    "preferred_shared_memory_carveout": 9,
-    "cluster_size_must_be_set": 10,
-    "required_cluster_width": 11,
-    "required_cluster_height": 12,
-    "required_cluster_depth": 13,
-    "non_portable_cluster_size_allowed": 14,
-    "cluster_scheduling_policy_preference": 15,
+    "max_threads_per_block": CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    "shared_size_bytes": CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+    "const_size_bytes": CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+    "local_size_bytes": CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+    "num_regs": CU_FUNC_ATTRIBUTE_NUM_REGS,
+    "ptx_version": CU_FUNC_ATTRIBUTE_PTX_VERSION,
+    "binary_version": CU_FUNC_ATTRIBUTE_BINARY_VERSION,
+    "cache_mode_ca": CU_FUNC_ATTRIBUTE_CACHE_MODE_CA,
+    "max_dynamic_shared_size_bytes": CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    "preferred_shared_memory_carveout": CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+    "cluster_size_must_be_set": CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET,
+    "required_cluster_width": CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+    "required_cluster_height": CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+    "required_cluster_depth": CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
+    "non_portable_cluster_size_allowed": CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+    "cluster_scheduling_policy_preference": CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
 }
 
 
@@ -164,8 +165,13 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
         k._types = tuple(e[0] for e in entries)
     # Limits, cached once.
     cdef int da[7]
+    cdef CUdevice_attribute which[7]
+    which[:] = [CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z]
     for i in range(7):
-        check(D.cuDeviceGetAttribute(&da[i], <CUdevice_attribute>(1 + i), device.handle), b"cuDeviceGetAttribute")
+        check(D.cuDeviceGetAttribute(&da[i], which[i], device.handle), b"cuDeviceGetAttribute")
     k.max_block[0] = da[1]; k.max_block[1] = da[2]; k.max_block[2] = da[3]
     k.max_grid[0] = da[4]; k.max_grid[1] = da[5]; k.max_grid[2] = da[6]
     check(D.cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func), b"cuFuncGetAttribute")
@@ -568,6 +574,27 @@ cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
     return _launch_dims(k, grid, block, smem, out_grid, out_block, &s)
 
 
+# ---------------------------------------------------------------- occupancy
+import threading
+_occ_state = threading.local()       # the shared_mem callable of the running query, per thread
+
+
+cdef size_t _block_to_smem(int block_size) noexcept with gil:
+    """cuOccupancyMaxPotentialBlockSize's callback: the user's function of the block
+    size; its first exception is stored and re-raised by suggested_block_size."""
+    import operator
+    if getattr(_occ_state, "exc", None) is not None:
+        return 0
+    try:
+        v = operator.index(_occ_state.fn(block_size))
+        if v < 0:
+            raise ValueError(f"the shared_mem callable returned {v} bytes for block size {block_size}")
+        return <size_t>v
+    except BaseException as exc:
+        _occ_state.exc = exc
+        return 0
+
+
 # ------------------------------------------------------------------ Kernel
 @cython.final
 cdef class Kernel:
@@ -681,13 +708,62 @@ cdef class Kernel:
               b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return n
 
-    def suggested_block_size(self, size_t shared_mem=0, int block_size_limit=0):
-        """``(min_grid_size, block_size)`` that maximizes occupancy (``cuOccupancyMaxPotentialBlockSize``)."""
+    def suggested_block_size(self, shared_mem=0, int block_size_limit=0):
+        """``(min_grid_size, block_size)`` that maximizes occupancy (``cuOccupancyMaxPotentialBlockSize``).
+
+        Parameters
+        ----------
+        shared_mem : int or callable
+            Dynamic shared memory in bytes, or a function ``f(block_size) -> bytes``
+            when it depends on the block size (the driver calls it for each block
+            size it tries; an exception it raises is re-raised here).
+        block_size_limit : int
+            Largest block size to consider (0: the kernel's limit).
+        """
         cdef int min_grid = 0, block = 0
+        cdef CUresult rc
+        cdef size_t fixed = 0
         self._live()
-        check(D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, NULL, shared_mem,
-                                                 block_size_limit), b"cuOccupancyMaxPotentialBlockSize")
+        if callable(shared_mem):
+            if getattr(_occ_state, "fn", None) is not None:
+                raise RuntimeError("suggested_block_size: a shared_mem callable may not call "
+                                   "suggested_block_size itself")
+            _occ_state.fn = shared_mem
+            _occ_state.exc = None
+            try:
+                rc = D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, _block_to_smem, 0,
+                                                        block_size_limit)
+                exc = _occ_state.exc
+            finally:
+                _occ_state.fn = None
+                _occ_state.exc = None
+            if exc is not None:
+                raise exc
+        else:
+            fixed = shared_mem
+            rc = D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, NULL, fixed, block_size_limit)
+        check(rc, b"cuOccupancyMaxPotentialBlockSize")
         return (min_grid, block)
+
+    def max_active_clusters(self, LaunchConfig config not None):
+        """How many clusters of ``config.cluster`` (with its block and shared memory)
+        can be co-resident on the device (``cuOccupancyMaxActiveClusters``, CUDA 11.7+)."""
+        cdef CUlaunchConfig cfg
+        cdef int n = 0
+        self._live()
+        if D.cuOccupancyMaxActiveClusters == NULL:
+            from barecuda._loader import require_symbol
+            require_symbol("cuOccupancyMaxActiveClusters", "Kernel.max_active_clusters", 11070)
+        if not config.has_cluster:
+            raise ValueError("max_active_clusters needs a LaunchConfig with cluster=(...)")
+        memset(&cfg, 0, sizeof(cfg))
+        cfg.gridDimX = config.grid_[0]; cfg.gridDimY = config.grid_[1]; cfg.gridDimZ = config.grid_[2]
+        cfg.blockDimX = config.block_[0]; cfg.blockDimY = config.block_[1]; cfg.blockDimZ = config.block_[2]
+        cfg.sharedMemBytes = config.smem
+        cfg.attrs = config.attrs
+        cfg.numAttrs = config.nattrs
+        check(D.cuOccupancyMaxActiveClusters(&n, self.func, &cfg), b"cuOccupancyMaxActiveClusters")
+        return n
 
     def launch(self, grid, block, *args, stream=None, shared_mem=0):
         """Launch the kernel.
@@ -860,8 +936,9 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
     g = c.grid
     threads = int(c.block_[0]) * c.block_[1] * c.block_[2]
     if c.nattrs and D.cuLaunchKernelEx == NULL:
-        raise DriverVersionError("LaunchConfig with cluster/cooperative/priority/programmatic attributes "
-                                 "needs cuLaunchKernelEx (driver for CUDA 11.8 or newer)")
+        from barecuda._loader import require_symbol
+        require_symbol("cuLaunchKernelEx", "LaunchConfig with cluster/cooperative/priority/programmatic "
+                       "attributes", 11060)
     if c.has_cluster:
         major = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         minor = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
