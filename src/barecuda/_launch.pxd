@@ -3,27 +3,8 @@ from libc.stdint cimport uint32_t, int32_t
 from barecuda._abi cimport CUfunction, CUcontext, CUstream, CUlaunchAttribute, bc_driver_t, CUresult
 from barecuda._device cimport Device
 
-cdef extern from "barecuda/bc_pack.h" nogil:
-    enum:
-        BC_LAUNCH_RELEASES_GIL
-        BC_SMALL_ARGBYTES
-        BC_SMALL_NPARAMS
-    ctypedef struct bc_param:
-        uint32_t offset
-        uint32_t size
-        uint32_t align
-        int32_t kind
-    ctypedef struct bc_launch_rec:
-        const CUfunction *pfunc
-        CUcontext ctx
-        unsigned int grid[3]
-        unsigned int block[3]
-        unsigned int smem
-        CUstream stream
-        void **params
-        unsigned int nattrs
-        CUlaunchAttribute attrs[4]
-    CUresult bc_issue(const bc_driver_t *D, const bc_launch_rec *r)
+from barecuda._pack cimport bc_param, bc_launch_rec, bc_issue, BC_LAUNCH_RELEASES_GIL, BC_SMALL_ARGBYTES, \
+    BC_SMALL_NPARAMS
 
 
 cdef class Kernel:

@@ -32,20 +32,9 @@ from barecuda._stream cimport Stream
 from barecuda._launch_config cimport LaunchConfig, parse_dims, launch_stream, launch_stream_slow
 from barecuda._memory cimport DeviceBuffer, note_use
 from barecuda._signature cimport *
+from barecuda._pack cimport *
 from barecuda._errors import make_error, DriverVersionError
 from barecuda import _signature as _signature_mod
-
-cdef extern from "Python.h":
-    # No exception is possible for an exact int, so no error check is generated.
-    long long _bc_as_ll "PyLong_AsLongLongAndOverflow"(object o, int *overflow)
-
-cdef extern from "barecuda/bc_pack.h" nogil:
-    void bc_store_int(char *slot, uint32_t size, unsigned long long v)
-    void bc_store_f16(char *slot, double d)
-    void bc_store_f32(char *slot, double d)
-    void bc_store_f64(char *slot, double d)
-    uint16_t bc_double_to_half(double d)
-    uint32_t bc_align_up(uint32_t v, uint32_t a)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -190,258 +179,20 @@ cdef int _raise_closed(Kernel k) except -1:
     raise ValueError(f"kernel {k.name!r} belongs to a module that was closed; load the module again")
 
 
-cdef str _sig_text(Kernel k):
-    if k._types is None:
-        return f"{k.name}(?)"
-    return f"{k.name}({', '.join(k._types)})"
-
-
 cdef int _raise_count(Kernel k, Py_ssize_t got) except -1:
     if k.nparams < 0:
         raise TypeError(f"kernel {k.name!r}: its parameter layout is unknown (no PTX to read it from, and "
                         "the driver is older than 12.4 so cuFuncGetParamInfo is missing); pass "
                         "signature=(...) to Module.get_kernel")
-    raise TypeError(f"kernel {_sig_text(k)} takes {k.nparams} argument{'s' if k.nparams != 1 else ''}, "
+    raise TypeError(f"kernel {sig_text(k)} takes {k.nparams} argument{'s' if k.nparams != 1 else ''}, "
                     f"got {got}")
 
 
-cdef str _expected(Kernel k, Py_ssize_t i):
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef int fl = bc_kind_flags[kind]
-    if kind == BC_K_BYTES:
-        return f"a bytes-like object of exactly {p.size} bytes (struct parameter)"
-    if fl & BC_F_EXACT:
-        what = ("a pointer (DeviceBuffer, int address, __cuda_array_interface__, __dlpack__), "
-                if fl & BC_F_PTR else "")
-        return (f"{what}an int, or a numpy/ctypes scalar of exactly {p.size} bytes (the slot's type is "
-                "unknown: pass signature=(...) to Module.get_kernel to pack floats or bools)")
-    if fl & BC_F_PTR:
-        extra = " or a float" if fl & BC_F_FLOAT else ""
-        return ("a pointer: DeviceBuffer, int address, or an object with __cuda_array_interface__ "
-                f"or __dlpack__{extra}")
-    if fl & BC_F_FCONV:
-        return "a float (or int, numpy/ctypes scalar)"
-    if fl & BC_F_FLOAT:
-        return "an int or a float"
-    return "an int (or bool, numpy/ctypes integer scalar)"
-
-
-cdef int _raise_type(Kernel k, Py_ssize_t i, object arg) except -1:
-    raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}) expects {_expected(k, i)}, "
-                    f"got {type(arg).__name__}")
-
-
-cdef int _raise_range(Kernel k, Py_ssize_t i, object value) except -1:
-    cdef int kind = k.params[i].kind
-    raise OverflowError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}) must be in "
-                        f"[{bc_kind_min[kind]}, {bc_kind_max[kind]}], got {value}")
-
-
 cdef int _launch_failed(Kernel k, CUresult rc, str call, const bc_launch_rec *r) except -1:
-    raise make_error(rc, call, f"while launching kernel {_sig_text(k)} with {_rec_geometry(r)}")
+    raise make_error(rc, call, f"while launching kernel {sig_text(k)} with {_rec_geometry(r)}")
 
 
-# ------------------------------------------------------------------ packing
-cdef inline bint _float_ok(int kind) noexcept nogil:
-    return (bc_kind_flags[kind] & BC_F_FLOAT) != 0
-
-
-cdef inline bint _int_ok(int kind) noexcept nogil:
-    return (bc_kind_flags[kind] & BC_F_INT) != 0
-
-
-cdef inline void _store_float(int kind, char *slot, double d) noexcept nogil:
-    if kind == BC_K_F32 or kind == BC_K_B32:
-        bc_store_f32(slot, d)
-    elif kind == BC_K_F64 or kind == BC_K_B64:
-        bc_store_f64(slot, d)
-    else:
-        bc_store_f16(slot, d)
-
-
-cdef int _pack_int(Kernel k, Py_ssize_t i, object v, char *slot) except -1:
-    """v: an int (or subclass). Range-checked store, or float conversion for float kinds."""
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef int ovf = 0
-    cdef long long x
-    cdef unsigned long long ux
-    if bc_kind_flags[kind] & BC_F_FCONV:
-        try:
-            _store_float(kind, slot, float(v))
-        except OverflowError:
-            raise OverflowError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): int {v} is too "
-                                "large to convert to a float") from None
-        return 0
-    if not _int_ok(kind):
-        return _raise_type(k, i, v)
-    x = _bc_as_ll(v, &ovf)
-    if ovf == 0:
-        if x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
-            bc_store_int(slot, p.size, <unsigned long long>x)
-            return 0
-    elif ovf > 0 and bc_kind_max[kind] == UINT64_MAX:
-        if v < 18446744073709551616:
-            ux = v
-            bc_store_int(slot, p.size, ux)
-            return 0
-    return _raise_range(k, i, v)
-
-
-cdef int _pack_bytes(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
-    cdef const bc_param *p = &k.params[i]
-    cdef Py_buffer view
-    if type(arg) is bytes and len(<bytes>arg) == p.size:
-        memcpy(slot, <char *>(<bytes>arg), p.size)
-        return 0
-    if getattr(type(arg), "__module__", None) == "numpy" and hasattr(arg, "tobytes") and not hasattr(arg, "shape"):
-        arg = arg.tobytes()
-    try:
-        PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE)
-    except (TypeError, BufferError):
-        return _raise_type(k, i, arg)
-    try:
-        if <size_t>view.len != p.size:
-            raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}) expects exactly "
-                            f"{p.size} bytes, got a {type(arg).__name__} of {view.len} bytes")
-        memcpy(slot, view.buf, p.size)
-    finally:
-        PyBuffer_Release(&view)
-    return 0
-
-
-cdef extern from *:
-    """
-    typedef struct { void *data; int32_t device_type; int32_t device_id; int32_t ndim;
-                     uint8_t code, bits; uint16_t lanes; int64_t *shape; int64_t *strides;
-                     uint64_t byte_offset; } bc_dltensor_view;
-    /* DLManagedTensor starts with the DLTensor; DLManagedTensorVersioned has
-       version (8), manager_ctx, deleter, flags before it. */
-    static bc_dltensor_view *bc_dl_legacy(void *p) { return (bc_dltensor_view *)p; }
-    static bc_dltensor_view *bc_dl_versioned(void *p) { return (bc_dltensor_view *)((char *)p + 32); }
-    """
-    ctypedef struct bc_dltensor_view:
-        void *data
-        int32_t device_type
-        int32_t device_id
-        uint64_t byte_offset
-    bc_dltensor_view *bc_dl_legacy(void *p)
-    bc_dltensor_view *bc_dl_versioned(void *p)
-
-
-cdef int _pointer_of(object arg, unsigned long long *out) except -1:
-    """1 and the device address when arg is pointer-like (CAI, DLPack), else 0."""
-    cdef bc_dltensor_view *t = NULL
-    cai = getattr(arg, "__cuda_array_interface__", None)
-    if cai is not None:
-        ptr = cai["data"][0]
-        out[0] = 0 if ptr is None else <unsigned long long>ptr
-        return 1
-    dl = getattr(arg, "__dlpack__", None)
-    if dl is not None:
-        cap = dl()
-        if PyCapsule_IsValid(cap, "dltensor"):
-            t = bc_dl_legacy(PyCapsule_GetPointer(cap, "dltensor"))
-        elif PyCapsule_IsValid(cap, "dltensor_versioned"):
-            t = bc_dl_versioned(PyCapsule_GetPointer(cap, "dltensor_versioned"))
-        else:
-            raise TypeError(f"{type(arg).__name__}.__dlpack__() did not return a DLPack capsule")
-        if t.device_type not in (2, 3, 13):     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-            raise TypeError(f"{type(arg).__name__} lives on DLPack device type {t.device_type}, "
-                            "not on a CUDA device")
-        out[0] = <unsigned long long>t.data + t.byte_offset
-        # The capsule is not consumed: its destructor releases the producer's
-        # reference; arg itself keeps the memory alive.
-        return 1
-    return 0
-
-
-cdef int _pack_scalar_obj(Kernel k, Py_ssize_t i, object arg, char *slot, str category, size_t size,
-                          object raw) except -1:
-    """numpy / ctypes scalars: raw bytes when the width matches, else by value."""
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef bytes b
-    if bc_kind_flags[kind] & BC_F_EXACT and size != p.size:
-        return _raise_type(k, i, arg)         # width-only slot: the width must match
-    if category == "i":
-        if _int_ok(kind) and size == p.size and kind != BC_K_BOOL:
-            b = raw()
-            memcpy(slot, <char *>b, p.size)
-            return 0
-        return _pack_int(k, i, int(arg), slot)     # range-checked (a .pred takes only 0 and 1)
-    if category == "f":
-        if size == p.size and (_float_ok(kind) or bc_kind_flags[kind] & BC_F_EXACT):
-            b = raw()
-            memcpy(slot, <char *>b, p.size)
-            return 0
-        if not _float_ok(kind):
-            return _raise_type(k, i, arg)
-        _store_float(kind, slot, float(arg))
-        return 0
-    return _raise_type(k, i, arg)
-
-
-cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
-    """Everything the fast path in _pack_one does not handle."""
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef int fl = bc_kind_flags[kind]
-    cdef unsigned long long addr = 0
-    if kind == BC_K_BYTES:
-        return _pack_bytes(k, i, arg, slot)
-    if isinstance(arg, DeviceBuffer):
-        if bc_kind_is_pointer(kind):
-            bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
-            return 0
-        return _raise_type(k, i, arg)
-    if isinstance(arg, bool):
-        if fl & BC_F_BOOL:
-            bc_store_int(slot, p.size, 1 if arg else 0)
-            return 0
-        return _raise_type(k, i, arg)
-    if isinstance(arg, int):
-        return _pack_int(k, i, int(arg), slot)
-    if isinstance(arg, float):
-        if _float_ok(kind):
-            _store_float(kind, slot, float(arg))
-            return 0
-        return _raise_type(k, i, arg)
-    mod = getattr(type(arg), "__module__", None)
-    if mod == "numpy" and hasattr(arg, "dtype") and getattr(arg, "ndim", 1) == 0:
-        dt = arg.dtype
-        cat = "i" if dt.kind in "iub" else ("f" if dt.kind == "f" else "")
-        return _pack_scalar_obj(k, i, arg, slot, cat, dt.itemsize, arg.tobytes)
-    if mod == "ctypes":
-        import ctypes
-        if isinstance(arg, ctypes._SimpleCData):
-            code = type(arg)._type_
-            cat = "f" if code in "fdg" else ("i" if code in "bBhHiIlLqQ?P" else "")
-            raw = lambda: bytes(memoryview(arg).cast("B"))
-            if code == "P":
-                if not bc_kind_is_pointer(kind) and kind != BC_K_S64:
-                    return _raise_type(k, i, arg)
-                return _pack_int(k, i, arg.value or 0, slot)
-            if cat == "i" and arg.value is not None:
-                return _pack_scalar_obj(k, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
-            if cat == "f":
-                return _pack_scalar_obj(k, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
-        return _raise_type(k, i, arg)
-    if bc_kind_is_pointer(kind):
-        try:
-            found = _pointer_of(arg, &addr)
-        except (TypeError, KeyError, IndexError) as exc:
-            raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): {exc}") from None
-        if found:
-            bc_store_int(slot, 8, addr)
-            return 0
-    if fl & BC_F_INT and hasattr(type(arg), "__index__"):
-        import operator
-        return _pack_int(k, i, operator.index(arg), slot)
-    return _raise_type(k, i, arg)
-
-
+# ------------------------------------------------------------------ packing (fast path)
 cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
     """Pack argument i into slot. Exact-type checks, most frequent first."""
     cdef const bc_param *p = &k.params[i]
@@ -454,25 +205,25 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             note_use(<DeviceBuffer>arg, hs)
             bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
             return 0
-        return _raise_type(k, i, arg)
+        return raise_type(k, p, i, arg)
     if t is int:
-        if _int_ok(kind):
+        if int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
             if ovf == 0 and x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
                 bc_store_int(slot, p.size, <unsigned long long>x)
                 return 0
-        return _pack_int(k, i, arg, slot)
+        return pack_int(k, p, i, arg, slot)
     if t is float:
-        if _float_ok(kind):
-            _store_float(kind, slot, PyFloat_AS_DOUBLE(arg))
+        if float_ok(kind):
+            store_float(kind, slot, PyFloat_AS_DOUBLE(arg))
             return 0
-        return _raise_type(k, i, arg)
+        return raise_type(k, p, i, arg)
     if t is bool:
         if bc_kind_flags[kind] & BC_F_BOOL:
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
-        return _raise_type(k, i, arg)
-    return _pack_slow(k, i, arg, slot)
+        return raise_type(k, p, i, arg)
+    return pack_slow(k, p, i, arg, slot)
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
@@ -489,7 +240,7 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
     if k.func == NULL:
         _raise_closed(k)
     if not 0 <= i < k.nparams:
-        raise IndexError(f"kernel {_sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
+        raise IndexError(f"kernel {sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
     _pack_one(k, i, value, dst + k.params[i].offset, s)
     if keep is not None:
         keep.append(value)
@@ -619,7 +370,7 @@ cdef class Kernel:
         self.params = NULL
 
     def __repr__(self):
-        return f"<barecuda.Kernel {_sig_text(self)}>"
+        return f"<barecuda.Kernel {sig_text(self)}>"
 
     @property
     def handle(self):
@@ -1070,7 +821,7 @@ cdef class LaunchPlan:
         if i < 0:
             i += k.nparams
         if not 0 <= i < k.nparams:
-            raise IndexError(f"kernel {_sig_text(k)} has {k.nparams} parameters; no index {index}")
+            raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
         self._args[i] = value
 
@@ -1100,7 +851,7 @@ cdef class LaunchPlan:
         return self.rec.smem
 
     def __repr__(self):
-        return f"<barecuda.LaunchPlan {_sig_text(self.kernel)} grid={self.grid} block={self.block}>"
+        return f"<barecuda.LaunchPlan {sig_text(self.kernel)} grid={self.grid} block={self.block}>"
 
 
 cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
@@ -1108,7 +859,7 @@ cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
     if rc == -1:
         raise ValueError(f"plan {index}: kernel {k.name!r} belongs to a module that was closed")
     raise make_error(rc, "cuLaunchKernelEx" if (<LaunchPlan>plan).rec.nattrs else "cuLaunchKernel",
-                     f"plan {index} of the batch (kernel {_sig_text(k)}, "
+                     f"plan {index} of the batch (kernel {sig_text(k)}, "
                      f"{_rec_geometry(&(<LaunchPlan>plan).rec)}); the plans before it were launched")
 
 
