@@ -166,3 +166,10 @@ def test_public_gil_setting(fake, vadd):
     finally:
         bc.set_launch_releases_gil(old)
     assert bc.launch_releases_gil() == old
+
+
+def test_closed_buffer_is_refused(fake, vadd):
+    a = bc.zeros(64)
+    a.close()
+    no_launch(fake, lambda: vadd.launch(1, 1, a, 0, 0, 1), ValueError, "closed")
+    no_launch(fake, lambda: vadd.bind(1, 1, a, 0, 0, 1), ValueError, "closed")

@@ -201,11 +201,11 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
     cdef long long x
     cdef type t = type(arg)
     if t is DeviceBuffer:
-        if bc_kind_is_pointer(kind):
+        if bc_kind_is_pointer(kind) and (<DeviceBuffer>arg).ptr != 0:
             note_use(<DeviceBuffer>arg, hs)
             bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
             return 0
-        return raise_type(k, p, i, arg)
+        return pack_slow(k, p, i, arg, slot)      # closed (address 0) or not a pointer slot
     if t is int:
         if int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
