@@ -26,7 +26,7 @@ from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream
 from barecuda._launch_config cimport LaunchConfig, parse_dims, launch_stream, launch_stream_slow
@@ -46,26 +46,9 @@ _TOKEN = object()
 
 KIND_NAMES = _signature_mod.KIND_NAMES
 
-# Every CUfunction_attribute by lower-case name without the prefix; the values are the
-# ABI header's enum (include/barecuda/cuda_abi.h), not retyped numbers.
-FUNC_ATTRIBUTES = {
-    "max_threads_per_block": CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-    "shared_size_bytes": CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-    "const_size_bytes": CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
-    "local_size_bytes": CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-    "num_regs": CU_FUNC_ATTRIBUTE_NUM_REGS,
-    "ptx_version": CU_FUNC_ATTRIBUTE_PTX_VERSION,
-    "binary_version": CU_FUNC_ATTRIBUTE_BINARY_VERSION,
-    "cache_mode_ca": CU_FUNC_ATTRIBUTE_CACHE_MODE_CA,
-    "max_dynamic_shared_size_bytes": CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-    "preferred_shared_memory_carveout": CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-    "cluster_size_must_be_set": CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET,
-    "required_cluster_width": CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
-    "required_cluster_height": CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
-    "required_cluster_depth": CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
-    "non_portable_cluster_size_allowed": CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
-    "cluster_scheduling_policy_preference": CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
-}
+# Every CUfunction_attribute by lower-case name without the prefix, from the ABI
+# header's table (include/barecuda/cuda_abi.h, BC_FUNCTION_ATTRIBUTES).
+FUNC_ATTRIBUTES = function_attribute_codes()
 
 
 def set_launch_releases_gil(flag):
@@ -502,9 +485,8 @@ cdef class Kernel:
         cdef CUlaunchConfig cfg
         cdef int n = 0
         self._live()
-        if D.cuOccupancyMaxActiveClusters == NULL:
-            from barecuda._loader import require_symbol
-            require_symbol("cuOccupancyMaxActiveClusters", "Kernel.max_active_clusters", 11070)
+        require(<const void *>D.cuOccupancyMaxActiveClusters, b"cuOccupancyMaxActiveClusters",
+                b"Kernel.max_active_clusters")
         if not config.has_cluster:
             raise ValueError("max_active_clusters needs a LaunchConfig with cluster=(...)")
         memset(&cfg, 0, sizeof(cfg))
@@ -686,10 +668,9 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
     _check_limits(k, c.grid_, c.block_, c.smem, &c.smem)
     g = c.grid
     threads = int(c.block_[0]) * c.block_[1] * c.block_[2]
-    if c.nattrs and D.cuLaunchKernelEx == NULL:
-        from barecuda._loader import require_symbol
-        require_symbol("cuLaunchKernelEx", "LaunchConfig with cluster/cooperative/priority/programmatic "
-                       "attributes", 11060)
+    if c.nattrs:
+        require(<const void *>D.cuLaunchKernelEx, b"cuLaunchKernelEx",
+                b"LaunchConfig with cluster/cooperative/priority/programmatic attributes")
     if c.has_cluster:
         major = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         minor = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)

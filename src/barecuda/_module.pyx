@@ -16,8 +16,8 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import CudaWarning, make_error
@@ -29,7 +29,6 @@ cdef bc_state_t *ST = runtime_state()
 
 cdef enum:
     LOG_BYTES = 16384
-    CUDA_ERROR_NOT_FOUND = 500      # include/barecuda/cuda_errors.h
 _TOKEN = object()
 
 # ------------------------------------------------------------------ JIT options
@@ -368,8 +367,8 @@ cdef class Module:
         self._live()
         names = self._entry_names()
         if names is None:
-            from barecuda._loader import require_symbol
-            require_symbol("cuModuleEnumerateFunctions", "Module.kernels() of a cubin or fatbin", 12040)
+            require(<const void *>D.cuModuleEnumerateFunctions, b"cuModuleEnumerateFunctions",
+                    b"Module.kernels() of a cubin or fatbin")
         return tuple(names)
 
     def get_global(self, name):
