@@ -70,10 +70,11 @@ def test_huge_dimensions(fake, vadd, v):
 # ------------------------------------------------------------ stream=
 def test_stream_argument_types(fake, vadd):
     buf = bc.zeros(16)
-    for bad in (buf, vadd, "0", 1.0, object(), True):
-        no_launch(fake, lambda: vadd.launch(1, 1, *ARGS, stream=bad), TypeError, "stream=")
-        no_launch(fake, lambda: vadd.bind(1, 1, *ARGS, stream=bad), TypeError, "stream=")
-        with pytest.raises(TypeError, match="stream="):
+    for bad in (buf, vadd, "0", 1.0, object(), True, -1):
+        exc = ValueError if bad == -1 and bad is not True else TypeError
+        no_launch(fake, lambda: vadd.launch(1, 1, *ARGS, stream=bad), exc, "stream")
+        no_launch(fake, lambda: vadd.bind(1, 1, *ARGS, stream=bad), exc, "stream")
+        with pytest.raises(exc, match="stream"):
             LaunchConfig(1, 1, stream=bad)
     s = bc.Stream()
     vadd.launch(1, 1, *ARGS, stream=s)
@@ -96,8 +97,6 @@ def test_closed_stream_is_refused(fake, vadd):
     s = bc.Stream()
     plan = vadd.bind(1, 1, *ARGS, stream=s)
     s.close()
-    if not hasattr(s, "closed"):
-        pytest.skip("Stream has no 'closed' state yet (release's _stream)")
     no_launch(fake, lambda: vadd.launch(1, 1, *ARGS, stream=s), ValueError, "closed")
     no_launch(fake, lambda: vadd.bind(1, 1, *ARGS, stream=s), ValueError, "closed")
     with pytest.raises(ValueError, match="closed"):

@@ -28,8 +28,8 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._stream cimport Stream
-from barecuda._launch_config cimport LaunchConfig, parse_dims, launch_stream, launch_stream_slow
+from barecuda._stream cimport Stream, stream_handle
+from barecuda._launch_config cimport LaunchConfig, parse_dims
 from barecuda._memory cimport DeviceBuffer, note_use
 from barecuda._signature cimport *
 from barecuda._pack cimport *
@@ -535,7 +535,7 @@ cdef class Kernel:
         if PyTuple_GET_SIZE(args) != self.nparams:
             _raise_count(self, PyTuple_GET_SIZE(args))
         _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
-        launch_stream(stream, &r.stream)
+        stream_handle(stream, &r.stream)
         r.pfunc = &self.func
         r.ctx = self.ctx
         r.nattrs = 0
@@ -713,7 +713,7 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
     memcpy(r.grid, c.grid_, sizeof(r.grid))
     memcpy(r.block, c.block_, sizeof(r.block))
     r.smem = c.smem
-    launch_stream(c.stream, &r.stream)
+    stream_handle(c.stream, &r.stream)
     r.params = NULL
     r.nattrs = c.nattrs
     memcpy(r.attrs, c.attrs, sizeof(r.attrs))
@@ -779,7 +779,7 @@ cdef class LaunchPlan:
 
     cdef int _set_stream(self, object stream) except -1:
         cdef CUstream hs = NULL
-        launch_stream(stream, &hs)
+        stream_handle(stream, &hs)
         self.rec.stream = hs
         self._stream = stream
         for a in self._args:

@@ -2,41 +2,14 @@
 
 Owns: ``LaunchConfig`` (what ``cuLaunchKernelEx`` can be told about one launch:
 clusters, cooperative launch, priority, programmatic serialization), the parsing
-of grid/block/cluster dimensions, and the resolution of the ``stream=`` argument
-of every launch path (``launch_stream``). Validating a config against a kernel
+of grid/block/cluster dimensions. Validating a config against a kernel
 and a device lives with the kernel, in _launch.
 """
 cimport cython
 from libc.string cimport memset
 
 from barecuda._abi cimport *
-from barecuda._stream cimport Stream
-
-
-cdef int launch_stream_slow(object obj, CUstream *out) except -1:
-    cdef size_t h
-    if isinstance(obj, Stream):
-        if (<Stream>obj).handle == NULL and getattr(obj, "closed", False):
-            raise ValueError("stream is closed: pass an open Stream (or None for the default stream)")
-        out[0] = (<Stream>obj).handle
-        return 0
-    if isinstance(obj, int) and not isinstance(obj, bool):
-        if not 0 <= obj < 2**64:
-            raise ValueError(f"stream handle {obj} is not a valid CUstream address")
-        h = obj
-        out[0] = <CUstream>h
-        return 0
-    proto = getattr(type(obj), "__cuda_stream__", None)
-    if proto is not None:
-        value = obj.__cuda_stream__
-        value = value() if callable(value) else value
-        if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int)):
-            raise TypeError(f"{type(obj).__name__}.__cuda_stream__ must give (version, handle), got {value!r}")
-        h = value[1]
-        out[0] = <CUstream>h
-        return 0
-    raise TypeError(f"stream= takes a barecuda.Stream, None, an object with __cuda_stream__ or an int "
-                    f"CUstream handle, not {type(obj).__name__}")
+from barecuda._stream cimport stream_handle
 
 
 cdef int parse_dims(object obj, unsigned int out[3], str what) except -1:
@@ -98,7 +71,7 @@ cdef class LaunchConfig:
         if not 0 <= smem <= 0xFFFFFFFF:
             raise ValueError(f"shared_mem must be >= 0, got {smem}")
         self.smem = smem
-        launch_stream(stream, &hs)       # validates the stream argument early
+        stream_handle(stream, &hs)       # validates the stream argument early
         self.stream = stream
         memset(self.attrs, 0, sizeof(self.attrs))
         self.nattrs = 0
