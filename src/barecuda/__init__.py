@@ -53,3 +53,7 @@ __all__ = [
     # pools
     "MemoryPool", "DriverMemoryPool", "PinnedMemoryPool", "memory_stats", "trim_memory",
 ]
+
+# staging settings (core)
+from barecuda._staging import configure_staging
+__all__ += ["configure_staging"]
