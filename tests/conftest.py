@@ -290,8 +290,10 @@ def ptx():
 # counts them) are skipped. Not checked: ctx_retain (Device caches its primary
 # context for the process, by design) and global (module globals live and die with
 # their module, which is counted).
-LEAK_KINDS = ("mem", "managed", "host_mem", "host_register", "stream", "event", "module", "pool",
-              "graph", "graph_exec")
+LEAK_KINDS = ("mem", "managed", "host_mem", "host_register", "stream", "event", "module", "pool")
+# Kinds counted by other parts of the double, when present: kind -> (function, argument).
+EXTRA_KINDS = {"graph": ("fakecuda_graph_live", b"graph"), "graph_exec": ("fakecuda_graph_live", b"exec"),
+               "ipc_open": ("fakecuda_ipc_live", None)}
 # The entry points that end a handle of each kind. A handle whose destroy failed
 # (a test injected the failure with fake.fail) stays alive in the double: barecuda
 # warns and lets go of it, by design (destructors never raise). The leak check
@@ -299,7 +301,8 @@ LEAK_KINDS = ("mem", "managed", "host_mem", "host_register", "stream", "event", 
 DESTROYERS = {"mem": ("cuMemFree", "cuMemFreeAsync"), "managed": (), "host_mem": ("cuMemFreeHost",),
               "host_register": ("cuMemHostUnregister",), "stream": ("cuStreamDestroy",),
               "event": ("cuEventDestroy",), "module": ("cuModuleUnload",), "pool": ("cuMemPoolDestroy",),
-              "graph": ("cuGraphDestroy",), "graph_exec": ("cuGraphExecDestroy",)}
+              "graph": ("cuGraphDestroy",), "graph_exec": ("cuGraphExecDestroy",),
+              "ipc_open": ("cuIpcCloseMemHandle",)}
 _live_lib = None
 
 
@@ -319,6 +322,14 @@ def _live_counts():
     out = {}
     for kind in LEAK_KINDS:
         n = _lib().fakecuda_live(kind.encode())
+        if n >= 0:
+            out[kind] = n
+    for kind, (fname, arg) in EXTRA_KINDS.items():
+        fn = getattr(_lib(), fname, None)
+        if fn is None:
+            continue
+        fn.restype = ctypes.c_int
+        n = fn(arg) if arg is not None else fn()
         if n >= 0:
             out[kind] = n
     return out
