@@ -1,7 +1,7 @@
 """Type stubs for barecuda._launch_config: LaunchConfig."""
 from typing import Any, Optional, Tuple, Union
 
-Dim3 = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]
+_Dim3 = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]
 
 
 class LaunchConfig:
@@ -9,8 +9,8 @@ class LaunchConfig:
     cooperative: bool
     priority: Optional[int]
     programmatic_serialization: bool
-    def __init__(self, grid: Dim3, block: Dim3, shared_mem: int = 0, stream: Any = None,
-                 cluster: Optional[Dim3] = None, cooperative: bool = False, priority: Optional[int] = None,
+    def __init__(self, grid: _Dim3, block: _Dim3, shared_mem: int = 0, stream: Any = None,
+                 cluster: Optional[_Dim3] = None, cooperative: bool = False, priority: Optional[int] = None,
                  programmatic_serialization: bool = False) -> None: ...
     @property
     def grid(self) -> Tuple[int, int, int]: ...
