@@ -32,8 +32,9 @@ cdef class Kernel:
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature)
 # Pack `value` into parameter slot i of kernel k at `dst` (k's parameter block), with
-# launch's checks. keep: a list the caller owns; objects that must outlive the packed
-# bytes are appended to it (None: the caller keeps them itself).
+# launch's checks. keep: a list the caller owns, for objects that must outlive the
+# packed bytes (today none: the bytes are values and addresses; the caller keeps its
+# argument objects). Used by graph's kernel nodes.
 cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1
 # Check a launch geometry against k (device and kernel limits, shared memory) and
 # parse it into out_grid/out_block; raises ValueError/TypeError with a 'Fix:' hint.
@@ -41,9 +42,3 @@ cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
                     unsigned int out_grid[3], unsigned int out_block[3]) except -1
 # Called by Module.close(): later launches of k raise instead of using a dead handle.
 cdef void invalidate_kernel(Kernel k) noexcept
-
-# -- CUDA graphs (kernel-node set_arg; INTERFACES.md "Packing one argument"). Graph's
-#    stand-in until launch's own definitions merge; whoever merges second keeps one.
-cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1
-cdef int check_dims(Kernel k, object grid, object block, unsigned int smem, unsigned int out_grid[3],
-                    unsigned int out_block[3]) except -1
