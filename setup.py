@@ -1,16 +1,43 @@
 """Build barecuda: Cython extensions, no CUDA toolkit, headers or driver needed.
 
-Set BARECUDA_DEBUG=1 to turn bounds checks and line tracing back on (for debugging
-and coverage).
+Every ``src/barecuda/**/*.pyx`` becomes one extension module; ``C_SOURCES`` adds
+hand-written C files (they live in ``src/csrc/``) to the extension that needs them.
+
+Build modes
+-----------
+release (default)
+    ``-O2 -g0``, linked with ``-s`` on Linux (stripped), bounds checks off.
+debug (``BARECUDA_DEBUG=1``)
+    bounds checks, line tracing (``CYTHON_TRACE_NOGIL``) and ``-g``.
+
+The mode, the Cython directives, the compiler flags and the Cython version form a
+*build key*, stored in ``build/barecuda-build-key.json``. When it differs from the
+last build's (or there was none), every module is re-cythonized and recompiled, so
+that a debug build never leaks into a release build. The key is also written into
+``src/barecuda/_build_info.py`` (generated, not in git), which ``python -m
+barecuda`` shows.
+
+A build that finds no ``.pyx`` file fails loudly instead of producing a wheel
+without extension modules.
 """
 import glob
+import hashlib
+import json
 import os
+import platform
 import sys
+import sysconfig
 
-from Cython.Build import cythonize
+import Cython
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext as _build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.chdir(HERE)   # every path below is relative to the source root
 
 DEBUG = os.environ.get("BARECUDA_DEBUG", "") not in ("", "0")
+MSVC = sys.platform == "win32"
+LINUX = sys.platform.startswith("linux")
 
 directives = {
     "language_level": 3,
@@ -25,25 +52,112 @@ if DEBUG:
     directives["linetrace"] = True
     macros.append(("CYTHON_TRACE_NOGIL", "1"))
 
-if sys.platform == "win32":
-    compile_args = ["/O2"]
+if MSVC:
+    compile_args = ["/O2", "/Zi"] if DEBUG else ["/O2"]
+    link_args = ["/DEBUG"] if DEBUG else []
     libraries = []
 else:
     compile_args = ["-O2", "-std=gnu11", "-Wno-unused-function"]
-    libraries = ["dl", "pthread"] if sys.platform.startswith("linux") else []
+    compile_args += ["-g"] if DEBUG else ["-g0"]
+    link_args = [] if DEBUG or not LINUX else ["-s"]
+    libraries = ["dl", "pthread"] if LINUX else []
+
+# Extra hand-written C sources per extension module (paths relative to the root).
+C_SOURCES = {}
+if os.path.exists("src/csrc/bc_staging.c"):
+    C_SOURCES["barecuda._staging"] = ["src/csrc/bc_staging.c"]
+
+include_dirs = ["include"] + (["src/csrc"] if os.path.isdir("src/csrc") else [])
+
+
+def _module_name(pyx):
+    rel = os.path.relpath(pyx, "src")
+    return os.path.splitext(rel)[0].replace(os.sep, ".").replace("/", ".")
+
 
 extensions = []
-for pyx in sorted(glob.glob("src/barecuda/*.pyx")):
-    name = "barecuda." + os.path.splitext(os.path.basename(pyx))[0]
+for pyx in sorted(glob.glob("src/barecuda/**/*.pyx", recursive=True)):
+    name = _module_name(pyx)
     extensions.append(Extension(
-        name, [pyx],
-        include_dirs=["include"],
+        name, [pyx] + C_SOURCES.get(name, []),
+        include_dirs=include_dirs,
         define_macros=macros,
         extra_compile_args=compile_args,
+        extra_link_args=link_args,
         libraries=libraries,
+        depends=sorted(glob.glob("include/barecuda/*.h") + glob.glob("src/csrc/*.h")),
     ))
+if not extensions:
+    sys.exit("setup.py: no src/barecuda/**/*.pyx found -- refusing to build barecuda without its "
+             "extension modules (an sdist must carry the .pyx, .pxd and include/ files; see MANIFEST.in)")
+unknown = sorted(set(C_SOURCES) - {e.name for e in extensions})
+if unknown:
+    sys.exit(f"setup.py: C_SOURCES names modules without a .pyx: {unknown}")
 
-setup(
-    ext_modules=cythonize(extensions, compiler_directives=directives,
-                          include_path=["src"], nthreads=int(os.environ.get("BARECUDA_BUILD_JOBS", "0"))),
-)
+COMPILER = "msvc" if MSVC else (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+BUILD_INFO = {
+    "mode": "debug" if DEBUG else "release",
+    "cython": Cython.__version__,
+    "compiler": COMPILER,
+    "compile_args": " ".join(compile_args),
+    "link_args": " ".join(link_args),
+    "python": platform.python_version(),
+    "platform": sysconfig.get_platform(),
+}
+# What the generated C and the objects depend on (not the Python version: setuptools
+# keeps objects per interpreter apart, and Cython's C serves every version).
+BUILD_KEY = hashlib.sha256(json.dumps(
+    {"mode": BUILD_INFO["mode"], "cython": Cython.__version__, "compiler": COMPILER,
+     "compile_args": compile_args, "link_args": link_args, "directives": directives, "macros": macros},
+    sort_keys=True).encode()).hexdigest()[:16]
+BUILD_INFO["key"] = BUILD_KEY
+KEY_FILE = os.path.join("build", "barecuda-build-key.json")
+
+
+def _write_build_info():
+    text = ('"""How this copy of barecuda was built (generated by setup.py; not in git)."""\n'
+            "from typing import Dict\n\n"
+            f"BUILD: Dict[str, str] = {json.dumps(BUILD_INFO, indent=4, sort_keys=True)}\n")
+    path = os.path.join("src", "barecuda", "_build_info.py")
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return
+    except OSError:
+        pass
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _key_changed():
+    try:
+        with open(KEY_FILE) as f:
+            return json.load(f).get("key") != BUILD_KEY
+    except (OSError, ValueError):
+        return True
+
+
+class build_ext(_build_ext):
+    """Cythonize at build time (not when an sdist is made), forcing a full rebuild
+    whenever the build key changed."""
+
+    def finalize_options(self):
+        from Cython.Build import cythonize
+        changed = _key_changed()
+        if changed:
+            self.force = True
+        self.distribution.ext_modules[:] = cythonize(
+            self.distribution.ext_modules, compiler_directives=directives, include_path=["src"],
+            force=changed, quiet=True,
+            nthreads=int(os.environ.get("BARECUDA_BUILD_JOBS", "0")))
+        super().finalize_options()
+
+    def run(self):
+        super().run()
+        os.makedirs("build", exist_ok=True)
+        with open(KEY_FILE, "w") as f:
+            json.dump(BUILD_INFO, f, indent=1, sort_keys=True)
+
+
+_write_build_info()
+setup(ext_modules=extensions, cmdclass={"build_ext": build_ext})

@@ -65,9 +65,10 @@ def test_context_is_bound_once_per_thread(fake):
 
     def other():
         bc.Stream().synchronize()
-    t = threading.Thread(target=other)
+    t = threading.Thread(target=other, daemon=True)
     t.start()
-    t.join()
+    t.join(30)
+    assert not t.is_alive()
     assert fake.calls("cuCtxSetCurrent") == n + 1, "a new thread binds exactly once"
 
 
@@ -115,8 +116,9 @@ def test_foreign_streams_are_accepted_and_never_destroyed(fake):
         def __cuda_stream__(self):
             return (0, owner.handle_int)
 
-    class TorchLike:
+    class TorchLike:               # torch.cuda.Stream exposes its handle as .cuda_stream
         cuda_stream = owner.handle_int
+    TorchLike.__module__ = "torch.cuda.streams"
 
     destroyed = fake.calls("cuStreamDestroy")
     for obj in (Proto(), TorchLike(), owner.handle_int):
@@ -164,16 +166,23 @@ def test_synchronize_waits_until_ready(fake):
 
 
 def test_synchronize_is_interruptible_with_ctrl_c(fake):
+    """Ctrl-C ends a wait on a GPU that never finishes. Under nohup SIGINT is ignored
+    (interrupt_main() would then do nothing): the test installs Python's default
+    handler for its duration, and the wait has a timeout so it can never hang."""
+    import signal
     s = bc.Stream()
     fake.fail("cuStreamQuery", NOT_READY, times=-1)   # "the GPU never finishes"
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, _thread.interrupt_main)
     timer.start()
     t0 = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            s.synchronize()
+            s.synchronize(timeout=20)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, old)
+        fake.reset()
     assert time.monotonic() - t0 < 2.0
 
 
@@ -247,10 +256,389 @@ assert bc.Device().ordinal == 0        # ...which must not change the default de
 bc.Device(1).set_current()
 assert bc.Device().ordinal == 1 and bc.Stream().device.ordinal == 1
 seen = []
-t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start(); t.join()
+t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start(); t.join(30)
 assert seen == [0], seen               # the choice is per thread
 print("ok")
 '''
     env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_DEVICES="2")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ------------------------------------------------------- issue 13 item 3, issue 9 items 8-10
+import os
+import re
+import signal
+import subprocess
+import sys
+import warnings
+
+from barecuda import _stream
+
+_ABI_H = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "include", "barecuda", "cuda_abi.h")
+
+
+def _all_driver_symbols(fake):
+    """Every cu* entry point the double knows (the names in cuda_abi.h it counts)."""
+    with open(_ABI_H) as f:
+        names = sorted(set(re.findall(r"\b(cu[A-Z]\w+)", f.read())))
+    out = []
+    for n in names:
+        try:
+            fake.calls(n)
+        except KeyError:
+            continue
+        out.append(n)
+    assert len(out) > 50
+    return out
+
+
+def _total_calls(fake, names):
+    return sum(fake.calls(n) for n in names)
+
+
+def _in_thread(fn, timeout=30):
+    """Run fn() on a fresh thread (no context bound there yet); re-raise its error."""
+    box = {}
+
+    def body():
+        try:
+            box["value"] = fn()
+        except BaseException as e:       # noqa: BLE001 -- handed to the caller
+            box["error"] = e
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"{fn} did not finish within {timeout} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def test_stream_and_event_operations_bind_the_context_on_fresh_threads(fake):
+    s, s2 = bc.Stream(), bc.Stream()
+    start = s.record()
+    # Every operation, each on a thread that never used barecuda before.
+    assert _in_thread(s.query) is True
+    _in_thread(s.synchronize)
+    _in_thread(s.synchronize_blocking)
+    _in_thread(lambda: s.synchronize(timeout=5))
+    end = _in_thread(lambda: bc.Event(s.device).record(s))
+    _in_thread(lambda: s2.wait(end))
+    _in_thread(lambda: s2.wait(s))
+    ev = _in_thread(lambda: s.record())
+    assert _in_thread(ev.query) is True
+    _in_thread(ev.synchronize)
+    _in_thread(lambda: end.synchronize(timeout=5))
+    assert _in_thread(lambda: end.elapsed_ms(start)) >= 0.0
+    assert _in_thread(lambda: s.priority) == 0 and _in_thread(lambda: s.non_blocking) is False
+    _in_thread(ev.close)
+    _in_thread(s2.close)
+    d = bc.Device(0)
+    assert _in_thread(d.stream_priority_range) == d.stream_priority_range()
+    _in_thread(d.synchronize)
+
+
+def test_synchronize_timeout_raises_and_leaves_the_work_queued(fake):
+    s = bc.Stream()
+    ev = s.record()
+    destroyed = fake.calls("cuStreamDestroy")
+    fake.fail("cuStreamQuery", NOT_READY, times=-1)      # "the GPU never finishes"
+    fake.fail("cuEventQuery", NOT_READY, times=-1)
+    try:
+        for obj in (s, ev):
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError, match="did not complete within 0.1 s"):
+                obj.synchronize(timeout=0.1)
+            assert 0.09 <= time.monotonic() - t0 < 5.0
+            with pytest.raises(TimeoutError):
+                obj.synchronize(timeout=0)
+    finally:
+        fake.reset()
+    # Nothing was cancelled or destroyed; the same objects still wait normally.
+    assert fake.calls("cuStreamDestroy") == destroyed
+    s.synchronize(timeout=5)
+    ev.synchronize(timeout=5)
+    assert s.query() and ev.query()
+
+
+@pytest.mark.parametrize("bad, exc", [(-1, ValueError), (float("nan"), ValueError), ("1", TypeError),
+                                      (True, TypeError)])
+def test_bad_timeouts_are_refused_before_the_driver(fake, bad, exc):
+    s, ev = bc.Stream(), bc.Event()
+    q, eq = fake.calls("cuStreamQuery"), fake.calls("cuEventQuery")
+    with pytest.raises(exc):
+        s.synchronize(timeout=bad)
+    with pytest.raises(exc):
+        ev.synchronize(timeout=bad)
+    assert (fake.calls("cuStreamQuery"), fake.calls("cuEventQuery")) == (q, eq)
+
+
+def test_reversed_elapsed_time_raises(fake):
+    s = bc.Stream()
+    start = s.record()
+    time.sleep(0.002)
+    end = s.record()
+    end.synchronize()
+    assert end.elapsed_ms(start) > 0
+    assert end - start == pytest.approx(end.elapsed_ms(start))
+    with pytest.raises(ValueError, match=r"end\.elapsed_ms\(start\)"):
+        start.elapsed_ms(end)
+    with pytest.raises(ValueError, match="reversed"):
+        start - end
+
+
+def test_closed_stream_refuses_every_method_before_the_driver(fake, ptx):
+    s = bc.Stream()
+    s.close()
+    assert s.is_closed and s.handle_int == 0
+    calls = [s.synchronize, s.synchronize_blocking, s.query, lambda: s.wait(bc.Event()), s.record,
+             lambda: s.priority, lambda: s.non_blocking, s.__cuda_stream__, lambda: int(s),
+             lambda: s.__enter__()]
+    ev = bc.Event()
+    for call in calls:
+        with pytest.raises(ValueError, match="stream is closed"):
+            call()
+    recorded = fake.calls("cuEventRecord")
+    with pytest.raises(ValueError, match="stream is closed"):
+        ev.record(s)
+    assert fake.calls("cuEventRecord") == recorded
+    k = bc.Module.from_ptx(ptx.VADD).get_kernel("vadd")
+    buf = bc.alloc(1024)
+    launches = fake.launch_count()
+    with pytest.raises(ValueError, match="stream is closed"):
+        k.launch(1, 32, buf, buf, buf, 256, stream=s)
+    assert fake.launch_count() == launches
+    s.close()          # idempotent
+    assert "closed" in repr(s)
+    del buf, k
+
+
+def test_closed_stream_makes_no_driver_call(fake):
+    s = bc.Stream()
+    s.close()
+    names = _all_driver_symbols(fake)
+    before = _total_calls(fake, names)
+    for call in (s.synchronize, s.query, s.record, lambda: s.priority):
+        with pytest.raises(ValueError, match="stream is closed"):
+            call()
+    assert _total_calls(fake, names) == before
+
+
+def test_event_close_raises_on_failure_and_refuses_afterwards(fake):
+    live = fake.live("event")
+    ev = bc.Event()
+    fake.fail("cuEventDestroy", 400)
+    with pytest.raises(bc.CudaInvalidHandleError, match="cuEventDestroy"):
+        ev.close()
+    assert not ev.is_closed
+    ev.close()
+    assert ev.is_closed and fake.live("event") == live
+    for call in (ev.query, ev.synchronize, ev.record, lambda: ev.elapsed_ms(ev)):
+        with pytest.raises(ValueError, match="event is closed"):
+            call()
+    ev.close()         # idempotent
+
+
+def test_event_destroy_failure_in_the_destructor_is_a_warning(fake):
+    ev = bc.Event()
+    fake.fail("cuEventDestroy", 400)
+    with pytest.warns(bc.CudaWarning, match="cuEventDestroy"):
+        del ev
+        gc.collect()
+
+
+class _BufferLike:
+    ptr = 0x1000
+    handle = 0x2000
+
+
+@pytest.mark.parametrize("bad, exc", [(_BufferLike(), TypeError), (True, TypeError), (-5, ValueError),
+                                      (1.5, TypeError), ("0", TypeError)])
+def test_stream_argument_accepts_only_streams_handles_and_the_protocol(fake, bad, exc):
+    ev = bc.Event()
+    n = fake.calls("cuEventRecord")
+    with pytest.raises(exc):
+        ev.record(bad)
+    with pytest.raises(exc):
+        bc.Stream.from_handle(bad)
+    assert fake.calls("cuEventRecord") == n
+
+
+def test_priority_and_flags_are_asked_once(fake):
+    s = bc.Stream(priority=-2, non_blocking=True)
+    n = fake.calls("cuStreamGetPriority") + fake.calls("cuStreamGetFlags")
+    for _ in range(10):
+        assert s.priority == -2 and s.non_blocking is True
+    assert fake.calls("cuStreamGetPriority") + fake.calls("cuStreamGetFlags") == n
+    d = bc.Stream.default()
+    assert d.priority == 0 and d.non_blocking is False
+    w = bc.Stream.from_handle(s.handle_int)
+    assert w.priority == -2 and w.non_blocking is True     # asked on first access...
+    m = fake.calls("cuStreamGetPriority") + fake.calls("cuStreamGetFlags")
+    assert w.priority == -2 and w.non_blocking is True     # ...and not again
+    assert fake.calls("cuStreamGetPriority") + fake.calls("cuStreamGetFlags") == m
+
+
+def test_context_handle_is_a_method(fake):
+    d = bc.Device(0)
+    h = d.context_handle()
+    assert isinstance(h, int) and h != 0 and h == d.context_handle()
+
+
+def test_close_hooks_run_before_the_stream_is_destroyed(fake):
+    seen = []
+
+    def hook(handle):
+        seen.append((handle, fake.live("stream")))
+    _stream.add_close_hook(hook)
+    try:
+        s = bc.Stream()
+        h = s.handle_int
+        live = fake.live("stream")
+        s.close()
+        assert seen == [(h, live)]            # called while the stream still existed
+        s2 = bc.Stream()
+        h2 = s2.handle_int
+        del s2
+        gc.collect()
+        assert seen[-1][0] == h2
+    finally:
+        _stream._close_hooks.remove(hook)
+    with pytest.raises(TypeError):
+        _stream.add_close_hook(42)
+
+
+def _child_path(tests):
+    """PYTHONPATH for a child: the tests (for conftest's FakeCuda) and the barecuda
+    this test imported (installed wheel or in-place build)."""
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))
+    extra = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([tests, pkg_parent] + extra)
+
+
+_FORK_CHILD = r'''
+import gc, os, re, sys, warnings
+import barecuda as bc
+from conftest import FakeCuda
+fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
+names = []
+for n in sorted(set(re.findall(r"\b(cu[A-Z]\w+)", open(sys.argv[1]).read()))):
+    if fake.lib.fakecuda_calls(n.encode()) >= 0:
+        names.append(n)
+total = lambda: sum(fake.lib.fakecuda_calls(n.encode()) for n in names)
+
+d = bc.Device(0)
+s = bc.Stream(priority=-1)
+s2 = bc.Stream()
+w = bc.Stream.from_handle(s2.handle_int)
+e1 = s.record()
+e2 = s.record()
+e2.synchronize()
+_ = d.name
+r, wfd = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    fails = []
+    before = total()
+    calls = {
+        "Stream.synchronize": s.synchronize, "Stream.synchronize(timeout)": lambda: s.synchronize(timeout=1),
+        "Stream.synchronize_blocking": s.synchronize_blocking, "Stream.query": s.query,
+        "Stream.wait(event)": lambda: s.wait(e1), "Stream.wait(stream)": lambda: s.wait(s2),
+        "Stream.record": s.record, "Stream.close": s2.close, "Stream.priority": lambda: w.priority,
+        "Event.record": e1.record, "Event.query": e1.query, "Event.synchronize": e1.synchronize,
+        "Event.elapsed_ms": lambda: e2.elapsed_ms(e1), "Event.close": e1.close, "Event.__sub__": lambda: e2 - e1,
+        "Event()": bc.Event, "Stream()": bc.Stream,
+        "Device.set_current": d.set_current, "Device.attribute": lambda: d.attribute("warp_size"),
+        "Device.attributes": d.attributes, "Device.mem_info": d.mem_info, "Device.synchronize": d.synchronize,
+        "Device.can_access_peer": lambda: d.can_access_peer(0), "Device.enable_peer_access": lambda: d.enable_peer_access(0),
+        "Device.stream_priority_range": d.stream_priority_range, "Device.context_handle": d.context_handle,
+        "Device.name": lambda: d.name, "Device.__enter__": d.__enter__,
+    }
+    for name, call in calls.items():
+        try:
+            call()
+        except bc.ForkedProcessError as e:
+            if "spawn" not in str(e):
+                fails.append(f"{name}: message does not name spawn: {e}")
+        except BaseException as e:
+            fails.append(f"{name}: {type(e).__name__}: {e}")
+        else:
+            fails.append(f"{name}: returned normally")
+    repr(d); repr(s); repr(e1)          # reprs stay usable and call nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del s, s2, w, e1, e2
+        gc.collect()
+    after = total()
+    if after != before:
+        fails.append(f"{after - before} driver call(s) in the child")
+    os.write(wfd, "\n".join(fails).encode())
+    os.close(wfd)
+    os._exit(0)
+os.close(wfd)
+chunks = []
+while True:
+    b = os.read(r, 65536)
+    if not b:
+        break
+    chunks.append(b)
+_, status = os.waitpid(pid, 0)
+out = b"".join(chunks).decode()
+assert status == 0, status
+print(out if out else "ok")
+'''
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_refuses_every_stream_event_and_device_method(fake_lib_path):
+    """In a fresh interpreter (the fork must not copy pytest's threads): objects made
+    before fork raise ForkedProcessError naming spawn, with zero driver calls, and
+    their destructors leak silently."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path,
+               PYTHONPATH=_child_path(tests))
+    r = subprocess.run([sys.executable, "-c", _FORK_CHILD, _ABI_H], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=tests)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok", r.stdout
+
+
+_DEVICE_SCOPE = r'''
+import threading, barecuda as bc
+from conftest import FakeCuda
+import os
+fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
+assert bc.device_count() == 2
+assert bc.Device().ordinal == 0
+with bc.Device(1) as d:
+    assert d.ordinal == 1
+    assert bc.Device().ordinal == 1 and bc.Stream().device.ordinal == 1
+    assert fake.current_device() == 1
+    with bc.Device(0):
+        assert bc.Device().ordinal == 0 and fake.current_device() == 0
+    assert bc.Device().ordinal == 1 and fake.current_device() == 1
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start(); t.join(30)
+    assert seen == [0], seen          # a scope is per thread
+assert bc.Device().ordinal == 0
+bc.Device(1).set_current()
+try:
+    with bc.Device(0):
+        raise KeyError("inside")
+except KeyError:
+    pass
+assert bc.Device().ordinal == 1 and fake.current_device() == 1   # restored on an exception too
+print("ok")
+'''
+
+
+def test_device_is_a_context_manager_that_restores_the_previous_device(fake_lib_path):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_DEVICES="2",
+               PYTHONPATH=_child_path(tests))
+    r = subprocess.run([sys.executable, "-c", _DEVICE_SCOPE], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=tests)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -11,7 +11,13 @@
  *      a core;
  *   3. every BC_WAIT_SIGNAL_NS the caller gets control back (BC_WAIT_TIMESLICE) to
  *      check for pending signals (KeyboardInterrupt) with the GIL.
- * Queued GPU work is never cancelled; an interrupted wait just stops waiting.
+ * A wait may also have a deadline (bc_wait_now_ns() based): at the deadline the slice
+ * returns BC_WAIT_DEADLINE and the caller raises TimeoutError.
+ * Queued GPU work is never cancelled; an interrupted or timed-out wait just stops
+ * waiting.
+ *
+ * Portable C99 plus the platform clock (clock_gettime / QueryPerformanceCounter): it
+ * compiles with GCC, Clang and MSVC.
  */
 #ifndef BARECUDA_BC_WAIT_H
 #define BARECUDA_BC_WAIT_H
@@ -27,6 +33,7 @@
 #define BC_WAIT_SLEEP_NS 20000LL      /* then 20 us naps */
 #define BC_WAIT_SIGNAL_NS 50000000LL  /* signal check every 50 ms */
 #define BC_WAIT_TIMESLICE (-1)        /* not a CUresult: "check signals and call again" */
+#define BC_WAIT_DEADLINE (-2)         /* not a CUresult: "the deadline passed, still not ready" */
 #define BC_NOT_READY 600
 
 static inline long long bc_wait_now_ns(void) {
@@ -54,17 +61,25 @@ static inline void bc_wait_nap(void) {
 typedef CUresult (CUDAAPI *bc_query_fn)(void *handle);
 
 /* One time slice of waiting. `first` is nonzero on the first slice (spin phase
- * allowed). Returns the query's CUresult when done or failed, or BC_WAIT_TIMESLICE
- * when the caller should check signals and call again with first = 0. */
-static inline CUresult bc_wait_slice(bc_query_fn query, void *handle, int first) {
+ * allowed). `deadline_ns` is an absolute bc_wait_now_ns() time, or 0 for none.
+ * Returns the query's CUresult when done or failed, BC_WAIT_DEADLINE when the
+ * deadline passed first, or BC_WAIT_TIMESLICE when the caller should check signals
+ * and call again with first = 0. */
+static inline CUresult bc_wait_slice_until(bc_query_fn query, void *handle, int first,
+                                           long long deadline_ns) {
     long long start = bc_wait_now_ns(), now;
     CUresult rc;
     for (;;) {
         rc = query(handle);
         if (rc != BC_NOT_READY) return rc;
         now = bc_wait_now_ns();
-        if (now - start >= BC_WAIT_SIGNAL_NS) return BC_WAIT_TIMESLICE;
+        if (deadline_ns && now >= deadline_ns) return (CUresult)BC_WAIT_DEADLINE;
+        if (now - start >= BC_WAIT_SIGNAL_NS) return (CUresult)BC_WAIT_TIMESLICE;
         if (!first || now - start >= BC_WAIT_SPIN_NS) bc_wait_nap();
     }
+}
+
+static inline CUresult bc_wait_slice(bc_query_fn query, void *handle, int first) {
+    return bc_wait_slice_until(query, handle, first, 0);
 }
 #endif

@@ -24,3 +24,32 @@ from barecuda._memory import (
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
 from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
+
+
+# The public API, for `from barecuda import *` and for type checkers: with
+# `mypy --strict` (no implicit re-export) only names listed here are visible as `bc.X`.
+# A feature that adds re-exports adds its names in its own block next to its import:
+#     __all__ += ["Name", ...]
+# (a literal list, so that type checkers can read it).
+__all__ = [
+    "__version__",
+    # errors
+    "BarecudaError", "CudaError", "CudaWarning", "DriverNotFoundError", "DriverVersionError",
+    "ForkedProcessError", "CudaOutOfMemoryError", "CudaInvalidValueError", "CudaNotReadyError",
+    "CudaNotFoundError", "CudaNotSupportedError", "CudaInvalidHandleError", "CudaInvalidContextError",
+    "CudaInvalidImageError", "CudaInvalidPtxError", "CudaNoDeviceError", "CudaInvalidDeviceError",
+    "CudaNotInitializedError", "CudaLaunchError", "CudaStickyError", "CudaStreamCaptureError",
+    "error_info", "error_class",
+    # driver
+    "is_available", "driver_version", "driver_path",
+    # devices, streams, events
+    "Device", "device_count", "Stream", "Event",
+    # memory
+    "DeviceBuffer", "PinnedBuffer", "Allocator", "DriverAllocator", "alloc", "empty", "zeros", "to_device",
+    "as_device_buffer", "pinned_empty", "get_allocator", "set_allocator", "managed_empty", "alloc_pitch",
+    "copy_2d", "copy_3d", "register_host", "HostRegistration",
+    # modules and launch
+    "Module", "Global", "Kernel", "LaunchConfig", "LaunchPlan", "PlanList", "launch_all",
+    # pools
+    "MemoryPool", "DriverMemoryPool", "PinnedMemoryPool", "memory_stats", "trim_memory",
+]

@@ -4,26 +4,33 @@ Owns: device enumeration and attributes, the primary context of each device
 (retained once per process on first use, released never -- it lives as long as
 the process, like the CUDA runtime's), and making it current on the calling
 thread. The per-thread binding is cached in _loader, so after the first use on a
-thread no driver call is made to bind it again.
+thread no driver call is made to bind it again. ``with Device(n):`` makes device n
+the thread's current device for the block and restores the previous one after it.
+
+In a child forked after the driver was loaded, every Device method raises
+``ForkedProcessError`` (naming ``spawn``) before any driver call.
 """
 import threading
 cimport cython
 
 from libc.string cimport memset
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport (driver_table, runtime_state, ensure_driver, set_current, forget_current,
                                bound_context, chosen_device, choose_device)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-DEF MAX_DEVICES = 256
+cdef enum:
+    MAX_DEVICES = 256
 cdef CUcontext _primary[MAX_DEVICES]
 # ordinal -> identity properties of Device (fixed per process; see _identity)
 cdef dict _IDENTITY = {}
 memset(_primary, 0, sizeof(_primary))
 _retain_lock = threading.Lock()
+# Per thread: the stack of (chosen device, current context) saved by Device.__enter__.
+_scopes = threading.local()
 
 # Every CUdevice_attribute by its lower-case name without the prefix.
 ATTRIBUTES = {
@@ -237,6 +244,7 @@ cdef dict _identity(Device d):
     cdef char buf[256]
     cdef CUuuid u
     cdef size_t total = 0
+    ensure_driver(ST)
     info = _IDENTITY.get(d.ordinal)
     if info is not None:
         return info
@@ -297,11 +305,15 @@ cdef class Device:
     def set_current(self):
         """Make this device the default of the calling thread (``Device()``, and every
         call that takes ``device=None``) and its primary context current."""
+        ensure_driver(ST)
         self.activate()
         choose_device(self.ordinal)
 
     def __repr__(self):
-        return f"<barecuda.Device {self.ordinal}: {self.name}>"
+        info = _IDENTITY.get(self.ordinal)      # never a driver call (also fine after fork)
+        if info is None:
+            return f"<barecuda.Device {self.ordinal}>"
+        return f"<barecuda.Device {self.ordinal}: {info['name']}>"
 
     def __eq__(self, other):
         return type(other) is Device and (<Device>other).ordinal == self.ordinal
@@ -353,6 +365,7 @@ cdef class Device:
             ``CU_DEVICE_ATTRIBUTE_`` prefix and in any case
             (``"multiprocessor_count"``), or its numeric value.
         """
+        ensure_driver(ST)
         cdef int value = 0
         cdef int code
         if isinstance(name, str):
@@ -375,6 +388,7 @@ cdef class Device:
 
     def attributes(self):
         """All attributes this driver reports, as a dict (unsupported ones omitted)."""
+        ensure_driver(ST)
         cdef int value
         cdef CUresult rc
         out = {}
@@ -386,6 +400,7 @@ cdef class Device:
 
     def mem_info(self):
         """``(free, total)`` device memory in bytes."""
+        ensure_driver(ST)
         cdef size_t free = 0, total = 0
         self.activate()
         with nogil:
@@ -394,12 +409,14 @@ cdef class Device:
 
     def synchronize(self):
         """Wait for all work queued on this device (releases the GIL while waiting)."""
+        ensure_driver(ST)
         self.activate()
         with nogil:
             check(D.cuCtxSynchronize(), b"cuCtxSynchronize")
 
     def can_access_peer(self, peer):
         """Whether this device can access memory of ``peer`` directly."""
+        ensure_driver(ST)
         cdef int ok = 0
         cdef Device p = device_of(peer)
         check(D.cuDeviceCanAccessPeer(&ok, self.handle, p.handle), b"cuDeviceCanAccessPeer")
@@ -407,6 +424,7 @@ cdef class Device:
 
     def enable_peer_access(self, peer):
         """Let work in this device's context access ``peer``'s memory (idempotent)."""
+        ensure_driver(ST)
         cdef Device p = device_of(peer)
         cdef CUcontext pctx = activate_device(p.ordinal)
         self.activate()
@@ -416,15 +434,46 @@ cdef class Device:
 
     def stream_priority_range(self):
         """``(least, greatest)`` stream priorities; greater priority is the lower number."""
+        ensure_driver(ST)
         cdef int least = 0, greatest = 0
         self.activate()
         check(D.cuCtxGetStreamPriorityRange(&least, &greatest), b"cuCtxGetStreamPriorityRange")
         return (least, greatest)
 
-    @property
     def context_handle(self):
-        """The primary context handle as an int (retains it on first access)."""
+        """The primary context handle as an int (retains the context on first use and
+        makes it current on this thread)."""
+        ensure_driver(ST)
         self.activate()
         return <size_t>self.ctx
+
+    def __enter__(self):
+        """``with Device(n):`` -- device n is the thread's current device (as after
+        :meth:`set_current`) until the block ends; then the previous choice and the
+        previously current context come back. Scopes nest, per thread."""
+        cdef CUcontext prev = NULL
+        ensure_driver(ST)
+        check(D.cuCtxGetCurrent(&prev), b"cuCtxGetCurrent")
+        stack = getattr(_scopes, "stack", None)
+        if stack is None:
+            stack = _scopes.stack = []
+        self.activate()
+        stack.append((chosen_device(), <size_t>prev))
+        choose_device(self.ordinal)
+        return self
+
+    def __exit__(self, *exc):
+        cdef size_t prev
+        stack = getattr(_scopes, "stack", None)
+        if not stack:
+            raise RuntimeError("Device.__exit__ without a matching __enter__ on this thread")
+        chosen, prev = stack.pop()
+        choose_device(chosen)
+        if not bc_driver_usable(ST):
+            return
+        if prev != 0:
+            set_current(<CUcontext>prev)
+        elif chosen >= 0:
+            activate_device(chosen)
 
 

@@ -8,25 +8,38 @@ cdef class Stream:
     cdef CUcontext ctx
     cdef bint owned             # we created it and destroy it
     cdef object _keepalive      # owner of a foreign stream
+    cdef bint closed            # close() was called: every method refuses
+    cdef int _priority          # cached (see Stream.priority)
+    cdef bint _non_blocking
+    cdef bint _flags_known      # _priority/_non_blocking are valid
+
+    cdef int _load_flags(self) except -1
 
 cdef class Event:
     cdef CUevent handle
     cdef readonly Device device
     cdef CUcontext ctx
     cdef bint timing
+    cdef bint closed
 
 ctypedef CUresult (*_query_fn)(void *handle) noexcept nogil
 cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1
+# As wait_interruptible; timeout < 0: none; else TimeoutError after `timeout` seconds.
+cdef int wait_until(_query_fn query, void *handle, const char *call, double timeout, object what) except -1
 cdef int _foreign_stream(object obj, CUstream *out) except -1
+cdef int _stream_closed_error(Stream s) except -1
 cdef Stream as_stream(object obj, Device device)
 
 cdef inline int stream_handle(object obj, CUstream *out) except -1:
     """The CUstream for obj: None -> default (legacy) stream; Stream -> its handle;
-    objects with __cuda_stream__ and raw int handles through the slow path."""
+    objects with __cuda_stream__ and raw int handles through the slow path.
+    A closed Stream raises ValueError("stream is closed") before any driver call."""
     if obj is None:
         out[0] = NULL
         return 0
     if type(obj) is Stream:
+        if (<Stream>obj).closed:
+            return _stream_closed_error(<Stream>obj)
         out[0] = (<Stream>obj).handle
         return 0
     return _foreign_stream(obj, out)

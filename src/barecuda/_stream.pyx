@@ -1,14 +1,26 @@
 """Streams and events.
 
 Owns: Stream (created, or wrapping a foreign handle from another library) and Event
-(record, wait, query, synchronize, elapsed time). Waits release the GIL.
+(record, wait, query, synchronize with an optional timeout, elapsed time), and the one
+place that turns a ``stream=`` argument into a ``CUstream`` (``stream_handle`` in
+_stream.pxd). Waits release the GIL.
+
+Rules every method follows:
+- in a child forked after the driver was loaded it raises ``ForkedProcessError``
+  (naming ``spawn``) before any driver call; destructors there leak silently;
+- it makes the object's context current on the calling thread first (cached per
+  thread by _loader, so a bound thread pays no driver call), so any thread may use
+  any stream or event;
+- after ``close()`` it raises ``ValueError`` naming the object.
 """
 cimport cython
+import threading
+import time
 import warnings
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device
 from barecuda._errors import CudaWarning, make_error
 
@@ -20,19 +32,34 @@ cdef extern from "Python.h":
 
 cdef extern from "barecuda/bc_wait.h" nogil:
     ctypedef CUresult (*bc_query_fn)(void *handle)
-    CUresult bc_wait_slice(bc_query_fn query, void *handle, int first)
+    CUresult bc_wait_slice_until(bc_query_fn query, void *handle, int first, long long deadline_ns)
+    long long bc_wait_now_ns()
     int BC_WAIT_TIMESLICE
+    int BC_WAIT_DEADLINE
+
+cdef enum:
+    _NOT_READY = 600      # CUDA_ERROR_NOT_READY
 
 
-cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1:
-    """Wait until query(handle) stops answering NOT_READY; Ctrl-C interrupts the wait
-    (raising KeyboardInterrupt) but never the GPU work. The GIL is released while
-    waiting; the short-wait latency equals a spin-wait on the driver."""
+cdef int wait_until(_query_fn query, void *handle, const char *call, double timeout, object what) except -1:
+    """Wait until query(handle) stops answering NOT_READY.
+
+    Ctrl-C interrupts the wait (KeyboardInterrupt) but never the GPU work; so does
+    the timeout (TimeoutError, when ``timeout >= 0`` seconds). The GIL is released
+    while waiting; the short-wait latency equals a spin-wait on the driver."""
     cdef CUresult rc
     cdef int first = 1
+    cdef long long deadline = 0
+    if timeout >= 0:
+        deadline = bc_wait_now_ns() + <long long>(timeout * 1e9)
+        if deadline == 0:
+            deadline = 1
     while True:
         with nogil:
-            rc = bc_wait_slice(query, handle, first)
+            rc = bc_wait_slice_until(<bc_query_fn>query, handle, first, deadline)
+        if rc == BC_WAIT_DEADLINE:
+            raise TimeoutError(f"{what if isinstance(what, str) else repr(what)} did not complete within {timeout:g} s; the queued GPU work "
+                               "keeps running (wait again, or query() to poll)")
         if rc != BC_WAIT_TIMESLICE:
             break
         first = 0
@@ -42,31 +69,62 @@ cdef int wait_interruptible(_query_fn query, void *handle, const char *call) exc
     return 0
 
 
+cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1:
+    """wait_until without a timeout."""
+    return wait_until(query, handle, call, -1.0, call.decode())
+
+
+cdef double _timeout_arg(object timeout) except? -2:
+    if timeout is None:
+        return -1.0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if not timeout >= 0:      # also refuses NaN
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return <double>timeout
+
+
+cdef int _stream_closed_error(Stream s) except -1:
+    raise ValueError("stream is closed: a barecuda.Stream cannot be used after close()")
+
+
 cdef int _foreign_stream(object obj, CUstream *out) except -1:
-    """Slow path of stream_handle(): anything that is not None or a Stream."""
+    """Slow path of stream_handle(): anything that is not None or a Stream.
+
+    Accepted: an object with ``__cuda_stream__`` (the CUDA stream protocol), an int
+    handle (a ``CUstream`` value: 0 is the legacy default stream, 1 and 2 the driver's
+    ``CU_STREAM_LEGACY`` / ``CU_STREAM_PER_THREAD``, anything else must be a live
+    stream of the device in use -- barecuda cannot check it), and a PyTorch stream
+    (``torch.cuda.Stream``, by its ``cuda_stream`` attribute). Anything else (a
+    buffer, a kernel, a bool) is refused before any driver call."""
     cdef size_t h
-    if isinstance(obj, Stream):
-        out[0] = (<Stream>obj).handle
-        return 0
+    if type(obj) is Stream:
+        return stream_handle(obj, out)
+    if isinstance(obj, bool):
+        raise TypeError("stream= got a bool; expected a barecuda.Stream, None, an int CUstream handle "
+                        "or an object with __cuda_stream__")
     if isinstance(obj, int):
+        if obj < 0:
+            raise ValueError(f"a stream handle must be a CUstream address >= 0, got {obj}")
         h = obj
         out[0] = <CUstream>h
         return 0
     proto = getattr(obj, "__cuda_stream__", None)
     if proto is not None:
         value = proto() if callable(proto) else proto
-        if not (isinstance(value, tuple) and len(value) == 2):
+        if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], int)
+                and not isinstance(value[1], bool) and value[1] >= 0):
             raise TypeError(f"{type(obj).__name__}.__cuda_stream__ must give (version, handle), got {value!r}")
         h = value[1]
         out[0] = <CUstream>h
         return 0
-    for attr in ("cuda_stream", "ptr", "handle"):   # torch.cuda.Stream, cupy Stream, cuda.core-likes
-        value = getattr(obj, attr, None)
+    if type(obj).__module__.startswith("torch"):        # torch.cuda.Stream / ExternalStream
+        value = getattr(obj, "cuda_stream", None)
         if isinstance(value, int):
             h = value
             out[0] = <CUstream>h
             return 0
-    raise TypeError(f"expected a barecuda.Stream, None, an int handle or an object with "
+    raise TypeError(f"stream= expects a barecuda.Stream, None, an int CUstream handle or an object with "
                     f"__cuda_stream__, not {type(obj).__name__}")
 
 
@@ -77,6 +135,10 @@ cdef Stream _wrap_stream(CUstream h, Device device, object keepalive):
     s.device.activate()
     s.ctx = s.device.ctx
     s._keepalive = keepalive
+    if h == NULL:                 # the legacy default stream: known without asking
+        s._priority = 0
+        s._non_blocking = False
+        s._flags_known = True
     return s
 
 
@@ -84,11 +146,43 @@ cdef Stream as_stream(object obj, Device device):
     """A Stream object for obj (None -> the device's default stream)."""
     cdef CUstream h
     if type(obj) is Stream:
+        if (<Stream>obj).closed:
+            _stream_closed_error(<Stream>obj)
         return <Stream>obj
     if obj is None:
         return _wrap_stream(NULL, device, None)
     _foreign_stream(obj, &h)
     return _wrap_stream(h, device, obj)
+
+
+# Callables run by Stream.close() (and by the destructor) with the CUstream as an int,
+# before the stream is destroyed: owners of work ordered on the stream (the memory
+# pools' blocks freed in stream order) move it to a safe stream there. See
+# add_close_hook.
+_close_hooks = []
+_close_hooks_lock = threading.Lock()
+
+
+def add_close_hook(hook):
+    """Register ``hook(handle: int)``, called when a barecuda-created stream is about to
+    be destroyed (``Stream.close()`` or its destructor), while the stream still exists.
+
+    For barecuda's own subsystems (memory pools): an exception from a hook propagates
+    out of ``close()`` (the stream is then left alive) and becomes a ``CudaWarning``
+    in the destructor. Hooks run in registration order.
+    """
+    if not callable(hook):
+        raise TypeError("a stream close hook must be callable")
+    with _close_hooks_lock:
+        _close_hooks.append(hook)
+
+
+cdef inline int _guard_stream(Stream s) except -1:
+    """Fork check, closed check, then bind the stream's context on this thread."""
+    ensure_driver(ST)
+    if s.closed:
+        return _stream_closed_error(s)
+    return set_current(s.ctx)
 
 
 @cython.final
@@ -111,24 +205,39 @@ cdef class Stream:
     -----
     ``Stream.from_handle(handle)`` wraps a stream another library created (it is
     then never destroyed by barecuda); any object with ``__cuda_stream__`` is
-    accepted wherever a stream is.
+    accepted wherever a stream is. Every method works from any thread (the stream's
+    context is made current on the calling thread), refuses after :meth:`close`
+    (``ValueError``), and raises ``ForkedProcessError`` in a forked child.
     """
 
     def __cinit__(self, device=None, int priority=0, bint non_blocking=False, *, _wrap=False):
         self.handle = NULL
         self.owned = False
+        self.closed = False
         self._keepalive = None
+        self._flags_known = False
         if _wrap:
             return
         cdef Device dev = device_of(device)
         dev.activate()
         cdef unsigned int flags = CU_STREAM_NON_BLOCKING if non_blocking else CU_STREAM_DEFAULT
         cdef CUstream h = NULL
+        cdef int p = 0
         check(D.cuStreamCreateWithPriority(&h, flags, priority), b"cuStreamCreateWithPriority")
         self.handle = h
         self.owned = True
         self.device = dev
         self.ctx = dev.ctx
+        # The driver clamps the priority: ask once for the value it chose.
+        cdef CUresult rc = D.cuStreamGetPriority(h, &p)
+        if rc != 0:
+            D.cuStreamDestroy(h)
+            self.handle = NULL
+            self.owned = False
+            check(rc, b"cuStreamGetPriority")
+        self._priority = p
+        self._non_blocking = non_blocking
+        self._flags_known = True
 
     @staticmethod
     def from_handle(handle, device=None, owner=None):
@@ -144,23 +253,49 @@ cdef class Stream:
         return _wrap_stream(NULL, device_of(device), None)
 
     def __dealloc__(self):
-        if self.owned and self.handle != NULL and bc_driver_usable(ST):
+        cdef CUresult rc
+        if not (self.owned and self.handle != NULL):
+            return
+        if not bc_driver_usable(ST):
+            return                        # shutdown or forked child: leak silently
+        try:
+            _run_close_hooks(<size_t>self.handle)
+            set_current(self.ctx)
             # The driver defers the destruction until queued work is done.
             rc = D.cuStreamDestroy(self.handle)
             if rc != 0:
                 warnings.warn(f"cuStreamDestroy in Stream.__dealloc__: {make_error(rc, 'cuStreamDestroy')}",
                               CudaWarning)
+        except Exception as e:
+            warnings.warn(f"Stream.__dealloc__: {e!r}", CudaWarning)
         self.handle = NULL
 
     def close(self):
-        """Destroy the stream now (queued work still completes). Idempotent."""
+        """Destroy the stream now (queued work still completes). Idempotent.
+
+        Afterwards every method and every use as ``stream=`` raises ``ValueError``.
+        A stream wrapped with :meth:`from_handle` or :meth:`default` is only marked
+        closed (barecuda never destroys streams it did not create)."""
+        if self.closed:
+            return
+        ensure_driver(ST)
         if self.owned and self.handle != NULL:
-            self.device.activate()
+            set_current(self.ctx)
+            _run_close_hooks(<size_t>self.handle)
             check(D.cuStreamDestroy(self.handle), b"cuStreamDestroy")
         self.handle = NULL
         self.owned = False
+        self.closed = True
+        self._keepalive = None
+
+    @property
+    def is_closed(self):
+        """True once :meth:`close` was called."""
+        return bool(self.closed)
 
     def __enter__(self):
+        if self.closed:
+            _stream_closed_error(self)
         return self
 
     def __exit__(self, *exc):
@@ -168,52 +303,83 @@ cdef class Stream:
 
     @property
     def handle_int(self):
-        """The ``CUstream`` as an int (0 for the default stream)."""
+        """The ``CUstream`` as an int (0 for the default stream and after close())."""
         return <size_t>self.handle
 
     def __int__(self):
+        if self.closed:
+            _stream_closed_error(self)
         return <size_t>self.handle
 
     def __cuda_stream__(self):
         """The CUDA stream protocol: ``(version, handle)``."""
+        if self.closed:
+            _stream_closed_error(self)
         return (0, <size_t>self.handle)
 
     def __repr__(self):
+        if self.closed:
+            return f"<barecuda.Stream (closed) on device {self.device.ordinal}>"
         return f"<barecuda.Stream 0x{<size_t>self.handle:x} on device {self.device.ordinal}>"
 
     def __eq__(self, other):
-        return isinstance(other, Stream) and (<Stream>other).handle == self.handle
+        return isinstance(other, Stream) and (<Stream>other).handle == self.handle \
+            and (<Stream>other).closed == self.closed
 
     def __hash__(self):
         return hash(("barecuda.Stream", <size_t>self.handle))
 
+    cdef int _load_flags(self) except -1:
+        cdef int p = 0
+        cdef unsigned int f = 0
+        _guard_stream(self)
+        check(D.cuStreamGetPriority(self.handle, &p), b"cuStreamGetPriority")
+        check(D.cuStreamGetFlags(self.handle, &f), b"cuStreamGetFlags")
+        self._priority = p
+        self._non_blocking = (f & CU_STREAM_NON_BLOCKING) != 0
+        self._flags_known = True
+        return 0
+
     @property
     def priority(self):
-        """The stream's priority."""
-        cdef int p = 0
-        self.device.activate()
-        check(D.cuStreamGetPriority(self.handle, &p), b"cuStreamGetPriority")
-        return p
+        """The stream's priority as the driver clamped it (asked once, at creation; for
+        a wrapped foreign stream, on first access)."""
+        if self.closed:
+            _stream_closed_error(self)
+        if not self._flags_known:
+            self._load_flags()
+        return self._priority
 
     @property
     def non_blocking(self):
-        """True when the stream does not synchronize with the legacy default stream."""
-        cdef unsigned int f = 0
-        self.device.activate()
-        check(D.cuStreamGetFlags(self.handle, &f), b"cuStreamGetFlags")
-        return bool(f & CU_STREAM_NON_BLOCKING)
+        """True when the stream does not synchronize with the legacy default stream
+        (known at creation; for a wrapped foreign stream, asked on first access)."""
+        if self.closed:
+            _stream_closed_error(self)
+        if not self._flags_known:
+            self._load_flags()
+        return bool(self._non_blocking)
 
-    def synchronize(self):
+    def synchronize(self, timeout=None):
         """Block until all work queued on the stream is done.
 
         The GIL is released while waiting, and Ctrl-C interrupts the wait
         (``KeyboardInterrupt``; the queued GPU work itself keeps running). See
         :meth:`synchronize_blocking` for the driver's uninterruptible wait.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most; then ``TimeoutError`` is raised and the queued
+            work keeps running. None (default) waits as long as it takes.
         """
-        wait_interruptible(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize")
+        cdef double t = _timeout_arg(timeout)
+        _guard_stream(self)
+        wait_until(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
 
     def synchronize_blocking(self):
         """``cuStreamSynchronize`` itself: GIL released, not interruptible."""
+        _guard_stream(self)
         cdef CUstream h = self.handle
         cdef CUresult rc
         with nogil:
@@ -223,10 +389,11 @@ cdef class Stream:
 
     def query(self):
         """True when all work queued on the stream is done; never blocks."""
+        _guard_stream(self)
         cdef CUresult rc = D.cuStreamQuery(self.handle)
         if rc == 0:
             return True
-        if rc == 600:   # CUDA_ERROR_NOT_READY
+        if rc == _NOT_READY:
             return False
         check(rc, b"cuStreamQuery")
 
@@ -234,20 +401,39 @@ cdef class Stream:
         """Make later work on this stream wait for an Event, or for everything
         queued so far on another stream (an Event is recorded there for you)."""
         cdef Event ev
+        _guard_stream(self)
         if isinstance(what, Event):
             ev = <Event>what
+            _guard_event(ev)
+            set_current(self.ctx)
         else:
             other = as_stream(what, self.device)
             ev = Event(self.device, timing=False)
             ev.record(other)
+            set_current(self.ctx)
         check(D.cuStreamWaitEvent(self.handle, ev.handle, 0), b"cuStreamWaitEvent")
         return ev
 
     def record(self, event=None, *, timing=True):
         """Record an event on this stream (a new one unless given) and return it."""
+        _guard_stream(self)
         cdef Event ev = event if event is not None else Event(self.device, timing=timing)
         ev.record(self)
         return ev
+
+
+cdef int _run_close_hooks(size_t handle) except -1:
+    if _close_hooks:
+        for hook in list(_close_hooks):
+            hook(handle)
+    return 0
+
+
+cdef inline int _guard_event(Event e) except -1:
+    ensure_driver(ST)
+    if e.closed:
+        raise ValueError("event is closed: a barecuda.Event cannot be used after close()")
+    return set_current(e.ctx)
 
 
 @cython.final
@@ -261,10 +447,18 @@ cdef class Event:
         Record timestamps (needed for :meth:`elapsed_ms`). Default True.
     blocking_sync : bool
         :meth:`synchronize` sleeps instead of spinning. Default False.
+
+    Notes
+    -----
+    Timing has one order: ``end.elapsed_ms(start)`` (also ``end - start``) is the
+    time from ``start`` to ``end``; the reversed call raises ``ValueError``. Every
+    method works from any thread, refuses after :meth:`close`, and raises
+    ``ForkedProcessError`` in a forked child.
     """
 
     def __cinit__(self, device=None, *, bint timing=True, bint blocking_sync=False):
         self.handle = NULL
+        self.closed = False
         cdef Device dev = device_of(device)
         dev.activate()
         cdef unsigned int flags = 0
@@ -280,53 +474,96 @@ cdef class Event:
         self.timing = timing
 
     def __dealloc__(self):
-        if self.handle != NULL and bc_driver_usable(ST):
+        cdef CUresult rc
+        if self.handle == NULL or not bc_driver_usable(ST):
+            return                        # closed, shutdown or forked child: nothing / leak
+        try:
+            set_current(self.ctx)
             rc = D.cuEventDestroy(self.handle)
             if rc != 0:
                 warnings.warn(f"cuEventDestroy in Event.__dealloc__: {make_error(rc, 'cuEventDestroy')}",
                               CudaWarning)
+        except Exception as e:
+            warnings.warn(f"Event.__dealloc__: {e!r}", CudaWarning)
         self.handle = NULL
 
+    def close(self):
+        """Destroy the event now; a failure raises (the destructor only warns).
+        Idempotent; afterwards every method raises ``ValueError``."""
+        if self.closed:
+            return
+        _guard_event(self)
+        cdef CUevent h = self.handle
+        check(D.cuEventDestroy(h), b"cuEventDestroy")
+        self.handle = NULL
+        self.closed = True
+
+    @property
+    def is_closed(self):
+        """True once :meth:`close` was called."""
+        return bool(self.closed)
+
     def __repr__(self):
+        if self.closed:
+            return f"<barecuda.Event (closed) on device {self.device.ordinal}>"
         return f"<barecuda.Event 0x{<size_t>self.handle:x} on device {self.device.ordinal}>"
 
     @property
     def handle_int(self):
-        """The ``CUevent`` as an int."""
+        """The ``CUevent`` as an int (0 after close())."""
         return <size_t>self.handle
 
     def record(self, stream=None):
         """Record the event on ``stream`` (default stream when None). Returns self."""
         cdef CUstream h
-        if stream is None:
-            h = NULL
-        elif type(stream) is Stream:
-            h = (<Stream>stream).handle
-        else:
-            _foreign_stream(stream, &h)
-        self.device.activate()
+        _guard_event(self)
+        stream_handle(stream, &h)
         check(D.cuEventRecord(self.handle, h), b"cuEventRecord")
         return self
 
     def query(self):
         """True when the work before the event's last record is done; never blocks."""
+        _guard_event(self)
         cdef CUresult rc = D.cuEventQuery(self.handle)
         if rc == 0:
             return True
-        if rc == 600:
+        if rc == _NOT_READY:
             return False
         check(rc, b"cuEventQuery")
 
-    def synchronize(self):
-        """Block until the event has completed (GIL released; Ctrl-C interrupts the wait)."""
-        wait_interruptible(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize")
+    def synchronize(self, timeout=None):
+        """Block until the event has completed (GIL released; Ctrl-C interrupts the wait).
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most; then ``TimeoutError`` is raised and the GPU work
+            keeps running. None (default) waits as long as it takes.
+        """
+        cdef double t = _timeout_arg(timeout)
+        _guard_event(self)
+        wait_until(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
 
     def elapsed_ms(self, Event start not None):
-        """Milliseconds from ``start`` to this event (both recorded, both complete)."""
+        """Milliseconds from ``start`` to this event: call it on the LATER event,
+        ``end.elapsed_ms(start)`` (both recorded with timing, both complete).
+
+        Raises
+        ------
+        ValueError
+            When an event was made with ``timing=False``, or when ``start`` completed
+            after this event (the call is reversed: use ``start.elapsed_ms(end)``'s
+            mirror, ``end.elapsed_ms(start)``).
+        """
         cdef float ms = 0
         if not (self.timing and start.timing):
             raise ValueError("both events must be created with timing=True to measure elapsed time")
+        _guard_event(start)
+        _guard_event(self)
         check(D.cuEventElapsedTime(&ms, start.handle, self.handle), b"cuEventElapsedTime")
+        if ms < 0:
+            raise ValueError(f"elapsed_ms is called on the later event with the earlier one: "
+                             f"end.elapsed_ms(start); this call is reversed ({-ms:.4g} ms the other way)")
         return ms
 
     def __sub__(self, other):
@@ -334,3 +571,9 @@ cdef class Event:
         if not isinstance(other, Event):
             return NotImplemented
         return self.elapsed_ms(other)
+
+    def __rsub__(self, other):
+        """``end - start`` with ``start`` this event: ``other.elapsed_ms(self)``."""
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (<Event>other).elapsed_ms(self)
