@@ -53,3 +53,13 @@ __all__ = [
     # pools
     "MemoryPool", "DriverMemoryPool", "PinnedMemoryPool", "memory_stats", "trim_memory",
 ]
+
+# --- nvrtc: kernels from CUDA C++ source (NVRTC, compile cache, linking, library API)
+from barecuda._program import (
+    Program, ObjectCode, Library, link, compile_module, cache_info, clear_cache, cache_dir,
+    CompileError, LinkError, CompilerNotFoundError, nvrtc_version, nvrtc_path, nvjitlink_version,
+)
+__all__ += [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version",
+]

@@ -44,43 +44,43 @@ cdef extern from "barecuda/nvrtc_abi.h" nogil:
     cdef struct _nvrtcProgram
     ctypedef _nvrtcProgram *nvrtcProgram
     ctypedef struct bc_nvrtc_t:
-        const char *(*nvrtcGetErrorString)(nvrtcResult)
-        nvrtcResult (*nvrtcVersion)(int *, int *)
-        nvrtcResult (*nvrtcGetNumSupportedArchs)(int *)
-        nvrtcResult (*nvrtcGetSupportedArchs)(int *)
+        const char *(*nvrtcGetErrorString)(nvrtcResult) noexcept nogil
+        nvrtcResult (*nvrtcVersion)(int *, int *) noexcept nogil
+        nvrtcResult (*nvrtcGetNumSupportedArchs)(int *) noexcept nogil
+        nvrtcResult (*nvrtcGetSupportedArchs)(int *) noexcept nogil
         nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *, int,
-                                          const char *const *, const char *const *)
-        nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *)
-        nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char *const *)
-        nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t *)
-        nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char *)
-        nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *)
-        nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char *)
-        nvrtcResult (*nvrtcGetLTOIRSize)(nvrtcProgram, size_t *)
-        nvrtcResult (*nvrtcGetLTOIR)(nvrtcProgram, char *)
-        nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *)
-        nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char *)
-        nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char *)
-        nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char *, const char **)
+                                          const char *const *, const char *const *) noexcept nogil
+        nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *) noexcept nogil
+        nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char *const *) noexcept nogil
+        nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t *) noexcept nogil
+        nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char *) noexcept nogil
+        nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *) noexcept nogil
+        nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char *) noexcept nogil
+        nvrtcResult (*nvrtcGetLTOIRSize)(nvrtcProgram, size_t *) noexcept nogil
+        nvrtcResult (*nvrtcGetLTOIR)(nvrtcProgram, char *) noexcept nogil
+        nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *) noexcept nogil
+        nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char *) noexcept nogil
+        nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char *) noexcept nogil
+        nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char *, const char **) noexcept nogil
 
     ctypedef int nvJitLinkResult
     cdef struct nvJitLink
     ctypedef nvJitLink *nvJitLinkHandle
     ctypedef int nvJitLinkInputType
     ctypedef struct bc_nvjitlink_t:
-        nvJitLinkResult (*nvJitLinkCreate)(nvJitLinkHandle *, unsigned int, const char **)
-        nvJitLinkResult (*nvJitLinkDestroy)(nvJitLinkHandle *)
-        nvJitLinkResult (*nvJitLinkAddData)(nvJitLinkHandle, nvJitLinkInputType, const void *, size_t, const char *)
-        nvJitLinkResult (*nvJitLinkComplete)(nvJitLinkHandle)
-        nvJitLinkResult (*nvJitLinkGetLinkedCubinSize)(nvJitLinkHandle, size_t *)
-        nvJitLinkResult (*nvJitLinkGetLinkedCubin)(nvJitLinkHandle, void *)
-        nvJitLinkResult (*nvJitLinkGetLinkedPtxSize)(nvJitLinkHandle, size_t *)
-        nvJitLinkResult (*nvJitLinkGetLinkedPtx)(nvJitLinkHandle, char *)
-        nvJitLinkResult (*nvJitLinkGetErrorLogSize)(nvJitLinkHandle, size_t *)
-        nvJitLinkResult (*nvJitLinkGetErrorLog)(nvJitLinkHandle, char *)
-        nvJitLinkResult (*nvJitLinkGetInfoLogSize)(nvJitLinkHandle, size_t *)
-        nvJitLinkResult (*nvJitLinkGetInfoLog)(nvJitLinkHandle, char *)
-        nvJitLinkResult (*nvJitLinkVersion)(unsigned int *, unsigned int *)
+        nvJitLinkResult (*nvJitLinkCreate)(nvJitLinkHandle *, unsigned int, const char **) noexcept nogil
+        nvJitLinkResult (*nvJitLinkDestroy)(nvJitLinkHandle *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkAddData)(nvJitLinkHandle, nvJitLinkInputType, const void *, size_t, const char *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkComplete)(nvJitLinkHandle) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetLinkedCubinSize)(nvJitLinkHandle, size_t *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetLinkedCubin)(nvJitLinkHandle, void *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetLinkedPtxSize)(nvJitLinkHandle, size_t *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetLinkedPtx)(nvJitLinkHandle, char *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetErrorLogSize)(nvJitLinkHandle, size_t *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetErrorLog)(nvJitLinkHandle, char *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetInfoLogSize)(nvJitLinkHandle, size_t *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkGetInfoLog)(nvJitLinkHandle, char *) noexcept nogil
+        nvJitLinkResult (*nvJitLinkVersion)(unsigned int *, unsigned int *) noexcept nogil
     int NVJITLINK_INPUT_CUBIN, NVJITLINK_INPUT_PTX, NVJITLINK_INPUT_LTOIR, NVJITLINK_INPUT_FATBIN
     int NVJITLINK_INPUT_OBJECT, NVJITLINK_INPUT_LIBRARY
 
@@ -90,16 +90,16 @@ cdef extern from "barecuda/nvrtc_abi.h" nogil:
     ctypedef int CUlibraryOption
     int CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY, CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_LIBRARY
     ctypedef struct bc_linkdrv_t:
-        CUresult (*cuLinkCreate)(unsigned int, CUjit_option *, void **, CUlinkState *)
+        CUresult (*cuLinkCreate)(unsigned int, CUjit_option *, void **, CUlinkState *) noexcept nogil
         CUresult (*cuLinkAddData)(CUlinkState, CUjitInputType, void *, size_t, const char *,
-                                  unsigned int, CUjit_option *, void **)
-        CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *)
-        CUresult (*cuLinkDestroy)(CUlinkState)
+                                  unsigned int, CUjit_option *, void **) noexcept nogil
+        CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *) noexcept nogil
+        CUresult (*cuLinkDestroy)(CUlinkState) noexcept nogil
         CUresult (*cuLibraryLoadData)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int,
-                                      CUlibraryOption *, void **, unsigned int)
-        CUresult (*cuLibraryUnload)(CUlibrary)
-        CUresult (*cuLibraryGetKernel)(CUkernel *, CUlibrary, const char *)
-        CUresult (*cuKernelGetFunction)(CUfunction *, CUkernel)
+                                      CUlibraryOption *, void **, unsigned int) noexcept nogil
+        CUresult (*cuLibraryUnload)(CUlibrary) noexcept nogil
+        CUresult (*cuLibraryGetKernel)(CUkernel *, CUlibrary, const char *) noexcept nogil
+        CUresult (*cuKernelGetFunction)(CUfunction *, CUkernel) noexcept nogil
 
     ctypedef struct bc_tool_symbol:
         const char *name
@@ -184,12 +184,14 @@ cdef int _open_tool(spec, void *table, const bc_tool_symbol *syms, size_t nsyms,
     cdef void *h
     cdef const char *missing
     cdef bytes bpath
+    cdef const char *cpath
     tried = []
     for path in _libfind.candidates(spec):
         bpath = os.fsencode(path)
+        cpath = bpath
         err[0] = 0
         with nogil:
-            h = bc_tool_dlopen(bpath, err, sizeof(err))
+            h = bc_tool_dlopen(cpath, err, sizeof(err))
         if h == NULL:
             if os.path.isabs(path) or os.environ.get(spec.env):
                 tried.append(f"{path}: {err.decode(errors='replace')}")
