@@ -385,9 +385,9 @@ def _as_cc(arch):
             s = s[len(prefix):]
             break
     suffix = ""
-    if s and s[-1] in "af":
-        suffix = s[-1]
-        s = s[:-1]
+    if s and s[len(s) - 1] in "af":        # (no negative indexing: wraparound is off)
+        suffix = s[len(s) - 1]
+        s = s[:len(s) - 1]
     if not s.isdigit():
         raise ValueError(f"arch={arch!r}: expected e.g. 'sm_90', 'compute_90', 90 or (9, 0)")
     return int(s), suffix
