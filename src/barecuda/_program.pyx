@@ -694,16 +694,6 @@ cdef class ObjectCode:
         The compiler's (or linker's) log; warnings land here.
     nvrtc_version : tuple or None
     """
-    cdef readonly bytes code
-    cdef readonly str kind
-    cdef readonly str arch
-    cdef readonly str log
-    cdef readonly object nvrtc_version
-    cdef bytes _ptx                  # PTX text of the same program (signatures), or None
-    cdef dict _names                 # name expression -> lowered name
-    cdef object _sigs                # parsed PTX signatures, lazily
-    cdef dict _modules               # device ordinal -> Module (get_kernel's loads)
-    cdef object __weakref__
 
     def __cinit__(self, token=None):
         if token is not _TOKEN:
@@ -990,12 +980,6 @@ cdef class Program:
     Compiles are cached: in-process (a repeated compile is a dictionary lookup) and
     on disk (see :func:`cache_dir`), keyed by everything that changes the output.
     """
-    cdef readonly str name
-    cdef bytes _src
-    cdef list _headers            # [(name bytes, source bytes)] sorted
-    cdef tuple _options           # normalized option strings, without -arch
-    cdef object _key              # hashable, everything above
-    cdef dict _last               # (kind, arch, names) -> ObjectCode, this program's own memo
 
     def __init__(self, source, *, name="program.cu", headers=None, include_paths=(), defines=None,
                  std=None, debug=False, lineinfo=False, fast_math=False, rdc=False, opt_level=None,
@@ -1420,10 +1404,6 @@ cdef class Library:
     (``cuLibraryGetKernel`` then ``cuKernelGetFunction`` in that device's context).
     Needs a CUDA 12.0 driver.
     """
-    cdef CUlibrary handle
-    cdef readonly ObjectCode code
-    cdef object _kernels          # (name, ordinal, signature key) -> Kernel, weakly (a Kernel keeps us alive)
-    cdef object _all_kernels
 
     def __cinit__(self, token=None):
         if token is not _TOKEN:
