@@ -1,6 +1,6 @@
 """Type stubs for barecuda._program: NVRTC programs, the compile cache, linking, library kernels."""
 import os
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union, final
 
 from barecuda._errors import BarecudaError
 from barecuda._launch import Kernel
@@ -39,6 +39,7 @@ def cache_info() -> dict[str, Any]: ...
 def clear_cache(memory: bool = ..., disk: bool = ...) -> int: ...
 def find_cudadevrt() -> Optional[str]: ...
 
+@final
 class ObjectCode:
     @property
     def code(self) -> bytes: ...
@@ -70,6 +71,7 @@ class ObjectCode:
     def get_kernel(self, name: str, *, device: Any = None, signature: Optional[Sequence[Any]] = None) -> Kernel: ...
     def __len__(self) -> int: ...
 
+@final
 class Program:
     @property
     def name(self) -> str: ...
@@ -91,6 +93,7 @@ def link(inputs: Sequence[Union[ObjectCode, str, os.PathLike[str]]], *, arch: Op
          device: Any = None, options: Sequence[str] = ..., devrt: Optional[bool] = None,
          use_nvjitlink: Optional[bool] = None) -> ObjectCode: ...
 
+@final
 class Library:
     @property
     def code(self) -> ObjectCode: ...
