@@ -391,14 +391,6 @@ def test_zero_bytes_makes_no_driver_call(fake, small_chunks, mem):
     assert fake.calls("cuMemcpyHtoDAsync") == 0 and fake.calls("cuMemcpyDtoHAsync") == 0
 
 
-def test_bench_copy_runs(fake, small_chunks):
-    for direction in ("htod", "dtoh"):
-        r = st.bench_copy(direction, 5 * CHUNK + 3, 3)
-        assert len(r) == 3 and all(x > 0 for x in r)
-    with pytest.raises(ValueError):
-        st.bench_copy("sideways", 10, 1)
-
-
 # ------------------------------------------------------------------ fork
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="os.fork semantics tested on Linux")
 def test_forked_child_never_touches_the_stager(fake_lib_path):

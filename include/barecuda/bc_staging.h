@@ -147,19 +147,8 @@ static inline void bc_copy(void *dst, const void *src, size_t n, int nt) {
  * default 50 us) before sleeping: the next chunk of a large copy comes within
  * microseconds. */
 
-static inline long long bc_staging_now_ns(void) {
-#ifdef _WIN32
-    static LARGE_INTEGER freq;
-    LARGE_INTEGER c;
-    if (freq.QuadPart == 0) QueryPerformanceFrequency(&freq);
-    QueryPerformanceCounter(&c);
-    return (long long)((double)c.QuadPart * (1e9 / (double)freq.QuadPart));
-#else
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-#endif
-}
+#include "barecuda/bc_clock.h"   /* the package's one clock, shared with the benchmark */
+static inline long long bc_staging_now_ns(void) { return (long long)bc_now_ns(); }
 
 /* ------------------------------------------------------------ configuration */
 typedef struct bc_staging_config {

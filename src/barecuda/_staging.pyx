@@ -3,8 +3,9 @@
 Owns: the per-context stager of include/barecuda/bc_staging.h (page-locked chunks,
 their events, a pool of memcpy threads), its configuration and statistics, the C
 entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
-_staging.pxd), the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
-addresses, and ``bench_copy``, the raw measurement the benchmark reports.
+_staging.pxd), and the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
+addresses. (The benchmark's raw copy measurement, ``bench_copy``, lives in
+src/barecuda/bench/_baseline.pyx and calls ``staged_htod`` / ``staged_dtoh``.)
 
 Copies below the threshold (8 MiB unless configured) take the driver's plain path
 unchanged. The GIL is released for the whole copy; the worker threads only memcpy.
@@ -17,8 +18,7 @@ import atexit
 import os
 import warnings
 
-from libc.stdlib cimport malloc, free
-from libc.string cimport memcmp, memset
+from libc.string cimport memset
 from libc.stdint cimport uintptr_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 
@@ -56,7 +56,6 @@ cdef extern from "barecuda/bc_staging.h" nogil:
     int BC_STAGING_MAX_CHUNKS
     int BC_STAGING_MAX_THREADS
     int BC_STAGING_HAVE_NT
-    long long bc_staging_now_ns()
     void bc_staging_init()
     bc_stager *bc_stager_for(CUcontext ctx)
     CUresult bc_stager_htod(const bc_driver_t *drv, bc_stager *s, CUdeviceptr dst, const void *src,
@@ -371,132 +370,6 @@ def _on_exit():
 
 
 atexit.register(_on_exit)
-
-
-# ------------------------------------------------------------------ benchmark
-def bench_copy(direction, size_t nbytes, int repeats=5, *, device=None, stream=None):
-    """Raw bandwidth of one direction, measured three ways in this process.
-
-    Parameters
-    ----------
-    direction : {"htod", "dtoh"}
-    nbytes : int
-        Bytes per copy.
-    repeats : int
-        Timed copies per method (after one untimed warm-up each); the median counts.
-    device, stream : optional
-        Where to copy (default: current device; a stream created for the run).
-
-    Returns
-    -------
-    tuple of float
-        GB/s (1e9 bytes per second) for (staged from pageable memory, the driver's
-        plain copy from the same pageable memory, the driver's copy from pinned
-        memory). Each copy is timed from issue to completion on the stream, with
-        the clock of the benchmark module (CLOCK_MONOTONIC / QPC), GIL released.
-        The pageable buffer is touched before timing; the staged result is checked
-        byte for byte against the pinned one.
-    """
-    cdef bint htod
-    if direction in ("htod", "h2d"):
-        htod = True
-    elif direction in ("dtoh", "d2h"):
-        htod = False
-    else:
-        raise ValueError(f"direction must be 'htod' or 'dtoh', got {direction!r}")
-    if nbytes == 0 or repeats < 1:
-        raise ValueError("nbytes and repeats must be positive")
-    cdef Device dev = device_of(device)
-    dev.activate()
-    cdef CUcontext ctx = dev.ctx
-    cdef CUstream s = NULL
-    cdef bint own_stream = stream is None
-    cdef CUdeviceptr d = 0
-    cdef char *pageable = NULL
-    cdef char *check_buf = NULL
-    cdef void *pinned = NULL
-    cdef long long *times = <long long *>malloc(3 * repeats * sizeof(long long))
-    cdef long long t0
-    cdef int method, r
-    cdef size_t i
-    cdef CUresult rc = 0
-    cdef const char *call = b""
-    if times == NULL:
-        raise MemoryError()
-    try:
-        if own_stream:
-            check(D.cuStreamCreate(&s, 0), b"cuStreamCreate")
-        else:
-            stream_handle(stream, &s)
-        check(D.cuMemAlloc(&d, nbytes), b"cuMemAlloc")
-        check(D.cuMemHostAlloc(&pinned, nbytes, 0), b"cuMemHostAlloc")
-        pageable = <char *>malloc(nbytes)
-        check_buf = <char *>malloc(nbytes)
-        if pageable == NULL or check_buf == NULL:
-            raise MemoryError(f"could not allocate {nbytes} bytes of host memory")
-        with nogil:
-            for i in range(nbytes):
-                pageable[i] = <char>((i * <size_t>2654435761) >> 13)
-                (<char *>pinned)[i] = <char>((i * <size_t>40503) >> 7)
-            memset(check_buf, 0, nbytes)
-            if not htod:   # device holds the pinned pattern
-                rc = D.cuMemcpyHtoD(d, pinned, nbytes)
-        check(rc, b"cuMemcpyHtoD")
-        for method in range(3):
-            for r in range(-1, repeats):   # r == -1: warm-up
-                with nogil:
-                    t0 = bc_staging_now_ns()
-                    if method == 0:
-                        if htod:
-                            staged_htod(d, pageable, nbytes, s, ctx)
-                        else:
-                            staged_dtoh(pageable, d, nbytes, s, ctx, False)
-                    elif method == 1:
-                        if htod:
-                            rc = D.cuMemcpyHtoDAsync(d, pageable, nbytes, s); call = b"cuMemcpyHtoDAsync"
-                        else:
-                            rc = D.cuMemcpyDtoHAsync(pageable, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
-                    else:
-                        if htod:
-                            rc = D.cuMemcpyHtoDAsync(d, pinned, nbytes, s); call = b"cuMemcpyHtoDAsync"
-                        else:
-                            rc = D.cuMemcpyDtoHAsync(pinned, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
-                    if rc == 0:
-                        rc = D.cuStreamSynchronize(s)
-                        if rc != 0:
-                            call = b"cuStreamSynchronize"
-                    if r >= 0:
-                        times[method * repeats + r] = bc_staging_now_ns() - t0
-                check(rc, call)
-            if method == 0:
-                # the staged result must be right before its speed means anything
-                with nogil:
-                    if htod:
-                        rc = D.cuMemcpyDtoH(check_buf, d, nbytes)
-                        if rc == 0 and memcmp(check_buf, pageable, nbytes) != 0:
-                            rc = -1
-                    else:
-                        if memcmp(pageable, pinned, nbytes) != 0:
-                            rc = -1
-                if rc == -1:
-                    raise RuntimeError("bench_copy: the staged copy did not reproduce the source bytes")
-                check(rc, b"cuMemcpyDtoH")
-        result = []
-        for method in range(3):
-            ts = sorted(times[method * repeats + r] for r in range(repeats))
-            med = ts[repeats // 2] if repeats % 2 else (ts[repeats // 2 - 1] + ts[repeats // 2]) / 2
-            result.append(nbytes / med if med > 0 else float("inf"))   # bytes/ns == GB/s
-        return tuple(result)
-    finally:
-        free(times)
-        free(pageable)
-        free(check_buf)
-        if pinned != NULL:
-            D.cuMemFreeHost(pinned)
-        if d != 0:
-            D.cuMemFree(d)
-        if own_stream and s != NULL:
-            D.cuStreamDestroy(s)
 
 
 # ------------------------------------------------------------------ environment
