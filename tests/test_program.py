@@ -421,3 +421,29 @@ def test_link_cubin_inputs(cache_dir):
     main = bc.Program(MAIN_SRC, rdc=True).compile("cubin", arch=90)
     out = bc.link([lib, main], arch=90)
     assert out.code[:4] == b"\x7fELF" and b"apply" in out.code
+
+
+# ------------------------------------------------------------------ a real .cu through nvcc (when installed)
+def _nvcc():
+    import shutil
+    for c in (shutil.which("nvcc"), os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")):
+        if c and os.path.exists(c):
+            return c
+    return None
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="nvcc not installed")
+def test_nvcc_example_source_signature(tmp_path):
+    # examples/cuda/layernorm.cu as nvcc compiles it: a mangled C++ entry whose PTX
+    # parameters are 6 pointers, two .u32 (int) and one .f32.
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "cuda",
+                       "layernorm.cu")
+    out = tmp_path / "ln.ptx"
+    r = subprocess.run([_nvcc(), "-ptx", "-arch=compute_90", "-o", str(out), src], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    sigs = bc.ObjectCode.from_ptx(out.read_bytes()).signatures()
+    (name,) = sigs
+    assert name.startswith("_Z17layernorm_forward")
+    types = [t for t, _, _ in sigs[name]]
+    assert types[6:] == ["u32", "u32", "f32"] and len(types) == 9

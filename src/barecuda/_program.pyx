@@ -12,11 +12,9 @@ kernels are ``_launch.Kernel`` objects built with the PTX parameter types.
 """
 cimport cython
 import hashlib
-import json
 import os
 import struct
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -575,6 +573,7 @@ def clear_cache(memory=True, disk=True):
 
 
 def _pack_entry(ObjectCode oc):
+    import json
     meta = {"kind": oc.kind, "arch": oc.arch, "log": oc.log, "names": oc._names,
             "nvrtc": list(oc.nvrtc_version) if oc.nvrtc_version else None,
             "code": len(oc.code), "ptx": len(oc._ptx) if oc._ptx is not None else -1}
@@ -585,6 +584,7 @@ def _pack_entry(ObjectCode oc):
 
 def _unpack_entry(bytes data):
     """An ObjectCode from an entry's bytes, or None when anything is off."""
+    import json
     if len(data) < _HEADER.size:
         return None
     magic, n, digest = _HEADER.unpack_from(data)
@@ -629,6 +629,7 @@ def _disk_get(str d, str digest):
 
 
 def _disk_put(str d, str digest, ObjectCode oc):
+    import tempfile
     try:
         os.makedirs(d, exist_ok=True)
         data = _pack_entry(oc)
