@@ -3,7 +3,7 @@
  *
  * bc_now_ns() is CLOCK_MONOTONIC (QueryPerformanceCounter on Windows) in
  * nanoseconds; only differences mean anything. The staging pipeline uses it for its
- * spin-before-sleep timing (include/barecuda/bc_staging.h) and the benchmark for
+ * spin-before-sleep timing (src/csrc/bc_staging.c) and the benchmark for
  * every figure it reports (include/barecuda/bc_baseline.h,
  * src/barecuda/bench/_baseline.pyx, read from Python as
  * barecuda.bench.harness.now_ns), so a raw C row, a Python row and a staged copy

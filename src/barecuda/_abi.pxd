@@ -487,6 +487,16 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) nogil
         CUresult (*cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) nogil
 
+    # Name tables generated from BC_DEVICE_ATTRIBUTES / BC_FUNCTION_ATTRIBUTES
+    # (names without the CU_DEVICE_ATTRIBUTE_ / CU_FUNC_ATTRIBUTE_ prefix).
+    ctypedef struct bc_enum_name:
+        const char *name
+        int value
+    enum: BC_DEVICE_ATTRIBUTE_COUNT
+    enum: BC_FUNCTION_ATTRIBUTE_COUNT
+    const bc_enum_name *bc_device_attribute_names()
+    const bc_enum_name *bc_function_attribute_names()
+
     ctypedef struct bc_symbol_info:
         const char *name
         int version
@@ -500,6 +510,23 @@ cdef extern from "barecuda/cuda_errors.h" nogil:
         const char *description
         const char *hint
         int sticky
-    const bc_error_info bc_error_table[]
-    size_t BC_ERROR_TABLE_LEN
+    const bc_error_info *bc_error_table()      # sorted by code, BC_ERROR_TABLE_LEN rows
+    enum: BC_ERROR_TABLE_LEN
     const bc_error_info *bc_error_lookup(int code)
+
+
+cdef inline dict _enum_dict(const bc_enum_name *t, int n):
+    cdef int i
+    return {t[i].name.decode().lower(): t[i].value for i in range(n)}
+
+
+cdef inline dict device_attribute_codes():
+    """``{"max_threads_per_block": 1, ...}``: every CUdevice_attribute by lower-case
+    name without the prefix, from the ABI header's BC_DEVICE_ATTRIBUTES table."""
+    return _enum_dict(bc_device_attribute_names(), BC_DEVICE_ATTRIBUTE_COUNT)
+
+
+cdef inline dict function_attribute_codes():
+    """``{"max_threads_per_block": 0, ...}``: every CUfunction_attribute by lower-case
+    name without the prefix, from the ABI header's BC_FUNCTION_ATTRIBUTES table."""
+    return _enum_dict(bc_function_attribute_names(), BC_FUNCTION_ATTRIBUTE_COUNT)

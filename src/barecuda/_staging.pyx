@@ -1,8 +1,8 @@
 """Host<->device copies from ordinary (pageable) host memory at pinned speed.
 
-Owns: the per-context stager of include/barecuda/bc_staging.h (page-locked chunks,
-their events, a pool of memcpy threads), its configuration and statistics, the C
-entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
+Owns: the per-context stager (src/csrc/bc_staging.c, API in
+include/barecuda/bc_staging.h: page-locked chunks, their events, a pool of memcpy
+threads), its configuration and statistics, the C entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
 _staging.pxd), and the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
 addresses. (The benchmark's raw copy measurement, ``bench_copy``, lives in
 src/barecuda/bench/_baseline.pyx and calls ``staged_htod`` / ``staged_dtoh``.)
@@ -23,7 +23,7 @@ from libc.stdint cimport uintptr_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_INVALID_CONTEXT
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
@@ -51,11 +51,11 @@ cdef extern from "barecuda/bc_staging.h" nogil:
         long long fallbacks
         long long chunk_waits
         long long builds
-    ctypedef struct bc_stager:
-        CUcontext ctx
-    int BC_STAGING_MAX_CHUNKS
-    int BC_STAGING_MAX_THREADS
-    int BC_STAGING_HAVE_NT
+    ctypedef struct bc_stager
+    enum: BC_STAGING_MAX_CHUNKS
+    enum: BC_STAGING_MAX_THREADS
+    enum: BC_STAGING_HAVE_NT
+    CUcontext bc_stager_context(const bc_stager *s)
     void bc_staging_init()
     bc_stager *bc_stager_for(CUcontext ctx)
     CUresult bc_stager_htod(const bc_driver_t *drv, bc_stager *s, CUdeviceptr dst, const void *src,
@@ -86,7 +86,7 @@ cdef int _prepare(CUcontext *ctx) except -1 nogil:
     if ctx[0] == NULL:
         check(D.cuCtxGetCurrent(ctx), b"cuCtxGetCurrent")
         if ctx[0] == NULL:
-            check(201, b"cuCtxGetCurrent")   # CUDA_ERROR_INVALID_CONTEXT: nothing current
+            check(CUDA_ERROR_INVALID_CONTEXT, b"cuCtxGetCurrent")   # nothing current
     else:
         set_current(ctx[0])
     return 0
@@ -127,14 +127,16 @@ cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
 
 
 # ------------------------------------------------------------------ Python API
-cdef CUcontext _context_for(object stream, object device) except? NULL:
+cdef int _context_for(object stream, object device, CUcontext *out) except -1:
     """The context a copy runs in: the Stream's, else the given (or current) device's."""
     cdef Device dev
     if type(stream) is Stream and device is None:
-        return (<Stream>stream).ctx
+        out[0] = (<Stream>stream).ctx
+        return 0
     dev = device_of(device)
     dev.activate()
-    return dev.ctx
+    out[0] = dev.ctx
+    return 0
 
 
 def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
@@ -161,7 +163,8 @@ def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
     cdef Py_buffer view
     cdef CUstream h
     cdef CUdeviceptr dst = dev_ptr
-    cdef CUcontext ctx = _context_for(stream, device)
+    cdef CUcontext ctx = NULL
+    _context_for(stream, device, &ctx)
     stream_handle(stream, &h)
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS)
     try:
@@ -195,7 +198,8 @@ def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None, fresh=False):
     cdef CUstream h
     cdef CUdeviceptr src = dev_ptr
     cdef bint fr = fresh
-    cdef CUcontext ctx = _context_for(stream, device)
+    cdef CUcontext ctx = NULL
+    _context_for(stream, device, &ctx)
     stream_handle(stream, &h)
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
     try:
@@ -340,7 +344,7 @@ cdef int _release_all(bint try_only) except -1:
         s = bc_staging_at(i)
         if s == NULL:
             continue
-        set_current(s.ctx)
+        set_current(bc_stager_context(s))
         with nogil:
             if bc_stager_release(D, s, try_only, &rc) == 0 and rc != 0 and first == 0:
                 first = rc
