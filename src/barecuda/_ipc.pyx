@@ -474,7 +474,7 @@ def export_event(Event event not None):
 
 
 # ------------------------------------------------------------------ import
-_open_lock = threading.Lock()
+_open_lock = threading.RLock()      # reentrant: a view collected inside the block unmaps under it
 _open_views = weakref.WeakValueDictionary()     # handle key -> the live view
 _imported_pools = weakref.WeakValueDictionary() # (host, boot, pid, pool_key) -> _ImportedPool
 
