@@ -63,3 +63,15 @@ from barecuda import ipc, nccl
 __all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
             "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
             "ipc", "nccl"]
+
+# CUDA graphs (_graph.pyx)
+from barecuda._graph import (
+    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode,
+    Capture, capture, is_capturing, check_host_errors,
+)
+__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
+            "Capture", "capture", "is_capturing", "check_host_errors"]
+
+# staging settings (core)
+from barecuda._staging import configure_staging
+__all__ += ["configure_staging"]
