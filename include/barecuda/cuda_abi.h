@@ -494,6 +494,187 @@ typedef void (CUDAAPI *CUhostFn)(void *userData);
 typedef void (CUDAAPI *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
 
+/* ---------------------------------------------- IPC, peer and pool sharing (dist)
+ * Types used by the IPC / multi-GPU entry points at the end of BC_DRIVER_SYMBOLS. */
+typedef struct CUipcMemHandle_st { char reserved[64]; } CUipcMemHandle;
+typedef struct CUipcEventHandle_st { char reserved[64]; } CUipcEventHandle;
+typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPoolPtrExportData;
+
+typedef enum CUdevice_P2PAttribute_enum {
+    CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+    CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+    CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3,
+    CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED = 4
+} CUdevice_P2PAttribute;
+
+typedef enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+} CUmemAccess_flags;
+
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
+
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(CUipcMemHandle) == 64, ipcmemhandle_size);
+BC_STATIC_ASSERT(sizeof(CUipcEventHandle) == 64, ipceventhandle_size);
+BC_STATIC_ASSERT(sizeof(CUmemPoolPtrExportData) == 64, poolptrexport_size);
+BC_STATIC_ASSERT(sizeof(CUmemAccessDesc) == 12, memaccessdesc_size);
+#endif
+
+/* --------------------------------------------- graphs (feature: CUDA graphs, _graph.pyx) */
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef unsigned long long CUgraphConditionalHandle;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+    CU_GRAPH_NODE_TYPE_MEMSET = 2,
+    CU_GRAPH_NODE_TYPE_HOST = 3,
+    CU_GRAPH_NODE_TYPE_GRAPH = 4,
+    CU_GRAPH_NODE_TYPE_EMPTY = 5,
+    CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6,
+    CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL = 8,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT = 9,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+    CU_GRAPH_NODE_TYPE_BATCH_MEM_OP = 12,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL = 13
+} CUgraphNodeType;
+
+typedef enum CUgraphConditionalNodeType_enum {
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+    CU_GRAPH_COND_TYPE_SWITCH = 2
+} CUgraphConditionalNodeType;
+#define CU_GRAPH_COND_ASSIGN_DEFAULT 0x1
+
+typedef enum CUgraphExecUpdateResult_enum {
+    CU_GRAPH_EXEC_UPDATE_SUCCESS = 0x0,
+    CU_GRAPH_EXEC_UPDATE_ERROR = 0x1,
+    CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 0x2,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 0x3,
+    CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED = 0x4,
+    CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 0x5,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED = 0x6,
+    CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE = 0x7,
+    CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED = 0x8
+} CUgraphExecUpdateResult;
+
+typedef enum CUgraphInstantiateResult_enum {
+    CUDA_GRAPH_INSTANTIATE_SUCCESS = 0,
+    CUDA_GRAPH_INSTANTIATE_ERROR = 1,
+    CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE = 2,
+    CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED = 3,
+    CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED = 4,
+    CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED = 5
+} CUgraphInstantiateResult;
+
+typedef enum CUgraphInstantiate_flags_enum {
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1,
+    CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2,
+    CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4,
+    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY = 8
+} CUgraphInstantiate_flags;
+
+typedef enum CUgraphDebugDot_flags_enum {
+    CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE = 1
+} CUgraphDebugDot_flags;
+
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+
+typedef struct CUDA_HOST_NODE_PARAMS_st {
+    CUhostFn fn;
+    void *userData;
+} CUDA_HOST_NODE_PARAMS;
+
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;
+    CUgraph *phGraph_out;
+    CUcontext ctx;
+} CUDA_CONDITIONAL_NODE_PARAMS;
+
+/* Only the members barecuda fills (type, conditional) are spelled out; the union is
+ * padded to the driver's 29 long longs. */
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
+
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
+
+typedef struct CUgraphExecUpdateResultInfo_st {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    unsigned long long flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    CUgraphInstantiateResult result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(CUDA_KERNEL_NODE_PARAMS_v2) == 72, kernel_node_params_v2_size);
+BC_STATIC_ASSERT(sizeof(CUDA_MEMSET_NODE_PARAMS) == 40, memset_node_params_size);
+BC_STATIC_ASSERT(sizeof(CUDA_HOST_NODE_PARAMS) == 16, host_node_params_size);
+BC_STATIC_ASSERT(sizeof(CUDA_CONDITIONAL_NODE_PARAMS) == 32, conditional_node_params_size);
+BC_STATIC_ASSERT(sizeof(CUgraphNodeParams) == 256, graph_node_params_size);
+BC_STATIC_ASSERT(offsetof(CUgraphNodeParams, conditional) == 16, graph_node_params_union_offset);
+BC_STATIC_ASSERT(sizeof(CUgraphEdgeData) == 8, graph_edge_data_size);
+BC_STATIC_ASSERT(sizeof(CUgraphExecUpdateResultInfo) == 24, exec_update_result_info_size);
+BC_STATIC_ASSERT(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, instantiate_params_size);
+#endif
+
 /* ----------------------------------------------------------- entry points
  * X(name, version, required, (parameter list))
  *   version: the CUDA version whose ABI of `name` the parameter list describes;
@@ -593,7 +774,51 @@ typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
     X(cuMemPoolGetAttribute, 11020, 0, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
     X(cuDeviceGetDefaultMemPool, 11020, 0, (CUmemoryPool *pool_out, CUdevice dev)) \
     X(cuMemPrefetchAsync, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)) \
-    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location))
+    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)) \
+    /* dist: IPC, peer topology and pool sharing (_ipc, _topology) */ \
+    X(cuIpcGetMemHandle, 4010, 0, (CUipcMemHandle *pHandle, CUdeviceptr dptr)) \
+    X(cuIpcOpenMemHandle, 11000, 0, (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)) \
+    X(cuIpcCloseMemHandle, 4010, 0, (CUdeviceptr dptr)) \
+    X(cuIpcGetEventHandle, 4010, 0, (CUipcEventHandle *pHandle, CUevent event)) \
+    X(cuIpcOpenEventHandle, 4010, 0, (CUevent *phEvent, CUipcEventHandle handle)) \
+    X(cuMemPoolExportToShareableHandle, 11020, 0, (void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)) \
+    X(cuMemPoolImportFromShareableHandle, 11020, 0, (CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)) \
+    X(cuMemPoolExportPointer, 11020, 0, (CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)) \
+    X(cuMemPoolImportPointer, 11020, 0, (CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)) \
+    X(cuMemPoolSetAccess, 11020, 0, (CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)) \
+    X(cuDeviceGetP2PAttribute, 8000, 0, (int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)) \
+    X(cuDeviceGetByPCIBusId, 4010, 0, (CUdevice *dev, const char *pciBusId)) \
+    /* CUDA graphs (_graph.pyx): capture, explicit graphs, executable graphs */ \
+    X(cuStreamBeginCapture, 10010, 0, (CUstream hStream, CUstreamCaptureMode mode)) \
+    X(cuStreamEndCapture, 10000, 0, (CUstream hStream, CUgraph *phGraph)) \
+    X(cuStreamIsCapturing, 10000, 0, (CUstream hStream, CUstreamCaptureStatus *captureStatus)) \
+    X(cuThreadExchangeStreamCaptureMode, 10010, 0, (CUstreamCaptureMode *mode)) \
+    X(cuGraphCreate, 10000, 0, (CUgraph *phGraph, unsigned int flags)) \
+    X(cuGraphDestroy, 10000, 0, (CUgraph hGraph)) \
+    X(cuGraphGetNodes, 10000, 0, (CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)) \
+    X(cuGraphNodeGetType, 10000, 0, (CUgraphNode hNode, CUgraphNodeType *type)) \
+    X(cuGraphAddKernelNode, 12000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphKernelNodeGetParams, 12000, 0, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphKernelNodeSetParams, 12000, 0, (CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphAddMemcpyNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)) \
+    X(cuGraphAddMemsetNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)) \
+    X(cuGraphAddHostNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)) \
+    X(cuGraphAddChildGraphNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)) \
+    X(cuGraphAddEmptyNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)) \
+    X(cuGraphAddEventRecordNode, 11010, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)) \
+    X(cuGraphAddEventWaitNode, 11010, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)) \
+    X(cuGraphAddNode, 12030, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)) \
+    X(cuGraphConditionalHandleCreate, 12030, 0, (CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)) \
+    X(cuGraphDebugDotPrint, 11030, 0, (CUgraph hGraph, const char *path, unsigned int flags)) \
+    X(cuGraphInstantiateWithFlags, 11040, 0, (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)) \
+    X(cuGraphInstantiateWithParams, 12000, 0, (CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)) \
+    X(cuGraphLaunch, 10000, 0, (CUgraphExec hGraphExec, CUstream hStream)) \
+    X(cuGraphUpload, 11010, 0, (CUgraphExec hGraphExec, CUstream hStream)) \
+    X(cuGraphExecDestroy, 10000, 0, (CUgraphExec hGraphExec)) \
+    X(cuGraphExecUpdate, 12000, 0, (CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)) \
+    X(cuGraphExecKernelNodeSetParams, 12000, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphNodeSetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)) \
+    X(cuGraphNodeGetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled))
 
 /* PFN_<name> typedefs */
 #define BC_X_PFN(name, version, required, params) typedef CUresult (CUDAAPI *PFN_##name) params;

@@ -54,6 +54,28 @@ __all__ = [
     "MemoryPool", "DriverMemoryPool", "PinnedMemoryPool", "memory_stats", "trim_memory",
 ]
 
+# -- dist: IPC, several GPUs, NCCL (docs/multi-gpu.md)
+from barecuda._ipc import (
+    IpcAllocator, IpcMemoryPool, IpcError, IpcStaleHandleError, IpcForeignHostError, IpcAlreadyOpenError,
+)
+from barecuda._topology import devices, topology, topology_report, p2p_attributes, DevicePool
+from barecuda import ipc, nccl
+__all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
+            "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
+            "ipc", "nccl"]
+
+# CUDA graphs (_graph.pyx)
+from barecuda._graph import (
+    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode,
+    Capture, capture, is_capturing, check_host_errors,
+)
+__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
+            "Capture", "capture", "is_capturing", "check_host_errors"]
+
+# staging settings (core)
+from barecuda._staging import configure_staging
+__all__ += ["configure_staging"]
+
 # --- nvrtc: kernels from CUDA C++ source (NVRTC, compile cache, linking, library API)
 from barecuda._program import (
     Program, ObjectCode, Library, link, compile_module, cache_info, clear_cache, cache_dir,

@@ -71,3 +71,9 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
                         object ptx_params, object signature)
 # Called by Module.close(): later launches of k raise instead of using a dead handle.
 cdef void invalidate_kernel(Kernel k) noexcept
+
+# -- CUDA graphs (kernel-node set_arg; INTERFACES.md "Packing one argument"). Graph's
+#    stand-in until launch's own definitions merge; whoever merges second keeps one.
+cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1
+cdef int check_dims(Kernel k, object grid, object block, unsigned int smem, unsigned int out_grid[3],
+                    unsigned int out_block[3]) except -1

@@ -1370,3 +1370,22 @@ def launch_all(plans):
             rc = bc_issue(D, &p.rec)
         if rc != 0:
             _batch_failed(p, i, rc)
+
+
+# ------------------------------------------- CUDA graphs (INTERFACES.md, graph)
+cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1:
+    """Pack `value` into parameter slot i of k at `dst` (k's parameter block), with
+    launch's checks. Nothing packed here needs to outlive the call, so `keep` stays as given."""
+    if k.func == NULL:
+        _raise_closed(k)
+    if not 0 <= i < k.nparams:
+        raise IndexError(f"kernel {_sig_text(k)} has {k.nparams} parameters; index {i} is out of range")
+    return _pack_one(k, i, value, dst + k.params[i].offset, s)
+
+
+cdef int check_dims(Kernel k, object grid, object block, unsigned int smem, unsigned int out_grid[3],
+                    unsigned int out_block[3]) except -1:
+    """Grid, block and dynamic shared memory checked against k and its device, as a launch checks them."""
+    cdef unsigned int s = 0
+    _launch_dims(k, grid, block, smem, out_grid, out_block, &s)
+    return 0

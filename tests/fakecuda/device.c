@@ -169,6 +169,7 @@ CUresult CUDAAPI cuCtxSynchronize(void) {
         FK_NEED_CTX(c);
         (void)c;
     }
+    if (fk_cap_any()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* invalidates every capture */
     sync_point();
     pend_complete(NULL, 0, 1);
     return CUDA_SUCCESS;

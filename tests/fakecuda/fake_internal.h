@@ -64,6 +64,7 @@ typedef struct fk_fault {
 extern long long g_calls[FK_NSYM];
 
 extern fk_fault g_faults[FK_NSYM];
+extern long long g_faults_fired[FK_NSYM];
 
 extern int g_version_requested[FK_NSYM];
 
@@ -346,6 +347,29 @@ int valid_pool(CUmemoryPool p);
 int valid_location(CUmemLocation loc);
 int managed_range(CUdeviceptr p, size_t n);
 fk_launch *launch_at(int back);
+
+/* ------------------------------------------ CUDA graphs: capture hooks (graph.c) */
+CUresult fk_cap_kernel(CUfunction f, const launch_req *r, unsigned char *buf, int *taken);
+CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr dd, CUmemorytype st, const void *sh,
+                     CUdeviceptr sd, size_t bytes, int *taken);
+CUresult fk_cap_copy3d(CUstream s, const CUDA_MEMCPY3D *c, int *taken);
+CUresult fk_cap_memset(CUstream s, CUdeviceptr dst, unsigned int value, unsigned int esize, size_t count, int *taken);
+CUresult fk_cap_host(CUstream s, CUhostFn fn, void *user, int *taken);
+CUresult fk_cap_alloc(CUstream s, CUdeviceptr *dptr, size_t bytes, int dev, struct CUmemPoolHandle_st *pool,
+                      int *taken);
+CUresult fk_cap_free(CUstream s, CUdeviceptr dptr, int *taken);
+int fk_cap_event_record(CUevent e, CUstream s);   /* 1: recorded into a capture */
+int fk_cap_event_wait(CUstream s, CUevent e);     /* joins s to the event's capture */
+int fk_cap_forbid(CUstream s);                    /* 1: s captures (the capture is now invalid) */
+int fk_cap_unsafe(void);                          /* 1: an unsafe call during a global / this thread's capture */
+int fk_cap_any(void);                             /* 1: a capture runs (a context-wide sync invalidates all) */
+/* Returns from the enclosing function when `call` (which sets fk_taken_) captured the operation or failed. */
+#define FK_CAPTURED(call)                                                          \
+    do {                                                                           \
+        int fk_taken_ = 0;                                                         \
+        CUresult fk_crc_ = (call);                                                 \
+        if (fk_taken_ || fk_crc_) return fk_crc_;                                  \
+    } while (0)
 
 #pragma GCC visibility pop
 

@@ -194,6 +194,14 @@ CUresult do_launch(CUfunction f, const launch_req *r, void **kernelParams, void 
             memcpy(buf + f->params[i].offset, kernelParams[i], f->params[i].size);
         }
     }
+    {
+        int taken = 0;
+        CUresult crc = fk_cap_kernel(f, r, buf, &taken);   /* a capturing stream records a node */
+        if (taken) {
+            if (crc) free(buf);
+            return crc;
+        }
+    }
     rec = &g_ring[g_launch_count % FK_RING];
     free(rec->params);
     memset(rec, 0, sizeof(*rec));
@@ -280,6 +288,7 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
         if (!fn) return CUDA_ERROR_INVALID_VALUE;
         if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
         if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+        FK_CAPTURED(fk_cap_host(hStream, fn, userData, &fk_taken_));
     }
     /* outside the lock: the callback may take the GIL */
     fn(userData);

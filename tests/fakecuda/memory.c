@@ -7,12 +7,14 @@
 /* ------------------------------------------------------------------ memory */
 CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
     FK_ENTER(cuMemAlloc);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     FK_NEED_CTX(c);
     return do_alloc(dptr, bytesize, MK_DEVICE, c->dev, NULL, 0);
 }
 
 CUresult CUDAAPI cuMemFree(CUdeviceptr dptr) {
     FK_ENTER(cuMemFree);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (dptr == 0) return CUDA_SUCCESS;
     pend_check_free(dptr, NULL, 1);
@@ -35,6 +37,7 @@ CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pPitch, size_t Width
 
 CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
     FK_ENTER(cuMemAllocManaged);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     FK_NEED_CTX(c);
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
     return do_alloc(dptr, bytesize, MK_MANAGED, c->dev, NULL, flags);
@@ -152,6 +155,7 @@ CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute
 CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
     FK_ENTER(cuMemcpy);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (ByteCount && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
     if (ByteCount) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
     return CUDA_SUCCESS;
@@ -160,6 +164,8 @@ CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
 CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_UNIFIED, NULL, dst, CU_MEMORYTYPE_UNIFIED, NULL, src, ByteCount,
+                            &fk_taken_));
     if (ByteCount && (!dst || !src)) return CUDA_ERROR_INVALID_VALUE;
     if (ByteCount) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
     return CUDA_SUCCESS;
@@ -189,6 +195,7 @@ CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount) {
     FK_ENTER(cuMemcpyHtoD);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     sync_point();
     return htod(dstDevice, srcHost, ByteCount);
 }
@@ -196,6 +203,7 @@ CUresult CUDAAPI cuMemcpyHtoD(CUdeviceptr dstDevice, const void *srcHost, size_t
 CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
     FK_ENTER(cuMemcpyDtoH);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     sync_point();
     return dtoh(dstHost, srcDevice, ByteCount);
 }
@@ -203,24 +211,31 @@ CUresult CUDAAPI cuMemcpyDtoH(void *dstHost, CUdeviceptr srcDevice, size_t ByteC
 CUresult CUDAAPI cuMemcpyDtoD(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount) {
     FK_ENTER(cuMemcpyDtoD);
     FK_COPY_PRELUDE(NULL);
+    if (fk_cap_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
 CUresult CUDAAPI cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyHtoDAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, CU_MEMORYTYPE_HOST, srcHost, 0, ByteCount,
+                            &fk_taken_));
     return htod(dstDevice, srcHost, ByteCount);
 }
 
 CUresult CUDAAPI cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyDtoHAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_HOST, dstHost, 0, CU_MEMORYTYPE_DEVICE, NULL, srcDevice, ByteCount,
+                            &fk_taken_));
     return dtoh(dstHost, srcDevice, ByteCount);
 }
 
 CUresult CUDAAPI cuMemcpyDtoDAsync(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream) {
     FK_ENTER(cuMemcpyDtoDAsync);
     FK_COPY_PRELUDE(hStream);
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, CU_MEMORYTYPE_DEVICE, NULL, srcDevice,
+                            ByteCount, &fk_taken_));
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
@@ -229,6 +244,8 @@ CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, 
     FK_ENTER(cuMemcpyPeerAsync);
     FK_COPY_PRELUDE(hStream);
     if (!valid_ctx(dstContext) || !valid_ctx(srcContext)) return CUDA_ERROR_INVALID_CONTEXT;
+    FK_CAPTURED(fk_cap_copy(hStream, CU_MEMORYTYPE_DEVICE, NULL, dstDevice, CU_MEMORYTYPE_DEVICE, NULL, srcDevice,
+                            ByteCount, &fk_taken_));
     return dtod(dstDevice, srcDevice, ByteCount);
 }
 
@@ -273,6 +290,16 @@ CUresult CUDAAPI cuMemcpy2DAsync(const CUDA_MEMCPY2D *c, CUstream hStream) {
     FK_ENTER(cuMemcpy2DAsync);
     FK_COPY_PRELUDE(hStream);
     if (!c) return CUDA_ERROR_INVALID_VALUE;
+    {
+        CUDA_MEMCPY3D m;
+        memset(&m, 0, sizeof(m));
+        m.srcXInBytes = c->srcXInBytes; m.srcY = c->srcY; m.srcMemoryType = c->srcMemoryType;
+        m.srcHost = c->srcHost; m.srcDevice = c->srcDevice; m.srcPitch = c->srcPitch; m.srcHeight = c->Height;
+        m.dstXInBytes = c->dstXInBytes; m.dstY = c->dstY; m.dstMemoryType = c->dstMemoryType;
+        m.dstHost = c->dstHost; m.dstDevice = c->dstDevice; m.dstPitch = c->dstPitch; m.dstHeight = c->Height;
+        m.WidthInBytes = c->WidthInBytes; m.Height = c->Height; m.Depth = 1;
+        FK_CAPTURED(fk_cap_copy3d(hStream, &m, &fk_taken_));
+    }
     return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, 0, c->srcPitch, 0,
                   c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, 0, c->dstPitch, 0,
                   c->WidthInBytes, c->Height, 1);
@@ -284,6 +311,7 @@ CUresult CUDAAPI cuMemcpy3DAsync(const CUDA_MEMCPY3D *c, CUstream hStream) {
     FK_COPY_PRELUDE(hStream);
     if (!c) return CUDA_ERROR_INVALID_VALUE;
     if (c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1) return CUDA_ERROR_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_copy3d(hStream, c, &fk_taken_));
     sh = c->srcHeight;
     dh = c->dstHeight;
     return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch, sh,
@@ -295,6 +323,7 @@ CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t
     FK_ENTER(cuMemsetD8Async);
     FK_COPY_PRELUDE(hStream);
     if (!dev_range_ok((uintptr_t)dstDevice, N)) return CUDA_ERROR_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_memset(hStream, dstDevice, uc, 1, N, &fk_taken_));
     if (N) memset((void *)(uintptr_t)dstDevice, uc, N);
     return CUDA_SUCCESS;
 }
@@ -304,6 +333,7 @@ CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size
     FK_ENTER(cuMemsetD16Async);
     FK_COPY_PRELUDE(hStream);
     if ((dstDevice & 1) || N * 2 / 2 != N || !dev_range_ok((uintptr_t)dstDevice, N * 2)) return CUDA_ERROR_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_memset(hStream, dstDevice, us, 2, N, &fk_taken_));
     for (i = 0; i < N; i++) ((unsigned short *)(uintptr_t)dstDevice)[i] = us;
     return CUDA_SUCCESS;
 }
@@ -313,6 +343,7 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t
     FK_ENTER(cuMemsetD32Async);
     FK_COPY_PRELUDE(hStream);
     if ((dstDevice & 3) || N * 4 / 4 != N || !dev_range_ok((uintptr_t)dstDevice, N * 4)) return CUDA_ERROR_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_memset(hStream, dstDevice, ui, 4, N, &fk_taken_));
     for (i = 0; i < N; i++) ((unsigned int *)(uintptr_t)dstDevice)[i] = ui;
     return CUDA_SUCCESS;
 }
@@ -329,6 +360,7 @@ CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
     FK_ENTER(cuMemAllocAsync);
     FK_NEED_CTX(c);
     if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    FK_CAPTURED(fk_cap_alloc(hStream, dptr, bytesize, c->dev, &g_dev[c->dev].default_pool, &fk_taken_));
     return do_alloc(dptr, bytesize, MK_DEVICE, c->dev, &g_dev[c->dev].default_pool, 0);
 }
 
@@ -336,6 +368,7 @@ CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
     FK_ENTER(cuMemFreeAsync);
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    FK_CAPTURED(fk_cap_free(hStream, dptr, &fk_taken_));
     pend_check_free(dptr, hStream, 0);
     return do_free(dptr, 0);
 }
@@ -345,6 +378,7 @@ CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUm
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
     if (!valid_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    FK_CAPTURED(fk_cap_alloc(hStream, dptr, bytesize, pool->dev, pool, &fk_taken_));
     return do_alloc(dptr, bytesize, MK_DEVICE, pool->dev, pool, 0);
 }
 

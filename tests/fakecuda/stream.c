@@ -44,6 +44,7 @@ CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
     FK_ENTER(cuStreamSynchronize);
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (fk_cap_forbid(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     sync_point();
     pend_complete(hStream, ~0ULL, 0);
     return CUDA_SUCCESS;
@@ -53,6 +54,7 @@ CUresult CUDAAPI cuStreamQuery(CUstream hStream) {
     FK_ENTER(cuStreamQuery);
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (!valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (fk_cap_forbid(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     pend_complete(hStream, ~0ULL, 0);   /* reported idle: its pending work is done */
     return CUDA_SUCCESS;
 }
@@ -62,6 +64,7 @@ CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (Flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
     if (!valid_stream(hStream) || !vec_has(&g_events, hEvent)) return CUDA_ERROR_INVALID_HANDLE;
+    (void)fk_cap_event_wait(hStream, hEvent);
     return CUDA_SUCCESS;
 }
 
@@ -124,6 +127,7 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
     FK_ENTER(cuEventRecord);
     if (!cur_ctx()) return CUDA_ERROR_INVALID_CONTEXT;
     if (!vec_has(&g_events, hEvent) || !valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+    if (fk_cap_event_record(hEvent, hStream)) return CUDA_SUCCESS;
     hEvent->recorded = 1;
     hEvent->t_ms = now_ms();
     hEvent->pend_stream = pend_norm(hStream);
