@@ -351,7 +351,6 @@ def _settle():
     if not barecuda._loader._state()["loaded"] or barecuda._loader._state()["forked"]:
         return
     try:
-        barecuda.Stream  # noqa: B018 - the package is importable and loaded
         for dev in range(barecuda.device_count()):
             barecuda.trim_memory(dev)
     except barecuda.CudaError:

@@ -77,6 +77,16 @@ __all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalH
 from barecuda._staging import configure_staging
 __all__ += ["configure_staging"]
 
+# --- nvrtc: kernels from CUDA C++ source (NVRTC, compile cache, linking, library API)
+from barecuda._program import (
+    Program, ObjectCode, Library, link, compile_module, cache_info, clear_cache, cache_dir,
+    CompileError, LinkError, CompilerNotFoundError, nvrtc_version, nvrtc_path, nvjitlink_version,
+)
+__all__ += [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version",
+]
+
 # launch: public settings
 from barecuda._launch import set_launch_releases_gil, launch_releases_gil
 __all__ += ["set_launch_releases_gil", "launch_releases_gil"]
