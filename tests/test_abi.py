@@ -163,6 +163,16 @@ def test_our_symbol_table_parsed():
     assert len(names) == text[text.index("#define BC_DRIVER_SYMBOLS(X)"):].split("\n\n")[0].count("    X(")
 
 
+def test_pxd_driver_table_matches_the_header():
+    """_abi.pxd's bc_driver_t has one slot per BC_DRIVER_SYMBOLS row, in the same order
+    (the C struct is generated from the header; Cython must name the same fields)."""
+    pxd = open(os.path.join(REPO, "src", "barecuda", "_abi.pxd"), encoding="utf-8").read()
+    block = pxd[pxd.index("ctypedef struct bc_driver_t:"):]
+    block = block[:block.index("\n\n")]
+    slots = re.findall(r"\(\*(cu\w+)\)", block)
+    assert slots == [s[0] for s in OUR_SYMBOLS]
+
+
 # ------------------------------------------------------------- vs cuda.h
 @needs_cuda_h
 def test_enum_values_match_cuda_h():

@@ -95,7 +95,7 @@ def test_kernel_node_from_a_plan(fake, vadd, stream):
 
 @pytest.mark.parametrize("args, grid, block, exc", [
     ((1, 2, 3), 1, 1, TypeError),                          # too few arguments
-    ((0, 0, 0, -1), 1, 1, OverflowError),                   # u32 out of range
+    ((0, 0, 0, 2**32), 1, 1, OverflowError),                # u32 out of range (either sign allowed)
     ((0, 0, 0, 1.5), 1, 1, TypeError),                      # float for an integer
     ((0, 0, 0, 1), 0, 1, ValueError),                       # zero grid
     ((0, 0, 0, 1), 1, 2048, ValueError),                    # too many threads
@@ -274,7 +274,7 @@ def test_set_args_and_set_dims(fake, vadd, stream):
     with pytest.raises(TypeError):
         h.set_args(1, 2)
     with pytest.raises(OverflowError):
-        h.set_args(a, o, o, -1)
+        h.set_args(a, o, o, 2**32)   # PTX .u32 takes [-2**31, 2**32-1] (issue 10)
     exe.launch(stream)
     rec = fake.last_launch()
     assert rec.params == vadd_block(a.ptr, o.ptr, o.ptr, 8) and rec.block == (64, 1, 1)

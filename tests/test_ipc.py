@@ -199,3 +199,28 @@ def test_event_export_open(fake):
 def test_timing_event_refused(fake):
     with pytest.raises(bc.IpcError, match="ipc_event"):
         ipc.export_event(bc.Event(0))
+
+
+def test_pool_descriptor_travels_through_resource_sharer(fake):
+    import struct
+    pool = bc.IpcMemoryPool(0)
+    buf = pool.alloc(4096)
+    h = ipc.export_buffer(buf)
+    h2 = pickle.loads(pickle.dumps(h))
+    assert h2._shared_fd is not None
+    fd = h2._shared_fd.detach()               # SCM_RIGHTS from the exporter's sharer
+    try:
+        assert fd != h.pool_fd
+        # the double writes the pool's address into the descriptor's file: same file
+        assert os.pread(fd, struct.calcsize("P"), 0) == struct.pack("P", pool.handle)
+    finally:
+        os.close(fd)
+
+
+def test_pool_import_reaches_driver(fake):
+    pool = bc.IpcMemoryPool(0)
+    h = _foreign(ipc.export_buffer(pool.alloc(4096)))
+    # the double has no second process: importing the pool is where it stops
+    with pytest.raises(bc.CudaNotSupportedError):
+        ipc.open_buffer(h)
+    assert fake.calls("cuMemPoolImportFromShareableHandle") == 1

@@ -347,3 +347,30 @@ def test_context_manager_closes(fnccl):
     with nccl.Communicator.for_devices([0])[0] as c:
         assert fnccl.live_comms() == live + 1
     assert c.closed and fnccl.live_comms() == live
+
+
+def test_bfloat16_by_name(fnccl):
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng()
+    # small integers are exact in bfloat16: its bits are the top half of float32's
+    xs = [rng.integers(-20, 20, 64).astype(np.float32) for _ in range(2)]
+    bits = [(x.view(np.uint32) >> 16).astype(np.uint16) for x in xs]
+    a, b = _pair()
+    bufs = [bc.to_device(v) for v in bits]
+    with nccl.group():
+        a.all_reduce(bufs[0], dtype="bfloat16")
+        b.all_reduce(bufs[1], dtype="bfloat16")
+    for buf in bufs:
+        got = (buf.to_numpy().astype(np.uint32) << 16).view(np.float32)
+        np.testing.assert_array_equal(got, xs[0] + xs[1])
+    a.close()
+    b.close()
+
+
+def test_fp8_reaches_nccl_with_its_code(fnccl):
+    # the double does not simulate fp8 and says so: the call got there with code 10/11
+    a = nccl.Communicator.for_devices([0], abort_on_error=False)[0]
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        with pytest.raises(nccl.NcclInvalidArgument, match="fp8"):
+            a.all_reduce(bc.alloc(16), dtype=name)
+    a.close()

@@ -119,6 +119,24 @@ def test_bfloat16_all_reduce(comms):
         np.testing.assert_allclose(got, want, rtol=2e-2)
 
 
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+def test_fp8_all_reduce(comms, name):
+    ml = pytest.importorskip("ml_dtypes")
+    if nccl.version() < (2, 24, 0):
+        pytest.skip("fp8 needs NCCL 2.24")
+    dt = getattr(ml, name)
+    rng = np.random.default_rng()
+    # 0.5, 1 and 2 sum exactly in both fp8 formats for up to 8 ranks
+    xs = [rng.choice(np.array([0.5, 1.0, 2.0], dtype=np.float32), 256).astype(dt) for _ in comms]
+    bufs = [bc.to_device(x.view(np.uint8), device=c.device) for x, c in zip(xs, comms)]
+    with nccl.group():
+        for c, b in zip(comms, bufs):
+            c.all_reduce(b, dtype=name)
+    want = sum(x.astype(np.float32) for x in xs)
+    for b in bufs:
+        np.testing.assert_array_equal(b.to_numpy().view(dt).astype(np.float32), want)
+
+
 def test_other_collectives_one_process(comms):
     rng = np.random.default_rng()
     n = len(comms)

@@ -818,7 +818,10 @@ BC_STATIC_ASSERT(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, instantiate_params
     X(cuGraphExecUpdate, 12000, 0, (CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)) \
     X(cuGraphExecKernelNodeSetParams, 12000, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
     X(cuGraphNodeSetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)) \
-    X(cuGraphNodeGetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled))
+    X(cuGraphNodeGetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)) \
+    /* launch: a module's kernel names (C++ lookup by plain name in cubins) */ \
+    X(cuModuleGetFunctionCount, 12040, 0, (unsigned int *count, CUmodule mod)) \
+    X(cuModuleEnumerateFunctions, 12040, 0, (CUfunction *functions, unsigned int numFunctions, CUmodule mod))
 
 /* PFN_<name> typedefs */
 #define BC_X_PFN(name, version, required, params) typedef CUresult (CUDAAPI *PFN_##name) params;

@@ -22,7 +22,8 @@ from barecuda._memory import (
     copy_2d, copy_3d, register_host, HostRegistration,
 )
 from barecuda._module import Module, Global
-from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
+from barecuda._launch import Kernel, LaunchPlan, PlanList, launch_all
+from barecuda._launch_config import LaunchConfig
 from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
 
 
@@ -71,3 +72,21 @@ from barecuda._graph import (
 )
 __all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
             "Capture", "capture", "is_capturing", "check_host_errors"]
+
+# staging settings (core)
+from barecuda._staging import configure_staging
+__all__ += ["configure_staging"]
+
+# --- nvrtc: kernels from CUDA C++ source (NVRTC, compile cache, linking, library API)
+from barecuda._program import (
+    Program, ObjectCode, Library, link, compile_module, cache_info, clear_cache, cache_dir,
+    CompileError, LinkError, CompilerNotFoundError, nvrtc_version, nvrtc_path, nvjitlink_version,
+)
+__all__ += [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version",
+]
+
+# launch: public settings
+from barecuda._launch import set_launch_releases_gil, launch_releases_gil
+__all__ += ["set_launch_releases_gil", "launch_releases_gil"]

@@ -652,6 +652,9 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
         CUresult (*cuGraphNodeSetEnabled)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) nogil
         CUresult (*cuGraphNodeGetEnabled)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) nogil
+        # launch: a module's kernel names (C++ lookup by plain name in cubins)
+        CUresult (*cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod) nogil
+        CUresult (*cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod) nogil
 
     # Name tables generated from BC_DEVICE_ATTRIBUTES / BC_FUNCTION_ATTRIBUTES
     # (names without the CU_DEVICE_ATTRIBUTE_ / CU_FUNC_ATTRIBUTE_ prefix).

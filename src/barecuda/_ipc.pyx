@@ -14,9 +14,10 @@ Two kinds of memory can be shared, and the handle records which:
 * ``"pool"`` -- memory from a driver memory pool created with
   ``CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`` (``IpcMemoryPool``):
   ``cuMemPoolExportPointer`` plus the pool exported as a file descriptor. The
-  importer takes the descriptor out of the exporting process with
-  ``pidfd_getfd(2)`` (Linux >= 5.6; needs ptrace permission over the exporter, as
-  PyTorch's expandable-segment IPC does). A device's DEFAULT pool -- what
+  descriptor travels through multiprocessing's resource sharer (SCM_RIGHTS over a Unix
+  socket of the exporting process) between processes of one multiprocessing family,
+  else the importer takes it with ``pidfd_getfd(2)`` (Linux >= 5.6; needs ptrace
+  permission over the exporter). A device's DEFAULT pool -- what
   ``cuMemAllocAsync``, and therefore barecuda's default allocator, uses -- is created
   by the driver without any handle type and can never be shared: exporting such a
   buffer raises ``IpcError`` saying so.
@@ -310,12 +311,28 @@ class MemHandle:
         self.pool_fd = pool_fd
         self._keep = None          # exporter side: the buffer (and its pool) kept alive
         self._owns_fd = False
+        self._shared_fd = None     # importer side: multiprocessing's handle to the descriptor
 
     def __getstate__(self):
         st = dict(self.__dict__)
         st["_keep"] = None
         st["_owns_fd"] = False
+        st["_shared_fd"] = None
+        if self.kind == "pool" and self._owns_fd and self.pool_fd >= 0:
+            # Offer the descriptor through multiprocessing's resource sharer (a Unix
+            # socket in this process, SCM_RIGHTS, authenticated with the process
+            # family's authkey): works between multiprocessing parents and children
+            # without ptrace rights. Other importers fall back to pidfd_getfd.
+            try:
+                from multiprocessing import resource_sharer
+                st["_shared_fd"] = resource_sharer.DupFd(self.pool_fd)
+            except Exception:
+                st["_shared_fd"] = None
         return st
+
+    def __setstate__(self, st):
+        st.setdefault("_shared_fd", None)
+        self.__dict__.update(st)
 
     def __del__(self):
         if self._owns_fd and self.pool_fd >= 0:
@@ -457,7 +474,7 @@ def export_event(Event event not None):
 
 
 # ------------------------------------------------------------------ import
-_open_lock = threading.Lock()
+_open_lock = threading.RLock()      # reentrant: a view collected inside the block unmaps under it
 _open_views = weakref.WeakValueDictionary()     # handle key -> the live view
 _imported_pools = weakref.WeakValueDictionary() # (host, boot, pid, pool_key) -> _ImportedPool
 
@@ -543,7 +560,16 @@ cdef _ImportedPool _import_pool(object h, Device dev):
     ip = _imported_pools.get(key)
     if ip is not None:
         return <_ImportedPool>ip
-    fd = _pidfd_getfd(h.pid, h.pool_fd)
+    fd = -1
+    shared = getattr(h, "_shared_fd", None)
+    if shared is not None:
+        try:
+            fd = shared.detach()          # from the exporter's resource sharer (one use)
+        except Exception:
+            fd = -1
+        h._shared_fd = None
+    if fd < 0:
+        fd = _pidfd_getfd(h.pid, h.pool_fd)
     try:
         fdv = fd
         with nogil:

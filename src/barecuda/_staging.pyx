@@ -215,9 +215,14 @@ cdef dict _config_dict(const bc_staging_config *c):
             "nt_htod": bool(c.nt_htod), "nt_dtoh": bool(c.nt_dtoh), "spin_us": c.spin_ns / 1000.0}
 
 
-def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
-              min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None, spin_us=None):
-    """Set the staging parameters (None leaves one unchanged); returns the resulting set.
+def configure_staging(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
+                      min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None, spin_us=None):
+    """Set how pageable host<->device copies are staged; returns the resulting settings.
+
+    Public as ``barecuda.configure_staging``. Every argument is keyword-only; None
+    (the default) leaves that setting unchanged, so ``configure_staging()`` just
+    returns the current settings. The environment variables named in this module's
+    docstring set the initial values at import.
 
     Parameters
     ----------
@@ -248,10 +253,23 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         Longer keeps them awake between the pieces of a copy whose DMAs are slower
         than the host side, at the cost of CPU time after the last piece.
 
+    Returns
+    -------
+    dict
+        ``chunk_bytes``, ``chunks``, ``threads``, ``threshold``, ``min_piece``,
+        ``min_part`` (int), ``nt_htod``, ``nt_dtoh`` (bool), ``spin_us`` (float): the
+        settings now in force. Passing it back as keywords restores them.
+
+    Raises
+    ------
+    ValueError
+        A value out of its range (nothing is changed then).
+
     Notes
     -----
     Existing stagers rebuild their chunks and threads at their next large copy.
-    Calling with no argument just returns the current settings.
+    Settings are process-wide and thread-safe; a copy running concurrently finishes
+    with the settings it started with.
     """
     cdef bc_staging_config c
     bc_staging_get_config(&c)
@@ -292,6 +310,11 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         c.nt_dtoh = 1 if (nt_dtoh and BC_STAGING_HAVE_NT) else 0
     bc_staging_set_config(&c)
     return _config_dict(&c)
+
+
+# The former private name, still used by src/barecuda/bench (memory_rows.py,
+# staging_sweep.py); new code calls barecuda.configure_staging.
+configure = configure_staging
 
 
 def stats():
@@ -412,10 +435,10 @@ def _configure_from_env():
         cores = _usable_cores()
         threads = min(12, max(2, cores * 3 // 4), cores)
     try:
-        configure(threads=max(1, min(threads, BC_STAGING_MAX_THREADS)),
-                  chunks=None if chunks is None else max(1, min(chunks, BC_STAGING_MAX_CHUNKS)),
-                  chunk_bytes=_env_size("BARECUDA_STAGING_CHUNK_BYTES") or None,
-                  threshold=_env_size("BARECUDA_STAGING_THRESHOLD"))
+        configure_staging(threads=max(1, min(threads, BC_STAGING_MAX_THREADS)),
+                          chunks=None if chunks is None else max(1, min(chunks, BC_STAGING_MAX_CHUNKS)),
+                          chunk_bytes=_env_size("BARECUDA_STAGING_CHUNK_BYTES") or None,
+                          threshold=_env_size("BARECUDA_STAGING_THRESHOLD"))
     except ValueError as e:
         warnings.warn(f"barecuda staging environment ignored: {e}", RuntimeWarning)
 

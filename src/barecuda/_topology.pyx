@@ -111,7 +111,7 @@ def topology():
 
 
 def topology_report(topo=None):
-    """:func:`topology` as text for people (what ``python -m barecuda doctor`` prints)."""
+    """:func:`topology` as text for people (for ``python -m barecuda doctor``)."""
     t = topology() if topo is None else topo
     lines = []
     n = len(t["devices"])

@@ -244,3 +244,12 @@ FK_EXPORT int fakecuda_pending_refs(unsigned long long ptr, void *stream, int an
     if (!a) return -1;
     return pend_refs(a->id, (CUstream)stream, any_stream);
 }
+
+/* Injected failures of `symbol` that fired since the library was loaded (not reset by
+ * fakecuda_reset): the leak check of tests/conftest.py allows one live handle per
+ * failed destroy/free, since a handle whose destroy failed stays alive. -1: unknown. */
+FK_EXPORT long long fakecuda_faults_fired(const char *symbol) {
+    int i = sym_index(symbol);
+    FK_LOCK_SCOPE;
+    return i < 0 ? -1 : g_faults_fired[i];
+}

@@ -64,6 +64,7 @@ typedef struct fk_fault {
 extern long long g_calls[FK_NSYM];
 
 extern fk_fault g_faults[FK_NSYM];
+extern long long g_faults_fired[FK_NSYM];
 
 extern int g_version_requested[FK_NSYM];
 

@@ -350,3 +350,21 @@ CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc) {
     *name = hfunc->name;
     return CUDA_SUCCESS;
 }
+
+/* ---- launch: a module's kernel names (cuModuleGetFunctionCount, cuModuleEnumerateFunctions), so C++ kernels of cubins can be found by their plain name. */
+CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule mod) {
+    FK_ENTER(cuModuleGetFunctionCount);
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_modules, mod)) return CUDA_ERROR_INVALID_HANDLE;
+    *count = (unsigned int)mod->nfuncs;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions, CUmodule mod) {
+    unsigned int i;
+    FK_ENTER(cuModuleEnumerateFunctions);
+    if (!functions) return CUDA_ERROR_INVALID_VALUE;
+    if (!vec_has(&g_modules, mod)) return CUDA_ERROR_INVALID_HANDLE;
+    for (i = 0; i < numFunctions && (int)i < mod->nfuncs; i++) functions[i] = &mod->funcs[i];
+    return CUDA_SUCCESS;
+}

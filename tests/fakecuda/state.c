@@ -30,6 +30,8 @@ void fk_unlock_cleanup(int *unused) {
 
 long long g_calls[FK_NSYM];
 fk_fault g_faults[FK_NSYM];
+/* Injected failures that fired, per entry point, since load (never reset). */
+long long g_faults_fired[FK_NSYM];
 int g_version_requested[FK_NSYM];
 
 int g_initialized;
@@ -214,6 +216,7 @@ CUresult fk_begin(int sym) {
         long long n = f->seen++;
         if (n >= f->after && f->times != 0) {
             rc = f->code;
+            g_faults_fired[sym]++;
             if (f->times > 0 && --f->times == 0) f->armed = 0;
         }
     }
