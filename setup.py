@@ -63,11 +63,11 @@ else:
     libraries = ["dl", "pthread"] if LINUX else []
 
 # Extra hand-written C sources per extension module (paths relative to the root).
-C_SOURCES = {}
-if os.path.exists("src/csrc/bc_staging.c"):
-    C_SOURCES["barecuda._staging"] = ["src/csrc/bc_staging.c"]
+C_SOURCES = {
+    "barecuda._staging": ["src/csrc/bc_staging.c"],
+}
 
-include_dirs = ["include"] + (["src/csrc"] if os.path.isdir("src/csrc") else [])
+include_dirs = ["include", "src/csrc"]
 
 
 def _module_name(pyx):

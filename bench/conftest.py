@@ -4,7 +4,8 @@
 
 Everything is skipped without a usable CUDA driver and device; a peer that is not
 installed skips its rows. These tests measure: they assert nothing about speed.
-The rows (statements, kernels, raw C loops) are the ones ``barecuda.bench`` builds,
+The rows (statements, kernels, raw C loops) are the ones the rows modules of
+``barecuda.bench`` build (launch_rows.py, memory_rows.py),
 so both tools measure the same thing; ``python -m barecuda.bench`` alternates the
 rows and reports ratios to raw C, which pytest-benchmark cannot do.
 
@@ -45,21 +46,20 @@ def _gpu_or_skip():
 
 @pytest.fixture(scope="session")
 def setup():
-    """Kernels, buffers and streams (raw and barecuda), built once."""
+    """The benchmark context (kernels, buffers and streams, raw and barecuda), built once."""
     _gpu_or_skip()
     from barecuda import bench
-    S = bench.Setup()
-    S.keep = []
-    S.gil_switch = None
-    yield S
-    S.close()
+    ctx = bench.Context()
+    yield ctx
+    ctx.close()
 
 
 @pytest.fixture(scope="session")
 def launch_rows(setup):
     from barecuda import bench
-    rows = bench.build_launch_rows(setup, peers_wanted=True)
+    from barecuda.bench.launch_rows import build_launch_rows
+    rows = build_launch_rows(setup, peers=True)
     for r in rows:
-        bench._check_once(r, setup.B.ctx_sync)     # warm-up; a row that fails becomes n/a
+        bench.check_once(r, setup.B.ctx_sync)     # warm-up; a row that fails becomes n/a
     return {r.key: r for r in rows}
 

@@ -23,17 +23,18 @@ def row_or_skip(rows, key):
 @pytest.fixture(scope="module")
 def alloc_rows(setup):
     from barecuda import bench
-    rows = bench._alloc_row_objects(setup)
+    from barecuda.bench.memory_rows import alloc_rows
+    rows = alloc_rows(setup)
     for r in rows:
-        bench._check_once(r, setup.B.ctx_sync)
+        bench.check_once(r, setup.B.ctx_sync)
     return {r.key: r for r in rows}
 
 
 @pytest.fixture(scope="module")
 def copy_rows(setup):
     pytest.importorskip("numpy")
-    from barecuda import bench
-    rows = bench.copy_rows(setup, bench.Settings())
+    from barecuda.bench.memory_rows import copy_rows
+    rows = copy_rows(setup)
     yield {r.key: r for r in rows}
     rows.clear()
 

@@ -9,6 +9,8 @@ With ``--gpu``: the real driver is used, tests that need the ``fake`` fixture ar
 skipped, and everything is skipped when ``barecuda.is_available()`` is False.
 """
 import ctypes
+import gc
+import glob
 import importlib.util
 import os
 import shutil
@@ -22,11 +24,14 @@ import pytest
 TESTS = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(TESTS)
 FAKE_DIR = os.path.join(TESTS, "fakecuda")
-FAKE_SRC = os.path.join(FAKE_DIR, "fakecuda.c")
 FAKE_BUILD = os.path.join(FAKE_DIR, "build")
 FAKE_LIB = os.path.join(FAKE_BUILD, "libfakecuda.so")
 FAKE_LIB_NOGPA = os.path.join(FAKE_BUILD, "libfakecuda_nogpa.so")
-FAKE_DEPS = (FAKE_SRC, os.path.join(REPO, "include", "barecuda", "cuda_abi.h"),
+# The double is every .c file in tests/fakecuda/ (split by concern behind
+# fake_internal.h; a new file there is picked up without touching this list).
+FAKE_SRCS = sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")))
+FAKE_DEPS = (*FAKE_SRCS, *glob.glob(os.path.join(FAKE_DIR, "*.h")),
+             os.path.join(REPO, "include", "barecuda", "cuda_abi.h"),
              os.path.join(REPO, "include", "barecuda", "cuda_errors.h"))
 CFLAGS = ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-std=gnu11", "-pthread"]
 
@@ -69,7 +74,7 @@ def _build(target, extra=()):
     os.makedirs(FAKE_BUILD, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=FAKE_BUILD)
     os.close(fd)
-    cmd = cc + CFLAGS + ["-I", os.path.join(REPO, "include"), *extra, FAKE_SRC, "-o", tmp]
+    cmd = cc + CFLAGS + ["-I", os.path.join(REPO, "include"), *extra, *FAKE_SRCS, "-o", tmp]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)
@@ -277,3 +282,126 @@ def ptx():
     """PTX texts for CPU tests (see tests/fakecuda/ptx.py)."""
     from fakecuda import ptx as mod
     return mod
+
+
+# ------------------------------------------------------------------ leak check
+# Every kind of handle the double counts that a test could leave behind. Kinds the
+# double does not know (fakecuda_live returns -1; e.g. graphs before the double
+# counts them) are skipped. Not checked: ctx_retain (Device caches its primary
+# context for the process, by design) and global (module globals live and die with
+# their module, which is counted).
+LEAK_KINDS = ("mem", "managed", "host_mem", "host_register", "stream", "event", "module", "pool")
+# Kinds counted by other parts of the double, when present: kind -> (function, argument).
+EXTRA_KINDS = {"graph": ("fakecuda_graph_live", b"graph"), "graph_exec": ("fakecuda_graph_live", b"exec"),
+               "ipc_open": ("fakecuda_ipc_live", None)}
+# The entry points that end a handle of each kind. A handle whose destroy failed
+# (a test injected the failure with fake.fail) stays alive in the double: barecuda
+# warns and lets go of it, by design (destructors never raise). The leak check
+# allows exactly one live handle per such injected failure that fired.
+DESTROYERS = {"mem": ("cuMemFree", "cuMemFreeAsync"), "managed": (), "host_mem": ("cuMemFreeHost",),
+              "host_register": ("cuMemHostUnregister",), "stream": ("cuStreamDestroy",),
+              "event": ("cuEventDestroy",), "module": ("cuModuleUnload",), "pool": ("cuMemPoolDestroy",),
+              "graph": ("cuGraphDestroy",), "graph_exec": ("cuGraphExecDestroy",),
+              "ipc_open": ("cuIpcCloseMemHandle",)}
+_live_lib = None
+
+
+def _lib():
+    global _live_lib
+    if _live_lib is None:
+        _live_lib = ctypes.CDLL(FAKE_LIB)   # the same instance barecuda opens (same path)
+        _live_lib.fakecuda_live.restype = ctypes.c_int
+        _live_lib.fakecuda_live.argtypes = [ctypes.c_char_p]
+        _live_lib.fakecuda_faults_fired.restype = ctypes.c_longlong
+        _live_lib.fakecuda_faults_fired.argtypes = [ctypes.c_char_p]
+    return _live_lib
+
+
+def _live_counts():
+    """{kind: live handles} in the double, for every kind the double counts."""
+    out = {}
+    for kind in LEAK_KINDS:
+        n = _lib().fakecuda_live(kind.encode())
+        if n >= 0:
+            out[kind] = n
+    for kind, (fname, arg) in EXTRA_KINDS.items():
+        fn = getattr(_lib(), fname, None)
+        if fn is None:
+            continue
+        fn.restype = ctypes.c_int
+        n = fn(arg) if arg is not None else fn()
+        if n >= 0:
+            out[kind] = n
+    return out
+
+
+def _failed_destroys():
+    """{kind: injected destroy/free failures that fired so far}."""
+    out = {}
+    for kind, names in DESTROYERS.items():
+        fired = [_lib().fakecuda_faults_fired(n.encode()) for n in names]
+        out[kind] = sum(f for f in fired if f > 0)
+    return out
+
+
+def _settle():
+    """Drop what only garbage or caches still hold: collect, then trim every cache."""
+    gc.collect()
+    import barecuda
+    if not barecuda._loader._state()["loaded"] or barecuda._loader._state()["forked"]:
+        return
+    try:
+        for dev in range(barecuda.device_count()):
+            barecuda.trim_memory(dev)
+    except barecuda.CudaError:
+        pass   # a test that left the (fake) device in an error state: counts will tell
+    barecuda._staging.release()
+    gc.collect()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when == "call":
+        item._barecuda_call_failed = rep.failed or hasattr(rep, "wasxfail")   # xfail: failed on purpose
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_handles(request):
+    """After every test on the driver double, no handle of any kind is left alive.
+
+    Runs after the test's own function-scoped fixtures are torn down (it is set up
+    first, so it is torn down last) and after garbage collection and trimming of the
+    allocator caches and staging buffers. Objects held by module- or session-scoped
+    fixtures exist before it takes its baseline (pytest sets up wider scopes first),
+    so they count as the starting value, not as a leak. A handle whose destroy the
+    test made fail on purpose (fake.fail on a destroyer, see DESTROYERS) is allowed.
+    Skipped with --gpu, and for a test that already failed (its traceback keeps its
+    objects alive).
+    """
+    if request.config.getoption("--gpu") or _BUILD_ERROR:
+        yield
+        return
+    before = _live_counts()
+    if any(before.values()):   # caches or wider-scoped fixtures hold handles: settle first
+        _settle()
+        before = _live_counts()
+    failed_before = _failed_destroys()
+    yield
+    if getattr(request.node, "_barecuda_call_failed", False):
+        return
+    # The test's fixture values stay referenced from the item until pytest clears
+    # them after teardown; this fixture is the last function-scoped one torn down,
+    # so drop them now (wider-scoped fixtures keep their own reference).
+    if isinstance(getattr(request.node, "funcargs", None), dict):
+        request.node.funcargs.clear()
+    allowed = {k: n - failed_before[k] for k, n in _failed_destroys().items()}
+    after = _live_counts()
+    if any(after[k] - before[k] > allowed.get(k, 0) for k in before):
+        _settle()
+        after = _live_counts()
+    leaked = {k: after[k] - before[k] for k in before if after[k] - before[k] > allowed.get(k, 0)}
+    if leaked:
+        pytest.fail(f"{request.node.nodeid} left driver handles alive (kind: change in live count): "
+                    f"{leaked}", pytrace=False)

@@ -7,6 +7,7 @@ against our header, and its parameter-buffer layouts are checked against layouts
 written out by hand.
 """
 import ctypes
+import glob
 import os
 import re
 import shutil
@@ -62,9 +63,32 @@ def _eval_c_int(expr, known):
         return None
 
 
-def parse_enums(path):
-    """{NAME: value} for every enumerator (implicit values included) and integer #define."""
-    text = _strip_comments(open(path, encoding="utf-8", errors="replace").read())
+def _preprocessed(path):
+    """`path` after the C preprocessor (our header writes some enums as X-macros)."""
+    cc = (os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang"))
+    if not cc:
+        pytest.skip("no C compiler to expand the ABI header's X-macros")
+    proc = subprocess.run(cc.split() + ["-E", "-P", "-dD", "-I", INCLUDE, path], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    # keep the object-like #defines (-dD), drop function-like ones and #undef: only the
+    # expansions matter
+    return "\n".join(line for line in proc.stdout.splitlines()
+                     if not re.match(r"\s*#\s*(undef\b|define\s+\w+\()", line))
+
+
+def parse_enums(path, preprocess=False):
+    """{NAME: value} for every enumerator (implicit values included) and integer #define.
+
+    With `preprocess`, the file is expanded by the C preprocessor first and barecuda's
+    own helper names (BC_*) are left out.
+    """
+    if preprocess:
+        text = _strip_comments(_preprocessed(path))
+        return {k: v for k, v in parse_enums_text(text).items() if not k.startswith("BC_")}
+    return parse_enums_text(_strip_comments(open(path, encoding="utf-8", errors="replace").read()))
+
+
+def parse_enums_text(text):
     values = {}
     for body in re.findall(r"\benum\s*\w*\s*\{(.*?)\}", text, flags=re.S):
         nxt = 0
@@ -139,10 +163,20 @@ def test_our_symbol_table_parsed():
     assert len(names) == text[text.index("#define BC_DRIVER_SYMBOLS(X)"):].split("\n\n")[0].count("    X(")
 
 
+def test_pxd_driver_table_matches_the_header():
+    """_abi.pxd's bc_driver_t has one slot per BC_DRIVER_SYMBOLS row, in the same order
+    (the C struct is generated from the header; Cython must name the same fields)."""
+    pxd = open(os.path.join(REPO, "src", "barecuda", "_abi.pxd"), encoding="utf-8").read()
+    block = pxd[pxd.index("ctypedef struct bc_driver_t:"):]
+    block = block[:block.index("\n\n")]
+    slots = re.findall(r"\(\*(cu\w+)\)", block)
+    assert slots == [s[0] for s in OUR_SYMBOLS]
+
+
 # ------------------------------------------------------------- vs cuda.h
 @needs_cuda_h
 def test_enum_values_match_cuda_h():
-    ours = parse_enums(OUR_ABI)
+    ours = parse_enums(OUR_ABI, preprocess=True)
     theirs = parse_enums(os.path.join(CUDA_INCLUDE, "cuda.h"))
     assert len(ours) > 200 and len(theirs) > 500
     missing = sorted(n for n in ours if n not in theirs)
@@ -154,7 +188,7 @@ def test_enum_values_match_cuda_h():
 @needs_cuda_h
 def test_error_codes_match_cuda_h():
     text = open(OUR_ERRORS, encoding="utf-8").read()
-    ours = {name: int(code) for code, name in re.findall(r'\{\s*(-?\d+)\s*,\s*"(CUDA_\w+)"', text)}
+    ours = {name: int(code) for code, name in re.findall(r'X\(\s*(-?\d+)\s*,\s*(CUDA_\w+)\s*,', text)}
     theirs = {n: v for n, v in parse_enums(os.path.join(CUDA_INCLUDE, "cuda.h")).items()
               if n == "CUDA_SUCCESS" or n.startswith("CUDA_ERROR_")}
     assert len(ours) > 90
@@ -250,10 +284,11 @@ def test_symbol_signatures_compile_against_nvidia_typedefs(tmp_path):
 
 # ------------------------------------------------------------ the fake driver
 def test_fake_driver_compiles_cleanly_against_our_header(tmp_path):
-    src = os.path.join(REPO, "tests", "fakecuda", "fakecuda.c")
+    srcs = sorted(glob.glob(os.path.join(REPO, "tests", "fakecuda", "*.c")))
+    assert len(srcs) > 1
     for extra in ([], ["-DFAKECUDA_NO_GPA"]):
         cmd = _compiler() + ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-std=gnu11", "-pthread",
-                             f"-I{INCLUDE}", *extra, src, "-o", str(tmp_path / "libfake.so")]
+                             f"-I{INCLUDE}", *extra, *srcs, "-o", str(tmp_path / "libfake.so")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
 
@@ -465,3 +500,18 @@ def test_fake_says_why_a_launch_was_rejected(fake, ptx):
             assert fake.last_launch().params == b""
         finally:
             assert lib.cuModuleUnload(mod) == 0
+
+
+def test_attribute_name_tables_are_the_enums():
+    """The name tables the package builds its attribute dicts from are the ABI enums."""
+    import barecuda
+    dev, fn = barecuda._loader._attribute_tables()
+    enums = parse_enums(OUR_ABI, preprocess=True)
+    assert dev == {k[len("CU_DEVICE_ATTRIBUTE_"):].lower(): v for k, v in enums.items()
+                   if k.startswith("CU_DEVICE_ATTRIBUTE_") and k != "CU_DEVICE_ATTRIBUTE_MAX"}
+    assert fn == {k[len("CU_FUNC_ATTRIBUTE_"):].lower(): v for k, v in enums.items()
+                  if k.startswith("CU_FUNC_ATTRIBUTE_") and k != "CU_FUNC_ATTRIBUTE_MAX"}
+    assert dev["multiprocessor_count"] == 16 and fn["num_regs"] == 4
+    # the public tables (Device.attribute, Kernel.attribute names) are these tables
+    assert barecuda._device.ATTRIBUTES == dev
+    assert barecuda._launch.FUNC_ATTRIBUTES == fn

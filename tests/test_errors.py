@@ -6,6 +6,8 @@ independently of the Cython code that compiles the same table.
 import os
 import pickle
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -16,9 +18,11 @@ HEADER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
                       "include", "barecuda", "cuda_errors.h")
 
 _STR = r'"(?:[^"\\]|\\.)*"'
+# One row of the X-macro: X(code, NAME, "description", "hint" or NULL, sticky), lines
+# continued with backslashes.
 _ENTRY = re.compile(
-    r"\{\s*(-?\d+)\s*,\s*(" + _STR + r")\s*,\s*((?:" + _STR + r"\s*)+),\s*(NULL|(?:" + _STR + r"\s*)+),\s*([01])\s*\}",
-    re.S)
+    r"X\(\s*(-?\d+)\s*,\s*(\w+)\s*,[\s\\]*((?:" + _STR + r"\s*)+),[\s\\]*(NULL|(?:" + _STR + r"\s*)+),"
+    r"\s*([01])\s*\)", re.S)
 
 
 def _c_string(literals):
@@ -29,14 +33,15 @@ def _c_string(literals):
 
 def _parse_header():
     text = open(HEADER, encoding="utf-8").read()
-    body = text[text.index("bc_error_table[] = {"):text.index("};", text.index("bc_error_table[] = {"))]
+    start = text.index("#define BC_CUDA_ERRORS(X)")
+    body = text[start:text.index("\n\n", start)]
     out = {}
     for m in _ENTRY.finditer(body):
         code = int(m.group(1))
         hint = None if m.group(4) == "NULL" else _c_string(m.group(4))
-        out[code] = (_c_string(m.group(2)), _c_string(m.group(3)), hint, m.group(5) == "1")
-    # every '{<number>,' that opens an entry must have parsed
-    assert len(out) == len(re.findall(r"^\s*\{\s*-?\d+\s*,", body, re.M)), "unparsed entries in cuda_errors.h"
+        out[code] = (m.group(2), _c_string(m.group(3)), hint, m.group(5) == "1")
+    # every 'X(<number>,' that opens an entry must have parsed
+    assert len(out) == len(re.findall(r"^\s*X\(\s*-?\d+\s*,", body, re.M)), "unparsed entries in cuda_errors.h"
     return out
 
 
@@ -72,6 +77,27 @@ def test_reference_parsed_sensibly():
     assert REFERENCE[700][0] == "CUDA_ERROR_ILLEGAL_ADDRESS" and REFERENCE[700][3]
     assert REFERENCE[999][0] == "CUDA_ERROR_UNKNOWN"
     assert any(h and '"' in h for _, _, h, _ in REFERENCE.values()), "escaped quotes were not decoded"
+
+
+def test_generated_names_are_up_to_date():
+    """_errors.pxd / _errors.pyi carry the names generated from the header (tools/gen_errors.py)."""
+    tool = os.path.join(os.path.dirname(HEADER), "..", "..", "tools", "gen_errors.py")
+    proc = subprocess.run([sys.executable, tool, "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cython_names_cover_the_table():
+    """Every name of the header is cimportable from barecuda._errors, and nothing else is listed."""
+    pxd = open(os.path.join(os.path.dirname(_errors.__file__), "_errors.pxd"), encoding="utf-8").read()
+    block = pxd[pxd.index("BEGIN GENERATED"):pxd.index("END GENERATED")]
+    listed = re.findall(r"^\s+(CUDA_\w+)$", block, re.M)
+    assert sorted(listed) == sorted(v[0] for v in REFERENCE.values())
+
+
+def test_curesult_enum_is_the_table():
+    assert {m.name: int(m) for m in _errors.CUresult} == {v[0]: c for c, v in REFERENCE.items()}
+    assert _errors.CUresult.CUDA_ERROR_NOT_READY == 600
+    assert _errors.CUresult(700).name == "CUDA_ERROR_ILLEGAL_ADDRESS"
 
 
 def test_all_error_codes_is_the_header_table():

@@ -23,11 +23,16 @@ from barecuda import LaunchConfig, Module
 FMT = {"u8": "<B", "s8": "<b", "u16": "<H", "s16": "<h", "b16": "<H", "f16": "<e",
        "u32": "<I", "s32": "<i", "b32": "<I", "f32": "<f",
        "u64": "<Q", "s64": "<q", "b64": "<Q", "f64": "<d", "ptr": "<Q"}
-INT_RANGES = {"u8": (0, 2**8 - 1), "s8": (-2**7, 2**7 - 1), "u16": (0, 2**16 - 1), "s16": (-2**15, 2**15 - 1),
-              "u32": (0, 2**32 - 1), "s32": (-2**31, 2**31 - 1), "u64": (0, 2**64 - 1),
-              "s64": (-2**63, 2**63 - 1), "ptr": (0, 2**64 - 1),
-              # untyped bits take either signedness
-              "b16": (-2**15, 2**16 - 1), "b32": (-2**31, 2**32 - 1), "b64": (-2**63, 2**64 - 1)}
+# A PTX integer parameter has no signedness (nvcc declares C `int` as .u32), so
+# every PTX integer type takes [-2**(n-1), 2**n - 1], stored as two's complement.
+INT_RANGES = {t: (-2**(8 * n - 1), 2**(8 * n) - 1) for n, ts in
+              ((1, ("u8", "s8")), (2, ("u16", "s16", "b16")), (4, ("u32", "s32", "b32")),
+               (8, ("u64", "s64", "b64"))) for t in ts}
+INT_RANGES["ptr"] = (0, 2**64 - 1)
+# Explicit signature= entries stay strict.
+STRICT_RANGES = {"u8": (0, 2**8 - 1), "s8": (-2**7, 2**7 - 1), "u16": (0, 2**16 - 1), "s16": (-2**15, 2**15 - 1),
+                 "u32": (0, 2**32 - 1), "s32": (-2**31, 2**31 - 1), "u64": (0, 2**64 - 1),
+                 "s64": (-2**63, 2**63 - 1), "ptr": (0, 2**64 - 1), "bool": (0, 1)}
 
 
 def struct_type(t):
@@ -48,8 +53,9 @@ def ref_pack(types, values):
         else:
             fmt = FMT[t]
             size = align = struct.calcsize(fmt)
-            if t in ("b16", "b32", "b64") and isinstance(v, int):
-                v &= (1 << (8 * size)) - 1
+            if t in INT_RANGES and isinstance(v, int):
+                v &= (1 << (8 * size)) - 1     # two's complement
+                fmt = "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}[size]
             data = struct.pack(fmt, v)
         buf += b"\0" * (-len(buf) % align)
         buf += data
@@ -236,7 +242,7 @@ def no_launch(fake, fn, exc, *needles):
 def test_int_range_edges(fake, t):
     k = kernel_for(["u8", t])
     lo, hi = INT_RANGES[t]
-    for ok in (lo, hi):
+    for ok in (lo, hi, 0, -1) if lo < 0 else (lo, hi, 0):
         k.launch(1, 1, 0, ok)
         assert fake.last_launch().params == ref_pack(["u8", t], [0, ok])
     for bad in (lo - 1, hi + 1, 2**200, -(2**200)):

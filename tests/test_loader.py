@@ -100,17 +100,30 @@ def test_missing_optional_symbol(fake_lib_path):
         v = barecuda.driver_version()
         syms = barecuda._loader.symbols()
         try:
-            barecuda._loader.require_symbol("cuFuncGetParamInfo", "parameter introspection", 12040)
+            barecuda._loader.require_symbol("cuFuncGetParamInfo", "parameter introspection")
             err = None
         except barecuda.DriverVersionError as e:
             err = str(e)
-        out(v=v, syms={k: list(t) for k, t in syms.items()}, err=err, available=barecuda.is_available())
+        barecuda._loader.require_symbol("cuMemAlloc")          # resolved: no error
+        try:
+            barecuda._loader.require_symbol("cuNoSuchThing")
+            unknown = None
+        except KeyError as e:
+            unknown = str(e)
+        out(v=v, syms={k: list(t) for k, t in syms.items()}, err=err, available=barecuda.is_available(),
+            unknown=unknown)
     """, fake_lib_path, FAKECUDA_HIDE="cuFuncGetParamInfo")
     syms = r["syms"]
     assert syms["cuFuncGetParamInfo"][2] is False
     assert all(t[2] for name, t in syms.items() if name != "cuFuncGetParamInfo")
     assert r["available"] is True
-    assert r["err"] and "cuFuncGetParamInfo" in r["err"] and "12.4" in r["err"]
+    # the version in the message is the one the ABI table asks for, not typed by hand
+    need = syms["cuFuncGetParamInfo"][0]
+    assert r["err"] and "cuFuncGetParamInfo" in r["err"] and "parameter introspection" in r["err"]
+    assert f"CUDA {need // 1000}.{need % 1000 // 10} driver or newer" in r["err"]
+    v = r["v"]
+    assert f"the loaded driver is CUDA {v[0]}.{v[1]}" in r["err"]
+    assert r["unknown"] and "cuNoSuchThing" in r["unknown"]
 
 
 def test_older_driver_leaves_newer_optional_symbols_unresolved(fake_lib_path):

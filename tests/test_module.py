@@ -142,7 +142,9 @@ def test_cubin_kernels_pack_by_size_or_signature(fake, ptx):
     m = Module.from_cubin(ptx.fake_cubin(ptx.MIXED))
     k = m.get_kernel("mixed")
     assert k.signature == ("b8", "b64", "b8", "b32", "b16", "b64", "b64")
-    k.launch(1, 1, 200, 1.5, -1, 2.5, -2, -3, 4)
+    # width-only slots: ints of either sign, floats only as scalars of the slot's exact width
+    import ctypes
+    k.launch(1, 1, 200, ctypes.c_double(1.5), -1, ctypes.c_float(2.5), -2, -3, 4)
     assert fake.last_launch().params == struct.pack("<B7xdbxxxfh6xqQ", 200, 1.5, -1, 2.5, -2, -3, 4)
     typed = m.get_kernel("mixed", signature=("u8", "float64", "int8", "f32", "i16", "s64", "ptr"))
     assert typed is m.get_kernel("mixed", signature=("u8", "float64", "int8", "f32", "i16", "s64", "ptr"))

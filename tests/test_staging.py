@@ -30,11 +30,11 @@ GUARD = 64
 
 @pytest.fixture
 def small_chunks(fake):
-    saved = st.configure()
-    st.configure(chunk_bytes=CHUNK, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
+    saved = st.configure_staging()
+    st.configure_staging(chunk_bytes=CHUNK, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
     yield
     st.release()
-    st.configure(**saved)
+    st.configure_staging(**saved)
 
 
 class DeviceMemory:
@@ -174,7 +174,7 @@ def test_rejects_non_contiguous_and_read_only(fake, small_chunks, mem):
 
 # ------------------------------------------------------------------ paths taken
 def test_threshold_picks_the_path(fake, small_chunks, mem, rng):
-    st.configure(threshold=3 * CHUNK)
+    st.configure_staging(threshold=3 * CHUNK)
     d = mem.alloc(4 * CHUNK, 0)
     s0 = st.stats()
     _, small = host_view(3 * CHUNK - 1, 0, rng)
@@ -194,7 +194,7 @@ def test_threshold_picks_the_path(fake, small_chunks, mem, rng):
 
 
 def test_plain_dtoh_on_a_stream_is_synchronous(fake, small_chunks, mem, rng):
-    st.configure(threshold=1 << 30)
+    st.configure_staging(threshold=1 << 30)
     s = bc.Stream()
     d = mem.alloc(100, 0)
     data = rng.integers(0, 256, size=100, dtype=np.uint8)
@@ -207,9 +207,9 @@ def test_plain_dtoh_on_a_stream_is_synchronous(fake, small_chunks, mem, rng):
 
 
 def test_small_copies_skip_the_stager(fake, mem, rng):
-    saved = st.configure()
+    saved = st.configure_staging()
     try:
-        st.configure(threshold=1 << 20)
+        st.configure_staging(threshold=1 << 20)
         st.release()
         live = fake.live("host_mem")
         d = mem.alloc(1000, 0)
@@ -222,7 +222,7 @@ def test_small_copies_skip_the_stager(fake, mem, rng):
         assert fake.calls("cuMemHostAlloc") == 0
         assert fake.calls("cuPointerGetAttribute") == 0  # nor any probing
     finally:
-        st.configure(**saved)
+        st.configure_staging(**saved)
 
 
 def test_pinned_host_memory_is_copied_directly(fake, small_chunks, mem, rng):
@@ -334,7 +334,7 @@ def test_reconfigure_rebuilds(fake, small_chunks, mem, rng):
     st.copy_htod(d, src)
     base = fake.live("host_mem")
     builds = st.stats()["builds"]
-    st.configure(chunks=5, chunk_bytes=2 * CHUNK, threads=2)
+    st.configure_staging(chunks=5, chunk_bytes=2 * CHUNK, threads=2)
     assert fake.live("host_mem") == base        # lazily: nothing until the next copy
     _, src = host_view(n, 1, rng)
     out = np.empty(n, np.uint8)
@@ -347,13 +347,13 @@ def test_reconfigure_rebuilds(fake, small_chunks, mem, rng):
 
 
 def test_configure_validates():
-    saved = st.configure()
+    saved = st.configure_staging()
     for bad in ({"chunks": 0}, {"chunks": 65}, {"threads": 0}, {"threads": 65},
                 {"chunk_bytes": 0}, {"threshold": -1}, {"min_piece": 0}, {"min_part": 0},
                 {"spin_us": -1}, {"spin_us": 1_000_001}):
         with pytest.raises(ValueError):
-            st.configure(**bad)
-    assert st.configure() == saved
+            st.configure_staging(**bad)
+    assert st.configure_staging() == saved
 
 
 def test_concurrent_copies_serialize_correctly(fake, small_chunks, mem):
@@ -391,14 +391,6 @@ def test_zero_bytes_makes_no_driver_call(fake, small_chunks, mem):
     assert fake.calls("cuMemcpyHtoDAsync") == 0 and fake.calls("cuMemcpyDtoHAsync") == 0
 
 
-def test_bench_copy_runs(fake, small_chunks):
-    for direction in ("htod", "dtoh"):
-        r = st.bench_copy(direction, 5 * CHUNK + 3, 3)
-        assert len(r) == 3 and all(x > 0 for x in r)
-    with pytest.raises(ValueError):
-        st.bench_copy("sideways", 10, 1)
-
-
 # ------------------------------------------------------------------ fork
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="os.fork semantics tested on Linux")
 def test_forked_child_never_touches_the_stager(fake_lib_path):
@@ -408,7 +400,7 @@ def test_forked_child_never_touches_the_stager(fake_lib_path):
         import numpy as np
         import barecuda as bc
         from barecuda import _staging as st
-        st.configure(chunk_bytes=4096, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
+        st.configure_staging(chunk_bytes=4096, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
         bc.Device(0).set_current()
         import ctypes
         lib = ctypes.CDLL(os.environ["BARECUDA_LIBCUDA"])
@@ -425,7 +417,7 @@ def test_forked_child_never_touches_the_stager(fake_lib_path):
                 res["raised"] = None
             except Exception as e:
                 res["raised"] = type(e).__name__
-            res["config"] = st.configure(threads=2)["threads"]
+            res["config"] = st.configure_staging(threads=2)["threads"]
             res["stagers"] = st.stats()["stagers"]
             os.write(wfd, json.dumps(res).encode())
             os._exit(0)                            # (atexit not run: like multiprocessing)
@@ -455,7 +447,7 @@ def test_exit_releases_when_the_driver_is_usable(fake_lib_path):
         import numpy as np
         import barecuda as bc
         from barecuda import _staging as st
-        st.configure(chunk_bytes=4096, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
+        st.configure_staging(chunk_bytes=4096, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
         bc.Device(0).set_current()
         lib = ctypes.CDLL(os.environ["BARECUDA_LIBCUDA"])
         p = ctypes.c_ulonglong()
@@ -475,7 +467,7 @@ def test_exit_releases_when_the_driver_is_usable(fake_lib_path):
 
 @pytest.mark.parametrize("nt", [False, True], ids=["memcpy", "streaming_stores"])
 def test_both_copy_kernels_exact(fake, small_chunks, mem, rng, nt):
-    st.configure(nt_htod=nt, nt_dtoh=nt, chunk_bytes=3 * CHUNK, min_part=300)
+    st.configure_staging(nt_htod=nt, nt_dtoh=nt, chunk_bytes=3 * CHUNK, min_part=300)
     for n in (255, 256, 257, 1000, 3 * CHUNK - 1, 7 * CHUNK + 333):
         for off in (0, 1, 7, 15):
             _, src = host_view(n, off, rng)
@@ -496,7 +488,7 @@ def test_fresh_destination_is_faulted_in_place_and_exact(fake, small_chunks, mem
     """fresh=True: the threads write into every page of the destination before the
     copy (2 MiB blocks taken from a shared counter); nothing outside it is touched
     and every byte ends up as on the device."""
-    st.configure(threads=4)
+    st.configure_staging(threads=4)
     data = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
     d = mem.alloc(n, 0)
     mem.write(d, data)
@@ -524,7 +516,7 @@ def test_to_numpy_and_copy_to_new_buffer_through_the_stager(fake, small_chunks, 
 def test_spin_setting_never_changes_the_bytes(fake, small_chunks, mem, rng, spin_us):
     """spin_us=0: every worker sleeps on the condition variable between pieces (the
     wake-up path every time); a long spin keeps them polling. Both copy exactly."""
-    assert st.configure(spin_us=spin_us, threads=4)["spin_us"] == spin_us
+    assert st.configure_staging(spin_us=spin_us, threads=4)["spin_us"] == spin_us
     n = 40 * CHUNK + 17
     _, src = host_view(n, 5, rng)
     d = mem.alloc(n, 0)
@@ -533,3 +525,16 @@ def test_spin_setting_never_changes_the_bytes(fake, small_chunks, mem, rng, spin
     out = np.empty(n, np.uint8)
     st.copy_dtoh(out, d)
     assert out.tobytes() == src.tobytes()
+
+
+def test_configure_staging_is_public():
+    import barecuda
+    assert barecuda.configure_staging is st.configure_staging
+    assert "configure_staging" in barecuda.__all__
+    saved = barecuda.configure_staging()
+    try:
+        assert barecuda.configure_staging(threshold=12345)["threshold"] == 12345
+        assert st.configure_staging()["threshold"] == 12345
+    finally:
+        barecuda.configure_staging(**saved)
+    assert barecuda.configure_staging() == saved

@@ -4,7 +4,7 @@
 # tests from outside the tree (so the installed build is what is tested).
 #   tools/test-pythons.sh              # 3.9 and 3.13 (requires-python's ends)
 #   tools/test-pythons.sh 3.10 3.12    # others
-# Finds interpreters as pythonX.Y on PATH or under pyenv (~/.pyenv/versions/X.Y.*).
+# Finds interpreters under pyenv (~/.pyenv/versions/X.Y.*) or as pythonX.Y on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -13,10 +13,11 @@ versions=("$@")
 work="${BARECUDA_PYTHONS_DIR:-$(mktemp -d)}"
 status=0
 for v in "${versions[@]}"; do
-    py=$(command -v "python$v" || true)
+    py=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
     if [ -z "$py" ]; then
-        py=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+        py=$(command -v "python$v" || true)
     fi
+    if [ -n "$py" ] && ! "$py" -c "" 2>/dev/null; then py=""; fi    # e.g. a pyenv shim of no version
     if [ -z "$py" ]; then echo "== python $v: not found, skipped"; status=1; continue; fi
     echo "== python $v: $py"
     "$py" -m venv "$work/venv-$v"

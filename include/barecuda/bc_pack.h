@@ -5,7 +5,8 @@
  *
  * Everything here is static inline and free of Python: _launch.pyx does the
  * Python-object side (type dispatch, range checks that raise) and calls these to
- * move bytes.
+ * move bytes. The kinds themselves (sizes, ranges, what each takes) are the one
+ * table in bc_kinds.h.
  */
 #ifndef BARECUDA_BC_PACK_H
 #define BARECUDA_BC_PACK_H
@@ -13,11 +14,12 @@
 #include <stdint.h>
 #include <string.h>
 #include "barecuda/cuda_abi.h"
+#include "barecuda/bc_kinds.h"   /* BC_K_*, the kind table */
 
 /* Whether kernel launches release the GIL around cuLaunchKernel by default.
- * DESIGN.md measured 1.016x of raw C with the GIL held and 1.05x when released
- * (release + re-take costs ~130-200 ns), so the default keeps it. The benchmark
- * flips it at run time with barecuda._launch.set_launch_releases_gil(). */
+ * The launch benchmark (bench/) measured 1.016x of raw C with the GIL held and
+ * 1.05x when released (release + re-take costs ~130-200 ns), so the default keeps
+ * it. Programs flip it at run time with barecuda.set_launch_releases_gil(). */
 #ifndef BC_LAUNCH_RELEASES_GIL
 #define BC_LAUNCH_RELEASES_GIL 0
 #endif
@@ -27,57 +29,12 @@
 #define BC_SMALL_ARGBYTES 4096
 #define BC_SMALL_NPARAMS 256
 
-/* Parameter kinds. The order is the order of the range tables below. */
-enum {
-    BC_K_PTR = 0,   /* .u64 .ptr / "ptr": DeviceBuffer, int address, CAI, DLPack */
-    BC_K_U64,       /* .u64: like PTR (nvcc declares pointers as plain .u64) */
-    BC_K_S64,
-    BC_K_F64,
-    BC_K_U32,
-    BC_K_S32,
-    BC_K_F32,
-    BC_K_U16,
-    BC_K_S16,
-    BC_K_F16,
-    BC_K_U8,
-    BC_K_S8,
-    BC_K_BOOL,      /* 1 byte, 0 or 1 */
-    BC_K_B8,        /* untyped bits: ints of either signedness; floats by width */
-    BC_K_B16,
-    BC_K_B32,
-    BC_K_B64,       /* also takes pointer-like objects */
-    BC_K_BYTES,     /* .b8 name[N] arrays (structs): bytes-like of exactly N bytes */
-    BC_K_COUNT
-};
-
 typedef struct bc_param {
     uint32_t offset;   /* in the parameter block */
     uint32_t size;     /* bytes */
     uint32_t align;
-    int32_t kind;      /* BC_K_* */
+    int32_t kind;      /* BC_K_* (bc_kinds.h) */
 } bc_param;
-
-/* Accepted integer range per kind (BC_K_BYTES: none). */
-static const long long bc_kind_min[BC_K_COUNT] = {
-    0, 0, INT64_MIN, 0, 0, INT32_MIN, 0, 0, INT16_MIN, 0, 0, INT8_MIN, 0,
-    INT8_MIN, INT16_MIN, INT32_MIN, INT64_MIN, 0
-};
-static const unsigned long long bc_kind_max[BC_K_COUNT] = {
-    UINT64_MAX, UINT64_MAX, INT64_MAX, 0, UINT32_MAX, INT32_MAX, 0, UINT16_MAX, INT16_MAX, 0,
-    UINT8_MAX, INT8_MAX, 1, UINT8_MAX, UINT16_MAX, UINT32_MAX, UINT64_MAX, 0
-};
-/* 1 for kinds that take Python ints, 2 for float kinds, 0 otherwise. */
-static const int bc_kind_class[BC_K_COUNT] = {
-    1, 1, 1, 2, 1, 1, 2, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 0
-};
-
-static inline int bc_kind_is_pointer(int kind) {
-    return kind == BC_K_PTR || kind == BC_K_U64 || kind == BC_K_B64;
-}
-
-static inline int bc_kind_is_float(int kind) {
-    return kind == BC_K_F32 || kind == BC_K_F64 || kind == BC_K_F16;
-}
 
 /* Store the low `size` bytes of v (two's complement, little-endian host). */
 static inline void bc_store_int(char *slot, uint32_t size, unsigned long long v) {

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "barecuda/cuda_errors.h" /* CUDA_SUCCESS and every CUDA_ERROR_* name */
+
 #ifdef _WIN32
 #define CUDAAPI __stdcall
 #else
@@ -29,7 +31,7 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ scalars */
-typedef int CUresult;                 /* enum cudaError_enum; table in cuda_errors.h */
+typedef int CUresult;                 /* enum cudaError_enum; names and table in cuda_errors.h */
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 
@@ -47,181 +49,213 @@ typedef struct CUgraphExec_st *CUgraphExec;
 
 typedef struct CUuuid_st { char bytes[16]; } CUuuid;
 
-#define CUDA_SUCCESS 0
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* -------------------------------------------------------------------- enums */
+/* Every CUdevice_attribute as X(SUFFIX, value): the enum below and the name tables that
+ * _abi.pxd builds for Python (Device.attribute names) come from this one list. */
+#define BC_DEVICE_ATTRIBUTES(X) \
+    X(MAX_THREADS_PER_BLOCK, 1) \
+    X(MAX_BLOCK_DIM_X, 2) \
+    X(MAX_BLOCK_DIM_Y, 3) \
+    X(MAX_BLOCK_DIM_Z, 4) \
+    X(MAX_GRID_DIM_X, 5) \
+    X(MAX_GRID_DIM_Y, 6) \
+    X(MAX_GRID_DIM_Z, 7) \
+    X(MAX_SHARED_MEMORY_PER_BLOCK, 8) \
+    X(TOTAL_CONSTANT_MEMORY, 9) \
+    X(WARP_SIZE, 10) \
+    X(MAX_PITCH, 11) \
+    X(MAX_REGISTERS_PER_BLOCK, 12) \
+    X(CLOCK_RATE, 13) \
+    X(TEXTURE_ALIGNMENT, 14) \
+    X(GPU_OVERLAP, 15) \
+    X(MULTIPROCESSOR_COUNT, 16) \
+    X(KERNEL_EXEC_TIMEOUT, 17) \
+    X(INTEGRATED, 18) \
+    X(CAN_MAP_HOST_MEMORY, 19) \
+    X(COMPUTE_MODE, 20) \
+    X(MAXIMUM_TEXTURE1D_WIDTH, 21) \
+    X(MAXIMUM_TEXTURE2D_WIDTH, 22) \
+    X(MAXIMUM_TEXTURE2D_HEIGHT, 23) \
+    X(MAXIMUM_TEXTURE3D_WIDTH, 24) \
+    X(MAXIMUM_TEXTURE3D_HEIGHT, 25) \
+    X(MAXIMUM_TEXTURE3D_DEPTH, 26) \
+    X(MAXIMUM_TEXTURE2D_LAYERED_WIDTH, 27) \
+    X(MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, 28) \
+    X(MAXIMUM_TEXTURE2D_LAYERED_LAYERS, 29) \
+    X(SURFACE_ALIGNMENT, 30) \
+    X(CONCURRENT_KERNELS, 31) \
+    X(ECC_ENABLED, 32) \
+    X(PCI_BUS_ID, 33) \
+    X(PCI_DEVICE_ID, 34) \
+    X(TCC_DRIVER, 35) \
+    X(MEMORY_CLOCK_RATE, 36) \
+    X(GLOBAL_MEMORY_BUS_WIDTH, 37) \
+    X(L2_CACHE_SIZE, 38) \
+    X(MAX_THREADS_PER_MULTIPROCESSOR, 39) \
+    X(ASYNC_ENGINE_COUNT, 40) \
+    X(UNIFIED_ADDRESSING, 41) \
+    X(MAXIMUM_TEXTURE1D_LAYERED_WIDTH, 42) \
+    X(MAXIMUM_TEXTURE1D_LAYERED_LAYERS, 43) \
+    X(CAN_TEX2D_GATHER, 44) \
+    X(MAXIMUM_TEXTURE2D_GATHER_WIDTH, 45) \
+    X(MAXIMUM_TEXTURE2D_GATHER_HEIGHT, 46) \
+    X(MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE, 47) \
+    X(MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE, 48) \
+    X(MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE, 49) \
+    X(PCI_DOMAIN_ID, 50) \
+    X(TEXTURE_PITCH_ALIGNMENT, 51) \
+    X(MAXIMUM_TEXTURECUBEMAP_WIDTH, 52) \
+    X(MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, 53) \
+    X(MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, 54) \
+    X(MAXIMUM_SURFACE1D_WIDTH, 55) \
+    X(MAXIMUM_SURFACE2D_WIDTH, 56) \
+    X(MAXIMUM_SURFACE2D_HEIGHT, 57) \
+    X(MAXIMUM_SURFACE3D_WIDTH, 58) \
+    X(MAXIMUM_SURFACE3D_HEIGHT, 59) \
+    X(MAXIMUM_SURFACE3D_DEPTH, 60) \
+    X(MAXIMUM_SURFACE1D_LAYERED_WIDTH, 61) \
+    X(MAXIMUM_SURFACE1D_LAYERED_LAYERS, 62) \
+    X(MAXIMUM_SURFACE2D_LAYERED_WIDTH, 63) \
+    X(MAXIMUM_SURFACE2D_LAYERED_HEIGHT, 64) \
+    X(MAXIMUM_SURFACE2D_LAYERED_LAYERS, 65) \
+    X(MAXIMUM_SURFACECUBEMAP_WIDTH, 66) \
+    X(MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH, 67) \
+    X(MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS, 68) \
+    X(MAXIMUM_TEXTURE1D_LINEAR_WIDTH, 69) \
+    X(MAXIMUM_TEXTURE2D_LINEAR_WIDTH, 70) \
+    X(MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, 71) \
+    X(MAXIMUM_TEXTURE2D_LINEAR_PITCH, 72) \
+    X(MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH, 73) \
+    X(MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT, 74) \
+    X(COMPUTE_CAPABILITY_MAJOR, 75) \
+    X(COMPUTE_CAPABILITY_MINOR, 76) \
+    X(MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH, 77) \
+    X(STREAM_PRIORITIES_SUPPORTED, 78) \
+    X(GLOBAL_L1_CACHE_SUPPORTED, 79) \
+    X(LOCAL_L1_CACHE_SUPPORTED, 80) \
+    X(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 81) \
+    X(MAX_REGISTERS_PER_MULTIPROCESSOR, 82) \
+    X(MANAGED_MEMORY, 83) \
+    X(MULTI_GPU_BOARD, 84) \
+    X(MULTI_GPU_BOARD_GROUP_ID, 85) \
+    X(HOST_NATIVE_ATOMIC_SUPPORTED, 86) \
+    X(SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, 87) \
+    X(PAGEABLE_MEMORY_ACCESS, 88) \
+    X(CONCURRENT_MANAGED_ACCESS, 89) \
+    X(COMPUTE_PREEMPTION_SUPPORTED, 90) \
+    X(CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, 91) \
+    X(CAN_USE_STREAM_MEM_OPS_V1, 92) \
+    X(CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 93) \
+    X(CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 94) \
+    X(COOPERATIVE_LAUNCH, 95) \
+    X(COOPERATIVE_MULTI_DEVICE_LAUNCH, 96) \
+    X(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 97) \
+    X(CAN_FLUSH_REMOTE_WRITES, 98) \
+    X(HOST_REGISTER_SUPPORTED, 99) \
+    X(PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 100) \
+    X(DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 101) \
+    X(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 102) \
+    X(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 103) \
+    X(HANDLE_TYPE_WIN32_HANDLE_SUPPORTED, 104) \
+    X(HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED, 105) \
+    X(MAX_BLOCKS_PER_MULTIPROCESSOR, 106) \
+    X(GENERIC_COMPRESSION_SUPPORTED, 107) \
+    X(MAX_PERSISTING_L2_CACHE_SIZE, 108) \
+    X(MAX_ACCESS_POLICY_WINDOW_SIZE, 109) \
+    X(GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 110) \
+    X(RESERVED_SHARED_MEMORY_PER_BLOCK, 111) \
+    X(SPARSE_CUDA_ARRAY_SUPPORTED, 112) \
+    X(READ_ONLY_HOST_REGISTER_SUPPORTED, 113) \
+    X(TIMELINE_SEMAPHORE_INTEROP_SUPPORTED, 114) \
+    X(MEMORY_POOLS_SUPPORTED, 115) \
+    X(GPU_DIRECT_RDMA_SUPPORTED, 116) \
+    X(GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, 117) \
+    X(GPU_DIRECT_RDMA_WRITES_ORDERING, 118) \
+    X(MEMPOOL_SUPPORTED_HANDLE_TYPES, 119) \
+    X(CLUSTER_LAUNCH, 120) \
+    X(DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED, 121) \
+    X(CAN_USE_64_BIT_STREAM_MEM_OPS, 122) \
+    X(CAN_USE_STREAM_WAIT_VALUE_NOR, 123) \
+    X(DMA_BUF_SUPPORTED, 124) \
+    X(IPC_EVENT_SUPPORTED, 125) \
+    X(MEM_SYNC_DOMAIN_COUNT, 126) \
+    X(TENSOR_MAP_ACCESS_SUPPORTED, 127) \
+    X(HANDLE_TYPE_FABRIC_SUPPORTED, 128) \
+    X(UNIFIED_FUNCTION_POINTERS, 129) \
+    X(NUMA_CONFIG, 130) \
+    X(NUMA_ID, 131) \
+    X(MULTICAST_SUPPORTED, 132) \
+    X(MPS_ENABLED, 133) \
+    X(HOST_NUMA_ID, 134) \
+    X(D3D12_CIG_SUPPORTED, 135) \
+    X(MEM_DECOMPRESS_ALGORITHM_MASK, 136) \
+    X(MEM_DECOMPRESS_MAXIMUM_LENGTH, 137) \
+    X(VULKAN_CIG_SUPPORTED, 138) \
+    X(GPU_PCI_DEVICE_ID, 139) \
+    X(GPU_PCI_SUBSYSTEM_ID, 140) \
+    X(HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 141) \
+    X(HOST_NUMA_MEMORY_POOLS_SUPPORTED, 142) \
+    X(HOST_NUMA_MULTINODE_IPC_SUPPORTED, 143) \
+    X(HOST_MEMORY_POOLS_SUPPORTED, 144) \
+    X(HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 145) \
+    X(HOST_ALLOC_DMA_BUF_SUPPORTED, 146) \
+    X(ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED, 147)
+
 typedef enum CUdevice_attribute_enum {
-    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X = 2,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y = 3,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z = 4,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7,
-    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
-    CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY = 9,
-    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
-    CU_DEVICE_ATTRIBUTE_MAX_PITCH = 11,
-    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK = 12,
-    CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13,
-    CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT = 14,
-    CU_DEVICE_ATTRIBUTE_GPU_OVERLAP = 15,
-    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
-    CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT = 17,
-    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
-    CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_MODE = 20,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH = 21,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH = 22,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT = 23,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH = 24,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT = 25,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH = 26,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH = 27,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT = 28,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS = 29,
-    CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT = 30,
-    CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS = 31,
-    CU_DEVICE_ATTRIBUTE_ECC_ENABLED = 32,
-    CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
-    CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
-    CU_DEVICE_ATTRIBUTE_TCC_DRIVER = 35,
-    CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE = 36,
-    CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37,
-    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
-    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
-    CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
-    CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH = 42,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS = 43,
-    CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER = 44,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH = 45,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT = 46,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE = 47,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE = 48,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE = 49,
-    CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
-    CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT = 51,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH = 52,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH = 53,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS = 54,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH = 55,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH = 56,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT = 57,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH = 58,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT = 59,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH = 60,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH = 61,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS = 62,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH = 63,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT = 64,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS = 65,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH = 66,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH = 67,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS = 68,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH = 69,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH = 70,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT = 71,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH = 72,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH = 73,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT = 74,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
-    CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH = 77,
-    CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED = 78,
-    CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED = 79,
-    CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED = 80,
-    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
-    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR = 82,
-    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
-    CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD = 84,
-    CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID = 85,
-    CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED = 86,
-    CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO = 87,
-    CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88,
-    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED = 90,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1 = 94,
-    CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95,
-    CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH = 96,
-    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
-    CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98,
-    CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED = 99,
-    CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES = 100,
-    CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST = 101,
-    CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
-    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103,
-    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED = 104,
-    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED = 105,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR = 106,
-    CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED = 107,
-    CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE = 108,
-    CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE = 109,
-    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED = 110,
-    CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
-    CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED = 112,
-    CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED = 113,
-    CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED = 114,
-    CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
-    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
-    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS = 117,
-    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = 118,
-    CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES = 119,
-    CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH = 120,
-    CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED = 121,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
-    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR = 123,
-    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
-    CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED = 125,
-    CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT = 126,
-    CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED = 127,
-    CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED = 128,
-    CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS = 129,
-    CU_DEVICE_ATTRIBUTE_NUMA_CONFIG = 130,
-    CU_DEVICE_ATTRIBUTE_NUMA_ID = 131,
-    CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED = 132,
-    CU_DEVICE_ATTRIBUTE_MPS_ENABLED = 133,
-    CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID = 134,
-    CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED = 135,
-    CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK = 136,
-    CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH = 137,
-    CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED = 138,
-    CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID = 139,
-    CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID = 140,
-    CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 141,
-    CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED = 142,
-    CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED = 143,
-    CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED = 144,
-    CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 145,
-    CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED = 146,
-    CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED = 147,
+#define BC_X_ENUM(name, value) CU_DEVICE_ATTRIBUTE_##name = value,
+    BC_DEVICE_ATTRIBUTES(BC_X_ENUM)
+#undef BC_X_ENUM
     CU_DEVICE_ATTRIBUTE_MAX = 148
 } CUdevice_attribute;
 
+/* Every CUfunction_attribute as X(SUFFIX, value): the enum below and the name tables that
+ * _abi.pxd builds for Python (Kernel attribute names) come from this one list. */
+#define BC_FUNCTION_ATTRIBUTES(X) \
+    X(MAX_THREADS_PER_BLOCK, 0) \
+    X(SHARED_SIZE_BYTES, 1) \
+    X(CONST_SIZE_BYTES, 2) \
+    X(LOCAL_SIZE_BYTES, 3) \
+    X(NUM_REGS, 4) \
+    X(PTX_VERSION, 5) \
+    X(BINARY_VERSION, 6) \
+    X(CACHE_MODE_CA, 7) \
+    X(MAX_DYNAMIC_SHARED_SIZE_BYTES, 8) \
+    X(PREFERRED_SHARED_MEMORY_CARVEOUT, 9) \
+    X(CLUSTER_SIZE_MUST_BE_SET, 10) \
+    X(REQUIRED_CLUSTER_WIDTH, 11) \
+    X(REQUIRED_CLUSTER_HEIGHT, 12) \
+    X(REQUIRED_CLUSTER_DEPTH, 13) \
+    X(NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 14) \
+    X(CLUSTER_SCHEDULING_POLICY_PREFERENCE, 15)
+
 typedef enum CUfunction_attribute_enum {
-    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
-    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
-    CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = 2,
-    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
-    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
-    CU_FUNC_ATTRIBUTE_PTX_VERSION = 5,
-    CU_FUNC_ATTRIBUTE_BINARY_VERSION = 6,
-    CU_FUNC_ATTRIBUTE_CACHE_MODE_CA = 7,
-    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
-    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
-    CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET = 10,
-    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH = 11,
-    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT = 12,
-    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH = 13,
-    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14,
-    CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15,
+#define BC_X_ENUM(name, value) CU_FUNC_ATTRIBUTE_##name = value,
+    BC_FUNCTION_ATTRIBUTES(BC_X_ENUM)
+#undef BC_X_ENUM
     CU_FUNC_ATTRIBUTE_MAX = 16
 } CUfunction_attribute;
+
+/* Name tables of the two attribute enums, for the Python side (_abi.pxd turns them
+ * into {"max_threads_per_block": 1, ...} dicts). Function-local statics: a unit
+ * that does not use them carries no copy. */
+typedef struct bc_enum_name { const char *name; int value; } bc_enum_name;
+#define BC_X_NAME(name, value) {#name, value},
+#define BC_X_COUNT(name, value) + 1
+enum { BC_DEVICE_ATTRIBUTE_COUNT = 0 BC_DEVICE_ATTRIBUTES(BC_X_COUNT) };
+enum { BC_FUNCTION_ATTRIBUTE_COUNT = 0 BC_FUNCTION_ATTRIBUTES(BC_X_COUNT) };
+static inline const bc_enum_name *bc_device_attribute_names(void) {
+    static const bc_enum_name t[] = { BC_DEVICE_ATTRIBUTES(BC_X_NAME) };
+    return t;
+}
+static inline const bc_enum_name *bc_function_attribute_names(void) {
+    static const bc_enum_name t[] = { BC_FUNCTION_ATTRIBUTES(BC_X_NAME) };
+    return t;
+}
+#undef BC_X_NAME
+#undef BC_X_COUNT
 
 typedef enum CUjit_option_enum {
     CU_JIT_MAX_REGISTERS = 0,
@@ -460,6 +494,187 @@ typedef void (CUDAAPI *CUhostFn)(void *userData);
 typedef void (CUDAAPI *CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
 
+/* ---------------------------------------------- IPC, peer and pool sharing (dist)
+ * Types used by the IPC / multi-GPU entry points at the end of BC_DRIVER_SYMBOLS. */
+typedef struct CUipcMemHandle_st { char reserved[64]; } CUipcMemHandle;
+typedef struct CUipcEventHandle_st { char reserved[64]; } CUipcEventHandle;
+typedef struct CUmemPoolPtrExportData_st { unsigned char reserved[64]; } CUmemPoolPtrExportData;
+
+typedef enum CUdevice_P2PAttribute_enum {
+    CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+    CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+    CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3,
+    CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED = 4
+} CUdevice_P2PAttribute;
+
+typedef enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+} CUmemAccess_flags;
+
+typedef struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
+} CUmemAccessDesc;
+
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(CUipcMemHandle) == 64, ipcmemhandle_size);
+BC_STATIC_ASSERT(sizeof(CUipcEventHandle) == 64, ipceventhandle_size);
+BC_STATIC_ASSERT(sizeof(CUmemPoolPtrExportData) == 64, poolptrexport_size);
+BC_STATIC_ASSERT(sizeof(CUmemAccessDesc) == 12, memaccessdesc_size);
+#endif
+
+/* --------------------------------------------- graphs (feature: CUDA graphs, _graph.pyx) */
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef unsigned long long CUgraphConditionalHandle;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
+} CUstreamCaptureMode;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL = 0,
+    CU_GRAPH_NODE_TYPE_MEMCPY = 1,
+    CU_GRAPH_NODE_TYPE_MEMSET = 2,
+    CU_GRAPH_NODE_TYPE_HOST = 3,
+    CU_GRAPH_NODE_TYPE_GRAPH = 4,
+    CU_GRAPH_NODE_TYPE_EMPTY = 5,
+    CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6,
+    CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL = 8,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT = 9,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+    CU_GRAPH_NODE_TYPE_BATCH_MEM_OP = 12,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL = 13
+} CUgraphNodeType;
+
+typedef enum CUgraphConditionalNodeType_enum {
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+    CU_GRAPH_COND_TYPE_SWITCH = 2
+} CUgraphConditionalNodeType;
+#define CU_GRAPH_COND_ASSIGN_DEFAULT 0x1
+
+typedef enum CUgraphExecUpdateResult_enum {
+    CU_GRAPH_EXEC_UPDATE_SUCCESS = 0x0,
+    CU_GRAPH_EXEC_UPDATE_ERROR = 0x1,
+    CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED = 0x2,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED = 0x3,
+    CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED = 0x4,
+    CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED = 0x5,
+    CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED = 0x6,
+    CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE = 0x7,
+    CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED = 0x8
+} CUgraphExecUpdateResult;
+
+typedef enum CUgraphInstantiateResult_enum {
+    CUDA_GRAPH_INSTANTIATE_SUCCESS = 0,
+    CUDA_GRAPH_INSTANTIATE_ERROR = 1,
+    CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE = 2,
+    CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED = 3,
+    CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED = 4,
+    CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED = 5
+} CUgraphInstantiateResult;
+
+typedef enum CUgraphInstantiate_flags_enum {
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH = 1,
+    CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD = 2,
+    CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH = 4,
+    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY = 8
+} CUgraphInstantiate_flags;
+
+typedef enum CUgraphDebugDot_flags_enum {
+    CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE = 1
+} CUgraphDebugDot_flags;
+
+typedef struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    CUfunction func;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS_v2;
+
+typedef struct CUDA_MEMSET_NODE_PARAMS_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+} CUDA_MEMSET_NODE_PARAMS;
+
+typedef struct CUDA_HOST_NODE_PARAMS_st {
+    CUhostFn fn;
+    void *userData;
+} CUDA_HOST_NODE_PARAMS;
+
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;
+    CUgraph *phGraph_out;
+    CUcontext ctx;
+} CUDA_CONDITIONAL_NODE_PARAMS;
+
+/* Only the members barecuda fills (type, conditional) are spelled out; the union is
+ * padded to the driver's 29 long longs. */
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
+
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
+
+typedef struct CUgraphExecUpdateResultInfo_st {
+    CUgraphExecUpdateResult result;
+    CUgraphNode errorNode;
+    CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+    unsigned long long flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    CUgraphInstantiateResult result_out;
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+#if UINTPTR_MAX == 0xffffffffffffffffULL
+BC_STATIC_ASSERT(sizeof(CUDA_KERNEL_NODE_PARAMS_v2) == 72, kernel_node_params_v2_size);
+BC_STATIC_ASSERT(sizeof(CUDA_MEMSET_NODE_PARAMS) == 40, memset_node_params_size);
+BC_STATIC_ASSERT(sizeof(CUDA_HOST_NODE_PARAMS) == 16, host_node_params_size);
+BC_STATIC_ASSERT(sizeof(CUDA_CONDITIONAL_NODE_PARAMS) == 32, conditional_node_params_size);
+BC_STATIC_ASSERT(sizeof(CUgraphNodeParams) == 256, graph_node_params_size);
+BC_STATIC_ASSERT(offsetof(CUgraphNodeParams, conditional) == 16, graph_node_params_union_offset);
+BC_STATIC_ASSERT(sizeof(CUgraphEdgeData) == 8, graph_edge_data_size);
+BC_STATIC_ASSERT(sizeof(CUgraphExecUpdateResultInfo) == 24, exec_update_result_info_size);
+BC_STATIC_ASSERT(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, instantiate_params_size);
+#endif
+
 /* ----------------------------------------------------------- entry points
  * X(name, version, required, (parameter list))
  *   version: the CUDA version whose ABI of `name` the parameter list describes;
@@ -559,7 +774,54 @@ typedef size_t (CUDAAPI *CUoccupancyB2DSize)(int blockSize);
     X(cuMemPoolGetAttribute, 11020, 0, (CUmemoryPool pool, CUmemPool_attribute attr, void *value)) \
     X(cuDeviceGetDefaultMemPool, 11020, 0, (CUmemoryPool *pool_out, CUdevice dev)) \
     X(cuMemPrefetchAsync, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream)) \
-    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location))
+    X(cuMemAdvise, 12020, 0, (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)) \
+    /* dist: IPC, peer topology and pool sharing (_ipc, _topology) */ \
+    X(cuIpcGetMemHandle, 4010, 0, (CUipcMemHandle *pHandle, CUdeviceptr dptr)) \
+    X(cuIpcOpenMemHandle, 11000, 0, (CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)) \
+    X(cuIpcCloseMemHandle, 4010, 0, (CUdeviceptr dptr)) \
+    X(cuIpcGetEventHandle, 4010, 0, (CUipcEventHandle *pHandle, CUevent event)) \
+    X(cuIpcOpenEventHandle, 4010, 0, (CUevent *phEvent, CUipcEventHandle handle)) \
+    X(cuMemPoolExportToShareableHandle, 11020, 0, (void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags)) \
+    X(cuMemPoolImportFromShareableHandle, 11020, 0, (CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags)) \
+    X(cuMemPoolExportPointer, 11020, 0, (CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)) \
+    X(cuMemPoolImportPointer, 11020, 0, (CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)) \
+    X(cuMemPoolSetAccess, 11020, 0, (CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)) \
+    X(cuDeviceGetP2PAttribute, 8000, 0, (int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice)) \
+    X(cuDeviceGetByPCIBusId, 4010, 0, (CUdevice *dev, const char *pciBusId)) \
+    /* CUDA graphs (_graph.pyx): capture, explicit graphs, executable graphs */ \
+    X(cuStreamBeginCapture, 10010, 0, (CUstream hStream, CUstreamCaptureMode mode)) \
+    X(cuStreamEndCapture, 10000, 0, (CUstream hStream, CUgraph *phGraph)) \
+    X(cuStreamIsCapturing, 10000, 0, (CUstream hStream, CUstreamCaptureStatus *captureStatus)) \
+    X(cuThreadExchangeStreamCaptureMode, 10010, 0, (CUstreamCaptureMode *mode)) \
+    X(cuGraphCreate, 10000, 0, (CUgraph *phGraph, unsigned int flags)) \
+    X(cuGraphDestroy, 10000, 0, (CUgraph hGraph)) \
+    X(cuGraphGetNodes, 10000, 0, (CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)) \
+    X(cuGraphNodeGetType, 10000, 0, (CUgraphNode hNode, CUgraphNodeType *type)) \
+    X(cuGraphAddKernelNode, 12000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphKernelNodeGetParams, 12000, 0, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphKernelNodeSetParams, 12000, 0, (CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphAddMemcpyNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)) \
+    X(cuGraphAddMemsetNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)) \
+    X(cuGraphAddHostNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)) \
+    X(cuGraphAddChildGraphNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)) \
+    X(cuGraphAddEmptyNode, 10000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)) \
+    X(cuGraphAddEventRecordNode, 11010, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)) \
+    X(cuGraphAddEventWaitNode, 11010, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event)) \
+    X(cuGraphAddNode, 12030, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams)) \
+    X(cuGraphConditionalHandleCreate, 12030, 0, (CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags)) \
+    X(cuGraphDebugDotPrint, 11030, 0, (CUgraph hGraph, const char *path, unsigned int flags)) \
+    X(cuGraphInstantiateWithFlags, 11040, 0, (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)) \
+    X(cuGraphInstantiateWithParams, 12000, 0, (CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)) \
+    X(cuGraphLaunch, 10000, 0, (CUgraphExec hGraphExec, CUstream hStream)) \
+    X(cuGraphUpload, 11010, 0, (CUgraphExec hGraphExec, CUstream hStream)) \
+    X(cuGraphExecDestroy, 10000, 0, (CUgraphExec hGraphExec)) \
+    X(cuGraphExecUpdate, 12000, 0, (CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)) \
+    X(cuGraphExecKernelNodeSetParams, 12000, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
+    X(cuGraphNodeSetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)) \
+    X(cuGraphNodeGetEnabled, 11060, 0, (CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)) \
+    /* launch: a module's kernel names (C++ lookup by plain name in cubins) */ \
+    X(cuModuleGetFunctionCount, 12040, 0, (unsigned int *count, CUmodule mod)) \
+    X(cuModuleEnumerateFunctions, 12040, 0, (CUfunction *functions, unsigned int numFunctions, CUmodule mod))
 
 /* PFN_<name> typedefs */
 #define BC_X_PFN(name, version, required, params) typedef CUresult (CUDAAPI *PFN_##name) params;

@@ -22,7 +22,8 @@ from barecuda._copy import to_device, copy_2d, copy_3d
 from barecuda._host import PinnedBuffer, PinnedAllocator, pinned_empty, register_host, HostRegistration
 from barecuda._managed import managed_empty, alloc_pitch
 from barecuda._module import Module, Global
-from barecuda._launch import Kernel, LaunchConfig, LaunchPlan, PlanList, launch_all
+from barecuda._launch import Kernel, LaunchPlan, PlanList, launch_all
+from barecuda._launch_config import LaunchConfig
 from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
 
 
@@ -53,3 +54,39 @@ __all__ = [
     # pools
     "MemoryPool", "DriverMemoryPool", "PinnedMemoryPool", "memory_stats", "trim_memory",
 ]
+
+# -- dist: IPC, several GPUs, NCCL (docs/multi-gpu.md)
+from barecuda._ipc import (
+    IpcAllocator, IpcMemoryPool, IpcError, IpcStaleHandleError, IpcForeignHostError, IpcAlreadyOpenError,
+)
+from barecuda._topology import devices, topology, topology_report, p2p_attributes, DevicePool
+from barecuda import ipc, nccl
+__all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
+            "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
+            "ipc", "nccl"]
+
+# CUDA graphs (_graph.pyx)
+from barecuda._graph import (
+    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode,
+    Capture, capture, is_capturing, check_host_errors,
+)
+__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
+            "Capture", "capture", "is_capturing", "check_host_errors"]
+
+# staging settings (core)
+from barecuda._staging import configure_staging
+__all__ += ["configure_staging"]
+
+# --- nvrtc: kernels from CUDA C++ source (NVRTC, compile cache, linking, library API)
+from barecuda._program import (
+    Program, ObjectCode, Library, link, compile_module, cache_info, clear_cache, cache_dir,
+    CompileError, LinkError, CompilerNotFoundError, nvrtc_version, nvrtc_path, nvjitlink_version,
+)
+__all__ += [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version",
+]
+
+# launch: public settings
+from barecuda._launch import set_launch_releases_gil, launch_releases_gil
+__all__ += ["set_launch_releases_gil", "launch_releases_gil"]

@@ -1,18 +1,30 @@
 """``python -m barecuda``: the doctor.
 
-Reports the package, the Python, the driver (or, without one, what was tried and
-how to fix it), every device with its key attributes and whether NVRTC can be
-found; on a GPU it also runs a self-check (a vector add verified against a
-reference computed on the host) and measures the launch overhead against a raw C
-loop with the benchmark's harness.
+Reports the package and how it was built, the Python, the ``BARECUDA_*`` and
+``CUDA_VISIBLE_DEVICES`` settings, the driver (telling apart no driver, a driver
+with no device, no permission on ``/dev/nvidia*`` and a driver too old), every
+device with its key attributes, the NVRTC, nvJitLink and NCCL libraries barecuda
+would use, and the installed peers (torch, CuPy, cuda-python; from package metadata,
+nothing is imported). On a GPU it also runs a self-check (a vector add verified
+against a reference computed on the host) and measures the launch overhead against a
+raw C loop with the public benchmark API (``barecuda.bench.quick_launch_overhead``).
+
+Options: ``--json`` (the same facts as one JSON document on stdout, for bug
+reports), ``--no-bench`` (skip the launch measurement), ``--help``.
 
 Exit status: 0 when everything is fine or when there is no GPU; 1 when a
 self-check fails.
 """
+import argparse
+import glob
+import json
 import os
 import platform
 import random
 import sys
+
+MIN_DRIVER = (12, 0)      # the oldest driver barecuda's symbol table supports
+W = 14                    # label column
 
 VADD_PTX = r"""
 .version 8.0
@@ -56,53 +68,211 @@ $L_done:
 }
 """
 
-W = 14   # label column
+# ------------------------------------------------------------------ settings and build
+def settings():
+    """The environment variables that change what barecuda does."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("BARECUDA_") or k in ("CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH")}
 
 
-def line(label, text):
-    print(f"{label + ':':<{W}}{text}")
+def build_info():
+    """How this copy was built: ``barecuda._build_info.BUILD`` when the build wrote it,
+    else what can be read from the compiled modules (the Cython ABI tag)."""
+    try:
+        import barecuda._build_info as bi
+        info = getattr(bi, "BUILD", None)
+        if isinstance(info, dict):
+            return dict(info, source="barecuda._build_info")
+    except ImportError:
+        pass
+    import barecuda
+    info = getattr(barecuda, "_build_info", None)
+    if isinstance(info, dict):
+        return dict(info, source="barecuda._build_info")
+    out = {"mode": "unknown (no barecuda._build_info)", "source": "compiled module"}
+    try:
+        import re
+        from barecuda import _errors
+        with open(_errors.__file__, "rb") as fh:
+            m = re.search(rb"_cython_(\d+)_(\d+)_(\d+)", fh.read())
+        if m:
+            out["cython"] = ".".join(x.decode() for x in m.groups())
+        out["module"] = _errors.__file__
+    except (OSError, ImportError, AttributeError):
+        pass
+    return out
 
 
-def _gib(n):
-    return f"{n / (1 << 30):.1f} GiB"
+def installed_peers():
+    """``{distribution: version}`` of torch, CuPy and cuda-python (and numpy), read
+    from package metadata: nothing is imported."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:
+        return {}
+    out = {}
+    for name in ("torch", "cupy-cuda13x", "cupy-cuda12x", "cupy", "cuda-python", "cuda-bindings", "cuda-core",
+                 "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+        except Exception:   # noqa: BLE001 -- broken metadata of another package
+            pass
+    return out
 
 
-# ------------------------------------------------------------------ NVRTC
-def find_nvrtc():
-    """(path or None, where we looked). Only reports; nothing is loaded."""
-    import ctypes.util
-    import glob
-    looked = []
-    if sys.platform == "win32":
-        pats = []
-        for var in ("CUDA_PATH",) + tuple(k for k in os.environ if k.startswith("CUDA_PATH_V")):
-            base = os.environ.get(var)
-            if base:
-                pats.append(os.path.join(base, "bin", "nvrtc64_*.dll"))
-        names = ["nvrtc64_130_0", "nvrtc64_120_0", "nvrtc"]
-    else:
-        pats = ["/usr/local/cuda/lib64/libnvrtc.so*", "/usr/local/cuda-*/lib64/libnvrtc.so*",
-                "/usr/local/cuda/targets/*/lib/libnvrtc.so*", "/usr/lib/x86_64-linux-gnu/libnvrtc.so*",
-                "/usr/lib64/libnvrtc.so*"]
-        names = ["nvrtc"]
+# ------------------------------------------------------------------ libraries
+# (what, env override, barecuda module, locator names tried there, library stem,
+#  pip wheel folders under site-packages)
+LIBRARIES = (
+    ("nvrtc", "BARECUDA_NVRTC", "barecuda._program", ("nvrtc_path", "find_nvrtc", "locate_nvrtc"), "nvrtc",
+     (("nvidia", "cu13", "lib"), ("nvidia", "cuda_nvrtc", "lib"), ("nvidia", "cu13", "bin"),
+      ("nvidia", "cuda_nvrtc", "bin"))),
+    ("nvjitlink", "BARECUDA_NVJITLINK", "barecuda._program",
+     ("nvjitlink_path", "find_nvjitlink", "locate_nvjitlink"), "nvJitLink",
+     (("nvidia", "cu13", "lib"), ("nvidia", "nvjitlink", "lib"), ("nvidia", "cu13", "bin"),
+      ("nvidia", "nvjitlink", "bin"))),
+    ("nccl", "BARECUDA_NCCL", "barecuda._nccl", ("nccl_path", "find_nccl", "locate_nccl", "library_path"), "nccl",
+     (("nvidia", "nccl", "lib"), ("nvidia", "cu13", "lib"))),
+)
+
+
+def _patterns(stem, wheel_dirs):
+    """Where to look for lib<stem>: pip wheel folders, CUDA_HOME/CUDA_PATH, system."""
+    win = sys.platform == "win32"
+    name = f"{stem}64_*.dll" if win and stem != "nccl" else (f"{stem}*.dll" if win else f"lib{stem}.so*")
+    pats = []
     for d in sys.path:
-        for sub in (("nvidia", "cu13", "lib"), ("nvidia", "cuda_nvrtc", "lib"), ("nvidia", "cu13", "bin"),
-                    ("nvidia", "cuda_nvrtc", "bin")):
+        for sub in wheel_dirs:
             p = os.path.join(d, *sub)
             if os.path.isdir(p):
-                pats.append(os.path.join(p, "nvrtc64_*.dll" if sys.platform == "win32" else "libnvrtc.so*"))
-    for name in names:
-        looked.append(f"find_library({name!r})")
-        found = ctypes.util.find_library(name)
-        if found:
-            return found, looked
-    for pat in pats:
+                pats.append(os.path.join(p, name))
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        base = os.environ.get(var)
+        if base:
+            pats += [os.path.join(base, "bin" if win else "lib64", name), os.path.join(base, "lib", name)]
+    if not win:
+        pats += [f"/usr/local/cuda/lib64/{name}", f"/usr/local/cuda-*/lib64/{name}",
+                 f"/usr/local/cuda/targets/*/lib/{name}", f"/usr/lib/x86_64-linux-gnu/{name}",
+                 f"/usr/lib/aarch64-linux-gnu/{name}", f"/usr/lib64/{name}"]
+    return pats
+
+
+def _from_locator(module, names):
+    """What barecuda's own locator (if this build has it) says, or None."""
+    import importlib
+    try:
+        mod = importlib.import_module(module)
+    except Exception:   # noqa: BLE001 -- not in this build, or broken: search ourselves
+        return None
+    for n in names:
+        fn = getattr(mod, n, None)
+        if callable(fn):
+            try:
+                got = fn()
+            except Exception as e:   # noqa: BLE001
+                return {"path": None, "how": f"{module}.{n}() raised {type(e).__name__}: {e}"}
+            if isinstance(got, (tuple, list)):
+                got = got[0] if got else None
+            return {"path": os.fspath(got) if got else None, "how": f"{module}.{n}()"}
+    return None
+
+
+def find_library(what, env, module, locators, stem, wheel_dirs):
+    """``{"path", "how", "looked"}`` for one optional library; nothing is loaded."""
+    got = _from_locator(module, locators)
+    if got is not None:
+        return got
+    override = os.environ.get(env)
+    if override:
+        return {"path": override if os.path.exists(override) else None,
+                "how": f"{env}={override}" + ("" if os.path.exists(override) else " (does not exist)")}
+    looked = []
+    for pat in _patterns(stem, wheel_dirs):
         looked.append(pat)
         hits = sorted(h for h in glob.glob(pat) if "builtins" not in os.path.basename(h)
                       and "alt" not in os.path.basename(h))
         if hits:
-            return hits[-1], looked
-    return None, looked
+            return {"path": hits[-1], "how": "search", "looked": looked}
+    import ctypes.util
+    found = ctypes.util.find_library(stem)
+    looked.append(f"find_library({stem!r})")
+    return {"path": found, "how": "search", "looked": looked}
+
+
+def libraries():
+    return {what: find_library(what, *rest) for what, *rest in LIBRARIES}
+
+
+# ------------------------------------------------------------------ driver state
+def device_nodes(pattern="/dev/nvidia*"):
+    """``[(path, accessible)]`` of the NVIDIA device nodes (read and write needed)."""
+    return [(p, os.access(p, os.R_OK | os.W_OK)) for p in sorted(glob.glob(pattern))]
+
+
+def diagnose(load_error, version=None, count=None, nodes=()):
+    """Tell the driver states apart.
+
+    Parameters
+    ----------
+    load_error : Exception or None
+        What loading the driver raised (None: it loaded).
+    version : tuple or None
+        The loaded driver's CUDA version.
+    count : int or None
+        ``device_count()`` (None: could not be asked).
+    nodes : list of (path, accessible)
+        The ``/dev/nvidia*`` nodes.
+
+    Returns
+    -------
+    (state, message, fix)
+        state is one of ``"ok"``, ``"no-driver"``, ``"driver-too-old"``,
+        ``"no-permission"``, ``"no-device"``, ``"driver-error"``.
+    """
+    from barecuda import CudaError, DriverNotFoundError
+    denied = [p for p, ok in nodes if not ok]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    vis_hint = (f" CUDA_VISIBLE_DEVICES={visible!r} hides devices: unset it or name a device that exists."
+                if visible is not None else " Check `nvidia-smi`.")
+    perm_fix = (f"this user cannot open {', '.join(denied[:3])}: add it to the group owning them "
+                "(often `video` or `render`), or fix the device nodes' permissions.")
+    if isinstance(load_error, DriverNotFoundError):
+        tried = " ".join(getattr(load_error, "tried", ())) or str(load_error)
+        if "too old" in tried or "cuGetProcAddress_v2" in tried:
+            return ("driver-too-old", "a CUDA driver library was found but it is older than CUDA "
+                    f"{MIN_DRIVER[0]}.{MIN_DRIVER[1]}",
+                    f"upgrade the NVIDIA driver to one for CUDA {MIN_DRIVER[0]}.{MIN_DRIVER[1]} or newer")
+        return ("no-driver", "no CUDA driver library could be loaded",
+                "install the NVIDIA driver (check with `nvidia-smi`), or point barecuda at it: "
+                "BARECUDA_LIBCUDA=/path/to/libcuda.so.1")
+    if isinstance(load_error, CudaError):
+        code = getattr(load_error, "code", None)
+        if code == 35:      # CUDA_ERROR_INSUFFICIENT_DRIVER
+            return ("driver-too-old", f"the driver is older than the kernel module or CUDA needs: {load_error}",
+                    "upgrade the NVIDIA driver (user-space and kernel module together)")
+        if denied:
+            return ("no-permission", f"the driver loaded but cuInit failed ({load_error.name}) and "
+                    f"{len(denied)} device node(s) cannot be opened", perm_fix)
+        if code == 100:     # CUDA_ERROR_NO_DEVICE
+            return ("no-device", "the driver is installed and loaded, but it reports no CUDA device",
+                    "the driver sees no GPU." + vis_hint)
+        return ("driver-error", f"the driver loaded but cannot start: {load_error}",
+                "check `nvidia-smi` and `dmesg` (a kernel module that does not match the driver, "
+                "or a GPU that fell off the bus)")
+    if load_error is not None:
+        return ("driver-error", f"{type(load_error).__name__}: {load_error}", "see the message")
+    if version is not None and tuple(version) < MIN_DRIVER:
+        return ("driver-too-old", f"the driver is CUDA {version[0]}.{version[1]}; barecuda needs "
+                f"{MIN_DRIVER[0]}.{MIN_DRIVER[1]} or newer", "upgrade the NVIDIA driver")
+    if not count:
+        if denied:
+            return ("no-permission", f"the driver reports no device and {len(denied)} device node(s) "
+                    "cannot be opened", perm_fix)
+        return ("no-device", "the driver is installed and loaded, but it reports no CUDA device",
+                "the driver sees no GPU." + vis_hint)
+    return ("ok", f"{count} device(s)", None)
 
 
 # ------------------------------------------------------------------ self-check
@@ -155,90 +325,168 @@ def self_check(bc, dev):
     return True, f"vector add (float32, n = {', '.join(f'{n:,}' for n in checked)}) OK, verified with {how}"
 
 
-# ------------------------------------------------------------------ main
-def main():
+# ------------------------------------------------------------------ collect, print
+def _gib(n):
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def collect(run_bench=True):
+    """Every fact the doctor reports, as one JSON-able dict (``--json`` prints it)."""
     import barecuda as bc
     from barecuda import _loader
-
-    print(f"barecuda {bc.__version__}")
-    line("python", f"{platform.python_implementation()} {sys.version.split()[0]} ({sys.executable})")
-    line("platform", f"{platform.platform()} [{platform.machine()}]")
-    try:
-        import numpy
-        line("numpy", f"{numpy.__version__} (optional)")
-    except ImportError:
-        line("numpy", "not installed (optional: needed only for numpy arrays in/out)")
-
+    rep = {"barecuda": bc.__version__, "package": os.path.dirname(bc.__file__),
+           "python": f"{platform.python_implementation()} {sys.version.split()[0]} ({sys.executable})",
+           "platform": f"{platform.platform()} [{platform.machine()}]",
+           "build": build_info(), "settings": settings(), "peers": installed_peers()}
+    load_error = None
     try:
         _loader.load()
     except Exception as e:   # noqa: BLE001 -- the doctor reports, it does not crash
-        nvrtc, _ = find_nvrtc()
-        line("driver", "NOT LOADED")
-        for ln in str(e).splitlines():
-            print(" " * W + ln)
-        if "BARECUDA_LIBCUDA" not in str(e):
-            print(" " * W + "Fix: install the NVIDIA driver (check with `nvidia-smi`), or point barecuda at it: "
-                  "BARECUDA_LIBCUDA=/path/to/libcuda.so.1")
-        line("nvrtc", f"found: {nvrtc}" if nvrtc else "not found")
-        line("status", "no CUDA driver: nothing to check on a GPU (exit 0)")
-        return 0
-
-    v = bc.driver_version()
-    line("driver", f"{bc.driver_path()}  (CUDA {v[0]}.{v[1]})")
-    if os.environ.get("BARECUDA_LIBCUDA"):
-        print(" " * W + f"(chosen by BARECUDA_LIBCUDA={os.environ['BARECUDA_LIBCUDA']})")
-    try:
-        n = bc.device_count()
-    except Exception as e:   # noqa: BLE001
-        n = 0
-        line("devices", f"cannot count devices: {e}")
-    fake = False
+        load_error = e
+    nodes = device_nodes()
+    rep["device_nodes"] = {p: ("ok" if ok else "NO ACCESS") for p, ok in nodes}
+    version = count = None
+    if load_error is None:
+        version = bc.driver_version()
+        rep["driver"] = {"path": bc.driver_path(), "cuda": "%d.%d" % version}
+        try:
+            count = bc.device_count()
+        except Exception as e:   # noqa: BLE001
+            rep["driver"]["count_error"] = f"{type(e).__name__}: {e}"
+    else:
+        rep["driver"] = {"error": f"{type(load_error).__name__}: {load_error}"}
+    state, msg, fix = diagnose(load_error, version, count, nodes)
+    rep["state"] = {"state": state, "message": msg, "fix": fix}
+    rep["devices"] = []
     devs = []
-    if n == 0:
-        line("devices", "none visible (check `nvidia-smi` and CUDA_VISIBLE_DEVICES)")
-    for i in range(n):
+    for i in range(count or 0):
         try:
             d = bc.Device(i)
-            devs.append(d)
-            name = d.name
-            fake = fake or name.startswith("FakeCUDA")
-            cc = d.compute_capability
             a = d.attribute
-            print(f"  [{i}] {name}  cc {cc[0]}.{cc[1]}  {_gib(d.total_memory)}  "
-                  f"{a('multiprocessor_count')} SMs")
-            print(f"      PCI {d.pci_bus_id}  {d.uuid}")
-            print(f"      clocks: SM {a('clock_rate') // 1000} MHz, memory {a('memory_clock_rate') // 1000} MHz, "
-                  f"bus {a('global_memory_bus_width')}-bit, L2 {a('l2_cache_size') >> 20} MiB")
+            cc = d.compute_capability
+            devs.append(d)
+            rep["devices"].append({
+                "ordinal": i, "name": d.name, "cc": f"{cc[0]}.{cc[1]}", "memory": _gib(d.total_memory),
+                "sms": a("multiprocessor_count"), "pci": d.pci_bus_id, "uuid": str(d.uuid),
+                "clocks": f"SM {a('clock_rate') // 1000} MHz, memory {a('memory_clock_rate') // 1000} MHz, "
+                          f"bus {a('global_memory_bus_width')}-bit, L2 {a('l2_cache_size') >> 20} MiB"})
         except Exception as e:   # noqa: BLE001
-            print(f"  [{i}] cannot query: {type(e).__name__}: {e}")
+            rep["devices"].append({"ordinal": i, "error": f"{type(e).__name__}: {e}"})
+    rep["libraries"] = libraries()
+    rep["failed"] = False
+    if state == "ok" and devs:
+        fake = any(str(d.get("name", "")).startswith("FakeCUDA") for d in rep["devices"])
+        if fake:
+            rep["self_check"] = {"ok": None, "message": "skipped: this is the fakecuda test double (kernels do not run)"}
+        else:
+            try:
+                ok, m = self_check(bc, devs[0])
+            except Exception as e:   # noqa: BLE001
+                ok, m = False, f"could not run: {type(e).__name__}: {e}"
+            rep["self_check"] = {"ok": ok, "message": m}
+            rep["failed"] = not ok
+        if run_bench:
+            try:
+                from barecuda.bench import quick_launch_overhead
+                bc_ns, raw_ns, ratio = quick_launch_overhead()
+                rep["launch_overhead"] = {"barecuda_ns": bc_ns, "raw_c_ns": raw_ns, "ratio": ratio,
+                                          "meaningless": fake}
+            except Exception as e:   # noqa: BLE001
+                rep["launch_overhead"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    return rep
 
-    nvrtc, looked = find_nvrtc()
-    line("nvrtc", f"found: {nvrtc}" if nvrtc else "not found (looked at: " + "; ".join(looked[:6]) + " ...)")
 
-    if not devs:
-        line("status", "no GPU: nothing to check (exit 0)")
-        return 0
-    if fake:
-        line("self-check", "skipped: this is the fakecuda test double (kernels do not run)")
-    failed = False
-    if not fake:
-        try:
-            ok, msg = self_check(bc, devs[0])
-        except Exception as e:   # noqa: BLE001
-            ok, msg = False, f"could not run: {type(e).__name__}: {e}"
-        line("self-check", ("" if ok else "FAILED: ") + msg)
-        failed = not ok
-    from barecuda.bench import quick_launch_overhead, _why
+def line(label, text):
+    print(f"{label + ':':<{W}}{text}")
+
+
+def print_report(rep):
+    print(f"barecuda {rep['barecuda']}  ({rep['package']})")
+    b = rep["build"]
+    line("build", f"{b.get('mode', '?')}, Cython {b.get('cython', '?')}"
+         + (f", {b['compiler']} {b.get('compile_args', '')}".rstrip() if b.get("compiler") else "")
+         + ("" if b.get("source") == "barecuda._build_info" else f"  (read from the {b.get('source')})"))
+    line("python", rep["python"])
+    line("platform", rep["platform"])
+    line("settings", ", ".join(f"{k}={v}" for k, v in rep["settings"].items()) or "none (no BARECUDA_*, "
+         "CUDA_VISIBLE_DEVICES, CUDA_HOME or CUDA_PATH set)")
+    line("peers", ", ".join(f"{k} {v}" for k, v in rep["peers"].items()) or "none of torch, CuPy, cuda-python")
+    d, st = rep["driver"], rep["state"]
+    if "path" in d:
+        line("driver", f"{d['path']}  (CUDA {d['cuda']})")
+    else:
+        line("driver", "NOT USABLE")
+        for ln in d["error"].splitlines():
+            print(" " * W + ln)
+    nodes = rep["device_nodes"]
+    denied = [p for p, v in nodes.items() if v != "ok"]
+    line("dev nodes", (f"{len(nodes)} /dev/nvidia* node(s)" + (f", NO ACCESS to {', '.join(denied)}" if denied
+                                                                   else ", all accessible")) if nodes
+         else "no /dev/nvidia* nodes" + (" (normal on Windows and WSL)" if sys.platform == "win32" else ""))
+    line("state", f"{st['state']}: {st['message']}")
+    if st["fix"]:
+        line("fix", st["fix"])
+    for dev in rep["devices"]:
+        if "error" in dev:
+            print(f"  [{dev['ordinal']}] cannot query: {dev['error']}")
+            continue
+        print(f"  [{dev['ordinal']}] {dev['name']}  cc {dev['cc']}  {dev['memory']}  {dev['sms']} SMs")
+        print(f"      PCI {dev['pci']}  {dev['uuid']}")
+        print(f"      clocks: {dev['clocks']}")
+    for what, info in rep["libraries"].items():
+        if info.get("path"):
+            line(what, f"{info['path']}  ({info['how']})")
+        else:
+            looked = info.get("looked")
+            line(what, "not found" + (f" (looked at: {'; '.join(looked[:5])} ...)" if looked else f" ({info['how']})"))
+    sc = rep.get("self_check")
+    if sc:
+        line("self-check", ("" if sc["ok"] is not False else "FAILED: ") + sc["message"])
+    lo = rep.get("launch_overhead")
+    if lo:
+        if "error" in lo:
+            print(f"launch overhead: n/a ({lo['error']})")
+        else:
+            print(f"launch overhead: barecuda kernel.launch {lo['barecuda_ns']:,.0f} ns vs raw C "
+                  f"{lo['raw_c_ns']:,.0f} ns (ratio {lo['ratio']:.3f})"
+                  + ("  (fake driver: meaningless)" if lo["meaningless"] else ""))
+    if rep["failed"]:
+        line("status", "SELF-CHECK FAILED (exit 1)")
+    elif st["state"] == "ok":
+        line("status", "OK")
+    else:
+        line("status", f"no usable GPU ({st['state']}): nothing to check (exit 0)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python -m barecuda",
+        description="barecuda's doctor: the driver, devices, build, settings, libraries and peers; on a GPU a "
+                    "self-check and the launch overhead against raw C.",
+        epilog="Exit status: 0 when all is well or there is no GPU, 1 when a self-check fails.")
+    ap.add_argument("--json", action="store_true", help="print the report as one JSON document (for bug reports)")
+    ap.add_argument("--no-bench", action="store_true", help="skip the launch-overhead measurement")
+    args = ap.parse_args(argv)
+    rep = collect(run_bench=not args.no_bench)
+    if args.json:
+        json.dump(rep, sys.stdout, indent=1, default=str)
+        print()
+    else:
+        print_report(rep)
+    sys.stdout.flush()
+    return 1 if rep["failed"] else 0
+
+
+def _run():
     try:
-        bc_ns, raw_ns, ratio = quick_launch_overhead()
-        note = "  (fake driver: meaningless)" if fake else ""
-        print(f"launch overhead: barecuda kernel.launch {bc_ns:,.0f} ns vs raw C {raw_ns:,.0f} ns "
-              f"(ratio {ratio:.3f}){note}")
-    except Exception as e:   # noqa: BLE001
-        print(f"launch overhead: n/a ({_why(e)})")
-    line("status", "SELF-CHECK FAILED (exit 1)" if failed else "OK")
-    return 1 if failed else 0
+        return main()
+    except BrokenPipeError:
+        # the reader went away (`python -m barecuda | head -3`): not an error; keep
+        # the interpreter's final flush from raising again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

@@ -395,6 +395,128 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
     ctypedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData) noexcept
     ctypedef size_t (*CUoccupancyB2DSize)(int blockSize) noexcept
 
+    # -- dist: IPC, peer and pool sharing types
+    ctypedef struct CUipcMemHandle:
+        char reserved[64]
+    ctypedef struct CUipcEventHandle:
+        char reserved[64]
+    ctypedef struct CUmemPoolPtrExportData:
+        unsigned char reserved[64]
+    ctypedef enum CUdevice_P2PAttribute:
+        CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK
+        CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED
+        CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED
+        CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED
+    ctypedef enum CUmemAccess_flags:
+        CU_MEM_ACCESS_FLAGS_PROT_NONE
+        CU_MEM_ACCESS_FLAGS_PROT_READ
+        CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+    ctypedef struct CUmemAccessDesc:
+        CUmemLocation location
+        CUmemAccess_flags flags
+    enum: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
+    # CUDA graphs (_graph.pyx)
+    cdef struct CUgraphNode_st
+    ctypedef CUgraphNode_st* CUgraphNode
+    ctypedef unsigned long long CUgraphConditionalHandle
+    ctypedef enum CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_GLOBAL
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        CU_STREAM_CAPTURE_MODE_RELAXED
+    ctypedef enum CUstreamCaptureStatus:
+        CU_STREAM_CAPTURE_STATUS_NONE
+        CU_STREAM_CAPTURE_STATUS_ACTIVE
+        CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    ctypedef enum CUgraphNodeType:
+        CU_GRAPH_NODE_TYPE_KERNEL
+        CU_GRAPH_NODE_TYPE_MEMCPY
+        CU_GRAPH_NODE_TYPE_MEMSET
+        CU_GRAPH_NODE_TYPE_HOST
+        CU_GRAPH_NODE_TYPE_GRAPH
+        CU_GRAPH_NODE_TYPE_EMPTY
+        CU_GRAPH_NODE_TYPE_WAIT_EVENT
+        CU_GRAPH_NODE_TYPE_EVENT_RECORD
+        CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL
+        CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT
+        CU_GRAPH_NODE_TYPE_MEM_ALLOC
+        CU_GRAPH_NODE_TYPE_MEM_FREE
+        CU_GRAPH_NODE_TYPE_BATCH_MEM_OP
+        CU_GRAPH_NODE_TYPE_CONDITIONAL
+    ctypedef enum CUgraphConditionalNodeType:
+        CU_GRAPH_COND_TYPE_IF
+        CU_GRAPH_COND_TYPE_WHILE
+        CU_GRAPH_COND_TYPE_SWITCH
+    unsigned int CU_GRAPH_COND_ASSIGN_DEFAULT
+    ctypedef enum CUgraphExecUpdateResult:
+        CU_GRAPH_EXEC_UPDATE_SUCCESS
+        CU_GRAPH_EXEC_UPDATE_ERROR
+        CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+        CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED
+        CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED
+        CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED
+        CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE
+        CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED
+    ctypedef enum CUgraphInstantiateResult:
+        CUDA_GRAPH_INSTANTIATE_SUCCESS
+        CUDA_GRAPH_INSTANTIATE_ERROR
+        CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE
+        CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED
+        CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED
+        CUDA_GRAPH_INSTANTIATE_CONDITIONAL_HANDLE_UNUSED
+    ctypedef enum CUgraphInstantiate_flags:
+        CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH
+        CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD
+        CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH
+        CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+    ctypedef enum CUgraphDebugDot_flags:
+        CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE
+    ctypedef struct CUDA_KERNEL_NODE_PARAMS_v2:
+        CUfunction func
+        unsigned int gridDimX
+        unsigned int gridDimY
+        unsigned int gridDimZ
+        unsigned int blockDimX
+        unsigned int blockDimY
+        unsigned int blockDimZ
+        unsigned int sharedMemBytes
+        void **kernelParams
+        void **extra
+        CUkernel kern
+        CUcontext ctx
+    ctypedef struct CUDA_MEMSET_NODE_PARAMS:
+        CUdeviceptr dst
+        size_t pitch
+        unsigned int value
+        unsigned int elementSize
+        size_t width
+        size_t height
+    ctypedef struct CUDA_HOST_NODE_PARAMS:
+        CUhostFn fn
+        void *userData
+    ctypedef struct CUDA_CONDITIONAL_NODE_PARAMS:
+        CUgraphConditionalHandle handle
+        CUgraphConditionalNodeType type
+        unsigned int size
+        CUgraph *phGraph_out
+        CUcontext ctx
+    ctypedef struct CUgraphNodeParams:
+        CUgraphNodeType type
+        CUDA_CONDITIONAL_NODE_PARAMS conditional
+    ctypedef struct CUgraphEdgeData:
+        unsigned char from_port
+        unsigned char to_port
+        unsigned char type
+    ctypedef struct CUgraphExecUpdateResultInfo:
+        CUgraphExecUpdateResult result
+        CUgraphNode errorNode
+        CUgraphNode errorFromNode
+    ctypedef struct CUDA_GRAPH_INSTANTIATE_PARAMS:
+        unsigned long long flags
+        CUstream hUploadStream
+        CUgraphNode hErrNode_out
+        CUgraphInstantiateResult result_out
+
     ctypedef struct bc_driver_t:
         CUresult (*cuInit)(unsigned int Flags) nogil
         CUresult (*cuDriverGetVersion)(int *driverVersion) nogil
@@ -486,6 +608,63 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev) nogil
         CUresult (*cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) nogil
         CUresult (*cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) nogil
+        # dist: IPC, peer topology and pool sharing (_ipc, _topology)
+        CUresult (*cuIpcGetMemHandle)(CUipcMemHandle *pHandle, CUdeviceptr dptr) nogil
+        CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags) nogil
+        CUresult (*cuIpcCloseMemHandle)(CUdeviceptr dptr) nogil
+        CUresult (*cuIpcGetEventHandle)(CUipcEventHandle *pHandle, CUevent event) nogil
+        CUresult (*cuIpcOpenEventHandle)(CUevent *phEvent, CUipcEventHandle handle) nogil
+        CUresult (*cuMemPoolExportToShareableHandle)(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType, unsigned long long flags) nogil
+        CUresult (*cuMemPoolImportFromShareableHandle)(CUmemoryPool *pool_out, void *handle, CUmemAllocationHandleType handleType, unsigned long long flags) nogil
+        CUresult (*cuMemPoolExportPointer)(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr) nogil
+        CUresult (*cuMemPoolImportPointer)(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData) nogil
+        CUresult (*cuMemPoolSetAccess)(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count) nogil
+        CUresult (*cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice) nogil
+        CUresult (*cuDeviceGetByPCIBusId)(CUdevice *dev, const char *pciBusId) nogil
+        # CUDA graphs (_graph.pyx)
+        CUresult (*cuStreamBeginCapture)(CUstream hStream, CUstreamCaptureMode mode) nogil
+        CUresult (*cuStreamEndCapture)(CUstream hStream, CUgraph *phGraph) nogil
+        CUresult (*cuStreamIsCapturing)(CUstream hStream, CUstreamCaptureStatus *captureStatus) nogil
+        CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *mode) nogil
+        CUresult (*cuGraphCreate)(CUgraph *phGraph, unsigned int flags) nogil
+        CUresult (*cuGraphDestroy)(CUgraph hGraph) nogil
+        CUresult (*cuGraphGetNodes)(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) nogil
+        CUresult (*cuGraphNodeGetType)(CUgraphNode hNode, CUgraphNodeType *type) nogil
+        CUresult (*cuGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
+        CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
+        CUresult (*cuGraphKernelNodeSetParams)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
+        CUresult (*cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx) nogil
+        CUresult (*cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) nogil
+        CUresult (*cuGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams) nogil
+        CUresult (*cuGraphAddChildGraphNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph) nogil
+        CUresult (*cuGraphAddEmptyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies) nogil
+        CUresult (*cuGraphAddEventRecordNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event) nogil
+        CUresult (*cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event) nogil
+        CUresult (*cuGraphAddNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) nogil
+        CUresult (*cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) nogil
+        CUresult (*cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags) nogil
+        CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) nogil
+        CUresult (*cuGraphInstantiateWithParams)(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams) nogil
+        CUresult (*cuGraphLaunch)(CUgraphExec hGraphExec, CUstream hStream) nogil
+        CUresult (*cuGraphUpload)(CUgraphExec hGraphExec, CUstream hStream) nogil
+        CUresult (*cuGraphExecDestroy)(CUgraphExec hGraphExec) nogil
+        CUresult (*cuGraphExecUpdate)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo) nogil
+        CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
+        CUresult (*cuGraphNodeSetEnabled)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled) nogil
+        CUresult (*cuGraphNodeGetEnabled)(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled) nogil
+        # launch: a module's kernel names (C++ lookup by plain name in cubins)
+        CUresult (*cuModuleGetFunctionCount)(unsigned int *count, CUmodule mod) nogil
+        CUresult (*cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod) nogil
+
+    # Name tables generated from BC_DEVICE_ATTRIBUTES / BC_FUNCTION_ATTRIBUTES
+    # (names without the CU_DEVICE_ATTRIBUTE_ / CU_FUNC_ATTRIBUTE_ prefix).
+    ctypedef struct bc_enum_name:
+        const char *name
+        int value
+    enum: BC_DEVICE_ATTRIBUTE_COUNT
+    enum: BC_FUNCTION_ATTRIBUTE_COUNT
+    const bc_enum_name *bc_device_attribute_names()
+    const bc_enum_name *bc_function_attribute_names()
 
     ctypedef struct bc_symbol_info:
         const char *name
@@ -500,6 +679,23 @@ cdef extern from "barecuda/cuda_errors.h" nogil:
         const char *description
         const char *hint
         int sticky
-    const bc_error_info bc_error_table[]
-    size_t BC_ERROR_TABLE_LEN
+    const bc_error_info *bc_error_table()      # sorted by code, BC_ERROR_TABLE_LEN rows
+    enum: BC_ERROR_TABLE_LEN
     const bc_error_info *bc_error_lookup(int code)
+
+
+cdef inline dict _enum_dict(const bc_enum_name *t, int n):
+    cdef int i
+    return {t[i].name.decode().lower(): t[i].value for i in range(n)}
+
+
+cdef inline dict device_attribute_codes():
+    """``{"max_threads_per_block": 1, ...}``: every CUdevice_attribute by lower-case
+    name without the prefix, from the ABI header's BC_DEVICE_ATTRIBUTES table."""
+    return _enum_dict(bc_device_attribute_names(), BC_DEVICE_ATTRIBUTE_COUNT)
+
+
+cdef inline dict function_attribute_codes():
+    """``{"max_threads_per_block": 0, ...}``: every CUfunction_attribute by lower-case
+    name without the prefix, from the ABI header's BC_FUNCTION_ATTRIBUTES table."""
+    return _enum_dict(bc_function_attribute_names(), BC_FUNCTION_ATTRIBUTE_COUNT)

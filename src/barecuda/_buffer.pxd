@@ -30,6 +30,7 @@ cdef class DeviceBuffer:
     cdef Py_ssize_t _pins           # (owner) live dependants; the free waits for the last
     cdef bint _free_pending         # (owner) closed while pinned: unpin frees
     cdef int _free_kind             # (owner) _kind before a deferred close (the allocator reads it)
+    cdef CUdeviceptr _free_ptr      # (owner) ptr before a deferred close (ptr reads 0 once closed)
     cdef bint _readonly             # imported read-only: writes refuse
     cdef bint _strided              # non-contiguous import: pointer use only
     cdef object _allocator          # allocator the memory goes back to, None for views

@@ -289,8 +289,8 @@ cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream
     v._owner = owner
     v._kind = KIND_VIEW
     if root is not None:
+        pin(root)              # root (a view or the owner) must be open; the owner is pinned
         root = owner_of(root)
-        pin(root)
         v._root = root
         v.root_stream = root.root_stream
         v.use_flag = &root.used_elsewhere
@@ -329,6 +329,7 @@ cdef int _deferred_free(DeviceBuffer o) except -1:
         o._allocator = None
         return 0
     o._kind = o._free_kind
+    o.ptr = o._free_ptr
     try:
         o._release()
     finally:
@@ -444,9 +445,10 @@ cdef class DeviceBuffer:
             return
         if not bc_driver_usable(ST):
             return            # interpreter shutting down, or forked child: leak
-        cdef CUdeviceptr p = self.ptr
         if self._kind == KIND_CLOSED:
             self._kind = self._free_kind
+            self.ptr = self._free_ptr
+        cdef CUdeviceptr p = self.ptr
         try:
             self._release()
         except BaseException as e:
@@ -502,8 +504,10 @@ cdef class DeviceBuffer:
             return
         if self._pins > 0 and self._allocator is not None:
             self._free_kind = self._kind
+            self._free_ptr = self.ptr
             self._free_pending = True
             self._kind = KIND_CLOSED
+            self.ptr = 0           # closed reads as address 0 everywhere (launch's fast check)
             self._owner = None
             return
         try:

@@ -3,8 +3,12 @@
 Owns: CudaError and its subclasses, the code -> class table, the warning class used
 by destructors, and the cold function that turns a failed driver call into an
 exception. The names and descriptions of every CUresult come from our own table
-(include/barecuda/cuda_errors.h), so they are available without a driver.
+(include/barecuda/cuda_errors.h), so they are available without a driver; the
+``CUresult`` IntEnum is built from that table at import, and C-level code cimports
+the same names from _errors.pxd.
 """
+import enum
+
 from barecuda._abi cimport CUresult, bc_error_info, bc_error_lookup, bc_error_table, BC_ERROR_TABLE_LEN
 
 cdef bc_state_t *_state = NULL
@@ -154,34 +158,52 @@ class CudaStreamCaptureError(CudaError):
 
 # code -> class; everything else maps to CudaError, or CudaStickyError when sticky.
 _CLASS_BY_CODE = {
-    1: CudaInvalidValueError,
-    2: CudaOutOfMemoryError,
-    3: CudaNotInitializedError,
-    4: CudaNotInitializedError,
-    100: CudaNoDeviceError,
-    101: CudaInvalidDeviceError,
-    200: CudaInvalidImageError,
-    201: CudaInvalidContextError,
-    209: CudaInvalidImageError,
-    218: CudaInvalidPtxError,
-    222: CudaInvalidPtxError,
-    400: CudaInvalidHandleError,
-    500: CudaNotFoundError,
-    600: CudaNotReadyError,
-    701: CudaLaunchError,
-    720: CudaLaunchError,
-    801: CudaNotSupportedError,
-    900: CudaStreamCaptureError,
-    901: CudaStreamCaptureError,
-    902: CudaStreamCaptureError,
-    903: CudaStreamCaptureError,
-    904: CudaStreamCaptureError,
-    905: CudaStreamCaptureError,
-    906: CudaStreamCaptureError,
-    907: CudaStreamCaptureError,
-    908: CudaStreamCaptureError,
-    912: CudaLaunchError,
+    CUDA_ERROR_INVALID_VALUE: CudaInvalidValueError,
+    CUDA_ERROR_OUT_OF_MEMORY: CudaOutOfMemoryError,
+    CUDA_ERROR_NOT_INITIALIZED: CudaNotInitializedError,
+    CUDA_ERROR_DEINITIALIZED: CudaNotInitializedError,
+    CUDA_ERROR_NO_DEVICE: CudaNoDeviceError,
+    CUDA_ERROR_INVALID_DEVICE: CudaInvalidDeviceError,
+    CUDA_ERROR_INVALID_IMAGE: CudaInvalidImageError,
+    CUDA_ERROR_INVALID_CONTEXT: CudaInvalidContextError,
+    CUDA_ERROR_NO_BINARY_FOR_GPU: CudaInvalidImageError,
+    CUDA_ERROR_INVALID_PTX: CudaInvalidPtxError,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION: CudaInvalidPtxError,
+    CUDA_ERROR_INVALID_HANDLE: CudaInvalidHandleError,
+    CUDA_ERROR_NOT_FOUND: CudaNotFoundError,
+    CUDA_ERROR_NOT_READY: CudaNotReadyError,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: CudaLaunchError,
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: CudaLaunchError,
+    CUDA_ERROR_NOT_SUPPORTED: CudaNotSupportedError,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_MERGE: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: CudaStreamCaptureError,
+    CUDA_ERROR_CAPTURED_EVENT: CudaStreamCaptureError,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: CudaStreamCaptureError,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE: CudaLaunchError,
 }
+
+
+def _build_curesult_enum():
+    cdef const bc_error_info *t = bc_error_table()
+    cdef int i
+    cls = enum.IntEnum("CUresult", [(t[i].name.decode(), t[i].code) for i in range(BC_ERROR_TABLE_LEN)],
+                       module=__name__)
+    cls.__doc__ = _CURESULT_DOC
+    return cls
+
+
+# (assigned through globals(): in this module the name CUresult is the C type)
+_CURESULT_DOC = """Every CUresult value by the driver's name (``CUresult.CUDA_ERROR_NOT_READY == 600``).
+
+Built from include/barecuda/cuda_errors.h, the same table the C code and the test
+double use; C-level code cimports the names from ``barecuda._errors``.
+"""
+globals()["CUresult"] = _build_curesult_enum()
 
 
 def error_info(code):
@@ -211,7 +233,8 @@ def error_class(code):
 
 def all_error_codes():
     """Every CUresult value in barecuda's table, ascending."""
-    return [bc_error_table[i].code for i in range(BC_ERROR_TABLE_LEN)]
+    cdef const bc_error_info *t = bc_error_table()
+    return [t[i].code for i in range(BC_ERROR_TABLE_LEN)]
 
 
 def make_error(code, call="", detail=None):

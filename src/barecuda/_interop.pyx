@@ -481,14 +481,17 @@ _FAST_NAMES = {
     ("cupy", "ndarray"): FAST_CUPY,
     ("cupy._core.core", "ndarray"): FAST_CUPY,
 }
-cdef dict _fast_cache = {}          # exact type -> FAST_* kind
+cdef dict _fast_cache = {}          # exact type -> FAST_* kind, recognised classes only
+# (other classes are not cached: a strong reference would keep a user's local class,
+# and whatever it closes over, alive forever)
 
 
 cdef int _fast_kind(type t):
     k = _fast_cache.get(t)
     if k is None:
         k = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
-        _fast_cache[t] = k
+        if k != FAST_NONE:
+            _fast_cache[t] = k
     return <int>k
 
 

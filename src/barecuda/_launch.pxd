@@ -3,46 +3,8 @@ from libc.stdint cimport uint32_t, int32_t
 from barecuda._abi cimport CUfunction, CUcontext, CUstream, CUlaunchAttribute, bc_driver_t, CUresult
 from barecuda._device cimport Device
 
-cdef extern from "barecuda/bc_pack.h" nogil:
-    enum:
-        BC_LAUNCH_RELEASES_GIL
-        BC_SMALL_ARGBYTES
-        BC_SMALL_NPARAMS
-        BC_K_PTR
-        BC_K_U64
-        BC_K_S64
-        BC_K_F64
-        BC_K_U32
-        BC_K_S32
-        BC_K_F32
-        BC_K_U16
-        BC_K_S16
-        BC_K_F16
-        BC_K_U8
-        BC_K_S8
-        BC_K_BOOL
-        BC_K_B8
-        BC_K_B16
-        BC_K_B32
-        BC_K_B64
-        BC_K_BYTES
-        BC_K_COUNT
-    ctypedef struct bc_param:
-        uint32_t offset
-        uint32_t size
-        uint32_t align
-        int32_t kind
-    ctypedef struct bc_launch_rec:
-        const CUfunction *pfunc
-        CUcontext ctx
-        unsigned int grid[3]
-        unsigned int block[3]
-        unsigned int smem
-        CUstream stream
-        void **params
-        unsigned int nattrs
-        CUlaunchAttribute attrs[4]
-    CUresult bc_issue(const bc_driver_t *D, const bc_launch_rec *r)
+from barecuda._pack cimport bc_param, bc_launch_rec, bc_issue, BC_LAUNCH_RELEASES_GIL, BC_SMALL_ARGBYTES, \
+    BC_SMALL_NPARAMS
 
 
 cdef class Kernel:
@@ -69,5 +31,14 @@ cdef class Kernel:
 # signature: the user's signature (sequence of type names / sizes), or None.
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature)
+# Pack `value` into parameter slot i of kernel k at `dst` (k's parameter block), with
+# launch's checks. keep: a list the caller owns, for objects that must outlive the
+# packed bytes (today none: the bytes are values and addresses; the caller keeps its
+# argument objects). Used by graph's kernel nodes.
+cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1
+# Check a launch geometry against k (device and kernel limits, shared memory) and
+# parse it into out_grid/out_block; raises ValueError/TypeError with a 'Fix:' hint.
+cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
+                    unsigned int out_grid[3], unsigned int out_block[3]) except -1
 # Called by Module.close(): later launches of k raise instead of using a dead handle.
 cdef void invalidate_kernel(Kernel k) noexcept

@@ -26,29 +26,15 @@ from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
+from barecuda._launch_config cimport LaunchConfig, parse_dims
 from barecuda._buffer cimport DeviceBuffer, note_use
-from barecuda._interop cimport pointer_of
+from barecuda._signature cimport *
+from barecuda._pack cimport *
 from barecuda._errors import make_error, DriverVersionError
-
-cdef extern from "Python.h":
-    # No exception is possible for an exact int, so no error check is generated.
-    long long _bc_as_ll "PyLong_AsLongLongAndOverflow"(object o, int *overflow)
-
-cdef extern from "barecuda/bc_pack.h" nogil:
-    const long long bc_kind_min[]
-    const unsigned long long bc_kind_max[]
-    const int bc_kind_class[]
-    int bc_kind_is_pointer(int kind)
-    int bc_kind_is_float(int kind)
-    void bc_store_int(char *slot, uint32_t size, unsigned long long v)
-    void bc_store_f16(char *slot, double d)
-    void bc_store_f32(char *slot, double d)
-    void bc_store_f64(char *slot, double d)
-    uint16_t bc_double_to_half(double d)
-    uint32_t bc_align_up(uint32_t v, uint32_t a)
+from barecuda import _signature as _signature_mod
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -58,59 +44,11 @@ cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
 
 _TOKEN = object()
 
-# Kind names, indexed by BC_K_*; sizes likewise (-1: given per parameter).
-KIND_NAMES = ("ptr", "u64", "s64", "f64", "u32", "s32", "f32", "u16", "s16", "f16",
-              "u8", "s8", "bool", "b8", "b16", "b32", "b64", "bytes")
-cdef int _KIND_SIZE[18]
-_KIND_SIZE[:] = [8, 8, 8, 8, 4, 4, 4, 2, 2, 2, 1, 1, 1, 1, 2, 4, 8, -1]
+KIND_NAMES = _signature_mod.KIND_NAMES
 
-# Names accepted in a user signature. Integer names carry their width in bits
-# (as in PTX and Rust: "i8" is int8), not numpy's byte codes.
-_SIG_NAMES = {
-    "ptr": BC_K_PTR, "pointer": BC_K_PTR, "void*": BC_K_PTR, "p": BC_K_PTR,
-    "u64": BC_K_U64, "uint64": BC_K_U64, "size_t": BC_K_U64, "unsigned long long": BC_K_U64,
-    "s64": BC_K_S64, "i64": BC_K_S64, "int64": BC_K_S64, "long long": BC_K_S64,
-    "f64": BC_K_F64, "float64": BC_K_F64, "double": BC_K_F64,
-    "u32": BC_K_U32, "uint32": BC_K_U32, "unsigned int": BC_K_U32, "uint": BC_K_U32,
-    "s32": BC_K_S32, "i32": BC_K_S32, "int32": BC_K_S32, "int": BC_K_S32,
-    "f32": BC_K_F32, "float32": BC_K_F32, "float": BC_K_F32,
-    "u16": BC_K_U16, "uint16": BC_K_U16, "unsigned short": BC_K_U16,
-    "s16": BC_K_S16, "i16": BC_K_S16, "int16": BC_K_S16, "short": BC_K_S16,
-    "f16": BC_K_F16, "float16": BC_K_F16, "half": BC_K_F16,
-    "u8": BC_K_U8, "uint8": BC_K_U8, "unsigned char": BC_K_U8,
-    "s8": BC_K_S8, "i8": BC_K_S8, "int8": BC_K_S8, "signed char": BC_K_S8,
-    "bool": BC_K_BOOL, "bool_": BC_K_BOOL,
-    "b8": BC_K_B8, "b16": BC_K_B16, "b32": BC_K_B32, "b64": BC_K_B64,
-}
-# PTX parameter types (what _module's parser reports) -> kind.
-_PTX_KINDS = {
-    "ptr": BC_K_PTR, "u64": BC_K_U64, "s64": BC_K_S64, "f64": BC_K_F64, "b64": BC_K_B64,
-    "u32": BC_K_U32, "s32": BC_K_S32, "f32": BC_K_F32, "b32": BC_K_B32,
-    "u16": BC_K_U16, "s16": BC_K_S16, "f16": BC_K_F16, "b16": BC_K_B16, "bf16": BC_K_B16,
-    "u8": BC_K_U8, "s8": BC_K_S8, "b8": BC_K_B8, "pred": BC_K_BOOL,
-    "f16x2": BC_K_B32, "bf16x2": BC_K_B32,
-}
-_CTYPES_CODES = {"b": "s8", "B": "u8", "h": "s16", "H": "u16", "?": "bool"}
-
-# Every CUfunction_attribute by lower-case name without the prefix.
-FUNC_ATTRIBUTES = {
-    "max_threads_per_block": 0,
-    "shared_size_bytes": 1,
-    "const_size_bytes": 2,
-    "local_size_bytes": 3,
-    "num_regs": 4,
-    "ptx_version": 5,
-    "binary_version": 6,
-    "cache_mode_ca": 7,
-    "max_dynamic_shared_size_bytes": 8,
-    "preferred_shared_memory_carveout": 9,
-    "cluster_size_must_be_set": 10,
-    "required_cluster_width": 11,
-    "required_cluster_height": 12,
-    "required_cluster_depth": 13,
-    "non_portable_cluster_size_allowed": 14,
-    "cluster_scheduling_policy_preference": 15,
-}
+# Every CUfunction_attribute by lower-case name without the prefix, from the ABI
+# header's table (include/barecuda/cuda_abi.h, BC_FUNCTION_ATTRIBUTES).
+FUNC_ATTRIBUTES = function_attribute_codes()
 
 
 def set_launch_releases_gil(flag):
@@ -145,76 +83,6 @@ cdef object _func_attr_code(object name):
     return int(name)
 
 
-cdef tuple _sig_entry(object s, Py_ssize_t j):
-    """(type name, kind, size, align) for one element of a user signature."""
-    cdef int kind
-    if isinstance(s, int) and not isinstance(s, bool):
-        if s <= 0:
-            raise ValueError(f"signature[{j}]: a struct size must be positive, got {s}")
-        return (f"b8[{s}]", BC_K_BYTES, s, 1)
-    if isinstance(s, tuple) and len(s) in (2, 3) and s[0] == "bytes":
-        size = int(s[1])
-        align = int(s[2]) if len(s) == 3 else 1
-        if size <= 0 or align <= 0 or align & (align - 1):
-            raise ValueError(f"signature[{j}]: bad struct spec {s!r}: want ('bytes', size[, power-of-two align])")
-        return (f"b8[{size}]", BC_K_BYTES, size, align)
-    if isinstance(s, str):
-        key = s.strip().lower()
-        if key in _SIG_NAMES:
-            kind = _SIG_NAMES[key]
-            return (KIND_NAMES[kind], kind, _KIND_SIZE[kind], _KIND_SIZE[kind])
-        if key.endswith("]") and "[" in key:
-            base, _, num = key[:len(key) - 1].partition("[")
-            if base.strip() in ("b8", "bytes", "u8") and num.strip().isdigit() and int(num) > 0:
-                return (f"b8[{int(num)}]", BC_K_BYTES, int(num), 1)
-        raise ValueError(f"signature[{j}]: unknown parameter type {s!r}; use one of "
-                         f"{', '.join(sorted(set(KIND_NAMES) - {'bytes'}))}, 'b8[N]' or ('bytes', N, align)")
-    # numpy dtypes and scalar types, ctypes types
-    mod = getattr(type(s), "__module__", "") or ""
-    if mod.startswith("numpy") or (isinstance(s, type) and getattr(s, "__module__", "").startswith("numpy")):
-        import numpy
-        dt = numpy.dtype(s)
-        if dt.names is not None or dt.kind == "V":
-            return (f"b8[{dt.itemsize}]", BC_K_BYTES, dt.itemsize, dt.alignment)
-        return _sig_entry(dt.name, j)
-    if isinstance(s, type) and getattr(s, "__module__", "") == "ctypes" or hasattr(s, "_fields_") or hasattr(s, "_type_"):
-        import ctypes
-        size = ctypes.sizeof(s)
-        code = getattr(s, "_type_", None)
-        if isinstance(code, str) and len(code) == 1:
-            if code in "fdg":
-                return _sig_entry({4: "f32", 8: "f64"}.get(size, f"b8[{size}]"), j)
-            if code in "P":
-                return _sig_entry("ptr", j)
-            if code in _CTYPES_CODES:
-                return _sig_entry(_CTYPES_CODES[code], j)
-            if code in "iIlLqQ":
-                return _sig_entry(("u" if code.isupper() else "s") + str(size * 8), j)
-        return (f"b8[{size}]", BC_K_BYTES, size, ctypes.alignment(s))
-    raise ValueError(f"signature[{j}]: cannot understand parameter type {s!r}")
-
-
-cdef tuple _size_entry(size_t size):
-    if size == 1:
-        return ("b8", BC_K_B8, 1, 1)
-    if size == 2:
-        return ("b16", BC_K_B16, 2, 2)
-    if size == 4:
-        return ("b32", BC_K_B32, 4, 4)
-    if size == 8:
-        return ("b64", BC_K_B64, 8, 8)
-    return (f"b8[{size}]", BC_K_BYTES, size, 1)
-
-
-cdef tuple _ptx_entry(object t, size_t size, size_t align):
-    cdef int kind
-    if t in _PTX_KINDS:
-        kind = _PTX_KINDS[t]
-        if _KIND_SIZE[kind] == <int>size:
-            return (t, kind, size, align)
-    return (t if "[" in t else f"b8[{size}]", BC_K_BYTES, size, align)
-
-
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature):
     cdef Kernel k = Kernel.__new__(Kernel, _TOKEN)
@@ -241,27 +109,7 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
             idx += 1
         if rc != 1 and not drv:          # not "past the last one": the driver cannot tell
             drv = None
-    if signature is not None:
-        if isinstance(signature, (str, bytes)):
-            signature = [x for x in str(signature).replace(",", " ").split()]
-        entries = [_sig_entry(s, j) for j, s in enumerate(signature)]
-        if drv is not None:
-            if len(drv) != len(entries):
-                raise ValueError(f"kernel {name!r}: the signature has {len(entries)} parameters but the "
-                                 f"driver reports {len(drv)}")
-            for j, (e, d) in enumerate(zip(entries, drv)):
-                if e[2] != d[1]:
-                    raise ValueError(f"kernel {name!r}: signature[{j}] is {e[0]} ({e[2]} bytes) but the "
-                                     f"driver reports a {d[1]}-byte parameter")
-    elif ptx_params is not None:
-        entries = [_ptx_entry(t, s, a) for (t, s, a) in ptx_params]
-        if drv is not None and (len(drv) != len(entries) or
-                                any(e[2] != d[1] for e, d in zip(entries, drv))):
-            entries = [_size_entry(d[1]) for d in drv]     # the driver knows best
-    elif drv is not None:
-        entries = [_size_entry(d[1]) for d in drv]
-    else:
-        entries = None
+    entries = layout_entries(name, ptx_params, signature, drv)
     if entries is None:
         k.nparams = -1
         k._types = None
@@ -289,8 +137,13 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
         k._types = tuple(e[0] for e in entries)
     # Limits, cached once.
     cdef int da[7]
+    cdef CUdevice_attribute which[7]
+    which[:] = [CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z]
     for i in range(7):
-        check(D.cuDeviceGetAttribute(&da[i], <CUdevice_attribute>(1 + i), device.handle), b"cuDeviceGetAttribute")
+        check(D.cuDeviceGetAttribute(&da[i], which[i], device.handle), b"cuDeviceGetAttribute")
     k.max_block[0] = da[1]; k.max_block[1] = da[2]; k.max_block[2] = da[3]
     k.max_grid[0] = da[4]; k.max_grid[1] = da[5]; k.max_grid[2] = da[6]
     check(D.cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func), b"cuFuncGetAttribute")
@@ -309,210 +162,20 @@ cdef int _raise_closed(Kernel k) except -1:
     raise ValueError(f"kernel {k.name!r} belongs to a module that was closed; load the module again")
 
 
-cdef str _sig_text(Kernel k):
-    if k._types is None:
-        return f"{k.name}(?)"
-    return f"{k.name}({', '.join(k._types)})"
-
-
 cdef int _raise_count(Kernel k, Py_ssize_t got) except -1:
     if k.nparams < 0:
         raise TypeError(f"kernel {k.name!r}: its parameter layout is unknown (no PTX to read it from, and "
                         "the driver is older than 12.4 so cuFuncGetParamInfo is missing); pass "
                         "signature=(...) to Module.get_kernel")
-    raise TypeError(f"kernel {_sig_text(k)} takes {k.nparams} argument{'s' if k.nparams != 1 else ''}, "
+    raise TypeError(f"kernel {sig_text(k)} takes {k.nparams} argument{'s' if k.nparams != 1 else ''}, "
                     f"got {got}")
 
 
-cdef str _expected(Kernel k, Py_ssize_t i):
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    if kind == BC_K_BYTES:
-        return f"a bytes-like object of exactly {p.size} bytes (struct parameter)"
-    if bc_kind_is_pointer(kind):
-        extra = " or a float" if kind == BC_K_B64 else ""
-        return ("a pointer: DeviceBuffer, int address, or an object with __cuda_array_interface__ "
-                f"or __dlpack__{extra}")
-    if bc_kind_is_float(kind):
-        return "a float (or int, numpy/ctypes scalar)"
-    if kind in (BC_K_B16, BC_K_B32):
-        return "an int or a float"
-    return "an int (or bool, numpy/ctypes integer scalar)"
+cdef int _launch_failed(Kernel k, CUresult rc, str call, const bc_launch_rec *r) except -1:
+    raise make_error(rc, call, f"while launching kernel {sig_text(k)} with {_rec_geometry(r)}")
 
 
-cdef int _raise_type(Kernel k, Py_ssize_t i, object arg) except -1:
-    raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}) expects {_expected(k, i)}, "
-                    f"got {type(arg).__name__}")
-
-
-cdef int _raise_range(Kernel k, Py_ssize_t i, object value) except -1:
-    cdef int kind = k.params[i].kind
-    raise OverflowError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}) must be in "
-                        f"[{bc_kind_min[kind]}, {bc_kind_max[kind]}], got {value}")
-
-
-cdef int _launch_failed(Kernel k, CUresult rc, str call) except -1:
-    raise make_error(rc, call, f"while launching kernel {_sig_text(k)}")
-
-
-# ------------------------------------------------------------------ packing
-cdef inline bint _float_ok(int kind) noexcept nogil:
-    return kind == BC_K_F32 or kind == BC_K_F64 or kind == BC_K_F16 or \
-        kind == BC_K_B16 or kind == BC_K_B32 or kind == BC_K_B64
-
-
-cdef inline void _store_float(int kind, char *slot, double d) noexcept nogil:
-    if kind == BC_K_F32 or kind == BC_K_B32:
-        bc_store_f32(slot, d)
-    elif kind == BC_K_F64 or kind == BC_K_B64:
-        bc_store_f64(slot, d)
-    else:
-        bc_store_f16(slot, d)
-
-
-cdef int _pack_int(Kernel k, Py_ssize_t i, object v, char *slot) except -1:
-    """v: an int (or subclass). Range-checked store, or float conversion for float kinds."""
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef int ovf = 0
-    cdef long long x
-    cdef unsigned long long ux
-    if bc_kind_class[kind] == 2:
-        try:
-            _store_float(kind, slot, float(v))
-        except OverflowError:
-            raise OverflowError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): int {v} is too "
-                                "large to convert to a float") from None
-        return 0
-    if bc_kind_class[kind] != 1:
-        return _raise_type(k, i, v)
-    x = _bc_as_ll(v, &ovf)
-    if ovf == 0:
-        if x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
-            bc_store_int(slot, p.size, <unsigned long long>x)
-            return 0
-    elif ovf > 0 and bc_kind_max[kind] == UINT64_MAX:
-        if v < 18446744073709551616:
-            ux = v
-            bc_store_int(slot, p.size, ux)
-            return 0
-    return _raise_range(k, i, v)
-
-
-cdef int _pack_bytes(Kernel k, Py_ssize_t i, object arg, char *slot) except -1:
-    cdef const bc_param *p = &k.params[i]
-    cdef Py_buffer view
-    if type(arg) is bytes and len(<bytes>arg) == p.size:
-        memcpy(slot, <char *>(<bytes>arg), p.size)
-        return 0
-    if getattr(type(arg), "__module__", None) == "numpy" and hasattr(arg, "tobytes") and not hasattr(arg, "shape"):
-        arg = arg.tobytes()
-    try:
-        PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE)
-    except (TypeError, BufferError):
-        return _raise_type(k, i, arg)
-    try:
-        if <size_t>view.len != p.size:
-            raise TypeError(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}) expects exactly "
-                            f"{p.size} bytes, got a {type(arg).__name__} of {view.len} bytes")
-        memcpy(slot, view.buf, p.size)
-    finally:
-        PyBuffer_Release(&view)
-    return 0
-
-
-cdef int _pack_scalar_obj(Kernel k, Py_ssize_t i, object arg, char *slot, str category, size_t size,
-                          object raw) except -1:
-    """numpy / ctypes scalars: raw bytes when the width matches, else by value."""
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef bytes b
-    if category == "i":
-        if bc_kind_class[kind] == 1 and size == p.size:
-            b = raw()
-            memcpy(slot, <char *>b, p.size)
-            return 0
-        return _pack_int(k, i, int(arg), slot)
-    if category == "f":
-        if not _float_ok(kind):
-            return _raise_type(k, i, arg)
-        if size == p.size:
-            b = raw()
-            memcpy(slot, <char *>b, p.size)
-            return 0
-        _store_float(kind, slot, float(arg))
-        return 0
-    return _raise_type(k, i, arg)
-
-
-cdef int _pack_slow(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
-    """Everything the fast path in _pack_one does not handle."""
-    cdef const bc_param *p = &k.params[i]
-    cdef int kind = p.kind
-    cdef int cls = bc_kind_class[kind]
-    cdef CUdeviceptr addr = 0
-    if kind == BC_K_BYTES:
-        return _pack_bytes(k, i, arg, slot)
-    if isinstance(arg, DeviceBuffer):
-        if bc_kind_is_pointer(kind):
-            bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
-            return 0
-        return _raise_type(k, i, arg)
-    if isinstance(arg, bool):
-        if cls == 1:
-            bc_store_int(slot, p.size, 1 if arg else 0)
-            return 0
-        return _raise_type(k, i, arg)
-    if isinstance(arg, int):
-        return _pack_int(k, i, int(arg), slot)
-    if isinstance(arg, float):
-        if _float_ok(kind):
-            _store_float(kind, slot, float(arg))
-            return 0
-        return _raise_type(k, i, arg)
-    mod = getattr(type(arg), "__module__", None)
-    if mod == "numpy" and hasattr(arg, "dtype") and getattr(arg, "ndim", 1) == 0:
-        dt = arg.dtype
-        cat = "i" if dt.kind in "iub" else ("f" if dt.kind == "f" else "")
-        return _pack_scalar_obj(k, i, arg, slot, cat, dt.itemsize, arg.tobytes)
-    if mod == "ctypes":
-        import ctypes
-        if isinstance(arg, ctypes._SimpleCData):
-            code = type(arg)._type_
-            cat = "f" if code in "fdg" else ("i" if code in "bBhHiIlLqQ?P" else "")
-            raw = lambda: bytes(memoryview(arg).cast("B"))
-            if code == "P":
-                if not bc_kind_is_pointer(kind) and kind != BC_K_S64:
-                    return _raise_type(k, i, arg)
-                return _pack_int(k, i, arg.value or 0, slot)
-            if cat == "i" and arg.value is not None:
-                if bc_kind_class[kind] == 1 and ctypes.sizeof(arg) == p.size:
-                    return _pack_scalar_obj(k, i, arg, slot, cat, ctypes.sizeof(arg), raw)
-                return _pack_int(k, i, int(arg.value), slot)
-            if cat == "f":
-                return _pack_scalar_obj(k, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
-        return _raise_type(k, i, arg)
-    if bc_kind_is_pointer(kind):
-        try:
-            pointer_of(arg, k.device, hs, &addr)
-        except (TypeError, ValueError, KeyError, IndexError) as exc:
-            if cls == 1 and isinstance(exc, TypeError) and hasattr(type(arg), "__index__"):
-                import operator
-                try:
-                    addr = operator.index(arg)
-                except TypeError:
-                    pass
-                else:
-                    return _pack_int(k, i, addr, slot)
-            raise type(exc)(f"kernel {_sig_text(k)}: argument {i} ({k._types[i]}): {exc}") from None
-        bc_store_int(slot, 8, addr)
-        return 0
-    if cls == 1 and hasattr(type(arg), "__index__"):
-        import operator
-        return _pack_int(k, i, operator.index(arg), slot)
-    return _raise_type(k, i, arg)
-
-
+# ------------------------------------------------------------------ packing (fast path)
 cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
     """Pack argument i into slot. Exact-type checks, most frequent first."""
     cdef const bc_param *p = &k.params[i]
@@ -521,29 +184,29 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
     cdef long long x
     cdef type t = type(arg)
     if t is DeviceBuffer:
-        if bc_kind_is_pointer(kind):
+        if bc_kind_is_pointer(kind) and (<DeviceBuffer>arg).ptr != 0:
             note_use(<DeviceBuffer>arg, hs)
             bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
             return 0
-        return _raise_type(k, i, arg)
+        return pack_slow(k, p, i, arg, slot, hs)      # closed (address 0) or not a pointer slot
     if t is int:
-        if bc_kind_class[kind] == 1:
+        if int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
             if ovf == 0 and x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
                 bc_store_int(slot, p.size, <unsigned long long>x)
                 return 0
-        return _pack_int(k, i, arg, slot)
+        return pack_int(k, p, i, arg, slot)
     if t is float:
-        if _float_ok(kind):
-            _store_float(kind, slot, PyFloat_AS_DOUBLE(arg))
+        if float_ok(kind):
+            store_float(kind, slot, PyFloat_AS_DOUBLE(arg))
             return 0
-        return _raise_type(k, i, arg)
+        return raise_type(k, p, i, arg)
     if t is bool:
-        if bc_kind_class[kind] == 1:
+        if bc_kind_flags[kind] & BC_F_BOOL:
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
-        return _raise_type(k, i, arg)
-    return _pack_slow(k, i, arg, slot, hs)
+        return raise_type(k, p, i, arg)
+    return pack_slow(k, p, i, arg, slot, hs)
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
@@ -556,80 +219,113 @@ cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstrea
     return 0
 
 
+cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1:
+    if k.func == NULL:
+        _raise_closed(k)
+    if not 0 <= i < k.nparams:
+        raise IndexError(f"kernel {sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
+    # The packed bytes hold values and addresses only: nothing needs to outlive the
+    # call here, so `keep` stays as given (the caller keeps its argument objects).
+    return _pack_one(k, i, value, dst + k.params[i].offset, s)
+
+
 # --------------------------------------------------------- grid / block / smem
-cdef int _dims_slow(Kernel k, object obj, unsigned int *out, const unsigned int *lim, str what) except -1:
+cdef str _geometry(const unsigned int *g, const unsigned int *b, object smem):
+    return f"grid=({g[0]}, {g[1]}, {g[2]}), block=({b[0]}, {b[1]}, {b[2]}), shared_mem={smem}"
+
+
+cdef int _check_limits(Kernel k, const unsigned int *g, const unsigned int *b, object smem,
+                       unsigned int *smem_out) except -1:
+    """The one check of a launch's geometry against the device and the kernel (all
+    products in 64 bits after the per-dimension limits, so nothing wraps)."""
+    cdef int j
+    cdef unsigned long long threads
     import operator
-    if isinstance(obj, (tuple, list)):
-        vals = list(obj)
-    else:
-        vals = [obj]
-    if not 1 <= len(vals) <= 3:
-        raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}")
-    ints = []
-    for j, v in enumerate(vals):
-        try:
-            ints.append(operator.index(v))
-        except TypeError:
-            raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}") from None
-    while len(ints) < 3:
-        ints.append(1)
     for j in range(3):
-        if ints[j] <= 0:
-            raise ValueError(f"{what} {tuple(ints)}: every dimension must be >= 1")
-        if ints[j] > lim[j]:
-            raise ValueError(f"{what} {tuple(ints)}: dimension {'xyz'[j]}={ints[j]} exceeds the device "
-                             f"limit ({lim[0]}, {lim[1]}, {lim[2]}) (kernel {k.name!r})")
-    out[0] = ints[0]
-    out[1] = ints[1]
-    out[2] = ints[2]
-    return 0
-
-
-cdef inline int _dims(Kernel k, object obj, unsigned int *out, const unsigned int *lim, str what) except -1:
-    cdef long long v
-    cdef int ovf = 0
-    if type(obj) is int:
-        v = _bc_as_ll(obj, &ovf)
-        if ovf == 0 and 0 < v <= lim[0]:
-            out[0] = <unsigned int>v
-            out[1] = 1
-            out[2] = 1
-            return 0
-    return _dims_slow(k, obj, out, lim, what)
-
-
-cdef int _smem_slow(Kernel k, object smem, unsigned int *out) except -1:
-    import operator
+        if g[j] > k.max_grid[j]:
+            raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): grid dimension {'xyz'[j]}={g[j]} "
+                             f"exceeds the device limit ({k.max_grid[0]}, {k.max_grid[1]}, {k.max_grid[2]}). "
+                             "Fix: use fewer blocks in that dimension (loop inside the kernel, or move "
+                             "blocks to x).")
+        if b[j] > k.max_block[j]:
+            raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): block dimension {'xyz'[j]}={b[j]} "
+                             f"exceeds the device limit ({k.max_block[0]}, {k.max_block[1]}, "
+                             f"{k.max_block[2]}). Fix: use a smaller block.")
+    threads = <unsigned long long>b[0] * b[1] * b[2]          # each <= 1024 here: no overflow
+    if threads > k.max_threads:
+        raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): the block has {threads} threads; "
+                         f"this kernel allows at most {k.max_threads} per block. Fix: use a block of at "
+                         f"most {k.max_threads} threads (see kernel.suggested_block_size()).")
     try:
         v = operator.index(smem)
     except TypeError:
         raise TypeError(f"shared_mem must be an int (bytes), got {type(smem).__name__}") from None
     if v < 0:
-        raise ValueError(f"shared_mem must be >= 0, got {v}")
+        raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): shared_mem must be >= 0")
     if v > k.max_dyn_smem:
         raise ValueError(
-            f"shared_mem={v} bytes exceeds kernel {k.name!r}'s limit of {k.max_dyn_smem} bytes of dynamic "
-            f"shared memory; raise the limit with kernel.set_max_dynamic_shared_memory({v}) (up to the "
-            "device's max_shared_memory_per_block_optin minus the kernel's static shared memory)")
-    out[0] = <unsigned int>v
+            f"kernel {k.name!r} ({_geometry(g, b, smem)}): shared_mem={v} bytes exceeds this kernel's limit "
+            f"of {k.max_dyn_smem} bytes of dynamic shared memory. Fix: raise the limit with "
+            f"kernel.set_max_dynamic_shared_memory({v}) (up to the device's "
+            "max_shared_memory_per_block_optin minus the kernel's static shared memory)")
+    smem_out[0] = <unsigned int>v
     return 0
+
+
+cdef inline bint _dim_fast(object obj, unsigned int *out, unsigned int lim) noexcept:
+    """An exact int in [1, lim]: out = (obj, 1, 1). Nothing raised, nothing allocated."""
+    cdef long long v
+    cdef int ovf = 0
+    if type(obj) is int:
+        v = _bc_as_ll(obj, &ovf)
+        if ovf == 0 and 0 < v <= lim:
+            out[0] = <unsigned int>v
+            out[1] = 1
+            out[2] = 1
+            return True
+    return False
 
 
 cdef inline int _launch_dims(Kernel k, object grid, object block, object smem,
                              unsigned int *g, unsigned int *b, unsigned int *s) except -1:
     cdef long long v
     cdef int ovf = 0
-    _dims(k, grid, g, k.max_grid, "grid")
-    _dims(k, block, b, k.max_block, "block")
-    if <unsigned long long>b[0] * b[1] * b[2] > k.max_threads:
-        raise ValueError(f"block ({b[0]}, {b[1]}, {b[2]}) has {b[0] * b[1] * b[2]} threads; kernel "
-                         f"{k.name!r} allows at most {k.max_threads} threads per block")
-    if type(smem) is int:
+    if _dim_fast(grid, g, k.max_grid[0]) and _dim_fast(block, b, k.max_threads if k.max_threads < k.max_block[0]
+                                                       else k.max_block[0]) and type(smem) is int:
         v = _bc_as_ll(smem, &ovf)
         if ovf == 0 and 0 <= v <= k.max_dyn_smem:
             s[0] = <unsigned int>v
             return 0
-    return _smem_slow(k, smem, s)
+    parse_dims(grid, g, "grid")
+    parse_dims(block, b, "block")
+    return _check_limits(k, g, b, smem, s)
+
+
+cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
+                    unsigned int out_grid[3], unsigned int out_block[3]) except -1:
+    cdef unsigned int s = 0
+    return _launch_dims(k, grid, block, smem, out_grid, out_block, &s)
+
+
+# ---------------------------------------------------------------- occupancy
+import threading
+_occ_state = threading.local()       # the shared_mem callable of the running query, per thread
+
+
+cdef size_t _block_to_smem(int block_size) noexcept with gil:
+    """cuOccupancyMaxPotentialBlockSize's callback: the user's function of the block
+    size; its first exception is stored and re-raised by suggested_block_size."""
+    import operator
+    if getattr(_occ_state, "exc", None) is not None:
+        return 0
+    try:
+        v = operator.index(_occ_state.fn(block_size))
+        if v < 0:
+            raise ValueError(f"the shared_mem callable returned {v} bytes for block size {block_size}")
+        return <size_t>v
+    except BaseException as exc:
+        _occ_state.exc = exc
+        return 0
 
 
 # ------------------------------------------------------------------ Kernel
@@ -656,7 +352,7 @@ cdef class Kernel:
         self.params = NULL
 
     def __repr__(self):
-        return f"<barecuda.Kernel {_sig_text(self)}>"
+        return f"<barecuda.Kernel {sig_text(self)}>"
 
     @property
     def handle(self):
@@ -745,13 +441,61 @@ cdef class Kernel:
               b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return n
 
-    def suggested_block_size(self, size_t shared_mem=0, int block_size_limit=0):
-        """``(min_grid_size, block_size)`` that maximizes occupancy (``cuOccupancyMaxPotentialBlockSize``)."""
+    def suggested_block_size(self, shared_mem=0, int block_size_limit=0):
+        """``(min_grid_size, block_size)`` that maximizes occupancy (``cuOccupancyMaxPotentialBlockSize``).
+
+        Parameters
+        ----------
+        shared_mem : int or callable
+            Dynamic shared memory in bytes, or a function ``f(block_size) -> bytes``
+            when it depends on the block size (the driver calls it for each block
+            size it tries; an exception it raises is re-raised here).
+        block_size_limit : int
+            Largest block size to consider (0: the kernel's limit).
+        """
         cdef int min_grid = 0, block = 0
+        cdef CUresult rc
+        cdef size_t fixed = 0
         self._live()
-        check(D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, NULL, shared_mem,
-                                                 block_size_limit), b"cuOccupancyMaxPotentialBlockSize")
+        if callable(shared_mem):
+            if getattr(_occ_state, "fn", None) is not None:
+                raise RuntimeError("suggested_block_size: a shared_mem callable may not call "
+                                   "suggested_block_size itself")
+            _occ_state.fn = shared_mem
+            _occ_state.exc = None
+            try:
+                rc = D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, _block_to_smem, 0,
+                                                        block_size_limit)
+                exc = _occ_state.exc
+            finally:
+                _occ_state.fn = None
+                _occ_state.exc = None
+            if exc is not None:
+                raise exc
+        else:
+            fixed = shared_mem
+            rc = D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, NULL, fixed, block_size_limit)
+        check(rc, b"cuOccupancyMaxPotentialBlockSize")
         return (min_grid, block)
+
+    def max_active_clusters(self, LaunchConfig config not None):
+        """How many clusters of ``config.cluster`` (with its block and shared memory)
+        can be co-resident on the device (``cuOccupancyMaxActiveClusters``, CUDA 11.7+)."""
+        cdef CUlaunchConfig cfg
+        cdef int n = 0
+        self._live()
+        require(<const void *>D.cuOccupancyMaxActiveClusters, b"cuOccupancyMaxActiveClusters",
+                b"Kernel.max_active_clusters")
+        if not config.has_cluster:
+            raise ValueError("max_active_clusters needs a LaunchConfig with cluster=(...)")
+        memset(&cfg, 0, sizeof(cfg))
+        cfg.gridDimX = config.grid_[0]; cfg.gridDimY = config.grid_[1]; cfg.gridDimZ = config.grid_[2]
+        cfg.blockDimX = config.block_[0]; cfg.blockDimY = config.block_[1]; cfg.blockDimZ = config.block_[2]
+        cfg.sharedMemBytes = config.smem
+        cfg.attrs = config.attrs
+        cfg.numAttrs = config.nattrs
+        check(D.cuOccupancyMaxActiveClusters(&n, self.func, &cfg), b"cuOccupancyMaxActiveClusters")
+        return n
 
     def launch(self, grid, block, *args, stream=None, shared_mem=0):
         """Launch the kernel.
@@ -782,31 +526,23 @@ cdef class Kernel:
         ValueError
             Zero, negative or too-large grid/block, too much shared memory.
         """
-        cdef unsigned int g[3]
-        cdef unsigned int b[3]
-        cdef unsigned int smem = 0
-        cdef CUstream hs = NULL
+        cdef bc_launch_rec r
         cdef char sbuf[BC_SMALL_ARGBYTES]
         cdef void *sptrs[BC_SMALL_NPARAMS]
-        cdef CUresult rc
-        cdef CUfunction f = self.func
-        if f == NULL:
+        if self.func == NULL:
             _raise_closed(self)
         if PyTuple_GET_SIZE(args) != self.nparams:
             _raise_count(self, PyTuple_GET_SIZE(args))
-        _launch_dims(self, grid, block, shared_mem, g, b, &smem)
-        stream_handle(stream, &hs)
+        _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
+        stream_handle(stream, &r.stream)
+        r.pfunc = &self.func
+        r.ctx = self.ctx
+        r.nattrs = 0
         if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
-            return _launch_heap(self, args, g, b, smem, hs)
-        _pack_args(self, args, sbuf, sptrs, hs)
-        set_current(self.ctx)
-        if _release_gil:
-            with nogil:
-                rc = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, sptrs, NULL)
-        else:
-            rc = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, sptrs, NULL)
-        if rc != 0:
-            _launch_failed(self, rc, "cuLaunchKernel")
+            return _launch_heap(self, args, &r)
+        _pack_args(self, args, sbuf, sptrs, r.stream)
+        r.params = sptrs
+        _issue(self, &r)
 
     def launch_config(self, LaunchConfig config not None, *args):
         """Launch with a :class:`LaunchConfig` (clusters, cooperative launch, priority,
@@ -864,174 +600,58 @@ cdef class Kernel:
         return plan
 
 
-cdef int _launch_heap(Kernel k, tuple args, unsigned int *g, unsigned int *b, unsigned int smem,
-                      CUstream hs) except -1:
+cdef int _launch_heap(Kernel k, tuple args, bc_launch_rec *r) except -1:
     """Launch path for parameter blocks too big for the stack buffer."""
     cdef char *buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
     cdef void **ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
-    cdef CUresult rc
     try:
         if buf == NULL or ptrs == NULL:
             raise MemoryError()
-        _pack_args(k, args, buf, ptrs, hs)
-        set_current(k.ctx)
-        if _release_gil:
-            with nogil:
-                rc = D.cuLaunchKernel(k.func, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, ptrs, NULL)
-        else:
-            rc = D.cuLaunchKernel(k.func, g[0], g[1], g[2], b[0], b[1], b[2], smem, hs, ptrs, NULL)
-        if rc != 0:
-            _launch_failed(k, rc, "cuLaunchKernel")
+        _pack_args(k, args, buf, ptrs, r.stream)
+        r.params = ptrs
+        _issue(k, r)
     finally:
         PyMem_Free(buf)
         PyMem_Free(ptrs)
     return 0
 
 
-cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
-    cdef CUresult rc
-    if r.pfunc[0] == NULL:
-        _raise_closed(k)
-    set_current(r.ctx)
+cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2 nogil:
+    """Issue n records in order. Returns -1, or the index of the first that failed
+    (*rc its CUresult, or -1 when its kernel's module was closed)."""
+    cdef Py_ssize_t i
+    cdef bc_launch_rec *r
+    for i in range(n):
+        r = recs[i]
+        if r.pfunc[0] == NULL:
+            rc[0] = -1
+            return i
+        set_current(r.ctx)
+        rc[0] = bc_issue(D, r)
+        if rc[0] != 0:
+            return i
+    return -1
+
+
+cdef inline Py_ssize_t _issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2:
+    """The one GIL switch of every launch path (set_launch_releases_gil)."""
     if _release_gil:
         with nogil:
-            rc = bc_issue(D, r)
-    else:
-        rc = bc_issue(D, r)
-    if rc != 0:
-        _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel")
+            return _issue_many(recs, n, rc)
+    return _issue_many(recs, n, rc)
+
+
+cdef str _rec_geometry(const bc_launch_rec *r):
+    return _geometry(r.grid, r.block, r.smem)
+
+
+cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
+    cdef CUresult rc = 0
+    if _issue_recs(&r, 1, &rc) >= 0:
+        if rc == -1:
+            _raise_closed(k)
+        _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
     return 0
-
-
-# ------------------------------------------------------------- LaunchConfig
-cdef int _dims_plain(object obj, unsigned int *out, str what) except -1:
-    import operator
-    vals = list(obj) if isinstance(obj, (tuple, list)) else [obj]
-    if not 1 <= len(vals) <= 3:
-        raise ValueError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}")
-    try:
-        vals = [operator.index(v) for v in vals]
-    except TypeError:
-        raise TypeError(f"{what} must be an int or a tuple of 1 to 3 ints, got {obj!r}") from None
-    vals += [1] * (3 - len(vals))
-    for v in vals:
-        if not 1 <= v <= 0xFFFFFFFF:
-            raise ValueError(f"{what} {tuple(vals)}: every dimension must be in [1, 2**32-1]")
-    out[0] = vals[0]
-    out[1] = vals[1]
-    out[2] = vals[2]
-    return 0
-
-
-@cython.final
-cdef class LaunchConfig:
-    """Everything ``cuLaunchKernelEx`` can be told about one launch.
-
-    Parameters
-    ----------
-    grid, block : int or tuple of 1-3 ints
-    shared_mem : int
-        Dynamic shared memory in bytes.
-    stream : Stream, optional
-    cluster : int or tuple of 1-3 ints, optional
-        Thread block cluster dimensions (compute capability 9.0+). Each grid
-        dimension must be a multiple of the cluster's; at most 8 blocks per cluster
-        (16 when the kernel sets ``non_portable_cluster_size_allowed``).
-    cooperative : bool
-        Cooperative launch: all blocks are co-resident, so grid-wide
-        synchronization is allowed. The grid may hold at most
-        ``max_active_blocks_per_sm(block, shared_mem) * multiprocessor_count`` blocks.
-    priority : int, optional
-        Launch priority (overrides the stream's).
-    programmatic_serialization : bool
-        Allow programmatic dependent launch: this kernel may start before the
-        previous one on the stream finishes (the kernels coordinate with
-        ``griddepcontrol``).
-
-    Use with ``kernel.launch_config(config, *args)`` or ``kernel.bind_config(config, *args)``.
-    """
-    cdef unsigned int grid_[3]
-    cdef unsigned int block_[3]
-    cdef unsigned int smem
-    cdef readonly object stream
-    cdef unsigned int cluster_[3]
-    cdef bint has_cluster
-    cdef readonly bint cooperative
-    cdef readonly object priority
-    cdef readonly bint programmatic_serialization
-    cdef CUlaunchAttribute attrs[4]
-    cdef unsigned int nattrs
-    cdef CUfunction _validated      # kernel this config was last validated for
-
-    def __init__(self, grid, block, shared_mem=0, stream=None, cluster=None, cooperative=False,
-                 priority=None, programmatic_serialization=False):
-        import operator
-        cdef CUstream hs = NULL
-        _dims_plain(grid, self.grid_, "grid")
-        _dims_plain(block, self.block_, "block")
-        smem = operator.index(shared_mem)
-        if not 0 <= smem <= 0xFFFFFFFF:
-            raise ValueError(f"shared_mem must be >= 0, got {smem}")
-        self.smem = smem
-        stream_handle(stream, &hs)       # validates the stream argument early
-        self.stream = stream
-        memset(self.attrs, 0, sizeof(self.attrs))
-        self.nattrs = 0
-        self._validated = NULL
-        if cluster is not None:
-            _dims_plain(cluster, self.cluster_, "cluster")
-            self.has_cluster = True
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-            self.attrs[self.nattrs].value.clusterDim.x = self.cluster_[0]
-            self.attrs[self.nattrs].value.clusterDim.y = self.cluster_[1]
-            self.attrs[self.nattrs].value.clusterDim.z = self.cluster_[2]
-            self.nattrs += 1
-        self.cooperative = bool(cooperative)
-        if self.cooperative:
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-            self.attrs[self.nattrs].value.cooperative = 1
-            self.nattrs += 1
-        self.priority = None if priority is None else operator.index(priority)
-        if self.priority is not None:
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_PRIORITY
-            self.attrs[self.nattrs].value.priority = <int>self.priority
-            self.nattrs += 1
-        self.programmatic_serialization = bool(programmatic_serialization)
-        if self.programmatic_serialization:
-            self.attrs[self.nattrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-            self.attrs[self.nattrs].value.programmaticStreamSerializationAllowed = 1
-            self.nattrs += 1
-
-    @property
-    def grid(self):
-        return (self.grid_[0], self.grid_[1], self.grid_[2])
-
-    @property
-    def block(self):
-        return (self.block_[0], self.block_[1], self.block_[2])
-
-    @property
-    def shared_mem(self):
-        return self.smem
-
-    @property
-    def cluster(self):
-        """Cluster dimensions, or None."""
-        return (self.cluster_[0], self.cluster_[1], self.cluster_[2]) if self.has_cluster else None
-
-    def __repr__(self):
-        parts = [f"grid={self.grid}", f"block={self.block}"]
-        if self.smem:
-            parts.append(f"shared_mem={self.smem}")
-        if self.has_cluster:
-            parts.append(f"cluster={self.cluster}")
-        if self.cooperative:
-            parts.append("cooperative=True")
-        if self.priority is not None:
-            parts.append(f"priority={self.priority}")
-        if self.programmatic_serialization:
-            parts.append("programmatic_serialization=True")
-        return f"LaunchConfig({', '.join(parts)})"
 
 
 cdef int _dev_attr(Kernel k, int code) except? -1:
@@ -1044,24 +664,12 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
     """Checks that need the kernel and device; the driver is not asked to launch."""
     cdef unsigned int j
     cdef int nb = 0, v = 0
+    _check_limits(k, c.grid_, c.block_, c.smem, &c.smem)
     g = c.grid
-    b = c.block
-    for j in range(3):
-        if c.grid_[j] > k.max_grid[j]:
-            raise ValueError(f"grid {g}: dimension {'xyz'[j]} exceeds the device limit "
-                             f"({k.max_grid[0]}, {k.max_grid[1]}, {k.max_grid[2]})")
-        if c.block_[j] > k.max_block[j]:
-            raise ValueError(f"block {b}: dimension {'xyz'[j]} exceeds the device limit "
-                             f"({k.max_block[0]}, {k.max_block[1]}, {k.max_block[2]})")
-    threads = c.block_[0] * c.block_[1] * c.block_[2]
-    if threads > k.max_threads:
-        raise ValueError(f"block {b} has {threads} threads; kernel {k.name!r} allows at most "
-                         f"{k.max_threads} threads per block")
-    if c.smem > k.max_dyn_smem:
-        _smem_slow(k, c.smem, &c.smem)
-    if c.nattrs and D.cuLaunchKernelEx == NULL:
-        raise DriverVersionError("LaunchConfig with cluster/cooperative/priority/programmatic attributes "
-                                 "needs cuLaunchKernelEx (driver for CUDA 11.8 or newer)")
+    threads = int(c.block_[0]) * c.block_[1] * c.block_[2]
+    if c.nattrs:
+        require(<const void *>D.cuLaunchKernelEx, b"cuLaunchKernelEx",
+                b"LaunchConfig with cluster/cooperative/priority/programmatic attributes")
     if c.has_cluster:
         major = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         minor = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
@@ -1072,7 +680,7 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
         for j in range(3):
             if c.grid_[j] % c.cluster_[j]:
                 raise ValueError(f"grid {g} is not divisible by cluster {cl} (dimension {'xyz'[j]})")
-        size = c.cluster_[0] * c.cluster_[1] * c.cluster_[2]
+        size = int(c.cluster_[0]) * c.cluster_[1] * c.cluster_[2]      # Python ints: no wrap
         check(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, k.func),
               b"cuFuncGetAttribute")
         if size > 16 or (size > 8 and not v):
@@ -1086,7 +694,7 @@ cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
         check(D.cuOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k.func, <int>threads, c.smem),
               b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
         sms = _dev_attr(k, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        blocks = c.grid_[0] * c.grid_[1] * c.grid_[2]
+        blocks = int(c.grid_[0]) * c.grid_[1] * c.grid_[2]             # Python ints: no wrap
         if blocks > nb * sms:
             raise ValueError(f"cooperative launch of {blocks} blocks exceeds co-residency for kernel "
                              f"{k.name!r}: at most {nb} blocks of {threads} threads per SM x {sms} SMs = "
@@ -1193,7 +801,7 @@ cdef class LaunchPlan:
         if i < 0:
             i += k.nparams
         if not 0 <= i < k.nparams:
-            raise IndexError(f"kernel {_sig_text(k)} has {k.nparams} parameters; no index {index}")
+            raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
         self._args[i] = value
 
@@ -1223,24 +831,7 @@ cdef class LaunchPlan:
         return self.rec.smem
 
     def __repr__(self):
-        return f"<barecuda.LaunchPlan {_sig_text(self.kernel)} grid={self.grid} block={self.block}>"
-
-
-cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2 nogil:
-    """Issue n records in order. Returns -1, or the index of the first that failed
-    (*rc its CUresult, or -1 when its kernel's module was closed)."""
-    cdef Py_ssize_t i
-    cdef bc_launch_rec *r
-    for i in range(n):
-        r = recs[i]
-        if r.pfunc[0] == NULL:
-            rc[0] = -1
-            return i
-        set_current(r.ctx)
-        rc[0] = bc_issue(D, r)
-        if rc[0] != 0:
-            return i
-    return -1
+        return f"<barecuda.LaunchPlan {sig_text(self.kernel)} grid={self.grid} block={self.block}>"
 
 
 cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
@@ -1248,7 +839,8 @@ cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
     if rc == -1:
         raise ValueError(f"plan {index}: kernel {k.name!r} belongs to a module that was closed")
     raise make_error(rc, "cuLaunchKernelEx" if (<LaunchPlan>plan).rec.nattrs else "cuLaunchKernel",
-                     f"plan {index} of the batch (kernel {_sig_text(k)}); the plans before it were launched")
+                     f"plan {index} of the batch (kernel {sig_text(k)}, "
+                     f"{_rec_geometry(&(<LaunchPlan>plan).rec)}); the plans before it were launched")
 
 
 @cython.final
@@ -1283,12 +875,7 @@ cdef class PlanList:
     def __call__(self):
         """Launch every plan, in order."""
         cdef CUresult rc = 0
-        cdef Py_ssize_t bad
-        if _release_gil:
-            with nogil:
-                bad = _issue_many(self.recs, self.n, &rc)
-        else:
-            bad = _issue_many(self.recs, self.n, &rc)
+        cdef Py_ssize_t bad = _issue_recs(self.recs, self.n, &rc)
         if bad >= 0:
             _batch_failed(self._plans[bad], bad, rc)
 
@@ -1312,8 +899,9 @@ def launch_all(plans):
     batch issued repeatedly, :class:`PlanList` avoids even that check.
     """
     cdef Py_ssize_t i, n
-    cdef CUresult rc
+    cdef CUresult rc = 0
     cdef LaunchPlan p
+    cdef bc_launch_rec *rp
     if type(plans) is not list and type(plans) is not tuple:
         plans = list(plans)
     n = len(plans)
@@ -1322,13 +910,6 @@ def launch_all(plans):
             raise TypeError(f"launch_all: item {i} is a {type(plans[i]).__name__}, not a LaunchPlan")
     for i in range(n):
         p = <LaunchPlan>plans[i]
-        if p.rec.pfunc[0] == NULL:
-            _batch_failed(p, i, -1)
-        set_current(p.rec.ctx)
-        if _release_gil:
-            with nogil:
-                rc = bc_issue(D, &p.rec)
-        else:
-            rc = bc_issue(D, &p.rec)
-        if rc != 0:
+        rp = &p.rec
+        if _issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)

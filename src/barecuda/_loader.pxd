@@ -17,9 +17,24 @@ cdef void forget_current() noexcept nogil
 cdef CUcontext bound_context() noexcept nogil      # what barecuda made current on this thread
 cdef int chosen_device() noexcept nogil            # Device.set_current() on this thread, or -1
 cdef void choose_device(int ordinal) noexcept nogil
+cdef int symbol_version(const char *name) noexcept nogil   # the version BC_DRIVER_SYMBOLS asks for, or 0
+cdef int _require_failed(const char *name, const char *feature) except -1 with gil
 
 cdef inline int ensure_driver(bc_state_t *st) except -1:
     """Load the driver on first use; raise if it cannot be used in this process."""
     if st.loaded and not st.forked:
         return 0
     return _ensure_driver_slow()
+
+
+cdef inline int require(const void *fnptr, const char *name, const char *feature=NULL) except -1 nogil:
+    """Return 0 when the optional entry point `name` was resolved (fnptr != NULL).
+
+    Otherwise raise DriverVersionError saying which driver version `name` needs (the
+    version BC_DRIVER_SYMBOLS in include/barecuda/cuda_abi.h requests it at) and which
+    driver is loaded. `feature` (may be NULL) names what the user asked for. Every
+    "needs driver X" message comes from here, so the versions are never typed by hand.
+    """
+    if fnptr != NULL:
+        return 0
+    return _require_failed(name, feature)

@@ -11,7 +11,9 @@ import os
 import sys
 import threading
 
-from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult
+from libc.string cimport strcmp
+
+from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult, device_attribute_codes, function_attribute_codes
 from barecuda._errors cimport bc_state_t, check, register_state
 from barecuda._errors import DriverNotFoundError, DriverVersionError, ForkedProcessError, make_error
 
@@ -184,17 +186,52 @@ def symbols():
     return out
 
 
-def require_symbol(name, feature, int min_version):
-    """Raise DriverVersionError unless the optional entry point ``name`` was resolved."""
-    if not symbols()[name][2]:
-        v = bc_state.driver_version
-        raise DriverVersionError(
-            f"{feature} needs {name}, which needs a CUDA {min_version // 1000}.{(min_version % 1000) // 10} "
-            f"driver or newer; the loaded driver is CUDA {v // 1000}.{(v % 1000) // 10}. "
-            "Upgrade the NVIDIA driver.")
+cdef int symbol_version(const char *name) noexcept nogil:
+    cdef size_t i
+    for i in range(BC_SYMBOL_COUNT):
+        if strcmp(bc_symbol_table[i].name, name) == 0:
+            return bc_symbol_table[i].version
+    return 0
+
+
+def _version_text(int v):
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+cdef int _require_failed(const char *name, const char *feature) except -1 with gil:
+    cdef int need = symbol_version(name)
+    sym = name.decode()
+    what = f"{feature.decode()} needs {sym}, which" if feature != NULL else sym
+    have = (f"the loaded driver is CUDA {_version_text(bc_state.driver_version)}"
+            if bc_state.loaded and bc_state.driver_version > 0 else "the loaded driver does not provide it")
+    need_text = f"a CUDA {_version_text(need)} driver or newer" if need > 0 else "a newer driver"
+    raise DriverVersionError(f"{what} needs {need_text}; {have}. Upgrade the NVIDIA driver.")
+
+
+def require_symbol(name, feature=None):
+    """Raise DriverVersionError unless the optional entry point ``name`` was resolved.
+
+    The message names the driver version ``name`` needs, taken from the ABI table
+    (``BC_DRIVER_SYMBOLS``), and the version of the loaded driver. ``feature``
+    (optional) names what the user asked for. Raises KeyError for a name that is not
+    in the table.
+    """
+    table = symbols()
+    if name not in table:
+        raise KeyError(f"{name!r} is not a barecuda driver entry point")
+    if table[name][2]:
+        return
+    bname = name.encode()
+    bfeature = feature.encode() if feature is not None else None
+    _require_failed(bname, <const char *>bfeature if bfeature is not None else NULL)
 
 
 def _state():
     """Internal: the process flags, for tests and the doctor."""
     return {"loaded": bool(bc_state.loaded), "forked": bool(bc_state.forked),
             "finalizing": bool(bc_state.finalizing), "pid": bc_state.pid}
+
+
+def _attribute_tables():
+    """Internal, for tests: the device and function attribute name tables of the ABI header."""
+    return device_attribute_codes(), function_attribute_codes()

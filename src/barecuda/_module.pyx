@@ -1,12 +1,12 @@
 """Modules: loading PTX, cubin and fatbin images, JIT options and logs, kernels and globals.
 
-Owns: ``Module`` (a ``CUmodule`` in a device's primary context), the PTX ``.entry``
-signature parser (pure Python, run once per load, never on the launch path),
-``Global`` (a ``__device__`` variable of a module). Kernels themselves live in
-_launch (``Kernel``), which this module builds them with.
+Owns: ``Module`` (a ``CUmodule`` in a device's primary context), JIT options and
+logs, kernel lookup by name (C++ kernels by their plain name too), ``Global`` (a
+``__device__`` variable of a module). Kernels themselves live in _launch
+(``Kernel``), which this module builds them with; the PTX ``.entry`` parser and
+parameter kinds live in _signature (``parse_ptx_signatures`` is re-exported here).
 """
 cimport cython
-import re
 import os
 import warnings
 import weakref
@@ -16,12 +16,13 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import CudaWarning, make_error
 from barecuda._launch import Kernel
+from barecuda._signature import parse_ptx_signatures, mangled_matches
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -29,87 +30,6 @@ cdef bc_state_t *ST = runtime_state()
 cdef enum:
     LOG_BYTES = 16384
 _TOKEN = object()
-
-# ------------------------------------------------------------------ PTX parsing
-_PTX_SIZES = {
-    "u8": 1, "s8": 1, "b8": 1, "pred": 1,
-    "u16": 2, "s16": 2, "b16": 2, "f16": 2, "bf16": 2,
-    "u32": 4, "s32": 4, "b32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4,
-    "u64": 8, "s64": 8, "b64": 8, "f64": 8,
-}
-_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$]*)\s*(?:\(([^)]*)\))?", re.S)
-_TOKEN_RE = re.compile(r"\.[A-Za-z_][\w]*|\[\s*\d*\s*\]|\d+|[A-Za-z_$%][\w$]*")
-
-
-def _parse_param(str decl, str kernel):
-    toks = _TOKEN_RE.findall(decl)
-    if not toks or toks[0] != ".param":
-        raise ValueError(f"PTX .entry {kernel}: cannot parse parameter {decl.strip()!r}")
-    param_align = None
-    t = None
-    ptr = False
-    count = None
-    j = 1
-    while j < len(toks):
-        tok = toks[j]
-        if tok == ".align":
-            if j + 1 < len(toks) and toks[j + 1].isdigit():
-                if t is None:                  # after the type, .align belongs to .ptr
-                    param_align = int(toks[j + 1])
-                j += 2
-                continue
-        elif tok.startswith("."):
-            name = tok[1:]
-            if name in _PTX_SIZES and t is None:
-                t = name
-            elif name == "ptr":
-                ptr = True
-        elif tok.startswith("["):
-            inner = tok[1:len(tok) - 1].strip()
-            count = int(inner) if inner else 0
-        j += 1
-    if t is None:
-        raise ValueError(f"PTX .entry {kernel}: parameter {decl.strip()!r} has no type")
-    esize = _PTX_SIZES[t]
-    if count is not None:
-        size = esize * count
-        return (f"{t}[{count}]", size, param_align or esize)
-    if ptr and esize == 8:
-        return ("ptr", 8, param_align or 8)
-    return (t, esize, param_align or esize)
-
-
-def parse_ptx_signatures(ptx):
-    """Parse every ``.entry`` of a PTX text.
-
-    Parameters
-    ----------
-    ptx : str or bytes
-
-    Returns
-    -------
-    dict
-        ``{kernel name: [(type, size, align), ...]}`` in the order of the text.
-        ``type`` is the PTX type without the dot (``'u32'``, ``'f32'``...), ``'ptr'``
-        for a ``.u64``/``.b64`` with a ``.ptr`` qualifier, and ``'b8[N]'`` (or
-        ``'u32[N]'``...) for array (struct) parameters. ``align`` is the ``.align``
-        of the parameter, or its natural alignment.
-    """
-    if isinstance(ptx, (bytes, bytearray, memoryview)):
-        ptx = bytes(ptx).decode("utf-8", errors="replace")
-    text = _COMMENT_RE.sub(" ", ptx.split("\0", 1)[0])
-    out = {}
-    for m in _ENTRY_RE.finditer(text):
-        name = m.group(1)
-        plist = m.group(2)
-        params = []
-        if plist is not None and plist.strip():
-            for decl in plist.split(","):
-                params.append(_parse_param(decl, name))
-        out[name] = params
-    return out
-
 
 # ------------------------------------------------------------------ JIT options
 _JIT_OPTIONS = {
@@ -169,9 +89,9 @@ def _jit_pairs(options):
 
 def _sniff(bytes data):
     """'cubin', 'fatbin' or 'ptx' from an image's first bytes."""
-    if data[:4] == b"\x7fELF" or data.startswith(b"FAKECUBIN\n"):
+    if data[:4] == b"\x7fELF":
         return "cubin"
-    if data[:4] == b"\x50\xed\x55\xba" or data.startswith(b"FAKEFATBIN\n"):   # 0xBA55ED50 little-endian
+    if data[:4] == b"\x50\xed\x55\xba":       # fatbin magic 0xBA55ED50, little-endian
         return "fatbin"
     return "ptx"
 
@@ -388,16 +308,28 @@ cdef class Module:
             if k is not None:
                 return k
         self._live()
-        bname = name.encode()
-        rc = D.cuModuleGetFunction(&f, self.handle, bname)
-        if rc == 500:       # CUDA_ERROR_NOT_FOUND
-            if self._entries is not None:
-                known = ", ".join(self._entries) or "none"
-                detail = f"no kernel named {name!r} in this module; its .entry functions: {known}"
+        entry = name
+        rc = D.cuModuleGetFunction(&f, self.handle, name.encode())
+        if rc == CUDA_ERROR_NOT_FOUND:
+            names = self._entry_names()
+            found = mangled_matches(name, names or ())
+            if len(found) > 1:
+                raise ValueError(f"kernel name {name!r} is ambiguous: the module has {len(found)} C++ "
+                                 f"overloads of it: {', '.join(found)}; pass the mangled name of one")
+            if len(found) == 1:
+                entry = found[0]
+                rc = D.cuModuleGetFunction(&f, self.handle, entry.encode())
+        if rc == CUDA_ERROR_NOT_FOUND:
+            if names is not None:
+                known = ", ".join(names) or "none"
+                detail = f"no kernel named {name!r} in this module; its kernels: {known}"
             else:
-                detail = f"no kernel named {name!r} in this {self.kind} module"
+                detail = (f"no kernel named {name!r} in this {self.kind} module (a C++ kernel is found by "
+                          "its plain name only where the driver can list a module's kernels, CUDA 12.4+; "
+                          "otherwise pass the mangled name)")
             raise make_error(rc, "cuModuleGetFunction", detail)
         check(rc, b"cuModuleGetFunction")
+        name = entry
         ptx_params = self._entries.get(name) if self._entries is not None else None
         k = make_kernel(self, f, self.ctx, self.device, name, ptx_params, signature)
         if key is not None:
@@ -405,16 +337,52 @@ cdef class Module:
         self._all_kernels.add(k)
         return k
 
+    def _entry_names(self):
+        """The module's kernel names: the PTX .entry names, or for cubins and fatbins
+        what the driver lists (CUDA 12.4+); None when unknown."""
+        cdef unsigned int n = 0, i
+        cdef const char *cname = NULL
+        cdef CUfunction *funcs = NULL
+        if self._entries is not None:
+            return list(self._entries)
+        if D.cuModuleGetFunctionCount == NULL or D.cuModuleEnumerateFunctions == NULL or D.cuFuncGetName == NULL:
+            return None
+        check(D.cuModuleGetFunctionCount(&n, self.handle), b"cuModuleGetFunctionCount")
+        funcs = <CUfunction *>PyMem_Malloc(max(n, 1) * sizeof(CUfunction))
+        if funcs == NULL:
+            raise MemoryError()
+        try:
+            check(D.cuModuleEnumerateFunctions(funcs, n, self.handle), b"cuModuleEnumerateFunctions")
+            out = []
+            for i in range(n):
+                check(D.cuFuncGetName(&cname, funcs[i]), b"cuFuncGetName")
+                out.append(cname.decode("utf-8", errors="replace"))
+        finally:
+            PyMem_Free(funcs)
+        return out
+
+    def kernels(self):
+        """Names of every kernel of the module: the PTX ``.entry`` names, or for a
+        cubin/fatbin what the driver lists (needs a CUDA 12.4 driver)."""
+        self._live()
+        names = self._entry_names()
+        if names is None:
+            require(<const void *>D.cuModuleEnumerateFunctions, b"cuModuleEnumerateFunctions",
+                    b"Module.kernels() of a cubin or fatbin")
+        return tuple(names)
+
     def get_global(self, name):
         """A ``__device__`` / ``.global`` variable of the module as a :class:`Global`
         (``.ptr``, ``.nbytes``, ``read()``, ``write()``)."""
         cdef CUdeviceptr p = 0
         cdef size_t n = 0
         cdef CUresult rc
+        if not isinstance(name, str):
+            raise TypeError(f"global name must be a str, got {type(name).__name__}")
         self._live()
         bname = name.encode()
         rc = D.cuModuleGetGlobal(&p, &n, self.handle, bname)
-        if rc == 500:
+        if rc == CUDA_ERROR_NOT_FOUND:
             raise make_error(rc, "cuModuleGetGlobal", f"no global named {name!r} in this module")
         check(rc, b"cuModuleGetGlobal")
         cdef Global g = Global.__new__(Global, _TOKEN)

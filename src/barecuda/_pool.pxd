@@ -61,6 +61,7 @@ cdef class MemoryPool(Allocator):
     cdef CUevent _get_event(self) except? NULL
     cdef int _put_event(self, CUevent ev) except -1
     cdef bc_block *_new_block(self, int cls, size_t rounded, size_t size, CUstream s) except NULL
+    cdef int _allocate_captured(self, DeviceBuffer buf, size_t size, CUstream s) except -1   # CUDA graphs
     cdef int _drop_idle_streams(self) except -1
 
 

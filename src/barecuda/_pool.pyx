@@ -55,6 +55,37 @@ cdef extern from *:
 
 cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" cache
 
+# -- CUDA graphs (_graph.pyx): stream capture hook. While a barecuda capture runs
+# (_graph.Capture calls _capture_started/_capture_ended), allocations on a capturing
+# stream bypass the cache: they are cuMemAllocAsync (graph allocation nodes) and their
+# frees cuMemFreeAsync, so no cached block is handed to captured work and no block the
+# graph allocated is reused by the cache; blocks freed during a capture on the capturing
+# stream are deferred (reusable only after a context-wide sync). The driver is asked
+# (cuStreamIsCapturing) only while a capture runs, and only in these two paths.
+cdef int _captures = 0
+cdef enum:
+    FROM_GRAPH = 2              # bc_block.from_async: allocated during a capture
+
+
+def _capture_started():
+    global _captures
+    _captures += 1
+
+
+def _capture_ended():
+    global _captures
+    if _captures > 0:
+        _captures -= 1
+
+
+cdef bint _capturing(CUstream s) noexcept nogil:
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    if D.cuStreamIsCapturing == NULL or s == NULL or s == READY_STREAM:
+        return False
+    if D.cuStreamIsCapturing(s, &st) != 0:
+        return False
+    return st != CU_STREAM_CAPTURE_STATUS_NONE
+
 
 cdef inline int size_class(size_t n, size_t *rounded) noexcept nogil:
     """Class index and rounded size for a request of n bytes (n > 0); -1 (rounded 0)
@@ -286,6 +317,8 @@ cdef class MemoryPool(Allocator):
         cls = size_class(size, &rounded)
         if cls < 0:
             raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
+        if _captures and _capturing(s):
+            return self._allocate_captured(buf, size, s)
         c = self.cache_for(s, buf._stream)
         b = c.heads[cls]
         if b != NULL:                                   # hot path: same stream, cached
@@ -312,6 +345,33 @@ cdef class MemoryPool(Allocator):
         buf._block = b
         self.in_use += size
         self.in_use_rounded += b.size
+        if self.in_use > self.peak_in_use:
+            self.peak_in_use = self.in_use
+        return 0
+
+    cdef int _allocate_captured(self, DeviceBuffer buf, size_t size, CUstream s) except -1:
+        """A graph allocation node (the capture hook above); never cached."""
+        cdef CUdeviceptr p = 0
+        cdef bc_block *b
+        if D.cuMemAllocAsync == NULL:
+            require = __import__("barecuda._loader", fromlist=["require_symbol"]).require_symbol
+            require("cuMemAllocAsync", "allocating during a stream capture", 11020)
+        set_current(self.ctx)
+        check(D.cuMemAllocAsync(&p, size, s), b"cuMemAllocAsync")
+        b = <bc_block *>calloc(1, sizeof(bc_block))
+        if b == NULL:
+            D.cuMemFreeAsync(p, s)
+            raise MemoryError()
+        b.ptr = p
+        b.size = size
+        b.requested = size
+        b.cls = -1
+        b.from_async = FROM_GRAPH
+        b.stream = s
+        buf.ptr = p
+        buf._block = b
+        self.in_use += size
+        self.in_use_rounded += size
         if self.in_use > self.peak_in_use:
             self.peak_in_use = self.in_use
         return 0
@@ -382,16 +442,23 @@ cdef class MemoryPool(Allocator):
     cdef int deallocate(self, DeviceBuffer buf) except -1:
         cdef bc_block *b = <bc_block *>buf._block
         cdef bc_scache *c
+        cdef CUdeviceptr p
         buf._block = NULL
         buf.ptr = 0
         if b == NULL:
             return 0
         self.in_use -= b.requested
         self.in_use_rounded -= b.size
+        if b.from_async == FROM_GRAPH:     # capture hook: graph allocations go back to the driver
+            p = b.ptr
+            free(b)
+            set_current(self.ctx)
+            check(D.cuMemFreeAsync(p, buf.stream_handle), b"cuMemFreeAsync")
+            return 0
         if self.closed:
             self.free_block(b, buf.stream_handle)
             return 0
-        if buf.used_elsewhere:
+        if buf.used_elsewhere or (_captures and _capturing(buf.stream_handle)):
             b.next = self.deferred
             self.deferred = b
             self.deferred_bytes += b.size

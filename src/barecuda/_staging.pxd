@@ -1,4 +1,4 @@
-"""Pageable host<->device copies through pinned chunks (see bc_staging.h).
+"""Pageable host<->device copies through pinned chunks (src/csrc/bc_staging.c).
 
 Both functions make ctx current on the calling thread, need no GIL, and raise a
 CudaError through check() on failure. ``n`` below the staging threshold takes the

@@ -1,10 +1,11 @@
 """Host<->device copies from ordinary (pageable) host memory at pinned speed.
 
-Owns: the per-context stager of include/barecuda/bc_staging.h (page-locked chunks,
-their events, a pool of memcpy threads), its configuration and statistics, the C
-entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
-_staging.pxd), the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
-addresses, and ``bench_copy``, the raw measurement the benchmark reports.
+Owns: the per-context stager (src/csrc/bc_staging.c, API in
+include/barecuda/bc_staging.h: page-locked chunks, their events, a pool of memcpy
+threads), its configuration and statistics, the C entry points ``staged_htod`` / ``staged_dtoh`` other modules call (see
+_staging.pxd), and the Python-level ``copy_htod`` / ``copy_dtoh`` on raw device
+addresses. (The benchmark's raw copy measurement, ``bench_copy``, lives in
+src/barecuda/bench/_baseline.pyx and calls ``staged_htod`` / ``staged_dtoh``.)
 
 Copies below the threshold (8 MiB unless configured) take the driver's plain path
 unchanged. The GIL is released for the whole copy; the worker threads only memcpy.
@@ -17,13 +18,12 @@ import atexit
 import os
 import warnings
 
-from libc.stdlib cimport malloc, free
-from libc.string cimport memcmp, memset
+from libc.string cimport memset
 from libc.stdint cimport uintptr_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_INVALID_CONTEXT
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
@@ -51,12 +51,11 @@ cdef extern from "barecuda/bc_staging.h" nogil:
         long long fallbacks
         long long chunk_waits
         long long builds
-    ctypedef struct bc_stager:
-        CUcontext ctx
-    int BC_STAGING_MAX_CHUNKS
-    int BC_STAGING_MAX_THREADS
-    int BC_STAGING_HAVE_NT
-    long long bc_staging_now_ns()
+    ctypedef struct bc_stager
+    enum: BC_STAGING_MAX_CHUNKS
+    enum: BC_STAGING_MAX_THREADS
+    enum: BC_STAGING_HAVE_NT
+    CUcontext bc_stager_context(const bc_stager *s)
     void bc_staging_init()
     bc_stager *bc_stager_for(CUcontext ctx)
     CUresult bc_stager_htod(const bc_driver_t *drv, bc_stager *s, CUdeviceptr dst, const void *src,
@@ -87,7 +86,7 @@ cdef int _prepare(CUcontext *ctx) except -1 nogil:
     if ctx[0] == NULL:
         check(D.cuCtxGetCurrent(ctx), b"cuCtxGetCurrent")
         if ctx[0] == NULL:
-            check(201, b"cuCtxGetCurrent")   # CUDA_ERROR_INVALID_CONTEXT: nothing current
+            check(CUDA_ERROR_INVALID_CONTEXT, b"cuCtxGetCurrent")   # nothing current
     else:
         set_current(ctx[0])
     return 0
@@ -128,14 +127,16 @@ cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
 
 
 # ------------------------------------------------------------------ Python API
-cdef CUcontext _context_for(object stream, object device) except? NULL:
+cdef int _context_for(object stream, object device, CUcontext *out) except -1:
     """The context a copy runs in: the Stream's, else the given (or current) device's."""
     cdef Device dev
     if type(stream) is Stream and device is None:
-        return (<Stream>stream).ctx
+        out[0] = (<Stream>stream).ctx
+        return 0
     dev = device_of(device)
     dev.activate()
-    return dev.ctx
+    out[0] = dev.ctx
+    return 0
 
 
 def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
@@ -162,7 +163,8 @@ def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
     cdef Py_buffer view
     cdef CUstream h
     cdef CUdeviceptr dst = dev_ptr
-    cdef CUcontext ctx = _context_for(stream, device)
+    cdef CUcontext ctx = NULL
+    _context_for(stream, device, &ctx)
     stream_handle(stream, &h)
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS)
     try:
@@ -196,7 +198,8 @@ def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None, fresh=False):
     cdef CUstream h
     cdef CUdeviceptr src = dev_ptr
     cdef bint fr = fresh
-    cdef CUcontext ctx = _context_for(stream, device)
+    cdef CUcontext ctx = NULL
+    _context_for(stream, device, &ctx)
     stream_handle(stream, &h)
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
     try:
@@ -212,9 +215,14 @@ cdef dict _config_dict(const bc_staging_config *c):
             "nt_htod": bool(c.nt_htod), "nt_dtoh": bool(c.nt_dtoh), "spin_us": c.spin_ns / 1000.0}
 
 
-def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
-              min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None, spin_us=None):
-    """Set the staging parameters (None leaves one unchanged); returns the resulting set.
+def configure_staging(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
+                      min_piece=None, min_part=None, nt_htod=None, nt_dtoh=None, spin_us=None):
+    """Set how pageable host<->device copies are staged; returns the resulting settings.
+
+    Public as ``barecuda.configure_staging``. Every argument is keyword-only; None
+    (the default) leaves that setting unchanged, so ``configure_staging()`` just
+    returns the current settings. The environment variables named in this module's
+    docstring set the initial values at import.
 
     Parameters
     ----------
@@ -245,10 +253,23 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         Longer keeps them awake between the pieces of a copy whose DMAs are slower
         than the host side, at the cost of CPU time after the last piece.
 
+    Returns
+    -------
+    dict
+        ``chunk_bytes``, ``chunks``, ``threads``, ``threshold``, ``min_piece``,
+        ``min_part`` (int), ``nt_htod``, ``nt_dtoh`` (bool), ``spin_us`` (float): the
+        settings now in force. Passing it back as keywords restores them.
+
+    Raises
+    ------
+    ValueError
+        A value out of its range (nothing is changed then).
+
     Notes
     -----
     Existing stagers rebuild their chunks and threads at their next large copy.
-    Calling with no argument just returns the current settings.
+    Settings are process-wide and thread-safe; a copy running concurrently finishes
+    with the settings it started with.
     """
     cdef bc_staging_config c
     bc_staging_get_config(&c)
@@ -289,6 +310,11 @@ def configure(*, chunk_bytes=None, chunks=None, threads=None, threshold=None,
         c.nt_dtoh = 1 if (nt_dtoh and BC_STAGING_HAVE_NT) else 0
     bc_staging_set_config(&c)
     return _config_dict(&c)
+
+
+# The former private name, still used by src/barecuda/bench (memory_rows.py,
+# staging_sweep.py); new code calls barecuda.configure_staging.
+configure = configure_staging
 
 
 def stats():
@@ -341,7 +367,7 @@ cdef int _release_all(bint try_only) except -1:
         s = bc_staging_at(i)
         if s == NULL:
             continue
-        set_current(s.ctx)
+        set_current(bc_stager_context(s))
         with nogil:
             if bc_stager_release(D, s, try_only, &rc) == 0 and rc != 0 and first == 0:
                 first = rc
@@ -371,132 +397,6 @@ def _on_exit():
 
 
 atexit.register(_on_exit)
-
-
-# ------------------------------------------------------------------ benchmark
-def bench_copy(direction, size_t nbytes, int repeats=5, *, device=None, stream=None):
-    """Raw bandwidth of one direction, measured three ways in this process.
-
-    Parameters
-    ----------
-    direction : {"htod", "dtoh"}
-    nbytes : int
-        Bytes per copy.
-    repeats : int
-        Timed copies per method (after one untimed warm-up each); the median counts.
-    device, stream : optional
-        Where to copy (default: current device; a stream created for the run).
-
-    Returns
-    -------
-    tuple of float
-        GB/s (1e9 bytes per second) for (staged from pageable memory, the driver's
-        plain copy from the same pageable memory, the driver's copy from pinned
-        memory). Each copy is timed from issue to completion on the stream, with
-        the clock of the benchmark module (CLOCK_MONOTONIC / QPC), GIL released.
-        The pageable buffer is touched before timing; the staged result is checked
-        byte for byte against the pinned one.
-    """
-    cdef bint htod
-    if direction in ("htod", "h2d"):
-        htod = True
-    elif direction in ("dtoh", "d2h"):
-        htod = False
-    else:
-        raise ValueError(f"direction must be 'htod' or 'dtoh', got {direction!r}")
-    if nbytes == 0 or repeats < 1:
-        raise ValueError("nbytes and repeats must be positive")
-    cdef Device dev = device_of(device)
-    dev.activate()
-    cdef CUcontext ctx = dev.ctx
-    cdef CUstream s = NULL
-    cdef bint own_stream = stream is None
-    cdef CUdeviceptr d = 0
-    cdef char *pageable = NULL
-    cdef char *check_buf = NULL
-    cdef void *pinned = NULL
-    cdef long long *times = <long long *>malloc(3 * repeats * sizeof(long long))
-    cdef long long t0
-    cdef int method, r
-    cdef size_t i
-    cdef CUresult rc = 0
-    cdef const char *call = b""
-    if times == NULL:
-        raise MemoryError()
-    try:
-        if own_stream:
-            check(D.cuStreamCreate(&s, 0), b"cuStreamCreate")
-        else:
-            stream_handle(stream, &s)
-        check(D.cuMemAlloc(&d, nbytes), b"cuMemAlloc")
-        check(D.cuMemHostAlloc(&pinned, nbytes, 0), b"cuMemHostAlloc")
-        pageable = <char *>malloc(nbytes)
-        check_buf = <char *>malloc(nbytes)
-        if pageable == NULL or check_buf == NULL:
-            raise MemoryError(f"could not allocate {nbytes} bytes of host memory")
-        with nogil:
-            for i in range(nbytes):
-                pageable[i] = <char>((i * <size_t>2654435761) >> 13)
-                (<char *>pinned)[i] = <char>((i * <size_t>40503) >> 7)
-            memset(check_buf, 0, nbytes)
-            if not htod:   # device holds the pinned pattern
-                rc = D.cuMemcpyHtoD(d, pinned, nbytes)
-        check(rc, b"cuMemcpyHtoD")
-        for method in range(3):
-            for r in range(-1, repeats):   # r == -1: warm-up
-                with nogil:
-                    t0 = bc_staging_now_ns()
-                    if method == 0:
-                        if htod:
-                            staged_htod(d, pageable, nbytes, s, ctx)
-                        else:
-                            staged_dtoh(pageable, d, nbytes, s, ctx, False)
-                    elif method == 1:
-                        if htod:
-                            rc = D.cuMemcpyHtoDAsync(d, pageable, nbytes, s); call = b"cuMemcpyHtoDAsync"
-                        else:
-                            rc = D.cuMemcpyDtoHAsync(pageable, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
-                    else:
-                        if htod:
-                            rc = D.cuMemcpyHtoDAsync(d, pinned, nbytes, s); call = b"cuMemcpyHtoDAsync"
-                        else:
-                            rc = D.cuMemcpyDtoHAsync(pinned, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
-                    if rc == 0:
-                        rc = D.cuStreamSynchronize(s)
-                        if rc != 0:
-                            call = b"cuStreamSynchronize"
-                    if r >= 0:
-                        times[method * repeats + r] = bc_staging_now_ns() - t0
-                check(rc, call)
-            if method == 0:
-                # the staged result must be right before its speed means anything
-                with nogil:
-                    if htod:
-                        rc = D.cuMemcpyDtoH(check_buf, d, nbytes)
-                        if rc == 0 and memcmp(check_buf, pageable, nbytes) != 0:
-                            rc = -1
-                    else:
-                        if memcmp(pageable, pinned, nbytes) != 0:
-                            rc = -1
-                if rc == -1:
-                    raise RuntimeError("bench_copy: the staged copy did not reproduce the source bytes")
-                check(rc, b"cuMemcpyDtoH")
-        result = []
-        for method in range(3):
-            ts = sorted(times[method * repeats + r] for r in range(repeats))
-            med = ts[repeats // 2] if repeats % 2 else (ts[repeats // 2 - 1] + ts[repeats // 2]) / 2
-            result.append(nbytes / med if med > 0 else float("inf"))   # bytes/ns == GB/s
-        return tuple(result)
-    finally:
-        free(times)
-        free(pageable)
-        free(check_buf)
-        if pinned != NULL:
-            D.cuMemFreeHost(pinned)
-        if d != 0:
-            D.cuMemFree(d)
-        if own_stream and s != NULL:
-            D.cuStreamDestroy(s)
 
 
 # ------------------------------------------------------------------ environment
@@ -535,10 +435,10 @@ def _configure_from_env():
         cores = _usable_cores()
         threads = min(12, max(2, cores * 3 // 4), cores)
     try:
-        configure(threads=max(1, min(threads, BC_STAGING_MAX_THREADS)),
-                  chunks=None if chunks is None else max(1, min(chunks, BC_STAGING_MAX_CHUNKS)),
-                  chunk_bytes=_env_size("BARECUDA_STAGING_CHUNK_BYTES") or None,
-                  threshold=_env_size("BARECUDA_STAGING_THRESHOLD"))
+        configure_staging(threads=max(1, min(threads, BC_STAGING_MAX_THREADS)),
+                          chunks=None if chunks is None else max(1, min(chunks, BC_STAGING_MAX_CHUNKS)),
+                          chunk_bytes=_env_size("BARECUDA_STAGING_CHUNK_BYTES") or None,
+                          threshold=_env_size("BARECUDA_STAGING_THRESHOLD"))
     except ValueError as e:
         warnings.warn(f"barecuda staging environment ignored: {e}", RuntimeWarning)
 

@@ -421,6 +421,12 @@ cdef class Stream:
         ev.record(self)
         return ev
 
+    # -- CUDA graphs (owned by _graph.pyx): capture delegates there
+    def capture(self, mode="global"):
+        """``with stream.capture(mode) as graph:`` -- see :func:`barecuda.capture`."""
+        from barecuda._graph import capture
+        return capture(self, mode)
+
 
 cdef int _run_close_hooks(size_t handle) except -1:
     if _close_hooks:

@@ -8,6 +8,7 @@ for sm_90 / PTX ISA 8.0), except INVALID.
 
 ``header`` and ``vadd`` are shared with the GPU tests' tests/ptx_kernels.py.
 """
+import struct
 
 
 def header(target="sm_90"):
@@ -188,11 +189,44 @@ PARAM_BYTES = {k: (v[-1][0] + v[-1][1] if v else 0) for k, v in LAYOUTS.items()}
 GLOBALS = {"counter": 4, "table": 64, "coeffs": 32}
 
 
+EM_CUDA = 190
+FATBIN_MAGIC = 0xBA55ED50
+FAKE_SECTION = b".nv.fakecuda.ptx"
+
+
 def fake_cubin(ptx_text):
-    """A "cubin" the fake driver accepts (magic + PTX-like text, NUL-terminated)."""
-    return b"FAKECUBIN\n" + ptx_text.encode() + b"\0"
+    """A cubin for the fake driver: a real ELF64 image (``\\x7fELF``, EM_CUDA).
+
+    Kernels do not run on the double, so instead of SASS the image carries the
+    kernels' PTX-like text (names, parameters, globals) in a section named
+    ``.nv.fakecuda.ptx``, which the double reads (tests/fakecuda/module.c). To
+    barecuda it is an ELF image like any nvcc-built cubin.
+    """
+    payload = ptx_text.encode() + b"\0"
+    shstrtab = b"\0.shstrtab\0" + FAKE_SECTION + b"\0"
+    name_shstrtab, name_payload = 1, 1 + len(b".shstrtab\0")
+    ehsize, shentsize = 64, 64
+    off_strtab = ehsize
+    off_payload = off_strtab + len(shstrtab)
+    off_sh = (off_payload + len(payload) + 7) & ~7
+    header = (b"\x7fELF" + bytes([2, 1, 1, 0x33, 7]) + bytes(7)          # ELF64, LE, CUDA ABI
+              + struct.pack("<HHIQQQIHHHHHH", 2, EM_CUDA, 1, 0, 0, off_sh, 0x5A055A,
+                            ehsize, 0, 0, shentsize, 3, 1))
+
+    def sh(name, typ, off, size):
+        return struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, size, 0, 0, 1, 0)
+
+    sections = (bytes(64) + sh(name_shstrtab, 3, off_strtab, len(shstrtab))
+                + sh(name_payload, 1, off_payload, len(payload)))
+    image = header + shstrtab + payload
+    return image + bytes(off_sh - len(image)) + sections
 
 
 def fake_fatbin(ptx_text):
-    """A "fatbin" the fake driver accepts."""
-    return b"FAKEFATBIN\n" + ptx_text.encode() + b"\0"
+    """A fatbin container (magic 0xBA55ED50) holding one ELF entry: :func:`fake_cubin`."""
+    elf = fake_cubin(ptx_text)
+    # entry header: kind 2 (ELF), flags, header size, payload size, ..., sm_90
+    entry = struct.pack("<HHIQIIHHI", 2, 0x0101, 64, len(elf), 0, 0, 0, 8, 90)
+    entry += bytes(64 - len(entry))
+    body = entry + elf
+    return struct.pack("<IHHQ", FATBIN_MAGIC, 1, 16, len(body)) + body

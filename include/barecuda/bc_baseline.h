@@ -1,36 +1,21 @@
 /*
- * barecuda/bc_bench.h -- the clock and the raw C loops of the benchmark module.
+ * barecuda/bc_baseline.h -- the raw C loops of the benchmark wing.
  *
- * Every figure of `python -m barecuda.bench` is taken with bc_bench_now_ns(), both
- * around C loops and around Python loops, so that a raw C row and a Python row of
- * the same run are measured with one clock. The loops below call the driver
- * exactly as a C program would: a pre-packed kernelParams array, no checks but the
- * returned CUresult. Included by _bench.pyx only.
+ * Every figure of `python -m barecuda.bench` is taken with bc_now_ns()
+ * (barecuda/bc_clock.h), both around C loops and around Python loops, so that a raw
+ * C row and a Python row of the same run are measured with one clock. The loops
+ * below call the driver exactly as a C program would: a pre-packed kernelParams
+ * array, no checks but the returned CUresult. Included by
+ * src/barecuda/bench/_baseline.pyx only.
  */
-#ifndef BARECUDA_BC_BENCH_H
-#define BARECUDA_BC_BENCH_H
+#ifndef BARECUDA_BC_BASELINE_H
+#define BARECUDA_BC_BASELINE_H
 
 #include <stdint.h>
 #include <string.h>
 #include "barecuda/cuda_abi.h"
 
-#ifdef _WIN32
-#include <windows.h>
-static inline int64_t bc_bench_now_ns(void) {
-    static LARGE_INTEGER freq; /* constant after boot; a racy first fill writes the same value */
-    LARGE_INTEGER c;
-    if (freq.QuadPart == 0) QueryPerformanceFrequency(&freq);
-    QueryPerformanceCounter(&c);
-    return (int64_t)((double)c.QuadPart * (1e9 / (double)freq.QuadPart));
-}
-#else
-#include <time.h>
-static inline int64_t bc_bench_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + (int64_t)ts.tv_nsec;
-}
-#endif
+#include "barecuda/bc_clock.h"
 
 /* One launch description: either plain cuLaunchKernel (ex == 0) or cuLaunchKernelEx
  * with the attributes in cfg (ex == 1). */
@@ -81,9 +66,9 @@ static CUresult bc_bench_launch_batches(const bc_driver_t *D, const bc_bench_lau
     CUresult rc;
     int64_t t0, t1;
     for (i = 0; i < nb; i++) {
-        t0 = bc_bench_now_ns();
+        t0 = bc_now_ns();
         rc = bc_bench_launch_n(D, L, bs);
-        t1 = bc_bench_now_ns();
+        t1 = bc_now_ns();
         if (rc != CUDA_SUCCESS) return rc;
         rc = D->cuStreamSynchronize(L->stream);
         if (rc != CUDA_SUCCESS) return rc;
@@ -96,12 +81,12 @@ static CUresult bc_bench_launch_batches(const bc_driver_t *D, const bc_bench_lau
 static CUresult bc_bench_launch_throughput(const bc_driver_t *D, const bc_bench_launch *L,
                                            long n, int64_t *out) {
     CUresult rc;
-    int64_t t0 = bc_bench_now_ns();
+    int64_t t0 = bc_now_ns();
     rc = bc_bench_launch_n(D, L, n);
     if (rc != CUDA_SUCCESS) return rc;
     rc = D->cuStreamSynchronize(L->stream);
     if (rc != CUDA_SUCCESS) return rc;
-    *out = bc_bench_now_ns() - t0;
+    *out = bc_now_ns() - t0;
     return CUDA_SUCCESS;
 }
 
@@ -112,12 +97,12 @@ static CUresult bc_bench_launch_roundtrip(const bc_driver_t *D, const bc_bench_l
     CUresult rc;
     int64_t t0;
     for (i = 0; i < n; i++) {
-        t0 = bc_bench_now_ns();
+        t0 = bc_now_ns();
         rc = bc_bench_launch_once(D, L);
         if (rc != CUDA_SUCCESS) return rc;
         rc = D->cuStreamSynchronize(L->stream);
         if (rc != CUDA_SUCCESS) return rc;
-        out[i] = bc_bench_now_ns() - t0;
+        out[i] = bc_now_ns() - t0;
     }
     return CUDA_SUCCESS;
 }
@@ -129,14 +114,14 @@ static CUresult bc_bench_alloc_free(const bc_driver_t *D, size_t size, long nb, 
     CUdeviceptr p;
     int64_t t0;
     for (i = 0; i < nb; i++) {
-        t0 = bc_bench_now_ns();
+        t0 = bc_now_ns();
         for (j = 0; j < bs; j++) {
             rc = D->cuMemAlloc(&p, size);
             if (rc != CUDA_SUCCESS) return rc;
             rc = D->cuMemFree(p);
             if (rc != CUDA_SUCCESS) return rc;
         }
-        out[i] = bc_bench_now_ns() - t0;
+        out[i] = bc_now_ns() - t0;
     }
     return CUDA_SUCCESS;
 }
@@ -150,14 +135,14 @@ static CUresult bc_bench_alloc_free_async(const bc_driver_t *D, size_t size, CUs
     CUdeviceptr p;
     int64_t t0, t1;
     for (i = 0; i < nb; i++) {
-        t0 = bc_bench_now_ns();
+        t0 = bc_now_ns();
         for (j = 0; j < bs; j++) {
             rc = D->cuMemAllocAsync(&p, size, stream);
             if (rc != CUDA_SUCCESS) return rc;
             rc = D->cuMemFreeAsync(p, stream);
             if (rc != CUDA_SUCCESS) return rc;
         }
-        t1 = bc_bench_now_ns();
+        t1 = bc_now_ns();
         rc = D->cuStreamSynchronize(stream);
         if (rc != CUDA_SUCCESS) return rc;
         out[i] = t1 - t0;
@@ -174,7 +159,7 @@ static CUresult bc_bench_memcpy(const bc_driver_t *D, int dir, CUdeviceptr dptr,
     CUresult rc;
     int64_t t0;
     for (i = 0; i < reps; i++) {
-        t0 = bc_bench_now_ns();
+        t0 = bc_now_ns();
         if (dir == 0)
             rc = D->cuMemcpyHtoD(dptr, host, nbytes);
         else
@@ -182,9 +167,9 @@ static CUresult bc_bench_memcpy(const bc_driver_t *D, int dir, CUdeviceptr dptr,
         if (rc != CUDA_SUCCESS) return rc;
         rc = D->cuCtxSynchronize();
         if (rc != CUDA_SUCCESS) return rc;
-        out[i] = bc_bench_now_ns() - t0;
+        out[i] = bc_now_ns() - t0;
     }
     return CUDA_SUCCESS;
 }
 
-#endif /* BARECUDA_BC_BENCH_H */
+#endif /* BARECUDA_BC_BASELINE_H */

@@ -1,5 +1,5 @@
-"""Raw C baselines for the benchmark (``python -m barecuda.bench``) and the doctor."""
-from typing import Any, Callable, Optional, Sequence, Union
+"""Raw C baselines of the benchmark wing (``python -m barecuda.bench``)."""
+from typing import Any, Callable, Optional, Sequence, Tuple, Union, final
 
 _Dims = Union[int, Sequence[int]]
 _Handle = Any   # an int handle, or an object with handle_int / handle / __int__
@@ -7,10 +7,11 @@ _Handle = Any   # an int handle, or an object with handle_int / handle / __int__
 def now_ns() -> int: ...
 def use_device(ordinal: int = 0) -> None: ...
 
+@final
 class ParamBlock:
     count: int
     nbytes: int
-    def __init__(self, args: Sequence[bytes] = ()) -> None: ...
+    def __new__(cls, args: Sequence[bytes] = ...) -> "ParamBlock": ...
     @property
     def address(self) -> int: ...
 
@@ -42,3 +43,5 @@ def memcpy_dtoh(host: Any, dptr: int, nbytes: int, reps: int = 1) -> list[int]: 
 def time_calls(f: Callable[..., Any], args: tuple = (), n: int = 1000) -> int: ...
 def time_batches(f: Callable[..., Any], args: tuple = (), batches: int = 10, batch: int = 100,
                  sync: Optional[Callable[[], Any]] = None) -> list[int]: ...
+def bench_copy(direction: str, nbytes: int, repeats: int = ..., *, device: Any = ...,
+               stream: Any = ...) -> Tuple[float, float, float]: ...

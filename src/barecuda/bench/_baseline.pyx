@@ -1,30 +1,37 @@
-"""Raw C baselines for the benchmark (`python -m barecuda.bench`) and the doctor.
+"""Raw C baselines of the benchmark wing (``python -m barecuda.bench``).
 
-Owns: the one clock every benchmark figure is taken with (``now_ns``:
-CLOCK_MONOTONIC, QueryPerformanceCounter on Windows), pre-packed kernel parameter
-arrays (``ParamBlock``), and C loops that call the driver the way a C program
-would -- ``cuLaunchKernel`` / ``cuLaunchKernelEx`` with a ready ``void**``, launch +
+Owns: the one clock every benchmark figure is taken with (``now_ns``, the C
+``bc_now_ns`` of include/barecuda/bc_clock.h that the staging pipeline uses too),
+pre-packed kernel parameter arrays (``ParamBlock``), and C loops that call the
+driver the way a C program would (include/barecuda/bc_baseline.h) --
+``cuLaunchKernel`` / ``cuLaunchKernelEx`` with a ready ``void**``, launch +
 ``cuStreamSynchronize``, ``cuMemAlloc``/``cuMemFree`` and the stream-ordered pair,
 ``cuMemcpyHtoD``/``DtoH`` -- with the GIL released and the clock read in C. These
-are the "raw C" rows every other row is a ratio to. Nothing here is on the
-package's hot path; it ships in the wheel so that the benchmark runs anywhere.
+are the "raw C" rows every other row is a ratio to. Also ``bench_copy``: staged
+pageable copies (the ``staged_htod`` / ``staged_dtoh`` C entry points of
+src/barecuda/_staging.pxd) against the driver's pageable and pinned copies.
+Nothing here is on the package's hot path.
 
 All functions expect the caller's thread to have a context current
 (``use_device(ordinal)`` makes the primary context current).
 """
 cimport cython
 from libc.stdlib cimport malloc, calloc, free
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memset, memcmp
 from libc.stdint cimport int64_t, uintptr_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver
-from barecuda._device cimport activate_device
+from barecuda._device cimport Device, activate_device, device_of
+from barecuda._stream cimport stream_handle
+from barecuda._staging cimport staged_htod, staged_dtoh
 
-cdef extern from "barecuda/bc_bench.h" nogil:
-    int64_t bc_bench_now_ns()
+cdef extern from "barecuda/bc_clock.h" nogil:
+    int64_t bc_now_ns()
+
+cdef extern from "barecuda/bc_baseline.h" nogil:
     ctypedef struct bc_bench_launch:
         CUfunction f
         unsigned int grid[3]
@@ -46,12 +53,15 @@ cdef extern from "barecuda/bc_bench.h" nogil:
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-from itertools import repeat as _repeat
 
 
 def now_ns():
-    """The benchmark clock, in nanoseconds (monotonic; only differences mean anything)."""
-    return bc_bench_now_ns()
+    """The package's clock, in nanoseconds (monotonic; only differences mean anything).
+
+    CLOCK_MONOTONIC (QueryPerformanceCounter on Windows), the same C function the
+    staging pipeline and every C loop of this module read.
+    """
+    return bc_now_ns()
 
 
 def use_device(int ordinal=0):
@@ -196,9 +206,9 @@ def launch_loop(func, grid, block, ParamBlock params, stream=None, long n=100, *
     cdef int64_t t0, t1
     _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
     with nogil:
-        t0 = bc_bench_now_ns()
+        t0 = bc_now_ns()
         rc = bc_bench_launch_n(D, &L, n)
-        t1 = bc_bench_now_ns()
+        t1 = bc_now_ns()
     check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
     return t1 - t0
 
@@ -425,10 +435,10 @@ def time_calls(f, tuple args=(), long n=1000):
     """ns to call ``f(*args)`` ``n`` times in a C loop, with the benchmark clock."""
     cdef int64_t t0, t1
     cdef long i
-    t0 = bc_bench_now_ns()
+    t0 = bc_now_ns()
     for i in range(n):
         f(*args)
-    t1 = bc_bench_now_ns()
+    t1 = bc_now_ns()
     return t1 - t0
 
 
@@ -439,11 +449,138 @@ def time_batches(f, tuple args=(), long batches=10, long batch=100, sync=None):
     cdef long i, j
     cdef list out = []
     for i in range(batches):
-        t0 = bc_bench_now_ns()
+        t0 = bc_now_ns()
         for j in range(batch):
             f(*args)
-        t1 = bc_bench_now_ns()
+        t1 = bc_now_ns()
         if sync is not None:
             sync()
         out.append(t1 - t0)
     return out
+
+
+# ------------------------------------------------------------ staged copies
+def bench_copy(direction, size_t nbytes, int repeats=5, *, device=None, stream=None):
+    """Raw bandwidth of one direction, measured three ways in this process.
+
+    Parameters
+    ----------
+    direction : {"htod", "dtoh"}
+    nbytes : int
+        Bytes per copy.
+    repeats : int
+        Timed copies per method (after one untimed warm-up each); the median counts.
+    device, stream : optional
+        Where to copy (default: current device; a stream created for the run).
+
+    Returns
+    -------
+    tuple of float
+        GB/s (1e9 bytes per second) for (staged from pageable memory, the driver's
+        plain copy from the same pageable memory, the driver's copy from pinned
+        memory). Each copy is timed from issue to completion on the stream with
+        ``now_ns``, GIL released. The staged copy goes through ``staged_htod`` /
+        ``staged_dtoh`` (src/barecuda/_staging.pxd), the entry points every
+        barecuda copy uses. The pageable buffer is touched before timing; the staged
+        result is checked byte for byte against the pinned one.
+    """
+    cdef bint htod
+    if direction in ("htod", "h2d"):
+        htod = True
+    elif direction in ("dtoh", "d2h"):
+        htod = False
+    else:
+        raise ValueError(f"direction must be 'htod' or 'dtoh', got {direction!r}")
+    if nbytes == 0 or repeats < 1:
+        raise ValueError("nbytes and repeats must be positive")
+    cdef Device dev = device_of(device)
+    dev.activate()
+    cdef CUcontext ctx = dev.ctx
+    cdef CUstream s = NULL
+    cdef bint own_stream = stream is None
+    cdef CUdeviceptr d = 0
+    cdef char *pageable = NULL
+    cdef char *check_buf = NULL
+    cdef void *pinned = NULL
+    cdef int64_t *times = <int64_t *>malloc(3 * repeats * sizeof(int64_t))
+    cdef int64_t t0
+    cdef int method, r
+    cdef size_t i
+    cdef CUresult rc = 0
+    cdef const char *call = b""
+    if times == NULL:
+        raise MemoryError()
+    try:
+        if own_stream:
+            check(D.cuStreamCreate(&s, 0), b"cuStreamCreate")
+        else:
+            stream_handle(stream, &s)
+        check(D.cuMemAlloc(&d, nbytes), b"cuMemAlloc")
+        check(D.cuMemHostAlloc(&pinned, nbytes, 0), b"cuMemHostAlloc")
+        pageable = <char *>malloc(nbytes)
+        check_buf = <char *>malloc(nbytes)
+        if pageable == NULL or check_buf == NULL:
+            raise MemoryError(f"could not allocate {nbytes} bytes of host memory")
+        with nogil:
+            for i in range(nbytes):
+                pageable[i] = <char>((i * <size_t>2654435761) >> 13)
+                (<char *>pinned)[i] = <char>((i * <size_t>40503) >> 7)
+            memset(check_buf, 0, nbytes)
+            if not htod:   # device holds the pinned pattern
+                rc = D.cuMemcpyHtoD(d, pinned, nbytes)
+        check(rc, b"cuMemcpyHtoD")
+        for method in range(3):
+            for r in range(-1, repeats):   # r == -1: warm-up
+                with nogil:
+                    t0 = bc_now_ns()
+                    if method == 0:
+                        if htod:
+                            staged_htod(d, pageable, nbytes, s, ctx)
+                        else:
+                            staged_dtoh(pageable, d, nbytes, s, ctx, False)
+                    elif method == 1:
+                        if htod:
+                            rc = D.cuMemcpyHtoDAsync(d, pageable, nbytes, s); call = b"cuMemcpyHtoDAsync"
+                        else:
+                            rc = D.cuMemcpyDtoHAsync(pageable, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
+                    else:
+                        if htod:
+                            rc = D.cuMemcpyHtoDAsync(d, pinned, nbytes, s); call = b"cuMemcpyHtoDAsync"
+                        else:
+                            rc = D.cuMemcpyDtoHAsync(pinned, d, nbytes, s); call = b"cuMemcpyDtoHAsync"
+                    if rc == 0:
+                        rc = D.cuStreamSynchronize(s)
+                        if rc != 0:
+                            call = b"cuStreamSynchronize"
+                    if r >= 0:
+                        times[method * repeats + r] = bc_now_ns() - t0
+                check(rc, call)
+            if method == 0:
+                # the staged result must be right before its speed means anything
+                with nogil:
+                    if htod:
+                        rc = D.cuMemcpyDtoH(check_buf, d, nbytes)
+                        if rc == 0 and memcmp(check_buf, pageable, nbytes) != 0:
+                            rc = -1
+                    else:
+                        if memcmp(pageable, pinned, nbytes) != 0:
+                            rc = -1
+                if rc == -1:
+                    raise RuntimeError("bench_copy: the staged copy did not reproduce the source bytes")
+                check(rc, b"cuMemcpyDtoH")
+        result = []
+        for method in range(3):
+            ts = sorted(times[method * repeats + r] for r in range(repeats))
+            med = ts[repeats // 2] if repeats % 2 else (ts[repeats // 2 - 1] + ts[repeats // 2]) / 2
+            result.append(nbytes / med if med > 0 else float("inf"))   # bytes/ns == GB/s
+        return tuple(result)
+    finally:
+        free(times)
+        free(pageable)
+        free(check_buf)
+        if pinned != NULL:
+            D.cuMemFreeHost(pinned)
+        if d != 0:
+            D.cuMemFree(d)
+        if own_stream and s != NULL:
+            D.cuStreamDestroy(s)

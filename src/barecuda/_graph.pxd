@@ -1,0 +1,97 @@
+"""CUDA graphs: capture, explicit graphs, executable graphs and kernel-node handles."""
+from barecuda._abi cimport (CUgraph, CUgraphExec, CUgraphNode, CUcontext, CUstream,
+                            CUDA_KERNEL_NODE_PARAMS_v2, CUgraphConditionalHandle, CUDA_MEMCPY3D,
+                            CUDA_MEMSET_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUgraphConditionalNodeType)
+from barecuda._device cimport Device
+from barecuda._launch cimport Kernel
+
+
+cdef class GraphNode
+cdef class ConditionalHandle
+cdef class ConditionalNode
+
+
+cdef class Graph:
+    cdef CUgraph handle             # NULL while a capture fills it, and after close()
+    cdef bint owned                 # False: a conditional body (the driver owns it)
+    cdef readonly Device device
+    cdef CUcontext ctx
+    cdef object _parent             # body graphs: the graph whose conditional node owns them
+    cdef list _keep                 # everything the nodes reference (buffers, kernels, callables, events,
+                                    #   and the _keep lists of child graphs and conditional bodies)
+    cdef list _nodes                # weak references to the GraphNode objects, in creation order
+    cdef dict _by_handle            # <size_t>CUgraphNode -> weak reference to its GraphNode
+    cdef dict _info                 # <size_t>CUgraphNode -> (index, kind, kernel name or None), for messages
+    cdef dict _kernels              # node index -> KernelNode (strong: update refreshes handles from it)
+    cdef object __weakref__
+    cdef readonly bint captured     # made by stream capture
+    cdef bint capturing             # the capture that fills it is still running
+
+    cdef int _live(self) except -1
+    cdef int _adopt(self, object node) except -1
+    cdef list _snapshot(self)
+    cdef GraphNode _add_simple(self, str kind, object depends_on, tuple refs, CUDA_MEMCPY3D *cp,
+                               CUDA_MEMSET_NODE_PARAMS *sp, CUDA_HOST_NODE_PARAMS *hp, object obj)
+    cdef ConditionalNode _add_conditional(self, ConditionalHandle cond, CUgraphConditionalNodeType t,
+                                          unsigned int size, str tname, object depends_on)
+    cdef str _describe(self, CUgraphNode h)
+
+
+cdef class GraphNode:
+    cdef CUgraphNode handle
+    cdef object _graph_ref          # weak reference to the Graph (nodes never keep a graph alive: no cycle)
+    cdef object __weakref__
+    cdef readonly str kind
+    cdef readonly Py_ssize_t index
+
+
+cdef class KernelNode(GraphNode):
+    cdef readonly Kernel kernel
+    cdef char *buf                  # the node's parameter block (kernel.argbytes)
+    cdef void **ptrs                # kernelParams: one pointer per slot into buf
+    cdef CUDA_KERNEL_NODE_PARAMS_v2 p
+    cdef list _vals                 # the Python value packed in each slot (keeps buffers alive)
+
+
+cdef class ConditionalHandle:
+    cdef readonly Graph graph
+    cdef CUgraphConditionalHandle h
+    cdef readonly unsigned int default
+    cdef readonly bint assign_default
+
+
+cdef class ConditionalNode(GraphNode):
+    cdef readonly ConditionalHandle condition
+    cdef readonly tuple bodies
+    cdef readonly str type
+
+
+cdef class GraphExec:
+    cdef CUgraphExec handle
+    cdef readonly Graph graph
+    cdef readonly Device device
+    cdef CUcontext ctx
+    cdef CUstream last              # stream of the latest launch
+    cdef object _last_stream        # ... and its object, kept alive while launches may run on it
+    cdef bint launched
+    cdef bint multi                 # launched on more than one stream
+    cdef list _graphs               # every graph whose nodes this executable may still run
+    cdef readonly unsigned long long flags
+    cdef list _handles              # weak references to this executable's ExecKernelNode handles
+
+    cdef int _live(self) except -1
+    cdef void _mark_used(self) noexcept
+    cdef int _refresh_handles(self, Graph graph) except -1
+
+
+cdef class ExecKernelNode:
+    cdef readonly GraphExec exec
+    cdef readonly KernelNode node
+    cdef readonly Kernel kernel
+    cdef char *buf
+    cdef void **ptrs
+    cdef CUDA_KERNEL_NODE_PARAMS_v2 p
+    cdef list _vals
+    cdef list _keeps
+    cdef list _scratch
+    cdef object __weakref__

@@ -1,0 +1,860 @@
+# cython: language_level=3
+"""NCCL collectives on barecuda buffers and streams, with NCCL loaded at run time.
+
+Owns: finding and loading ``libnccl.so.2`` (``load``, ``library_path``, ``version``),
+the unique id (``UniqueId``, ``get_unique_id``), ``Communicator`` and its operations,
+group calls (``group``), and the ``NcclError`` hierarchy. NCCL's ABI is declared in
+include/barecuda/nccl_abi.h; no NCCL header or import library is needed to build.
+
+Where libnccl.so.2 is looked for, in order:
+1. ``BARECUDA_NCCL`` (a file, or a folder holding libnccl.so.2); when set, nothing else;
+2. the pip wheels ``nvidia-nccl-cu13`` / ``nvidia-nccl-cu12`` (``nvidia/nccl/lib``,
+   ``nvidia/cu13/lib``, ``nvidia/cu12/lib`` under each ``sys.path`` entry);
+3. the dynamic loader's own search (``LD_LIBRARY_PATH``, ``ldconfig``), then
+   ``/usr/lib/x86_64-linux-gnu``, ``/usr/lib64``, ``/usr/local/cuda/lib64``.
+
+NVLink multicast (NVLS) is never used: before the first communicator is created,
+``NCCL_NVLS_ENABLE=0`` is put into the environment unless the user set it, and
+barecuda never calls ``cuMulticastCreate``.
+"""
+import os
+import sys
+import threading
+
+from libc.string cimport memcpy
+from libc.stdlib cimport malloc, free
+from libc.stdint cimport uintptr_t
+from posix.dlfcn cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL
+from barecuda._abi cimport CUstream, CUdeviceptr
+from barecuda._errors cimport bc_state_t, bc_driver_usable
+from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
+from barecuda._device cimport Device, device_of
+from barecuda._buffer cimport DeviceBuffer
+from barecuda._stream cimport stream_handle
+
+from barecuda._errors import BarecudaError
+from barecuda._interop import as_device_buffer
+
+cdef extern from "barecuda/nccl_abi.h" nogil:
+    ctypedef struct ncclUniqueId:
+        char internal[128]
+    cdef struct ncclComm
+    ctypedef ncclComm *ncclComm_t
+    ctypedef CUstream bc_nccl_stream_t
+    ctypedef enum ncclResult_t:
+        ncclSuccess
+        ncclInProgress
+    ctypedef enum ncclDataType_t:
+        pass
+    ctypedef enum ncclRedOp_t:
+        pass
+    ctypedef struct bc_nccl_t:
+        ncclResult_t (*ncclGetVersion)(int *version) nogil
+        ncclResult_t (*ncclGetUniqueId)(ncclUniqueId *uniqueId) nogil
+        ncclResult_t (*ncclCommInitRank)(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) nogil
+        ncclResult_t (*ncclCommInitAll)(ncclComm_t *comm, int ndev, const int *devlist) nogil
+        ncclResult_t (*ncclCommDestroy)(ncclComm_t comm) nogil
+        ncclResult_t (*ncclCommAbort)(ncclComm_t comm) nogil
+        ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t comm, ncclResult_t *asyncError) nogil
+        const char *(*ncclGetErrorString)(ncclResult_t result) nogil
+        const char *(*ncclGetLastError)(ncclComm_t comm) nogil
+        ncclResult_t (*ncclCommCount)(const ncclComm_t comm, int *count) nogil
+        ncclResult_t (*ncclCommCuDevice)(const ncclComm_t comm, int *device) nogil
+        ncclResult_t (*ncclCommUserRank)(const ncclComm_t comm, int *rank) nogil
+        ncclResult_t (*ncclAllReduce)(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                      ncclRedOp_t op, ncclComm_t comm, bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclBroadcast)(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                      int root, ncclComm_t comm, bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclReduce)(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                                   ncclRedOp_t op, int root, ncclComm_t comm, bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclAllGather)(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                                      ncclComm_t comm, bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclReduceScatter)(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                          bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclSend)(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                 ncclComm_t comm, bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclRecv)(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                 ncclComm_t comm, bc_nccl_stream_t stream) nogil
+        ncclResult_t (*ncclGroupStart)() nogil
+        ncclResult_t (*ncclGroupEnd)() nogil
+    const char *const bc_nccl_symbol_names[]
+    size_t BC_NCCL_NSYMBOLS
+
+cdef bc_state_t *ST = runtime_state()
+cdef bc_nccl_t NC
+cdef void *_handle = NULL
+cdef str _path = None
+_load_lock = threading.RLock()
+
+# Symbols a libnccl may lack (older than 2.13); everything else is required.
+_OPTIONAL = {"ncclGetLastError"}
+
+
+# ------------------------------------------------------------------ errors
+class NcclError(BarecudaError, RuntimeError):
+    """An NCCL call failed. ``result`` is the ``ncclResult_t``, ``name`` its name,
+    ``call`` the function, and the message includes NCCL's own (``ncclGetLastError``)."""
+
+    def __init__(self, result, call="", message=""):
+        self.result = result
+        self.name = _RESULT_NAMES.get(result, f"ncclResult {result}")
+        self.call = call
+        self.detail = message
+        super().__init__(f"{call}: {self.name}" + (f": {message}" if message else ""))
+
+    def __reduce__(self):
+        return (_rebuild_nccl_error, (self.result, self.call, self.detail))
+
+
+def _rebuild_nccl_error(result, call, message):
+    return nccl_error_class(result)(result, call, message)
+
+
+class NcclNotFoundError(BarecudaError, OSError):
+    """libnccl.so.2 could not be found or loaded."""
+
+
+class NcclUnhandledCudaError(NcclError):
+    """ncclUnhandledCudaError: a CUDA call inside NCCL failed."""
+
+
+class NcclSystemError(NcclError):
+    """ncclSystemError: a system call (socket, memory, ...) failed."""
+
+
+class NcclInternalError(NcclError):
+    """ncclInternalError: an NCCL bug or corrupted state."""
+
+
+class NcclInvalidArgument(NcclError, ValueError):
+    """ncclInvalidArgument: a bad argument (pointer, count, rank, ...)."""
+
+
+class NcclInvalidUsage(NcclError):
+    """ncclInvalidUsage: calls in the wrong order or mismatched across ranks."""
+
+
+class NcclRemoteError(NcclError):
+    """ncclRemoteError: a remote peer failed or the network went away."""
+
+
+class NcclInProgress(NcclError):
+    """ncclInProgress: a non-blocking operation has not finished."""
+
+
+_RESULT_NAMES = {
+    0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
+    4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",
+}
+_RESULT_CLASSES = {
+    1: NcclUnhandledCudaError, 2: NcclSystemError, 3: NcclInternalError, 4: NcclInvalidArgument,
+    5: NcclInvalidUsage, 6: NcclRemoteError, 7: NcclInProgress,
+}
+
+
+def nccl_error_class(result):
+    """The NcclError subclass raised for ``ncclResult_t`` ``result``."""
+    return _RESULT_CLASSES.get(result, NcclError)
+
+
+cdef int _raise(int rc, str call, ncclComm_t comm) except -1:
+    msg = ""
+    cdef const char *s
+    if NC.ncclGetErrorString != NULL:
+        s = NC.ncclGetErrorString(<ncclResult_t>rc)
+        if s != NULL:
+            msg = s.decode("utf-8", "replace")
+    if NC.ncclGetLastError != NULL:
+        s = NC.ncclGetLastError(comm)
+        if s != NULL and s[0] != 0:
+            last = s.decode("utf-8", "replace")
+            msg = f"{msg} ({last})" if msg else last
+    raise nccl_error_class(rc)(rc, call, msg)
+
+
+cdef inline int _ck(int rc, str call, ncclComm_t comm) except -1:
+    if rc == 0:
+        return 0
+    return _raise(rc, call, comm)
+
+
+# ------------------------------------------------------------------ loading
+def _wheel_dirs():
+    out = []
+    for base in sys.path:
+        if not base or not os.path.isdir(os.path.join(base, "nvidia")):
+            continue
+        for sub in (("nvidia", "nccl", "lib"), ("nvidia", "cu13", "lib"), ("nvidia", "cu12", "lib")):
+            d = os.path.join(base, *sub)
+            if os.path.isfile(os.path.join(d, "libnccl.so.2")):
+                out.append(d)
+    return out
+
+
+def candidates():
+    """The paths (or bare names) ``load`` tries, in order."""
+    env = os.environ.get("BARECUDA_NCCL")
+    if env:
+        return [os.path.join(env, "libnccl.so.2") if os.path.isdir(env) else env]
+    out = [os.path.join(d, "libnccl.so.2") for d in _wheel_dirs()]
+    out.append("libnccl.so.2")
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64"):
+        p = os.path.join(d, "libnccl.so.2")
+        if os.path.isfile(p):
+            out.append(p)
+    return out
+
+
+def load():
+    """Load libnccl.so.2 (once) and return its path. Raises NcclNotFoundError."""
+    global _handle, _path
+    cdef void *h = NULL
+    cdef void *fn
+    cdef size_t i
+    cdef bytes bp
+    with _load_lock:
+        if _handle != NULL:
+            return _path
+        tried = []
+        for cand in candidates():
+            bp = os.fsencode(cand)
+            h = dlopen(bp, RTLD_NOW | RTLD_LOCAL)
+            if h == NULL:
+                err = dlerror()
+                tried.append(f"{cand}: {err.decode('utf-8', 'replace') if err != NULL else 'not found'}")
+                continue
+            missing = []
+            for i in range(BC_NCCL_NSYMBOLS):
+                fn = dlsym(h, bc_nccl_symbol_names[i])
+                (<void **>&NC)[i] = fn
+                name = bc_nccl_symbol_names[i].decode()
+                if fn == NULL and name not in _OPTIONAL:
+                    missing.append(name)
+            if missing:
+                dlclose(h)
+                for i in range(BC_NCCL_NSYMBOLS):
+                    (<void **>&NC)[i] = NULL
+                tried.append(f"{cand}: lacks {', '.join(missing)} (NCCL older than 2.7?)")
+                continue
+            _handle = h
+            _path = cand
+            return _path
+        hint = ("set BARECUDA_NCCL to libnccl.so.2, or `pip install barecuda[nccl]` "
+                "(nvidia-nccl-cu13 / nvidia-nccl-cu12)")
+        raise NcclNotFoundError("NCCL (libnccl.so.2) could not be loaded; tried:\n  " + "\n  ".join(tried)
+                                + f"\n{hint}")
+
+
+def is_available():
+    """True when libnccl.so.2 can be loaded (never raises)."""
+    try:
+        load()
+        return True
+    except Exception:
+        return False
+
+
+def library_path():
+    """The libnccl that was loaded (loads it)."""
+    return load()
+
+
+def version():
+    """NCCL's version as ``(major, minor, patch)`` (loads it)."""
+    cdef int v = 0
+    load()
+    _ck(NC.ncclGetVersion(&v), "ncclGetVersion", NULL)
+    if v >= 10000:          # 2.9 and later: major*10000 + minor*100 + patch
+        return (v // 10000, (v % 10000) // 100, v % 100)
+    return (v // 1000, (v % 1000) // 100, v % 100)
+
+
+cdef int _bind(Device d) except -1:
+    """Make d's context current for an NCCL call. NCCL moves the thread's current
+    device itself (through the CUDA runtime), so barecuda's cached binding is dropped
+    and set again -- before the call, and (forget_current) after it."""
+    d.activate()
+    forget_current()
+    set_current(d.ctx)
+    return 0
+
+
+cdef int _ready() except -1:
+    if _handle == NULL:
+        load()
+    return 0
+
+
+def _keep_nvls_off():
+    """NVLink multicast stays off (shared machines): NCCL_NVLS_ENABLE=0 unless set."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+
+# ------------------------------------------------------------------ dtypes / ops
+_DTYPES = {
+    "int8": (0, 1), "char": (0, 1), "uint8": (1, 1), "int32": (2, 4), "int": (2, 4), "uint32": (3, 4),
+    "int64": (4, 8), "uint64": (5, 8), "float16": (6, 2), "half": (6, 2), "float32": (7, 4), "float": (7, 4),
+    "float64": (8, 8), "double": (8, 8), "bfloat16": (9, 2), "float8_e4m3fn": (10, 1), "float8_e4m3": (10, 1),
+    "float8_e5m2": (11, 1),
+}
+_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+
+#: The dtype names every operation accepts (``dtype=`` or the buffer's own dtype).
+DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+          "float8_e4m3fn", "float8_e5m2")
+#: The reduction operations.
+OPS = ("sum", "prod", "max", "min", "avg")
+
+
+cdef tuple _dtype_of(object dtype):
+    key = str(dtype).lower()
+    if key.startswith("torch."):
+        key = key[6:]
+    try:
+        return _DTYPES[key]
+    except KeyError:
+        raise TypeError(f"NCCL has no data type for {dtype!r}; supported: {', '.join(DTYPES)}") from None
+
+
+cdef int _op_of(object op) except -1:
+    if isinstance(op, str):
+        try:
+            return _OPS[op.lower()]
+        except KeyError:
+            pass
+    raise ValueError(f"unknown reduction op {op!r}; supported: {', '.join(OPS)}")
+
+
+cdef class _Arg:
+    cdef CUdeviceptr ptr
+    cdef size_t nbytes
+    cdef int ordinal
+    cdef object dtype
+    cdef object keep
+
+
+cdef _Arg _arg(object obj, str what):
+    cdef _Arg a = _Arg.__new__(_Arg)
+    cdef DeviceBuffer b
+    if type(obj) is DeviceBuffer:
+        b = <DeviceBuffer>obj
+    elif isinstance(obj, DeviceBuffer):
+        b = <DeviceBuffer>obj
+    else:
+        try:
+            b = as_device_buffer(obj)
+        except Exception as e:
+            raise TypeError(f"{what}: expected a DeviceBuffer or a device array (torch/CuPy tensor, "
+                            f"__cuda_array_interface__, DLPack), not {type(obj).__name__}: {e}") from None
+    b._check_open()
+    a.ptr = b.ptr
+    a.nbytes = b.nbytes
+    a.ordinal = b.device.ordinal
+    a.dtype = b.dtype
+    a.keep = b
+    return a
+
+
+# ------------------------------------------------------------------ unique id
+class UniqueId:
+    """The 128-byte id that ties the ranks of one communicator together. Make it once
+    (:func:`get_unique_id`, on one rank), send it to every rank (it pickles; ``bytes(uid)``
+    gives the raw bytes, ``UniqueId(raw)`` takes them back)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        data = bytes(data)
+        if len(data) != 128:
+            raise ValueError(f"an NCCL unique id is 128 bytes, not {len(data)}")
+        self.data = data
+
+    def __bytes__(self):
+        return self.data
+
+    def __eq__(self, other):
+        return isinstance(other, UniqueId) and other.data == self.data
+
+    def __hash__(self):
+        return hash(self.data)
+
+    def __reduce__(self):
+        return (UniqueId, (self.data,))
+
+    def __repr__(self):
+        return f"<barecuda.nccl.UniqueId {self.data[:8].hex()}...>"
+
+
+def get_unique_id():
+    """A new :class:`UniqueId` (``ncclGetUniqueId``; opens NCCL's bootstrap socket here)."""
+    cdef ncclUniqueId uid
+    cdef int rc
+    _ready()
+    _keep_nvls_off()
+    with nogil:
+        rc = NC.ncclGetUniqueId(&uid)
+    _ck(rc, "ncclGetUniqueId", NULL)
+    return UniqueId((<char *>uid.internal)[:128])
+
+
+# ------------------------------------------------------------------ groups
+def group_start():
+    """``ncclGroupStart``: the following operations are issued together at :func:`group_end`."""
+    _ready()
+    _ck(NC.ncclGroupStart(), "ncclGroupStart", NULL)
+
+
+def group_end():
+    """``ncclGroupEnd``."""
+    cdef int rc
+    _ready()
+    with nogil:
+        rc = NC.ncclGroupEnd()
+        forget_current()
+    _ck(rc, "ncclGroupEnd", NULL)
+
+
+class group:
+    """Context manager around ``ncclGroupStart`` / ``ncclGroupEnd`` (nestable).
+
+    Needed when one thread drives several ranks (:meth:`Communicator.for_devices`), and
+    to pair :meth:`Communicator.send` / :meth:`Communicator.recv` without deadlock::
+
+        with bc.nccl.group():
+            for comm, buf in zip(comms, bufs):
+                comm.all_reduce(buf)
+    """
+
+    def __enter__(self):
+        group_start()
+        return self
+
+    def __exit__(self, *exc):
+        group_end()
+        return False
+
+
+# ------------------------------------------------------------------ communicator
+cdef class Communicator:
+    """One rank of an NCCL communicator, bound to one device.
+
+    Parameters
+    ----------
+    rank : int
+        This process's rank, ``0 <= rank < nranks``.
+    nranks : int
+    unique_id : UniqueId or bytes
+        The same id on every rank (from :func:`get_unique_id` on one of them).
+    device : Device or int, optional
+        The GPU this rank uses (default: the current device).
+    abort_on_error : bool
+        When an operation fails, abort the communicator (``ncclCommAbort``) before
+        raising, so that the other ranks are not left waiting. Default True.
+
+    Notes
+    -----
+    ``ncclCommInitRank`` blocks until all ``nranks`` ranks have joined. For every
+    local GPU in one process use :meth:`for_devices`.
+    Operations take DeviceBuffers (or device arrays: torch/CuPy tensors, anything with
+    ``__cuda_array_interface__`` or DLPack) on this communicator's device, and a
+    ``stream`` (barecuda Stream, ``__cuda_stream__`` object, int handle; None: the
+    legacy default stream). They are asynchronous on that stream.
+    """
+    cdef ncclComm_t comm
+    cdef readonly int rank
+    cdef readonly int nranks
+    cdef readonly Device device
+    cdef public bint abort_on_error
+    cdef bint _owned
+
+    def __cinit__(self):
+        self.comm = NULL
+        self._owned = False
+
+    def __init__(self, int rank, int nranks, unique_id, device=None, *, bint abort_on_error=True):
+        cdef ncclUniqueId uid
+        cdef ncclComm_t c = NULL
+        cdef int rc
+        if nranks < 1:
+            raise ValueError(f"nranks must be >= 1, not {nranks}")
+        if not 0 <= rank < nranks:
+            raise ValueError(f"rank {rank} is outside [0, {nranks})")
+        if not isinstance(unique_id, UniqueId):
+            unique_id = UniqueId(unique_id)
+        ensure_driver(ST)
+        cdef Device dev = device_of(device)
+        _ready()
+        _keep_nvls_off()
+        memcpy(uid.internal, <char *>unique_id.data, 128)
+        _bind(dev)
+        with nogil:
+            rc = NC.ncclCommInitRank(&c, nranks, uid, rank)
+            forget_current()
+        _ck(rc, "ncclCommInitRank", NULL)
+        self.comm = c
+        self._owned = True
+        self.rank = rank
+        self.nranks = nranks
+        self.device = dev
+        self.abort_on_error = abort_on_error
+
+    @staticmethod
+    def for_devices(devices=None, *, bint abort_on_error=True):
+        """One Communicator per device, all in this process (``ncclCommInitAll``).
+
+        Parameters
+        ----------
+        devices : sequence of Device or int, optional
+            Default: every visible device. Rank i is ``devices[i]``.
+
+        Returns
+        -------
+        list of Communicator
+            Drive them from one thread inside :class:`group`.
+        """
+        cdef int n, i, rc
+        cdef ncclComm_t *comms
+        cdef int *devlist
+        ensure_driver(ST)
+        if devices is None:
+            from barecuda._device import device_count
+            devices = list(range(device_count()))
+        devs = [device_of(d) for d in devices]
+        n = len(devs)
+        if n == 0:
+            raise ValueError("for_devices needs at least one device")
+        if len({(<Device>d).ordinal for d in devs}) != n:
+            raise ValueError("a device is listed twice")
+        _ready()
+        _keep_nvls_off()
+        for d in devs:
+            (<Device>d).activate()
+        forget_current()
+        comms = <ncclComm_t *>malloc(n * sizeof(ncclComm_t))
+        devlist = <int *>malloc(n * sizeof(int))
+        if comms == NULL or devlist == NULL:
+            free(comms)
+            free(devlist)
+            raise MemoryError()
+        try:
+            for i in range(n):
+                devlist[i] = (<Device>devs[i]).ordinal
+                comms[i] = NULL
+            with nogil:
+                rc = NC.ncclCommInitAll(comms, n, devlist)
+                forget_current()
+            _ck(rc, "ncclCommInitAll", NULL)
+            out = []
+            for i in range(n):
+                c = Communicator.__new__(Communicator)
+                (<Communicator>c).comm = comms[i]
+                (<Communicator>c)._owned = True
+                (<Communicator>c).rank = i
+                (<Communicator>c).nranks = n
+                (<Communicator>c).device = <Device>devs[i]
+                (<Communicator>c).abort_on_error = abort_on_error
+                out.append(c)
+            return out
+        finally:
+            free(comms)
+            free(devlist)
+
+    def __dealloc__(self):
+        if self.comm != NULL and self._owned and bc_driver_usable(ST) and NC.ncclCommDestroy != NULL:
+            NC.ncclCommDestroy(self.comm)
+            forget_current()
+        self.comm = NULL
+
+    cdef int _open(self) except -1:
+        if self.comm == NULL:
+            raise ValueError("operation on a closed or aborted Communicator")
+        return 0
+
+    def close(self):
+        """``ncclCommDestroy`` (waits for this rank's queued operations). Idempotent."""
+        cdef ncclComm_t c = self.comm
+        cdef int rc
+        if c == NULL:
+            return
+        self.comm = NULL
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclCommDestroy(c)
+            forget_current()
+        _ck(rc, "ncclCommDestroy", NULL)
+
+    def abort(self):
+        """``ncclCommAbort``: drop the communicator at once, without waiting for the
+        other ranks or queued work (use after an error). Idempotent."""
+        cdef ncclComm_t c = self.comm
+        cdef int rc
+        if c == NULL:
+            return
+        self.comm = NULL
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclCommAbort(c)
+            forget_current()
+        _ck(rc, "ncclCommAbort", NULL)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and self.abort_on_error:
+            self.abort()
+        else:
+            self.close()
+
+    @property
+    def closed(self):
+        return self.comm == NULL
+
+    @property
+    def size(self):
+        """The number of ranks (same as ``nranks``)."""
+        return self.nranks
+
+    def count(self):
+        """``ncclCommCount``: the number of ranks, as NCCL reports it."""
+        cdef int v = 0
+        self._open()
+        _ck(NC.ncclCommCount(self.comm, &v), "ncclCommCount", self.comm)
+        return v
+
+    def cu_device(self):
+        """``ncclCommCuDevice``: the device ordinal, as NCCL reports it."""
+        cdef int v = 0
+        self._open()
+        _ck(NC.ncclCommCuDevice(self.comm, &v), "ncclCommCuDevice", self.comm)
+        return v
+
+    def user_rank(self):
+        """``ncclCommUserRank``: this rank, as NCCL reports it."""
+        cdef int v = 0
+        self._open()
+        _ck(NC.ncclCommUserRank(self.comm, &v), "ncclCommUserRank", self.comm)
+        return v
+
+    def check_async_error(self):
+        """Raise the error NCCL found in asynchronous work (``ncclCommGetAsyncError``),
+        aborting first when ``abort_on_error``; returns None when all is well."""
+        cdef ncclResult_t r = ncclSuccess
+        self._open()
+        _ck(NC.ncclCommGetAsyncError(self.comm, &r), "ncclCommGetAsyncError", self.comm)
+        if r != ncclSuccess and r != ncclInProgress:
+            self._fail(<int>r, "ncclCommGetAsyncError")
+
+    cdef int _fail(self, int rc, str call) except -1:
+        cdef ncclComm_t c
+        try:
+            _raise(rc, call, self.comm)
+        finally:
+            if self.abort_on_error and self.comm != NULL:
+                c = self.comm
+                self.comm = NULL
+                NC.ncclCommAbort(c)
+                forget_current()
+        return -1
+
+    cdef int _prep(self, _Arg a, str what) except -1:
+        if a.ordinal != self.device.ordinal:
+            raise ValueError(f"{what} is on device {a.ordinal}, but this communicator (rank {self.rank}) "
+                             f"uses device {self.device.ordinal}")
+        return 0
+
+    cdef int _check_root(self, int root) except -1:
+        if not 0 <= root < self.nranks:
+            raise ValueError(f"root {root} is outside [0, {self.nranks})")
+        return 0
+
+    cdef int _check_peer(self, int peer) except -1:
+        if not 0 <= peer < self.nranks:
+            raise ValueError(f"peer {peer} is outside [0, {self.nranks})")
+        return 0
+
+    cdef tuple _type(self, _Arg a, object dtype, str what):
+        dt, isz = _dtype_of(a.dtype if dtype is None else dtype)
+        if a.nbytes % isz:
+            raise ValueError(f"{what} has {a.nbytes} bytes, not a whole number of {isz}-byte elements")
+        return dt, isz
+
+    def all_reduce(self, sendbuf, recvbuf=None, op="sum", *, stream=None, dtype=None):
+        """``recvbuf = op(sendbuf of every rank)`` (``ncclAllReduce``). ``recvbuf``
+        None: in place. Both the same size."""
+        cdef CUstream s = NULL
+        cdef int rc, o = _op_of(op)
+        self._open()
+        cdef _Arg sa = _arg(sendbuf, "sendbuf")
+        cdef _Arg ra = sa if recvbuf is None else _arg(recvbuf, "recvbuf")
+        self._prep(sa, "sendbuf")
+        self._prep(ra, "recvbuf")
+        dt, isz = self._type(sa, dtype, "sendbuf")
+        if ra.nbytes != sa.nbytes:
+            raise ValueError(f"all_reduce: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
+        stream_handle(stream, &s)
+        cdef size_t count = sa.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclAllReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                  <ncclRedOp_t>o, self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclAllReduce")
+        return ra.keep
+
+    def broadcast(self, sendbuf, recvbuf=None, int root=0, *, stream=None, dtype=None):
+        """Copy ``sendbuf`` of rank ``root`` into ``recvbuf`` of every rank
+        (``ncclBroadcast``). ``recvbuf`` None: in place. Off the root, ``sendbuf`` may
+        be None when ``recvbuf`` is given."""
+        cdef CUstream s = NULL
+        cdef int rc
+        self._open()
+        self._check_root(root)
+        if sendbuf is None and recvbuf is None:
+            raise ValueError("broadcast needs sendbuf or recvbuf")
+        if sendbuf is None and self.rank == root:
+            raise ValueError("the root rank must pass sendbuf")
+        cdef _Arg ra = _arg(recvbuf if recvbuf is not None else sendbuf, "recvbuf")
+        cdef _Arg sa = ra if sendbuf is None else _arg(sendbuf, "sendbuf")
+        self._prep(sa, "sendbuf")
+        self._prep(ra, "recvbuf")
+        dt, isz = self._type(ra, dtype, "recvbuf")
+        if ra.nbytes != sa.nbytes:
+            raise ValueError(f"broadcast: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
+        stream_handle(stream, &s)
+        cdef size_t count = ra.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclBroadcast(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, root,
+                                  self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclBroadcast")
+        return ra.keep
+
+    def reduce(self, sendbuf, recvbuf=None, op="sum", int root=0, *, stream=None, dtype=None):
+        """``recvbuf`` of rank ``root`` = ``op(sendbuf of every rank)`` (``ncclReduce``).
+        ``recvbuf`` None: in place; off the root it is not written."""
+        cdef CUstream s = NULL
+        cdef int rc, o = _op_of(op)
+        self._open()
+        self._check_root(root)
+        cdef _Arg sa = _arg(sendbuf, "sendbuf")
+        cdef _Arg ra = sa if recvbuf is None else _arg(recvbuf, "recvbuf")
+        self._prep(sa, "sendbuf")
+        self._prep(ra, "recvbuf")
+        dt, isz = self._type(sa, dtype, "sendbuf")
+        if ra.nbytes != sa.nbytes:
+            raise ValueError(f"reduce: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
+        stream_handle(stream, &s)
+        cdef size_t count = sa.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, <ncclRedOp_t>o,
+                               root, self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclReduce")
+        return ra.keep
+
+    def all_gather(self, sendbuf, recvbuf, *, stream=None, dtype=None):
+        """``recvbuf`` = the ``sendbuf`` of every rank, concatenated in rank order
+        (``ncclAllGather``). ``recvbuf`` is ``nranks`` times larger; in place when
+        ``sendbuf`` is the rank-th slice of ``recvbuf``."""
+        cdef CUstream s = NULL
+        cdef int rc
+        self._open()
+        cdef _Arg sa = _arg(sendbuf, "sendbuf")
+        cdef _Arg ra = _arg(recvbuf, "recvbuf")
+        self._prep(sa, "sendbuf")
+        self._prep(ra, "recvbuf")
+        dt, isz = self._type(sa, dtype, "sendbuf")
+        if ra.nbytes != sa.nbytes * <size_t>self.nranks:
+            raise ValueError(f"all_gather: recvbuf must hold nranks x sendbuf = {self.nranks} x {sa.nbytes} bytes, "
+                             f"not {ra.nbytes}")
+        stream_handle(stream, &s)
+        cdef size_t count = sa.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclAllGather(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclAllGather")
+        return ra.keep
+
+    def reduce_scatter(self, sendbuf, recvbuf, op="sum", *, stream=None, dtype=None):
+        """Reduce ``sendbuf`` over all ranks and leave slice ``rank`` of the result in
+        ``recvbuf`` (``ncclReduceScatter``). ``sendbuf`` is ``nranks`` times larger."""
+        cdef CUstream s = NULL
+        cdef int rc, o = _op_of(op)
+        self._open()
+        cdef _Arg sa = _arg(sendbuf, "sendbuf")
+        cdef _Arg ra = _arg(recvbuf, "recvbuf")
+        self._prep(sa, "sendbuf")
+        self._prep(ra, "recvbuf")
+        dt, isz = self._type(ra, dtype, "recvbuf")
+        if sa.nbytes != ra.nbytes * <size_t>self.nranks:
+            raise ValueError(f"reduce_scatter: sendbuf must hold nranks x recvbuf = {self.nranks} x {ra.nbytes} "
+                             f"bytes, not {sa.nbytes}")
+        stream_handle(stream, &s)
+        cdef size_t count = ra.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclReduceScatter(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                      <ncclRedOp_t>o, self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclReduceScatter")
+        return ra.keep
+
+    def send(self, buf, int peer, *, stream=None, dtype=None):
+        """Send ``buf`` to rank ``peer`` (``ncclSend``); pair with ``recv`` there, and
+        put both directions of an exchange inside one :class:`group`."""
+        cdef CUstream s = NULL
+        cdef int rc
+        self._open()
+        self._check_peer(peer)
+        cdef _Arg a = _arg(buf, "buf")
+        self._prep(a, "buf")
+        dt, isz = self._type(a, dtype, "buf")
+        stream_handle(stream, &s)
+        cdef size_t count = a.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclSend(<const void *>a.ptr, count, <ncclDataType_t>dti, peer, self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclSend")
+
+    def recv(self, buf, int peer, *, stream=None, dtype=None):
+        """Receive into ``buf`` from rank ``peer`` (``ncclRecv``). Returns ``buf``."""
+        cdef CUstream s = NULL
+        cdef int rc
+        self._open()
+        self._check_peer(peer)
+        cdef _Arg a = _arg(buf, "buf")
+        self._prep(a, "buf")
+        dt, isz = self._type(a, dtype, "buf")
+        stream_handle(stream, &s)
+        cdef size_t count = a.nbytes // <size_t>isz
+        cdef int dti = dt
+        _bind(self.device)
+        with nogil:
+            rc = NC.ncclRecv(<void *>a.ptr, count, <ncclDataType_t>dti, peer, self.comm, s)
+            forget_current()
+        if rc != 0:
+            self._fail(rc, "ncclRecv")
+        return a.keep
+
+    def __repr__(self):
+        state = "closed" if self.comm == NULL else f"rank {self.rank}/{self.nranks}"
+        dev = self.device.ordinal if self.device is not None else "?"
+        return f"<barecuda.nccl.Communicator {state} device={dev}>"

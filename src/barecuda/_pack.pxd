@@ -1,0 +1,64 @@
+"""Argument packing off the fast path: the C pieces of bc_pack.h and the slow cases."""
+from libc.stdint cimport uint32_t, int32_t, uint16_t
+from barecuda._abi cimport CUfunction, CUcontext, CUstream, CUlaunchAttribute, bc_driver_t, CUresult
+from barecuda._signature cimport *
+
+cdef extern from "barecuda/bc_pack.h" nogil:
+    enum:
+        BC_LAUNCH_RELEASES_GIL
+        BC_SMALL_ARGBYTES
+        BC_SMALL_NPARAMS
+    ctypedef struct bc_param:
+        uint32_t offset
+        uint32_t size
+        uint32_t align
+        int32_t kind
+    ctypedef struct bc_launch_rec:
+        const CUfunction *pfunc
+        CUcontext ctx
+        unsigned int grid[3]
+        unsigned int block[3]
+        unsigned int smem
+        CUstream stream
+        void **params
+        unsigned int nattrs
+        CUlaunchAttribute attrs[4]
+    CUresult bc_issue(const bc_driver_t *D, const bc_launch_rec *r)
+    void bc_store_int(char *slot, uint32_t size, unsigned long long v)
+    void bc_store_f16(char *slot, double d)
+    void bc_store_f32(char *slot, double d)
+    void bc_store_f64(char *slot, double d)
+    uint16_t bc_double_to_half(double d)
+    uint32_t bc_align_up(uint32_t v, uint32_t a)
+
+cdef extern from "Python.h":
+    # No exception is possible for an exact int, so no error check is generated.
+    long long _bc_as_ll "PyLong_AsLongLongAndOverflow"(object o, int *overflow)
+
+
+cdef inline bint float_ok(int kind) noexcept nogil:
+    return (bc_kind_flags[kind] & BC_F_FLOAT) != 0
+
+
+cdef inline bint int_ok(int kind) noexcept nogil:
+    return (bc_kind_flags[kind] & BC_F_INT) != 0
+
+
+cdef inline void store_float(int kind, char *slot, double d) noexcept nogil:
+    if kind == BC_K_F32 or kind == BC_K_B32:
+        bc_store_f32(slot, d)
+    elif kind == BC_K_F64 or kind == BC_K_B64:
+        bc_store_f64(slot, d)
+    else:
+        bc_store_f16(slot, d)
+
+
+# "name(type, type, ...)" of a Kernel (k: a barecuda.Kernel), for messages.
+cdef str sig_text(object k)
+# TypeError: argument i of k does not take arg.
+cdef int raise_type(object k, const bc_param *p, Py_ssize_t i, object arg) except -1
+# An int (or subclass) v into slot p: range-checked, or converted for float kinds.
+cdef int pack_int(object k, const bc_param *p, Py_ssize_t i, object v, char *slot) except -1
+# Every argument type the launch fast path does not handle.
+# hs: the stream the launch is queued on (the consumer stream of docs/interop.md)
+cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1

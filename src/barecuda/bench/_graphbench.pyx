@@ -1,0 +1,160 @@
+"""Raw C baselines of the graph rows (graph_rows.py; the loops: include/barecuda/bc_bench_graph.h).
+
+Owns: ``RawChain``, a chain of kernel nodes built, instantiated and driven with the
+driver's entry points straight from C (no barecuda objects in the loops), the
+reference every graph row of ``barecuda.bench`` is a ratio to.
+"""
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcpy, memset
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check
+from barecuda._loader cimport driver_table
+
+cdef extern from "barecuda/bc_bench_graph.h" nogil:
+    ctypedef struct bc_gb_kernel:
+        CUfunction f
+        unsigned int grid
+        unsigned int block
+        void **params
+    int64_t bc_gb_now_ns()
+    CUresult bc_gb_chain(const bc_driver_t *D, const bc_gb_kernel *k, long n, CUgraph *g, CUgraphNode *nodes)
+    CUresult bc_gb_replay(const bc_driver_t *D, CUgraphExec x, CUstream s, long reps, int64_t *out)
+    CUresult bc_gb_issue(const bc_driver_t *D, CUgraphExec x, CUstream s, long n, int64_t *out)
+    CUresult bc_gb_setparams(const bc_driver_t *D, CUgraphExec x, CUgraphNode node, const bc_gb_kernel *k,
+                             unsigned int *slot, long n, int64_t *out)
+    CUresult bc_gb_update(const bc_driver_t *D, CUgraphExec x, CUgraph g, long n, int64_t *out)
+    CUresult bc_gb_capture(const bc_driver_t *D, const bc_gb_kernel *k, CUstream s, long launches, long n,
+                           int64_t *out)
+    CUresult bc_gb_instantiate(const bc_driver_t *D, CUgraph g, long n, int64_t *out)
+    CUresult bc_gb_loop(const bc_driver_t *D, CUgraphExec x, const CUgraphNode *nodes, const bc_gb_kernel *k,
+                        unsigned int *slot, CUstream s, long steps, int64_t *out)
+    CUresult bc_gb_eager_loop(const bc_driver_t *D, const bc_gb_kernel *k, unsigned int *slot, CUstream s,
+                              long nodes, long steps, int64_t *out)
+
+cdef bc_driver_t *D = driver_table()
+
+
+def now_ns():
+    """bc_now_ns() (barecuda/bc_clock.h): the clock of every benchmark row."""
+    return bc_gb_now_ns()
+
+
+cdef class RawChain:
+    """``nodes`` kernel nodes in a chain, each launching ``func`` (a ``CUfunction`` as
+    an int) on (grid, block) with the parameter block of ``vadd(out, a, b, n)``:
+    three device pointers and a u32. The u32 (``n``) is the slot the set-params and
+    loop rows change. Needs the function's context current."""
+    cdef bc_gb_kernel k
+    cdef char buf[32]
+    cdef void *ptrs[4]
+    cdef CUgraph g
+    cdef CUgraphExec x
+    cdef CUgraphNode *nodes
+    cdef readonly long n
+
+    def __cinit__(self, size_t func, unsigned long long out, unsigned long long a, unsigned long long b,
+                  unsigned int n, long nodes, unsigned int grid=1, unsigned int block=32):
+        self.g = NULL
+        self.x = NULL
+        self.nodes = <CUgraphNode *>PyMem_Malloc(max(nodes, 1) * sizeof(CUgraphNode))
+        if self.nodes == NULL:
+            raise MemoryError()
+        memset(self.buf, 0, 32)
+        memcpy(self.buf, &out, 8)
+        memcpy(self.buf + 8, &a, 8)
+        memcpy(self.buf + 16, &b, 8)
+        memcpy(self.buf + 24, &n, 4)
+        cdef int i
+        for i in range(4):
+            self.ptrs[i] = <void *>(self.buf + 8 * i)
+        self.k.f = <CUfunction>func
+        self.k.grid = grid
+        self.k.block = block
+        self.k.params = self.ptrs
+        self.n = nodes
+        check(bc_gb_chain(D, &self.k, nodes, &self.g, self.nodes), b"cuGraphAddKernelNode")
+        check(D.cuGraphInstantiateWithFlags(&self.x, self.g, 0), b"cuGraphInstantiateWithFlags")
+
+    def __dealloc__(self):
+        if self.x != NULL:
+            D.cuGraphExecDestroy(self.x)
+        if self.g != NULL:
+            D.cuGraphDestroy(self.g)
+        PyMem_Free(self.nodes)
+
+    def replay(self, size_t stream, long reps):
+        """ns for ``reps`` launches and the sync after them."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_replay(D, self.x, <CUstream>stream, reps, &t)
+        check(rc, b"cuGraphLaunch")
+        return t
+
+    def issue(self, size_t stream, long n):
+        """ns for ``n`` cuGraphLaunch calls (the sync after them is not timed)."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_issue(D, self.x, <CUstream>stream, n, &t)
+        check(rc, b"cuGraphLaunch")
+        return t
+
+    def setparams(self, long n):
+        """ns for ``n`` cuGraphExecKernelNodeSetParams on node 0."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_setparams(D, self.x, self.nodes[0], &self.k, <unsigned int *>(self.buf + 24), n, &t)
+        check(rc, b"cuGraphExecKernelNodeSetParams")
+        return t
+
+    def update(self, long n):
+        """ns for ``n`` cuGraphExecUpdate from the chain's own graph."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_update(D, self.x, self.g, n, &t)
+        check(rc, b"cuGraphExecUpdate")
+        return t
+
+    def capture(self, size_t stream, long launches, long n):
+        """ns for ``n`` captures of ``launches`` launches (begin, launches, end, destroy)."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_capture(D, &self.k, <CUstream>stream, launches, n, &t)
+        check(rc, b"cuStreamBeginCapture/cuLaunchKernel/cuStreamEndCapture")
+        return t
+
+    def instantiate(self, long n):
+        """ns for ``n`` instantiations (with their destruction) of the chain's graph."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_instantiate(D, self.g, n, &t)
+        check(rc, b"cuGraphInstantiateWithFlags")
+        return t
+
+    def loop(self, size_t stream, long steps):
+        """ns for ``steps`` inference-loop steps: 3 set-params + 1 launch each, one sync."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        if self.n < 3:
+            raise ValueError("the loop row needs at least 3 nodes")
+        with nogil:
+            rc = bc_gb_loop(D, self.x, self.nodes, &self.k, <unsigned int *>(self.buf + 24), <CUstream>stream,
+                            steps, &t)
+        check(rc, b"cuGraphExecKernelNodeSetParams/cuGraphLaunch")
+        return t
+
+    def eager_loop(self, size_t stream, long steps):
+        """ns for ``steps`` steps of ``nodes`` eager cuLaunchKernel calls, one sync."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        with nogil:
+            rc = bc_gb_eager_loop(D, &self.k, <unsigned int *>(self.buf + 24), <CUstream>stream, self.n, steps, &t)
+        check(rc, b"cuLaunchKernel")
+        return t

@@ -1,0 +1,174 @@
+"""Launch validation against the driver double: checked 64-bit geometry arithmetic, the
+stream= argument, 'Fix:' diagnostics with the launch geometry, and occupancy queries."""
+import gc
+
+import pytest
+
+import barecuda as bc
+from barecuda import LaunchConfig, Module
+
+BIG = [2**31, 2**32, 2**63, 2**64]
+
+
+@pytest.fixture(autouse=True)
+def _collect():
+    gc.collect()
+    yield
+
+
+def no_launch(fake, fn, exc, *needles):
+    before = fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx")
+    with pytest.raises(exc) as info:
+        fn()
+    assert fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx") == before
+    for n in needles:
+        assert n in str(info.value), (n, str(info.value))
+    return info.value
+
+
+@pytest.fixture
+def vadd(fake, ptx):
+    return Module.from_ptx(ptx.VADD).get_kernel("vadd")
+
+
+ARGS = (0, 0, 0, 1)
+
+
+# ------------------------------------------------------------ 64-bit arithmetic
+def test_cooperative_block_count_does_not_wrap(fake, vadd):
+    # 2**20 * 2**12 blocks is 2**32: a 32-bit product wraps to 0 and would pass
+    no_launch(fake, lambda: vadd.launch_config(LaunchConfig((2**20, 2**12, 1), 32, cooperative=True), *ARGS),
+              ValueError, "co-residency", str(2**32))
+    no_launch(fake, lambda: vadd.launch_config(LaunchConfig((2**20, 2**11, 2), 32, cooperative=True), *ARGS),
+              ValueError, "co-residency")
+
+
+def test_cluster_size_does_not_wrap(fake, vadd):
+    # 2**30 * 4 blocks per cluster is 2**32: a 32-bit product wraps to 0
+    no_launch(fake, lambda: vadd.launch_config(LaunchConfig((2**30, 4, 1), 32, cluster=(2**30, 4, 1)), *ARGS),
+              ValueError, str(2**32))
+    no_launch(fake, lambda: vadd.launch_config(LaunchConfig((2**16, 2**16, 1), 32, cluster=(2**16, 2**16, 1)),
+                                               *ARGS), ValueError, "blocks")
+
+
+@pytest.mark.parametrize("v", BIG)
+def test_huge_dimensions(fake, vadd, v):
+    for grid, block in (((v, 1, 1), 1), ((1, v, 1), 1), ((1, 1, v), 1), (1, (v, 1, 1)), (1, (1, 1, v)), (v, 1)):
+        no_launch(fake, lambda: vadd.launch(grid, block, *ARGS), ValueError, "exceeds")
+        no_launch(fake, lambda: vadd.bind(grid, block, *ARGS), ValueError, "exceeds")
+    if v < 2**32:       # representable: refused against the device, not parsed away
+        no_launch(fake, lambda: vadd.launch_config(LaunchConfig(v, 1), *ARGS), ValueError, "exceeds")
+        no_launch(fake, lambda: vadd.launch_config(LaunchConfig(1, 1, cluster=v), *ARGS), ValueError)
+    else:
+        for kw in ({"grid": v, "block": 1}, {"grid": 1, "block": v}, {"grid": 1, "block": 1, "cluster": v},
+                   {"grid": 1, "block": 1, "shared_mem": v}):
+            with pytest.raises(ValueError):
+                LaunchConfig(**kw)
+    no_launch(fake, lambda: vadd.launch(1, 1, *ARGS, shared_mem=v), ValueError, "shared_mem")
+
+
+# ------------------------------------------------------------ stream=
+def test_stream_argument_types(fake, vadd):
+    buf = bc.zeros(16)
+    for bad in (buf, vadd, "0", 1.0, object(), True, -1):
+        exc = ValueError if bad == -1 and bad is not True else TypeError
+        no_launch(fake, lambda: vadd.launch(1, 1, *ARGS, stream=bad), exc, "stream")
+        no_launch(fake, lambda: vadd.bind(1, 1, *ARGS, stream=bad), exc, "stream")
+        with pytest.raises(exc, match="stream"):
+            LaunchConfig(1, 1, stream=bad)
+    s = bc.Stream()
+    vadd.launch(1, 1, *ARGS, stream=s)
+    assert fake.last_launch().stream == s.handle_int
+
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, s.handle_int)
+
+    vadd.launch(1, 1, *ARGS, stream=Proto())
+    assert fake.last_launch().stream == s.handle_int
+    vadd.launch(1, 1, *ARGS, stream=s.handle_int)
+    assert fake.last_launch().stream == s.handle_int
+    vadd.launch(1, 1, *ARGS, stream=None)
+    assert fake.last_launch().stream == 0
+    s.close()
+
+
+def test_closed_stream_is_refused(fake, vadd):
+    s = bc.Stream()
+    plan = vadd.bind(1, 1, *ARGS, stream=s)
+    s.close()
+    no_launch(fake, lambda: vadd.launch(1, 1, *ARGS, stream=s), ValueError, "closed")
+    no_launch(fake, lambda: vadd.bind(1, 1, *ARGS, stream=s), ValueError, "closed")
+    with pytest.raises(ValueError, match="closed"):
+        plan.stream = s
+    vadd.launch(1, 1, *ARGS, stream=bc.Stream.default())      # the legacy stream is not closed
+
+
+# ------------------------------------------------------------ diagnostics
+def test_errors_name_the_geometry_and_a_fix(fake, vadd):
+    e = no_launch(fake, lambda: vadd.launch((4, 2), (1, 1, 65), *ARGS, shared_mem=16), ValueError,
+                  "grid=(4, 2, 1)", "block=(1, 1, 65)", "shared_mem=16", "Fix:")
+    no_launch(fake, lambda: vadd.launch(2, (32, 32, 2), *ARGS), ValueError, "grid=(2, 1, 1)",
+              "block=(32, 32, 2)", "Fix:")
+    no_launch(fake, lambda: vadd.launch(2, 32, *ARGS, shared_mem=10**7), ValueError, "shared_mem=10000000",
+              "Fix:", "set_max_dynamic_shared_memory")
+    fake.fail("cuLaunchKernel", 719)
+    with pytest.raises(bc.CudaError) as info:
+        vadd.launch((3, 2), 64, *ARGS, shared_mem=8)
+    assert "grid=(3, 2, 1)" in str(info.value) and "block=(64, 1, 1)" in str(info.value)
+    assert "shared_mem=8" in str(info.value)
+    assert e is not None
+
+
+# ------------------------------------------------------------ occupancy
+def test_suggested_block_size_with_a_smem_function(fake, vadd):
+    seen = []
+
+    def per_block(b):
+        seen.append(b)
+        return 4 * b
+
+    fixed = vadd.suggested_block_size(0)
+    grid, block = vadd.suggested_block_size(per_block)
+    assert seen and block in seen and block > 0 and grid > 0
+    assert all(b > 0 for b in seen)
+    assert vadd.suggested_block_size(lambda b: 0) == fixed
+
+    class Boom(Exception):
+        pass
+
+    def bad(b):
+        raise Boom(b)
+
+    with pytest.raises(Boom):
+        vadd.suggested_block_size(bad)
+    with pytest.raises(ValueError, match="returned -1"):
+        vadd.suggested_block_size(lambda b: -1)
+    with pytest.raises(TypeError):
+        vadd.suggested_block_size(lambda b: "x")
+    assert vadd.suggested_block_size(0) == fixed          # nothing left behind
+
+
+def test_max_active_clusters(fake, vadd):
+    n1 = vadd.max_active_clusters(LaunchConfig(16, 128, cluster=2))
+    n2 = vadd.max_active_clusters(LaunchConfig(16, 128, cluster=4))
+    assert n1 > 0 and n2 > 0 and n1 >= n2
+    with pytest.raises(ValueError, match="cluster"):
+        vadd.max_active_clusters(LaunchConfig(16, 128))
+
+
+def test_public_gil_setting(fake, vadd):
+    old = bc.set_launch_releases_gil(True)
+    try:
+        assert bc.launch_releases_gil() is True
+        vadd.launch(1, 1, *ARGS)
+    finally:
+        bc.set_launch_releases_gil(old)
+    assert bc.launch_releases_gil() == old
+
+
+def test_closed_buffer_is_refused(fake, vadd):
+    a = bc.zeros(64)
+    a.close()
+    no_launch(fake, lambda: vadd.launch(1, 1, a, 0, 0, 1), ValueError, "closed")
+    no_launch(fake, lambda: vadd.bind(1, 1, a, 0, 0, 1), ValueError, "closed")
