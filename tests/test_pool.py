@@ -438,6 +438,8 @@ OPS = st.lists(st.one_of(
     # dependants of an allocation: launches through them must hold the owner's free
     st.tuples(st.just("derive"), st.integers(0, 31), st.sampled_from(["view", "slice", "dlpack", "cai"])),
     st.tuples(st.just("close"), st.integers(0, 31)),
+    # close a stream with blocks cached or live buffers ordered on it (a new one takes its place)
+    st.tuples(st.just("sclose"), st.integers(0, 3)),
 ), max_size=80)
 
 
@@ -494,6 +496,9 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
                 del b
             elif op[0] == "close" and bufs:
                 bufs.pop(op[1] % len(bufs)).close()     # an owner's free waits for its dependants
+            elif op[0] == "sclose":
+                streams[op[1]].close()
+                streams[op[1]] = bc.Stream()
         del bufs
         gc.collect()
         if hasattr(alloc, "trim"):

@@ -118,13 +118,11 @@ def test_threads_hammer_everything(fake, ptx, staged_small, releases_gil):
     assert _live(fake) == before, f"live handles before {before}, after {_live(fake)}"
 
 
-@pytest.mark.xfail(strict=True, raises=bc.CudaInvalidHandleError,
-                   reason="issue 9 item 3: a block cached on a stream that is then closed makes "
-                          "trim_memory() call cuMemFreeAsync on the dead stream (remove this marker "
-                          "when the memory work fixes it; strict: an unexpected pass fails)")
 def test_trim_after_stream_close(fake):
+    before = fake.live("mem")
     s = bc.Stream()
     b = bc.alloc(1000, stream=s)
     b.close()
     s.close()
     bc.trim_memory()
+    assert fake.live("mem") <= before

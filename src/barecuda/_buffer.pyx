@@ -159,7 +159,14 @@ cdef class DriverAllocator(Allocator):
             return 0
         set_current(b.ctx)
         if b._kind == KIND_ASYNC:
-            if b.used_elsewhere:
+            if b._stream is not None and type(b._stream) is Stream and (<Stream>b._stream).closed:
+                # Its stream was closed (destroyed): wait for the context and order the
+                # free on the null stream instead of naming a dead handle.
+                with nogil:
+                    rc = D.cuCtxSynchronize()
+                check(rc, b"cuCtxSynchronize")
+                s = NULL
+            elif b.used_elsewhere:
                 # Queued work on some other stream may still use it: wait for everything.
                 with nogil:
                     rc = D.cuCtxSynchronize()

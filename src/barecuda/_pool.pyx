@@ -24,6 +24,13 @@ MemoryPool, how it works:
   size and the pool's statistics.
 - A stream with cached blocks is kept alive by the pool (its handle cannot be reused
   by a new stream while we rely on its ordering); trim() lets it go.
+- Closing a stream (Stream.close() or its destructor) runs _on_stream_close (a
+  _stream.add_close_hook hook) while the stream still exists: every pool moves the
+  blocks cached on it to the deferred list (reusable after a context synchronization),
+  so nothing is ever ordered on a destroyed stream. A live buffer that outlives its
+  closed Stream is freed the same safe way when it goes: a MemoryPool block is
+  deferred; a driver-ordered free (cuMemFreeAsync) waits for the context and is
+  ordered on the null stream instead (_closed_stream below).
 
 The hot path (cached block, same stream) is a few C operations with the GIL held:
 no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
@@ -39,6 +46,7 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
+from barecuda._stream cimport Stream
 from barecuda._buffer cimport Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC
 from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
 from barecuda._errors import CudaWarning, make_error
@@ -54,6 +62,40 @@ cdef extern from *:
     int bc_clz64(unsigned long long x) nogil
 
 cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" cache
+
+# -- Stream close (see the module notes). Live MemoryPools by address (borrowed: each
+# removes itself first thing in __dealloc__), for the close hook.
+_live_pools = {}
+
+
+cdef inline bint _closed_stream(DeviceBuffer buf) noexcept:
+    """True when buf is ordered on a barecuda Stream that was closed since (its handle
+    may be destroyed: no stream-ordered call may name it)."""
+    return buf._stream is not None and type(buf._stream) is Stream and (<Stream>buf._stream).closed
+
+
+cdef int _sync_for_closed(CUcontext ctx) except -1:
+    """Before an ordered free of a buffer whose stream is gone: wait for the context,
+    so that the free, ordered on the null stream, cannot overtake the buffer's work."""
+    cdef CUresult rc
+    set_current(ctx)
+    with nogil:
+        rc = D.cuCtxSynchronize()
+    check(rc, b"cuCtxSynchronize")
+    return 0
+
+
+def _on_stream_close(handle):
+    """Stream close hook: every MemoryPool defers the blocks cached on the stream."""
+    cdef CUstream s = <CUstream><size_t>handle
+    cdef MemoryPool pool
+    for addr in list(_live_pools):
+        pool = <MemoryPool><PyObject *><size_t>addr
+        pool._retire_stream(s)
+
+
+from barecuda import _stream as _stream_mod
+_stream_mod.add_close_hook(_on_stream_close)
 
 # -- CUDA graphs (_graph.pyx): stream capture hook. While a barecuda capture runs
 # (_graph.Capture calls _capture_started/_capture_ended), allocations on a capturing
@@ -155,9 +197,11 @@ cdef class MemoryPool(Allocator):
         if self.caches == NULL or self.ready == NULL:
             raise MemoryError()
         self.ready.stream = READY_STREAM
+        _live_pools[<size_t><PyObject *>self] = None
 
     def __dealloc__(self):
         # Only reached when no buffer uses the pool any more (each holds a reference).
+        _live_pools.pop(<size_t><PyObject *>self, None)
         if self.caches == NULL:
             return
         if not self.closed and bc_driver_usable(ST):
@@ -168,23 +212,27 @@ cdef class MemoryPool(Allocator):
         self._drop_structures()
 
     cdef void _drop_structures(self) noexcept:
-        cdef int i
+        cdef int i, n
         cdef bc_block *b
         cdef bc_block *nb
         cdef int c
-        for i in range(self.ncaches):
+        cdef bc_scache **caches = self.caches
+        cdef PyObject *obj
+        n = self.ncaches
+        self.caches = NULL            # detached first: a stream's close hook finds nothing
+        self.ncaches = 0
+        self.last = NULL
+        for i in range(n):
             for c in range(BC_NCLASSES):
-                b = self.caches[i].heads[c]
+                b = caches[i].heads[c]
                 while b != NULL:              # leaked on purpose (driver unusable)
                     nb = b.next
                     free(b)
                     b = nb
-            Py_XDECREF(self.caches[i].stream_obj)
-            free(self.caches[i])
-        free(self.caches)
-        self.caches = NULL
-        self.ncaches = 0
-        self.last = NULL
+            obj = caches[i].stream_obj
+            free(caches[i])
+            Py_XDECREF(obj)
+        free(caches)
         if self.ready != NULL:
             for c in range(BC_NCLASSES):
                 b = self.ready.heads[c]
@@ -449,6 +497,23 @@ cdef class MemoryPool(Allocator):
             return 0
         self.in_use -= b.requested
         self.in_use_rounded -= b.size
+        if _closed_stream(buf):
+            # Its stream is gone (see the module notes): never name it again.
+            if b.from_async == FROM_GRAPH or self.closed:
+                _sync_for_closed(self.ctx)
+                if b.from_async == FROM_GRAPH:
+                    p = b.ptr
+                    free(b)
+                    check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
+                else:
+                    self.free_block(b, NULL)
+                return 0
+            b.stream = READY_STREAM
+            b.next = self.deferred
+            self.deferred = b
+            self.deferred_bytes += b.size
+            self.cached += b.size
+            return 0
         if b.from_async == FROM_GRAPH:     # capture hook: graph allocations go back to the driver
             p = b.ptr
             free(b)
@@ -549,18 +614,58 @@ cdef class MemoryPool(Allocator):
         return 0
 
     cdef int _drop_idle_streams(self) except -1:
-        cdef int i = 0, j
+        cdef int i = 0
         cdef bc_scache *c
+        cdef PyObject *obj
+        self.last = NULL
         while i < self.ncaches:
             c = self.caches[i]
             if c.nblocks == 0:
-                Py_XDECREF(c.stream_obj)
-                free(c)
+                # Unlink before the decref: dropping the last reference closes the
+                # stream, whose close hook (_retire_stream) walks self.caches.
                 self.ncaches -= 1
                 self.caches[i] = self.caches[self.ncaches]
+                obj = c.stream_obj
+                free(c)
+                Py_XDECREF(obj)
             else:
                 i += 1
+        return 0
+
+    cdef int _retire_stream(self, CUstream s) except -1:
+        """Stream close hook: move the blocks cached on s (about to be destroyed) to
+        the deferred list and forget s's cache. Makes no driver call."""
+        cdef int i, k
+        cdef bc_scache *c = NULL
+        cdef bc_block *b
+        cdef bc_block *nb
+        cdef PyObject *obj
+        if s == NULL or self.caches == NULL:
+            return 0
+        for i in range(self.ncaches):
+            if self.caches[i].stream == s:
+                c = self.caches[i]
+                self.ncaches -= 1
+                self.caches[i] = self.caches[self.ncaches]
+                break
+        if c == NULL:
+            return 0
         self.last = NULL
+        for k in range(BC_NCLASSES):
+            b = c.heads[k]
+            while b != NULL:
+                nb = b.next
+                if b.event != NULL:
+                    self._put_event(b.event)
+                    b.event = NULL
+                b.stream = READY_STREAM
+                b.next = self.deferred
+                self.deferred = b
+                self.deferred_bytes += b.size
+                b = nb
+        obj = c.stream_obj
+        free(c)
+        Py_XDECREF(obj)
         return 0
 
     # ---------------------------------------------------------------- public
@@ -709,6 +814,10 @@ cdef class DriverMemoryPool(Allocator):
         if p == 0:
             return 0
         set_current(self.ctx)
+        if _closed_stream(b):                # its stream is gone (see the module notes)
+            _sync_for_closed(self.ctx)
+            check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
+            return 0
         if b.used_elsewhere:
             with nogil:
                 rc = D.cuCtxSynchronize()
