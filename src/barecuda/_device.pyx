@@ -432,6 +432,17 @@ cdef class Device:
         if rc != 704:   # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED is fine
             check(rc, b"cuCtxEnablePeerAccess")
 
+    def disable_peer_access(self, peer):
+        """Stop this device's context accessing ``peer``'s memory (idempotent: access
+        that is not enabled is fine). The inverse of :meth:`enable_peer_access`."""
+        ensure_driver(ST)
+        cdef Device p = device_of(peer)
+        cdef CUcontext pctx = activate_device(p.ordinal)
+        self.activate()
+        cdef CUresult rc = D.cuCtxDisablePeerAccess(pctx)
+        if rc != 705:   # CUDA_ERROR_PEER_ACCESS_NOT_ENABLED is fine
+            check(rc, b"cuCtxDisablePeerAccess")
+
     def stream_priority_range(self):
         """``(least, greatest)`` stream priorities; greater priority is the lower number."""
         ensure_driver(ST)

@@ -63,6 +63,7 @@ cdef class MemoryPool(Allocator):
     cdef bc_block *_new_block(self, int cls, size_t rounded, size_t size, CUstream s) except NULL
     cdef int _allocate_captured(self, DeviceBuffer buf, size_t size, CUstream s) except -1   # CUDA graphs
     cdef int _drop_idle_streams(self) except -1
+    cdef int _drop_events(self) except -1
     cdef int _retire_stream(self, CUstream s) except -1   # stream close hook
 
 

@@ -671,10 +671,18 @@ cdef class MemoryPool(Allocator):
     # ---------------------------------------------------------------- public
     def trim(self):
         """Give every cached block back to the driver (waiting for cross-stream frees
-        first) and forget idle streams. Afterwards ``reserved`` is the rounded size of
-        the blocks in use."""
+        first), destroy the pool's spare events and forget idle streams. Afterwards
+        ``reserved`` is the rounded size of the blocks in use."""
         self.release_cached(True)
         self._drop_idle_streams()
+        self._drop_events()
+
+    cdef int _drop_events(self) except -1:
+        """Destroy the spare events (those not recorded for a cached block)."""
+        while self.nevents:
+            self.nevents -= 1
+            D.cuEventDestroy(self.events[self.nevents])
+        return 0
 
     def stats(self):
         """A dict: ``in_use`` (bytes requested by live buffers), ``in_use_rounded``,
@@ -720,6 +728,7 @@ cdef class MemoryPool(Allocator):
         if not self.closed:
             self.release_cached(True)
             self._drop_idle_streams()
+            self._drop_events()
             self.closed = True
 
     def __repr__(self):
@@ -851,6 +860,21 @@ cdef class DriverMemoryPool(Allocator):
     def handle(self):
         """The CUmemoryPool as an int."""
         return <size_t>self.pool
+
+    def set_release_threshold(self, nbytes):
+        """Change the bytes the pool keeps reserved across synchronizations
+        (``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``); None: unlimited. Read it back with
+        ``stats()["release_threshold"]``."""
+        cdef unsigned long long thr
+        if nbytes is None:
+            thr = <unsigned long long>-1
+        else:
+            if nbytes < 0:
+                raise ValueError(f"release threshold must be >= 0 bytes or None, got {nbytes}")
+            thr = nbytes
+        set_current(self.ctx)
+        check(D.cuMemPoolSetAttribute(self.pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr),
+              b"cuMemPoolSetAttribute")
 
     def __repr__(self):
         return f"<barecuda.DriverMemoryPool 0x{<size_t>self.pool:x} device={self.device.ordinal}>"
