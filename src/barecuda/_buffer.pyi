@@ -1,4 +1,4 @@
-from typing import Any, Optional, Tuple, Union
+from typing import final, Any, Optional, Tuple, Union
 
 from barecuda._device import Device
 from barecuda._stream import Stream
@@ -12,9 +12,11 @@ class Allocator:
     def device(self) -> Device: ...
     def alloc(self, nbytes: int, *, stream: _StreamLike = None) -> DeviceBuffer: ...
 
+@final
 class DriverAllocator(Allocator):
-    def __init__(self, device: _DeviceLike = None) -> None: ...
+    def __new__(cls, device: _DeviceLike = None) -> "DriverAllocator": ...
 
+@final
 class DeviceBuffer:
     def __init__(self, nbytes: int, *, device: _DeviceLike = None, stream: _StreamLike = None) -> None: ...
     @property
