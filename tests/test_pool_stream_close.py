@@ -131,3 +131,14 @@ def test_pool_dropped_with_cached_streams(fake):
     gc.collect()
     assert fake.live("stream") <= streams - 3
     assert all(isinstance(k, int) for k in _pool._live_pools)
+
+
+@pytest.mark.xfail(strict=True, raises=bc.CudaInvalidHandleError,
+                   reason="follow-up of issue 9 item 3: a re-import (CAI/DLPack) of a buffer whose "
+                          "stream was closed orders the consumer after the destroyed stream "
+                          "(cuStreamWaitEvent on a dead handle); the frees are fixed, these uses not yet")
+def test_reimport_of_buffer_whose_stream_was_closed(fake):
+    s = bc.Stream()
+    b = bc.empty(512, stream=s)
+    s.close()
+    bc.DeviceBuffer.from_cuda_array_interface(b)

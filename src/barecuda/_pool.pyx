@@ -89,9 +89,14 @@ def _on_stream_close(handle):
     """Stream close hook: every MemoryPool defers the blocks cached on the stream."""
     cdef CUstream s = <CUstream><size_t>handle
     cdef MemoryPool pool
+    if not _live_pools:                  # none, or module teardown
+        return
     for addr in list(_live_pools):
-        pool = <MemoryPool><PyObject *><size_t>addr
-        pool._retire_stream(s)
+        # Checked again at each step: a decref in the previous step may have freed it
+        # (a pool leaves _live_pools first thing in __dealloc__).
+        if addr in _live_pools:
+            pool = <MemoryPool><PyObject *><size_t>addr
+            pool._retire_stream(s)
 
 
 from barecuda import _stream as _stream_mod
