@@ -392,3 +392,14 @@ def test_fp8_reaches_nccl_with_its_code(fnccl):
         with pytest.raises(nccl.NcclInvalidArgument, match="fp8"):
             a.all_reduce(bc.alloc(16), dtype=name)
     a.close()
+
+
+def test_bench_rows_with_one_gpu_give_no_bandwidth(fnccl):
+    from barecuda.bench import dist_rows
+    assert dist_rows.busbw(1 << 20, 1e-3, 1) is None
+    assert dist_rows.busbw(1 << 20, 1e-3, 2) == pytest.approx((1 << 20) / 1e-3 / 1e9)
+    if bc.device_count() != 1:
+        pytest.skip("the double shows more than one device")
+    rows = dist_rows.allreduce_rows(sizes=(1 << 20,), rounds=1)
+    assert [(r["value"], r["note"]) for r in rows[:-1]] == [(None, "needs 2 GPUs")]
+    assert rows[-1]["unit"] == "us" and rows[-1]["value"] >= 0     # the 8-byte latency stays
