@@ -126,7 +126,7 @@ def test_no_leak_over_1000_open_close_cycles():
         assert free_after >= free_warm - (8 << 20), \
             f"{(free_warm - free_after) >> 20} MiB more held after 1000 open/close cycles"
         # no mapping is left: freeing the exporter's buffer gives all of its memory back
-        # while the importing process is still alive (a live mapping would hold it)
+        # while the importing process is still alive (a mapping left open would keep it held)
         dev.synchronize()
         free_held = dev.mem_info()[0]
         h.release()
