@@ -398,13 +398,22 @@ def test_cai_import_waits_on_producer_stream(fake):
     assert v.stream is ours
 
 
-def test_cai_import_rejects_non_contiguous(fake):
+def test_cai_strided_import_is_a_pointer_only_view(fake):
     b = bc.empty(16, "float32")
     cai = dict(b.__cuda_array_interface__, shape=(4, 2), strides=(16, 4))
-    with pytest.raises(ValueError, match="contiguous"):
-        bc.as_device_buffer(cai)
+    v = bc.as_device_buffer(cai)
+    # accepted as a strided view: it spans rows 0..3, 2 of every 4 elements
+    assert v.ptr == b.ptr and v.shape == (4, 2) and v.strides == (4, 1)
+    assert v.nbytes == (3 * 4 + 1 + 1) * 4
+    before = fake.calls("cuMemcpyDtoHAsync") + fake.calls("cuMemcpyDtoDAsync")
+    for op in (lambda: v.copy_to(), lambda: v.copy_from(bytes(v.nbytes)), lambda: v.memset(0),
+               lambda: bc.to_device(v), lambda: v[0:1]):
+        with pytest.raises(ValueError, match=r"contiguous.*(\.contiguous\(\)|ascontiguousarray)"):
+            op()
+    assert fake.calls("cuMemcpyDtoHAsync") + fake.calls("cuMemcpyDtoDAsync") == before
     ok = dict(b.__cuda_array_interface__, shape=(4, 4), strides=(16, 4))
-    assert bc.as_device_buffer(ok).shape == (4, 4)
+    w = bc.as_device_buffer(ok)
+    assert w.shape == (4, 4) and w.strides is None
 
 
 @pytest.mark.parametrize("max_version,name", [(None, "dltensor"), ((0, 8), "dltensor"),
@@ -427,12 +436,14 @@ def test_dlpack_round_trip_through_our_importer(fake, versioned, dtype):
     v = bc.as_device_buffer(cap)
     assert v.ptr == src.ptr and v.shape == (3, 4) and v.dtype == np.dtype(dtype)
     np.testing.assert_array_equal(v.to_numpy(), a)
-    # the capsule was consumed: the export's reference to src now belongs to v
+    # the capsule was consumed: the export's reference to src now belongs to v, and
+    # the re-import resolved to the owner (v holds src itself too)
     assert '"used_dltensor' in repr(cap)
+    assert v.owner is src
     ref = sys.getrefcount(src)
     del v
     gc.collect()
-    assert sys.getrefcount(src) == ref - 1     # deleter ran, exactly once
+    assert sys.getrefcount(src) == ref - 2     # deleter ran exactly once; the owner let go
 
 
 def test_unconsumed_capsule_releases_the_exporter(fake):

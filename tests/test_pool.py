@@ -435,7 +435,20 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("gc")),
     st.tuples(st.just("sync"), st.integers(0, 4)),         # 4: the whole context
     st.tuples(st.just("trim")),
+    # dependants of an allocation: launches through them must hold the owner's free
+    st.tuples(st.just("derive"), st.integers(0, 31), st.sampled_from(["view", "slice", "dlpack", "cai"])),
+    st.tuples(st.just("close"), st.integers(0, 31)),
 ), max_size=80)
+
+
+def _derive(b, how):
+    if how == "view":
+        return b.view("float32")
+    if how == "slice":
+        return b[0:max(4, b.nbytes // 2)]
+    if how == "dlpack":
+        return bc.as_device_buffer(b.__dlpack__(stream=-1))
+    return bc.DeviceBuffer.from_cuda_array_interface(b)
 
 
 @pytest.mark.parametrize("kind", ["cache", "driver", "driver_pool"])
@@ -460,7 +473,8 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
                 bufs.append(b)
             elif op[0] == "launch" and bufs:
                 b = bufs[op[1] % len(bufs)]
-                vadd.launch(1, 32, b, b, b, 1, stream=streams[op[2]])
+                if not b.closed and b.nbytes >= 4:
+                    vadd.launch(1, 32, b, b, b, 1, stream=streams[op[2]])
                 del b
             elif op[0] == "del" and bufs:
                 bufs.pop(op[1] % len(bufs))
@@ -473,6 +487,13 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
                     streams[op[1]].synchronize()
             elif op[0] == "trim" and hasattr(alloc, "trim"):
                 alloc.trim()
+            elif op[0] == "derive" and bufs:
+                b = bufs[op[1] % len(bufs)]
+                if not b.closed:
+                    bufs.append(_derive(b, op[2]))
+                del b
+            elif op[0] == "close" and bufs:
+                bufs.pop(op[1] % len(bufs)).close()     # an owner's free waits for its dependants
         del bufs
         gc.collect()
         if hasattr(alloc, "trim"):

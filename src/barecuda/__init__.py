@@ -16,11 +16,11 @@ from barecuda._loader import is_available, driver_version, driver_path
 
 from barecuda._device import Device, device_count
 from barecuda._stream import Stream, Event
-from barecuda._memory import (
-    DeviceBuffer, PinnedBuffer, Allocator, DriverAllocator, alloc, empty, zeros, to_device,
-    as_device_buffer, pinned_empty, get_allocator, set_allocator, managed_empty, alloc_pitch,
-    copy_2d, copy_3d, register_host, HostRegistration,
-)
+from barecuda._buffer import DeviceBuffer, Allocator, DriverAllocator, alloc, empty, zeros, get_allocator, set_allocator
+from barecuda._interop import as_device_buffer
+from barecuda._copy import to_device, copy_2d, copy_3d
+from barecuda._host import PinnedBuffer, PinnedAllocator, pinned_empty, register_host, HostRegistration
+from barecuda._managed import managed_empty, alloc_pitch
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchPlan, PlanList, launch_all
 from barecuda._launch_config import LaunchConfig
@@ -48,7 +48,7 @@ __all__ = [
     # memory
     "DeviceBuffer", "PinnedBuffer", "Allocator", "DriverAllocator", "alloc", "empty", "zeros", "to_device",
     "as_device_buffer", "pinned_empty", "get_allocator", "set_allocator", "managed_empty", "alloc_pitch",
-    "copy_2d", "copy_3d", "register_host", "HostRegistration",
+    "copy_2d", "copy_3d", "register_host", "HostRegistration", "PinnedAllocator",
     # modules and launch
     "Module", "Global", "Kernel", "LaunchConfig", "LaunchPlan", "PlanList", "launch_all",
     # pools

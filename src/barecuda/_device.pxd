@@ -12,3 +12,7 @@ cdef class Device:
 # the calling thread (cached per thread: no driver call once the thread is bound).
 cdef CUcontext activate_device(int ordinal) except NULL
 cdef Device device_of(object device)     # None -> current device; int -> Device(int); Device -> itself
+
+# -- memory (mem): the one cache of Device objects, one per ordinal (see the end of _device.pyx)
+cdef Device device_at(int ordinal)      # the cached Device for ordinal (range-checked once)
+cdef Device current_device()            # device_at(the calling thread's default device)

@@ -477,3 +477,21 @@ cdef class Device:
             activate_device(chosen)
 
 
+
+
+# -- memory (mem): the one cache of Device objects, used by the memory modules so that
+# every buffer of a device shares one Device (no cuDeviceGetCount per allocation).
+cdef list _device_objs = [None] * MAX_DEVICES
+
+
+cdef Device device_at(int ordinal):
+    d = _device_objs[ordinal] if 0 <= ordinal < MAX_DEVICES else None
+    if d is None:
+        d = Device(ordinal)
+        _device_objs[ordinal] = d
+    return <Device>d
+
+
+cdef Device current_device():
+    cdef int o = _current_ordinal()
+    return device_at(0 if o < 0 else o)

@@ -33,7 +33,8 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, Event, stream_handle, wait_interruptible, _query_fn
-from barecuda._memory cimport DeviceBuffer, PinnedBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._errors import make_error, CudaWarning, CudaStreamCaptureError
 from barecuda._loader import require_symbol
@@ -202,7 +203,7 @@ cdef int _ptr_of(object obj, CUdeviceptr *dev, void **host, size_t *size, str wh
         (<DeviceBuffer>obj)._check_open()
         dev[0] = (<DeviceBuffer>obj).ptr
         host[0] = NULL
-        size[0] = (<DeviceBuffer>obj).size
+        size[0] = (<DeviceBuffer>obj).nbytes
         return 0
     if isinstance(obj, PinnedBuffer):
         if (<PinnedBuffer>obj)._closed:
@@ -1052,7 +1053,7 @@ cdef class GraphExec:
                         b = <DeviceBuffer>o
                         note_use(b, self.last)
                         if self.multi:
-                            b.used_elsewhere = 1
+                            b.use_flag[0] = 1     # marks the allocation owner
 
     def close(self):
         """Destroy the executable now (launched work still completes). Idempotent."""

@@ -1,7 +1,7 @@
 from typing import Any, Optional, Tuple, Union
 from barecuda._device import Device
 from barecuda._errors import BarecudaError
-from barecuda._memory import Allocator, DeviceBuffer
+from barecuda._buffer import Allocator, DeviceBuffer
 from barecuda._stream import Event
 
 class IpcError(BarecudaError, RuntimeError): ...

@@ -52,7 +52,7 @@ from barecuda._errors cimport (
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._memory cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED
 from barecuda._stream cimport Event
 
 from barecuda._errors import BarecudaError, CudaError, CudaWarning
@@ -173,7 +173,7 @@ cdef class IpcAllocator(Allocator):
         cdef CUdeviceptr p = 0
         cdef CUresult rc
         b.ptr = 0
-        b.size = size
+        b.nbytes = size
         b._kind = KIND_SYNC
         if size == 0:
             return 0
@@ -247,7 +247,7 @@ cdef class IpcMemoryPool(Allocator):
         cdef CUdeviceptr p = 0
         cdef CUresult rc
         b.ptr = 0
-        b.size = size
+        b.nbytes = size
         b._kind = KIND_SYNC
         if size == 0:
             return 0
@@ -401,7 +401,7 @@ def export_buffer(DeviceBuffer buf not None):
     cdef int fd = -1
     ensure_driver(ST)
     buf._check_open()
-    if buf.size == 0:
+    if buf.nbytes == 0:
         raise ValueError("cannot export an empty buffer")
     require(<const void *>D.cuIpcGetMemHandle, b"cuIpcGetMemHandle", b"IPC")
     buf.device.activate()
@@ -422,7 +422,7 @@ def export_buffer(DeviceBuffer buf not None):
         if rc != 0:
             os.close(fd)
             check(rc, b"cuMemPoolExportPointer")
-        h = MemHandle("pool", (<char *>pd.reserved)[:64], 0, buf.size, buf.shape, _dtype_name(buf),
+        h = MemHandle("pool", (<char *>pd.reserved)[:64], 0, buf.nbytes, buf.shape, _dtype_name(buf),
                       buf.device.uuid, host, boot, os.getpid(), <size_t>pool, fd)
         h._owns_fd = True
     else:
@@ -437,7 +437,7 @@ def export_buffer(DeviceBuffer buf not None):
                 f"cuIpcGetMemHandle refused this buffer (CUDA error {rc}): only memory from cuMemAlloc can be "
                 "shared this way (not managed, host or imported memory). Allocate it from "
                 "barecuda.IpcAllocator(device) or barecuda.IpcMemoryPool(device).")
-        h = MemHandle("ipc", (<char *>mh.reserved)[:64], buf.ptr - base, buf.size, buf.shape, _dtype_name(buf),
+        h = MemHandle("ipc", (<char *>mh.reserved)[:64], buf.ptr - base, buf.nbytes, buf.shape, _dtype_name(buf),
                       buf.device.uuid, host, boot, os.getpid())
     h._keep = buf
     return h
@@ -654,7 +654,7 @@ def open_buffer(h, *, device=None):
         (<_IpcMapping>m).key = key
         b = DeviceBuffer.__new__(DeviceBuffer)
         (<DeviceBuffer>b).ptr = p + h.offset
-        (<DeviceBuffer>b).size = h.nbytes
+        (<DeviceBuffer>b).nbytes = h.nbytes
         (<DeviceBuffer>b).device = dev
         (<DeviceBuffer>b).ctx = dev.ctx
         (<DeviceBuffer>b).stream_handle = NULL

@@ -36,7 +36,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
-from barecuda._memory cimport DeviceBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda._errors import make_error, DriverVersionError
@@ -195,7 +195,7 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             note_use(<DeviceBuffer>arg, hs)
             bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
             return 0
-        return pack_slow(k, p, i, arg, slot)      # closed (address 0) or not a pointer slot
+        return pack_slow(k, p, i, arg, slot, hs)      # closed (address 0) or not a pointer slot
     if t is &PyLong_Type:
         if int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
@@ -213,7 +213,7 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
         return raise_type(k, p, i, arg)
-    return pack_slow(k, p, i, arg, slot)
+    return pack_slow(k, p, i, arg, slot, hs)
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
@@ -777,6 +777,7 @@ cdef class LaunchPlan:
     cdef char *buf
     cdef void **ptrs
     cdef list _args
+    cdef list _pinned                # per parameter: the DeviceBuffer pinned (pin()) for the plan, or None
     cdef object _stream
     cdef readonly object config
 
@@ -787,6 +788,13 @@ cdef class LaunchPlan:
         self.ptrs = NULL
 
     def __dealloc__(self):
+        # The plan's DeviceBuffer arguments were pinned: a close() while the plan
+        # lived was deferred to here (unpin never raises).
+        if self._pinned is not None:
+            for b in self._pinned:
+                if b is not None:
+                    unpin(<DeviceBuffer>b)
+            self._pinned = None
         PyMem_Free(self.buf)
         PyMem_Free(self.ptrs)
         self.buf = NULL
@@ -797,6 +805,22 @@ cdef class LaunchPlan:
         for i in range(self.kernel.nparams):
             self.ptrs[i] = self.buf + self.kernel.params[i].offset
             _pack_one(self.kernel, i, self._args[i], self.buf + self.kernel.params[i].offset, self.rec.stream)
+        self._pinned = [None] * self.kernel.nparams
+        for i in range(self.kernel.nparams):
+            self._pin(i, self._args[i])
+        return 0
+
+    cdef int _pin(self, Py_ssize_t i, object value) except -1:
+        """Pin value (a DeviceBuffer) for the plan's lifetime as parameter i; unpin
+        what parameter i held before. The packed address stays allocated until then."""
+        old = self._pinned[i]
+        if isinstance(value, DeviceBuffer):
+            pin(<DeviceBuffer>value)
+            self._pinned[i] = value
+        else:
+            self._pinned[i] = None
+        if old is not None:
+            unpin(<DeviceBuffer>old)
         return 0
 
     cdef int _set_stream(self, object stream) except -1:
@@ -826,6 +850,7 @@ cdef class LaunchPlan:
         if not 0 <= i < k.nparams:
             raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
+        self._pin(i, value)
         self._args[i] = value
 
     @property

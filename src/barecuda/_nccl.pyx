@@ -29,11 +29,11 @@ from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
-from barecuda._memory cimport DeviceBuffer
+from barecuda._buffer cimport DeviceBuffer
 from barecuda._stream cimport stream_handle
 
 from barecuda._errors import BarecudaError
-from barecuda._memory import as_device_buffer
+from barecuda._interop import as_device_buffer
 
 cdef extern from "barecuda/nccl_abi.h" nogil:
     ctypedef struct ncclUniqueId:
@@ -349,7 +349,7 @@ cdef _Arg _arg(object obj, str what):
                             f"__cuda_array_interface__, DLPack), not {type(obj).__name__}: {e}") from None
     b._check_open()
     a.ptr = b.ptr
-    a.nbytes = b.size
+    a.nbytes = b.nbytes
     a.ordinal = b.device.ordinal
     a.dtype = b.dtype
     a.keep = b

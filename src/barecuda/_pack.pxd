@@ -60,4 +60,5 @@ cdef int raise_type(object k, const bc_param *p, Py_ssize_t i, object arg) excep
 # An int (or subclass) v into slot p: range-checked, or converted for float kinds.
 cdef int pack_int(object k, const bc_param *p, Py_ssize_t i, object v, char *slot) except -1
 # Every argument type the launch fast path does not handle.
-cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot) except -1
+# hs: the stream the launch is queued on (the consumer stream of docs/interop.md)
+cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1

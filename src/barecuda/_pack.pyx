@@ -11,7 +11,9 @@ from libc.string cimport memcpy
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
-from barecuda._memory cimport DeviceBuffer
+from barecuda._abi cimport CUstream, CUdeviceptr
+from barecuda._buffer cimport DeviceBuffer
+from barecuda._interop cimport pointer_of
 
 
 cdef str sig_text(object k):
@@ -100,52 +102,6 @@ cdef int _pack_bytes(object k, const bc_param *p, Py_ssize_t i, object arg, char
     return 0
 
 
-cdef extern from *:
-    """
-    typedef struct { void *data; int32_t device_type; int32_t device_id; int32_t ndim;
-                     uint8_t code, bits; uint16_t lanes; int64_t *shape; int64_t *strides;
-                     uint64_t byte_offset; } bc_dltensor_view;
-    /* DLManagedTensor starts with the DLTensor; DLManagedTensorVersioned has
-       version (8), manager_ctx, deleter, flags before it. */
-    static bc_dltensor_view *bc_dl_legacy(void *p) { return (bc_dltensor_view *)p; }
-    static bc_dltensor_view *bc_dl_versioned(void *p) { return (bc_dltensor_view *)((char *)p + 32); }
-    """
-    ctypedef struct bc_dltensor_view:
-        void *data
-        int32_t device_type
-        int32_t device_id
-        uint64_t byte_offset
-    bc_dltensor_view *bc_dl_legacy(void *p)
-    bc_dltensor_view *bc_dl_versioned(void *p)
-
-
-cdef int _pointer_of(object arg, unsigned long long *out) except -1:
-    """1 and the device address when arg is pointer-like (CAI, DLPack), else 0."""
-    cdef bc_dltensor_view *t = NULL
-    cai = getattr(arg, "__cuda_array_interface__", None)
-    if cai is not None:
-        ptr = cai["data"][0]
-        out[0] = 0 if ptr is None else <unsigned long long>ptr
-        return 1
-    dl = getattr(arg, "__dlpack__", None)
-    if dl is not None:
-        cap = dl()
-        if PyCapsule_IsValid(cap, "dltensor"):
-            t = bc_dl_legacy(PyCapsule_GetPointer(cap, "dltensor"))
-        elif PyCapsule_IsValid(cap, "dltensor_versioned"):
-            t = bc_dl_versioned(PyCapsule_GetPointer(cap, "dltensor_versioned"))
-        else:
-            raise TypeError(f"{type(arg).__name__}.__dlpack__() did not return a DLPack capsule")
-        if t.device_type not in (2, 3, 13):     # kDLCUDA, kDLCUDAHost, kDLCUDAManaged
-            raise TypeError(f"{type(arg).__name__} lives on DLPack device type {t.device_type}, "
-                            "not on a CUDA device")
-        out[0] = <unsigned long long>t.data + t.byte_offset
-        # The capsule is not consumed: its destructor releases the producer's
-        # reference; arg itself keeps the memory alive.
-        return 1
-    return 0
-
-
 cdef int _pack_scalar_obj(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot, str category, size_t size,
                           object raw) except -1:
     """numpy / ctypes scalars: raw bytes when the width matches, else by value."""
@@ -171,11 +127,11 @@ cdef int _pack_scalar_obj(object k, const bc_param *p, Py_ssize_t i, object arg,
     return raise_type(k, p, i, arg)
 
 
-cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot) except -1:
+cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
     """Everything the fast path in _pack_one does not handle."""
     cdef int kind = p.kind
     cdef int fl = bc_kind_flags[kind]
-    cdef unsigned long long addr = 0
+    cdef CUdeviceptr addr = 0
     if kind == BC_K_BYTES:
         return _pack_bytes(k, p, i, arg, slot)
     if isinstance(arg, DeviceBuffer):
@@ -219,13 +175,21 @@ cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *
                 return _pack_scalar_obj(k, p, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
         return raise_type(k, p, i, arg)
     if bc_kind_is_pointer(kind):
+        # The one foreign-array resolver (docs/interop.md): honours the producer's stream.
         try:
-            found = _pointer_of(arg, &addr)
-        except (TypeError, KeyError, IndexError) as exc:
-            raise TypeError(f"kernel {sig_text(k)}: argument {i} ({k.signature[i]}): {exc}") from None
-        if found:
-            bc_store_int(slot, 8, addr)
-            return 0
+            pointer_of(arg, k.device, hs, &addr)
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            if fl & BC_F_INT and isinstance(exc, TypeError) and hasattr(type(arg), "__index__"):
+                import operator
+                try:
+                    addr = operator.index(arg)
+                except TypeError:
+                    pass
+                else:
+                    return pack_int(k, p, i, addr, slot)
+            raise type(exc)(f"kernel {sig_text(k)}: argument {i} ({k.signature[i]}): {exc}") from None
+        bc_store_int(slot, 8, addr)
+        return 0
     if fl & BC_F_INT and hasattr(type(arg), "__index__"):
         import operator
         return pack_int(k, p, i, operator.index(arg), slot)

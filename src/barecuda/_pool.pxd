@@ -1,7 +1,7 @@
 """Caching allocators: barecuda's own stream-ordered cache, and one on a driver memory pool."""
 from cpython.ref cimport PyObject
 from barecuda._abi cimport CUdeviceptr, CUstream, CUevent, CUmemoryPool
-from barecuda._memory cimport Allocator, DeviceBuffer
+from barecuda._buffer cimport Allocator, DeviceBuffer
 
 cdef enum:
     BC_NCLASSES = 832           # size classes (see size_class in _pool.pyx)

@@ -1,7 +1,8 @@
 from typing import Any, Dict, Optional, Tuple, Union
 
 from barecuda._device import Device
-from barecuda._memory import Allocator, DeviceBuffer, PinnedBuffer
+from barecuda._buffer import Allocator, DeviceBuffer
+from barecuda._host import PinnedBuffer
 
 _DeviceLike = Union[Device, int, None]
 

@@ -39,10 +39,10 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
-from barecuda._memory cimport (Allocator, DeviceBuffer, PinnedBuffer, new_buffer, default_allocator,
-                               pinned_from_block, KIND_POOL, KIND_ASYNC)
+from barecuda._buffer cimport Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC
+from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
 from barecuda._errors import CudaWarning, make_error
-from barecuda import _memory
+from barecuda import _buffer
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -88,9 +88,13 @@ cdef bint _capturing(CUstream s) noexcept nogil:
 
 
 cdef inline int size_class(size_t n, size_t *rounded) noexcept nogil:
-    """Class index and rounded size for a request of n bytes (n > 0)."""
+    """Class index and rounded size for a request of n bytes (n > 0); -1 (rounded 0)
+    above 2**63, where rounding up would not fit in 64 bits."""
     cdef size_t k, step, m
     cdef int e
+    if n > (<size_t>1 << 63):
+        rounded[0] = 0
+        return -1
     if n <= 8192:
         k = (n + 511) >> 9
         rounded[0] = k << 9
@@ -305,12 +309,14 @@ cdef class MemoryPool(Allocator):
         cdef bc_scache *c
         cdef bc_block *b
         buf.ptr = 0
-        buf.size = size
+        buf.nbytes = size
         buf._kind = KIND_POOL
         if size == 0:
             buf._block = NULL
             return 0
         cls = size_class(size, &rounded)
+        if cls < 0:
+            raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
         if _captures and _capturing(s):
             return self._allocate_captured(buf, size, s)
         c = self.cache_for(s, buf._stream)
@@ -681,7 +687,7 @@ cdef class DriverMemoryPool(Allocator):
         cdef CUresult rc
         cdef CUmemoryPool pool = self.pool
         b.ptr = 0
-        b.size = size
+        b.nbytes = size
         b._kind = KIND_ASYNC
         if size == 0:
             return 0
@@ -742,7 +748,7 @@ cdef class DriverMemoryPool(Allocator):
 
 
 @cython.final
-cdef class PinnedMemoryPool:
+cdef class PinnedMemoryPool(PinnedAllocator):
     """A cache of page-locked host memory: ``pool.empty(nbytes)`` gives a PinnedBuffer
     whose ``close()`` (or drop) hands the memory back here instead of to the driver.
     A block is reused only after the asynchronous copies that used it have completed
@@ -755,7 +761,6 @@ cdef class PinnedMemoryPool:
     portable, mapped, write_combined : bool
         As for PinnedBuffer.
     """
-    cdef readonly Device device
     cdef dict free_blocks           # rounded size -> list of (ptr, dptr, event)
     cdef unsigned int flags
     cdef size_t reserved
@@ -793,7 +798,8 @@ cdef class PinnedMemoryPool:
         cdef size_t i
         if n == 0:
             return PinnedBuffer(0, device=self.device)
-        size_class(n, &rounded)
+        if size_class(n, &rounded) < 0:
+            raise OverflowError(f"cannot allocate {n} bytes of pinned memory (above 2**63)")
         self.device.activate()
         lst = self.free_blocks.get(rounded)
         found = None
@@ -844,12 +850,13 @@ cdef class PinnedMemoryPool:
         buf = self.empty(count * dt.itemsize)
         return np.frombuffer(buf, dtype=dt, count=count).reshape(shp)
 
-    def _give_back(self, size_t ptr, size_t n, CUdeviceptr dptr, size_t event):
+    cdef int give_back(self, void *p, size_t n, CUdeviceptr dptr, CUevent ev) except -1:
         cdef size_t rounded = 0
         size_class(n, &rounded)
-        self.free_blocks.setdefault(rounded, []).append((ptr, dptr, event))
+        self.free_blocks.setdefault(rounded, []).append((<size_t>p, dptr, <size_t>ev))
         self.in_use -= rounded
         self.cached += rounded
+        return 0
 
     def trim(self):
         """Free every cached block (waiting for the copies still using one)."""
@@ -888,14 +895,14 @@ cdef class PinnedMemoryPool:
 
 def memory_stats(device=None):
     """Statistics of the default allocator of ``device`` (see MemoryPool.stats)."""
-    a = _memory.get_allocator(device)
+    a = _buffer.get_allocator(device)
     f = getattr(a, "stats", None)
     return f() if f is not None else {}
 
 
 def trim_memory(device=None):
     """Give the default allocator's cached memory back to the driver."""
-    a = _memory.get_allocator(device)
+    a = _buffer.get_allocator(device)
     f = getattr(a, "trim", None)
     if f is not None:
         f()
@@ -908,4 +915,4 @@ def _default_pool(dev):
 # BARECUDA_ALLOCATOR=driver turns the cache off (every buffer straight from the
 # driver), for debugging memory errors.
 if os.environ.get("BARECUDA_ALLOCATOR", "cache").lower() != "driver":
-    _memory._set_default_allocator_factory(_default_pool)
+    _buffer._set_default_allocator_factory(_default_pool)

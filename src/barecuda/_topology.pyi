@@ -1,6 +1,6 @@
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 from barecuda._device import Device
-from barecuda._memory import Allocator, DeviceBuffer
+from barecuda._buffer import Allocator, DeviceBuffer
 
 def devices() -> List[Device]: ...
 def p2p_attributes(src: Union[Device, int], dst: Union[Device, int]) -> Dict[str, Any]: ...

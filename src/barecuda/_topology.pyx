@@ -23,11 +23,11 @@ from barecuda._abi cimport (
 from barecuda._errors cimport check, bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._memory cimport DeviceBuffer
+from barecuda._buffer cimport DeviceBuffer
 from barecuda._stream cimport stream_handle
 
 from barecuda._device import device_count
-from barecuda._memory import get_allocator
+from barecuda._buffer import get_allocator
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -219,8 +219,8 @@ def peer_copy_loop(DeviceBuffer dst not None, DeviceBuffer src not None, size_t 
     cdef int i
     dst._check_open()
     src._check_open()
-    if nbytes > dst.size or nbytes > src.size:
-        raise ValueError(f"{nbytes} bytes does not fit both buffers ({dst.size} / {src.size})")
+    if nbytes > dst.nbytes or nbytes > src.nbytes:
+        raise ValueError(f"{nbytes} bytes does not fit both buffers ({dst.nbytes} / {src.nbytes})")
     if iters < 0:
         raise ValueError("iters must be >= 0")
     stream_handle(stream, &s)

@@ -1,0 +1,104 @@
+"""Device memory: DeviceBuffer, allocators, and the ownership protocol.
+
+Fields other modules read: ptr, nbytes, stream_handle, used_elsewhere (an owner's),
+device, ctx. Dependants (views, slices, plans, graph nodes, IPC and DLPack exports)
+hold the allocation OWNER through pin()/unpin(); see docs/errors.md, "Ownership"."""
+from barecuda._abi cimport CUdeviceptr, CUstream, CUcontext, CUevent
+from barecuda._device cimport Device
+
+# DeviceBuffer._kind
+cdef enum:
+    KIND_ASYNC = 0      # owned, from cuMemAllocAsync (freed with cuMemFreeAsync)
+    KIND_SYNC = 1       # owned, from cuMemAlloc (freed with cuMemFree), or empty
+    KIND_VIEW = 2       # memory of another object (foreign array, or a view of one of ours)
+    KIND_CLOSED = 3     # close() ran: every use raises (the free may still be deferred)
+    KIND_POOL = 4       # owned by a caching allocator (_pool); _block is its bookkeeping
+    KIND_MANAGED = 5    # cuMemAllocManaged (freed with cuMemFree)
+
+cdef class DeviceBuffer:
+    cdef CUdeviceptr ptr
+    cdef size_t nbytes              # bytes (the Python-level `size` is the element count)
+    cdef CUstream stream_handle     # stream this buffer's own work is ordered on
+    cdef bint used_elsewhere        # (owner) work on another stream used it: free must wait for all
+    cdef readonly Device device
+    cdef CUcontext ctx
+    cdef object _stream             # Stream object kept alive while the buffer lives
+    cdef object _owner              # foreign producer kept alive by an import; None otherwise
+    cdef DeviceBuffer _root         # the allocation owner of a view of our own memory, else None
+    cdef CUstream root_stream       # the owner's stream (note_use compares with it)
+    cdef bint *use_flag             # &owner.used_elsewhere (note_use sets it)
+    cdef Py_ssize_t _pins           # (owner) live dependants; the free waits for the last
+    cdef bint _free_pending         # (owner) closed while pinned: unpin frees
+    cdef int _free_kind             # (owner) _kind before a deferred close (the allocator reads it)
+    cdef CUdeviceptr _free_ptr      # (owner) ptr before a deferred close (ptr reads 0 once closed)
+    cdef bint _readonly             # imported read-only: writes refuse
+    cdef bint _strided              # non-contiguous import: pointer use only
+    cdef object _allocator          # allocator the memory goes back to, None for views
+    cdef object _shape
+    cdef object _dtype
+    cdef object _strides            # element strides of a strided import, else None
+    cdef int _kind                  # see the enum above
+    cdef void *_block               # allocator's bookkeeping for this block (caching allocator)
+    cdef size_t _itemsize
+    cdef object __weakref__
+
+    cdef int _release(self) except -1
+    cdef int _check_open(self) except -1
+    cdef int _check_writable(self) except -1
+    cdef int _check_contiguous(self, str what) except -1
+    cdef DeviceBuffer _sub(self, CUdeviceptr p, size_t n)
+
+
+cdef class Allocator:
+    """Where DeviceBuffer memory comes from and goes back to (subclassed by _pool)."""
+    cdef readonly Device device
+    cdef CUcontext ctx
+    # Fill b.ptr / b.nbytes / b._block for `size` bytes ordered on stream s (b.stream_handle
+    # is already set). Must leave b.ptr == 0 on failure.
+    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1
+    # Give b's memory back; never called twice for one allocation. May be called from
+    # a destructor: the caller turns an exception into a CudaWarning.
+    cdef int deallocate(self, DeviceBuffer b) except -1
+
+
+# ---- ownership (INTERFACES.md)
+cdef inline DeviceBuffer owner_of(DeviceBuffer b):
+    """The allocation owner (b itself for an owner or a foreign import)."""
+    if b._root is not None:
+        return b._root
+    return b
+
+# A dependant holds the allocation: raises ValueError if b is closed. Pins the OWNER.
+cdef int pin(DeviceBuffer b) except -1
+# The dependant is gone; may run a deferred free (failures become CudaWarning). Never raises.
+cdef void unpin(DeviceBuffer b) noexcept
+
+cdef inline void note_use(DeviceBuffer b, CUstream s) noexcept nogil:
+    """Record that queued work on stream s uses b: marks the OWNER (cheap; per launch argument)."""
+    if b.root_stream != s:
+        b.use_flag[0] = 1
+
+cdef inline int check_usable(DeviceBuffer b) except -1:
+    """Raise unless b may be used as a kernel argument / copy side (not closed)."""
+    if b._kind == KIND_CLOSED:
+        raise ValueError("DeviceBuffer is closed (use after close())")
+    return 0
+
+
+# ---- helpers for the sibling modules (_interop, _copy, _host, _managed, _pool)
+# The allocator bc.alloc/empty/... use for `ordinal` (created on first use).
+cdef Allocator default_allocator(int ordinal)
+# A fresh DeviceBuffer of nbytes on (device, stream) from `allocator` (None: default).
+cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object allocator)
+# An owner DeviceBuffer over memory from some allocator (managed, pitched...).
+cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, object stream, int kind,
+                        object allocator)
+# A view of [ptr, ptr+nbytes): of our own buffer `root` (pinned; may be None) or of a
+# foreign producer `owner` (kept alive).
+cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
+                            object owner, DeviceBuffer root)
+cdef Device resolve_device(object device, object stream)
+cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1
+cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra)
+cdef size_t checked_size(object n, str what) except? 0
+

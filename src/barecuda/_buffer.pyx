@@ -1,0 +1,853 @@
+"""Device memory: DeviceBuffer, allocation, memset, and the ownership protocol.
+
+Owns: DeviceBuffer (memory on one device, ordered on one stream), its views and
+slices, the Allocator interface and the plain driver allocator behind it, the
+default-allocator registry, alloc/empty/zeros, memset, the dtype table, and
+pin/unpin/owner_of/note_use (the ownership protocol other modules use; see
+docs/errors.md, "Ownership"). Copies live in _copy, DLPack/CAI in _interop, pinned
+host memory in _host, managed and pitched memory in _managed.
+
+Lifetime rules:
+- Memory is allocated stream-ordered (cuMemAllocAsync on the buffer's stream, or
+  cuMemAlloc when the driver has no memory pools) and freed on that same stream
+  (cuMemFreeAsync), so a buffer dropped while queued work on its stream still uses it
+  is freed after that work, never before.
+- When work on another stream used the buffer (``used_elsewhere`` of the OWNER, set by
+  note_use for the owner and all its views), the plain allocator waits for the whole
+  context (cuCtxSynchronize) before freeing; the caching allocator in _pool replaces
+  this wait with events.
+- One owner per allocation. Views and slices of our buffers, DLPack exports and other
+  dependants pin the owner; close() with live dependants defers the free to the last
+  unpin, and the closed object refuses every further use.
+- Destructors never raise (failures become CudaWarning) and never call the driver
+  once interpreter shutdown began or in a forked child: they leak instead.
+"""
+cimport cython
+from cpython.ref cimport PyObject
+from libc.string cimport memset
+import operator
+import threading
+import warnings
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._device cimport Device, device_of, device_at, current_device
+from barecuda._stream cimport Stream, stream_handle
+from barecuda._dlpack cimport kDLCUDA
+from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of, public_dtype
+from barecuda._errors import CudaWarning, make_error
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+cdef enum:
+    MAX_DEVICES = 256
+
+
+
+# ------------------------------------------------------------------ devices
+cdef Device resolve_device(object device, object stream):
+    """The Device for (device, stream), made current on this thread (one Device object
+    per ordinal: _device's cache)."""
+    cdef Device dev
+    if device is None:
+        if stream is not None and type(stream) is Stream:
+            dev = (<Stream>stream).device
+        else:
+            dev = current_device()
+    elif type(device) is Device:
+        dev = device_at((<Device>device).ordinal)
+    elif isinstance(device, int) and not isinstance(device, bool):
+        dev = device_at(device)
+    else:
+        dev = device_at(device_of(device).ordinal)
+    dev.activate()
+    return dev
+
+
+cdef CUstream _norm_stream(CUstream s) noexcept nogil:
+    """The legacy default stream has two spellings (NULL and CU_STREAM_LEGACY)."""
+    return CU_STREAM_LEGACY if s == NULL else s
+
+
+cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1:
+    """Make later work on `waiter` wait for everything queued on `producer` so far."""
+    cdef CUevent ev = NULL
+    cdef CUresult rc
+    if _norm_stream(waiter) == _norm_stream(producer):
+        return 0
+    set_current(ctx)
+    check(D.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), b"cuEventCreate")
+    rc = D.cuEventRecord(ev, producer)
+    if rc == 0:
+        rc = D.cuStreamWaitEvent(waiter, ev, 0)
+    D.cuEventDestroy(ev)       # deferred by the driver until the event completes
+    if rc != 0:
+        check(rc, b"cuStreamWaitEvent")
+    return 0
+
+
+cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra):
+    return make_error(rc, call.decode(),
+                      f"requested {nbytes} bytes ({nbytes / 2**20:.1f} MiB) on device {dev.ordinal}{extra}")
+
+
+# ---------------------------------------------------------------- allocators
+cdef class Allocator:
+    """Base of every device-memory allocator (see ``DriverAllocator``, ``barecuda.MemoryPool``)."""
+
+    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
+        raise NotImplementedError
+
+    cdef int deallocate(self, DeviceBuffer b) except -1:
+        raise NotImplementedError
+
+    def alloc(self, nbytes, *, stream=None):
+        """A new DeviceBuffer of ``nbytes`` from this allocator."""
+        return new_buffer(checked_size(nbytes, "nbytes"), self.device, stream, self)
+
+
+@cython.final
+cdef class DriverAllocator(Allocator):
+    """Allocates straight from the driver: ``cuMemAllocAsync`` on the buffer's stream
+    (the device's default memory pool), or ``cuMemAlloc`` where the driver or device
+    has no memory pools. Frees with ``cuMemFreeAsync`` on the buffer's stream, after
+    ``cuCtxSynchronize`` when the buffer was used on another stream."""
+    cdef bint use_async
+
+    def __cinit__(self, device=None):
+        cdef Device dev = resolve_device(device, None)
+        self.device = dev
+        self.ctx = dev.ctx
+        self.use_async = D.cuMemAllocAsync != NULL and D.cuMemFreeAsync != NULL
+
+    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
+        cdef CUdeviceptr p = 0
+        cdef CUresult rc
+        b.ptr = 0
+        b.nbytes = size
+        if size == 0:
+            b._kind = KIND_SYNC
+            return 0
+        set_current(self.ctx)
+        if self.use_async:
+            with nogil:
+                rc = D.cuMemAllocAsync(&p, size, s)
+            if rc == 801:           # CUDA_ERROR_NOT_SUPPORTED: no memory pools here
+                self.use_async = False
+            else:
+                if rc != 0:
+                    raise oom_error(rc, b"cuMemAllocAsync", size, self.device, "")
+                b.ptr = p
+                b._kind = KIND_ASYNC
+                return 0
+        with nogil:
+            rc = D.cuMemAlloc(&p, size)
+        if rc != 0:
+            raise oom_error(rc, b"cuMemAlloc", size, self.device, "")
+        b.ptr = p
+        b._kind = KIND_SYNC
+        return 0
+
+    cdef int deallocate(self, DeviceBuffer b) except -1:
+        cdef CUdeviceptr p = b.ptr
+        cdef CUstream s = b.stream_handle
+        cdef CUresult rc = 0
+        b.ptr = 0
+        if p == 0:
+            return 0
+        set_current(b.ctx)
+        if b._kind == KIND_ASYNC:
+            if b.used_elsewhere:
+                # Queued work on some other stream may still use it: wait for everything.
+                with nogil:
+                    rc = D.cuCtxSynchronize()
+                check(rc, b"cuCtxSynchronize")
+            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
+        else:
+            with nogil:          # cuMemFree synchronizes the device itself
+                rc = D.cuMemFree(p)
+            check(rc, b"cuMemFree")
+        return 0
+
+    def __repr__(self):
+        return f"<barecuda.DriverAllocator device={self.device.ordinal} async={bool(self.use_async)}>"
+
+
+cdef PyObject *_default_alloc[MAX_DEVICES]
+memset(_default_alloc, 0, sizeof(_default_alloc))
+cdef list _default_alloc_refs = [None] * MAX_DEVICES
+_alloc_lock = threading.Lock()
+_default_factory = None
+
+
+cdef Allocator default_allocator(int ordinal):
+    cdef PyObject *a = _default_alloc[ordinal] if 0 <= ordinal < MAX_DEVICES else NULL
+    if a != NULL:
+        return <Allocator>a
+    return _make_default(ordinal)
+
+
+cdef Allocator _make_default(int ordinal):
+    if not 0 <= ordinal < MAX_DEVICES:
+        raise ValueError(f"device ordinal {ordinal} out of range")
+    with _alloc_lock:
+        if _default_alloc[ordinal] == NULL:
+            dev = device_at(ordinal)
+            a = _default_factory(dev) if _default_factory is not None else DriverAllocator(dev)
+            if not isinstance(a, Allocator):
+                raise TypeError("the default allocator factory must return a barecuda Allocator")
+            _default_alloc_refs[ordinal] = a
+            _default_alloc[ordinal] = <PyObject *>a
+    return <Allocator>_default_alloc[ordinal]
+
+
+def get_allocator(device=None):
+    """The allocator ``alloc``/``empty``/``to_device`` use on ``device`` by default."""
+    ensure_driver(ST)
+    return default_allocator(resolve_device(device, None).ordinal)
+
+
+def set_allocator(allocator, device=None):
+    """Make ``allocator`` the default for its device (``None`` restores the plain
+    driver allocator on ``device``). Buffers allocated before keep their allocator.
+    Returns the previous one."""
+    cdef int o
+    ensure_driver(ST)
+    if allocator is not None and not isinstance(allocator, Allocator):
+        raise TypeError(f"expected a barecuda Allocator, not {type(allocator).__name__}")
+    o = (<Allocator>allocator).device.ordinal if allocator is not None else resolve_device(device, None).ordinal
+    if allocator is None:
+        allocator = DriverAllocator(o)
+    with _alloc_lock:
+        prev = _default_alloc_refs[o]
+        _default_alloc_refs[o] = allocator
+        _default_alloc[o] = <PyObject *>allocator
+    return prev
+
+
+def _set_default_allocator_factory(factory):
+    """Used by barecuda._pool: build each device's default allocator with factory(Device)."""
+    global _default_factory
+    _default_factory = factory
+
+
+cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object allocator):
+    cdef CUstream h = NULL
+    cdef Device dev
+    cdef Allocator a
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, &h)
+    if allocator is not None:
+        a = <Allocator?>allocator
+        dev = a.device
+        if device is not None and resolve_device(device, None).ordinal != dev.ordinal:
+            raise ValueError(f"allocator is for device {dev.ordinal}, not {device!r}")
+        dev.activate()
+    else:
+        dev = resolve_device(device, stream)
+        a = default_allocator(dev.ordinal)
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    b.device = dev
+    b.ctx = dev.ctx
+    b.stream_handle = h
+    b._stream = stream
+    a.allocate(b, nbytes, h)
+    b._allocator = a
+    b.root_stream = h
+    return b
+
+
+cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, object stream, int kind,
+                        object allocator):
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    b.ptr = p
+    b.nbytes = nbytes
+    b.device = dev
+    b.ctx = dev.ctx
+    b.stream_handle = h
+    b.root_stream = h
+    b._stream = stream
+    b._kind = kind
+    b._allocator = allocator
+    return b
+
+
+cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
+                            object owner, DeviceBuffer root):
+    cdef DeviceBuffer v = DeviceBuffer.__new__(DeviceBuffer)
+    v.ptr = ptr
+    v.nbytes = nbytes
+    v.device = dev
+    dev.activate()
+    v.ctx = dev.ctx
+    v.stream_handle = h
+    v.root_stream = h
+    v._stream = stream
+    v._owner = owner
+    v._kind = KIND_VIEW
+    if root is not None:
+        pin(root)              # root (a view or the owner) must be open; the owner is pinned
+        root = owner_of(root)
+        v._root = root
+        v.root_stream = root.root_stream
+        v.use_flag = &root.used_elsewhere
+        v._readonly = root._readonly
+    return v
+
+
+# ------------------------------------------------------------------ ownership
+cdef int pin(DeviceBuffer b) except -1:
+    cdef DeviceBuffer o = owner_of(b)
+    check_usable(b)
+    o._pins += 1
+    return 0
+
+
+cdef void unpin(DeviceBuffer b) noexcept:
+    cdef DeviceBuffer o = owner_of(b)
+    if o._pins > 0:
+        o._pins -= 1
+    if o._pins == 0 and o._free_pending:
+        o._free_pending = False
+        try:
+            _deferred_free(o)
+        except BaseException as e:
+            try:
+                warnings.warn(f"deferred free of DeviceBuffer ({o.nbytes} bytes) failed: {e}", CudaWarning)
+            except BaseException:
+                pass
+
+
+cdef int _deferred_free(DeviceBuffer o) except -1:
+    """Free an owner that close() left to its last dependant."""
+    if o._allocator is None:
+        return 0
+    if not bc_driver_usable(ST):
+        o._allocator = None
+        return 0
+    o._kind = o._free_kind
+    o.ptr = o._free_ptr
+    try:
+        o._release()
+    finally:
+        o._kind = KIND_CLOSED
+        o.ptr = 0
+    return 0
+
+
+cdef size_t checked_size(object n, str what) except? 0:
+    """A byte count from Python: an int (or __index__), >= 0, below 2**63."""
+    if type(n) is not int:
+        if isinstance(n, bool) or not hasattr(type(n), "__index__"):
+            raise TypeError(f"{what} must be an int, not {type(n).__name__}")
+        n = operator.index(n)
+    if n < 0:
+        raise ValueError(f"{what} must be >= 0, not {n}")
+    if n > <object>(<size_t>-1 >> 1):
+        raise OverflowError(f"{what}={n} is too large")
+    return <size_t>n
+
+
+# ---------------------------------------------------------------- DeviceBuffer
+# The sibling modules, imported on first use (they cimport this one).
+cdef object _copy_mod = None
+cdef object _interop_mod = None
+cdef object _managed_mod = None
+
+
+cdef object _copy():
+    global _copy_mod
+    if _copy_mod is None:
+        from barecuda import _copy as m
+        _copy_mod = m
+    return _copy_mod
+
+
+cdef object _interop():
+    global _interop_mod
+    if _interop_mod is None:
+        from barecuda import _interop as m
+        _interop_mod = m
+    return _interop_mod
+
+
+cdef object _managed():
+    global _managed_mod
+    if _managed_mod is None:
+        from barecuda import _managed as m
+        _managed_mod = m
+    return _managed_mod
+
+
+@cython.final
+@cython.freelist(32)
+@cython.no_gc_clear
+cdef class DeviceBuffer:
+    """Memory on one device, ordered on one stream.
+
+    Create with :func:`alloc`, :func:`empty`, :func:`zeros`, :func:`to_device`, or
+    ``DeviceBuffer(nbytes, device=None, stream=None)``; import another library's
+    device array with :func:`as_device_buffer`; take a view with :meth:`view` or
+    ``buf[a:b]``.
+
+    The memory is allocated in the order of ``stream`` (the legacy default stream
+    when None) and freed in that same order when the buffer is closed or dropped,
+    so work already queued on that stream that uses it finishes first. A buffer used
+    on another stream (a launch or async copy there) is freed only once that work is
+    done too. Views, slices and exports hold the allocation: closing the owner while
+    they live defers the free to the last of them (docs/errors.md, "Ownership").
+
+    Attributes
+    ----------
+    ptr : int
+        The device address (0 for an empty or closed buffer).
+    nbytes : int
+    device : Device
+    shape : tuple of int
+    dtype : numpy.dtype, or str when numpy is not installed
+    size : int
+        Number of elements.
+    """
+
+    def __cinit__(self, *args, **kwargs):
+        self.use_flag = &self.used_elsewhere
+
+    def __init__(self, nbytes, *, device=None, stream=None):
+        cdef DeviceBuffer b = new_buffer(checked_size(nbytes, "nbytes"), device, stream, None)
+        # Move the freshly allocated memory into self.
+        self.ptr = b.ptr
+        self.nbytes = b.nbytes
+        self.stream_handle = b.stream_handle
+        self.root_stream = b.stream_handle
+        self.device = b.device
+        self.ctx = b.ctx
+        self._stream = b._stream
+        self._allocator = b._allocator
+        self._kind = b._kind
+        self._block = b._block
+        self._owner = None
+        b._allocator = None
+        b.ptr = 0
+        b._block = NULL
+        b._kind = KIND_CLOSED
+
+    def __dealloc__(self):
+        cdef DeviceBuffer root = self._root
+        if root is not None:
+            # A view: its owner outlives this line (we hold it); let it go.
+            self._root = None
+            unpin(root)
+            return
+        if self._allocator is None or (self._kind == KIND_CLOSED and not self._free_pending):
+            return
+        if not bc_driver_usable(ST):
+            return            # interpreter shutting down, or forked child: leak
+        if self._kind == KIND_CLOSED:
+            self._kind = self._free_kind
+            self.ptr = self._free_ptr
+        cdef CUdeviceptr p = self.ptr
+        try:
+            self._release()
+        except BaseException as e:
+            warnings.warn(f"freeing DeviceBuffer 0x{p:x} ({self.nbytes} bytes) failed: {e}",
+                          CudaWarning)
+
+    cdef int _release(self) except -1:
+        alloc = self._allocator
+        self._allocator = None
+        if alloc is not None:
+            (<Allocator>alloc).deallocate(self)
+        self.ptr = 0
+        self._block = NULL
+        return 0
+
+    cdef int _check_open(self) except -1:
+        if self._kind == KIND_CLOSED:
+            raise ValueError("operation on a closed DeviceBuffer (use after close())")
+        return 0
+
+    cdef int _check_writable(self) except -1:
+        self._check_open()
+        if self._readonly:
+            raise ValueError("this DeviceBuffer is a read-only import: it cannot be written "
+                             "(memset, copy into it)")
+        return 0
+
+    cdef int _check_contiguous(self, str what) except -1:
+        if self._strided:
+            raise ValueError(f"{what} needs contiguous memory, but this DeviceBuffer is a strided "
+                             f"(non-contiguous) import with strides {self._strides}; make it contiguous "
+                             "first (torch: t.contiguous(), cupy/numpy: ascontiguousarray(a)) or pass it "
+                             "to a kernel as a pointer")
+        return 0
+
+    def close(self):
+        """Free the memory now (in stream order), or drop the view. Idempotent.
+
+        If views, slices, exports or plans still hold this allocation, the free is
+        deferred until the last of them is gone; this object refuses every further
+        use at once either way."""
+        cdef DeviceBuffer root
+        if self._kind == KIND_CLOSED:
+            return
+        root = self._root
+        if root is not None:
+            self._root = None
+            self.use_flag = &self.used_elsewhere
+            self._kind = KIND_CLOSED
+            self.ptr = 0
+            self._owner = None
+            unpin(root)
+            return
+        if self._pins > 0 and self._allocator is not None:
+            self._free_kind = self._kind
+            self._free_ptr = self.ptr
+            self._free_pending = True
+            self._kind = KIND_CLOSED
+            self.ptr = 0           # closed reads as address 0 everywhere (launch's fast check)
+            self._owner = None
+            return
+        try:
+            if self._allocator is not None:
+                if bc_driver_usable(ST):
+                    self._release()
+                else:
+                    self._allocator = None
+        finally:
+            self._kind = KIND_CLOSED
+            self.ptr = 0
+            self._owner = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def closed(self):
+        return self._kind == KIND_CLOSED
+
+    @property
+    def ptr(self):
+        """The device address as an int (0 once closed)."""
+        return 0 if self._kind == KIND_CLOSED else self.ptr
+
+    def __int__(self):
+        self._check_open()
+        return self.ptr
+
+    @property
+    def nbytes(self):
+        """Size in bytes."""
+        return self.nbytes
+
+    @property
+    def shape(self):
+        if self._shape is None:
+            return (self.nbytes,)
+        return self._shape
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def dtype(self):
+        """numpy.dtype when numpy is installed, else the dtype's name (str)."""
+        return public_dtype(self._dtype if self._dtype is not None else "uint8")
+
+    @property
+    def itemsize(self):
+        return self._itemsize if self._itemsize else 1
+
+    @property
+    def size(self):
+        """Number of elements."""
+        cdef object n = 1
+        if self._shape is None:
+            return self.nbytes // (self._itemsize if self._itemsize else 1)
+        for k in self._shape:
+            n *= k
+        return n
+
+    @property
+    def strides(self):
+        """Element strides of a strided (non-contiguous) import; None when contiguous."""
+        return self._strides
+
+    @property
+    def readonly(self):
+        """True for a read-only import (writes refuse)."""
+        return bool(self._readonly)
+
+    def __len__(self):
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d DeviceBuffer")
+        return shape[0]
+
+    @property
+    def stream(self):
+        """The stream the memory is ordered on (None: the legacy default stream)."""
+        return self._stream
+
+    @property
+    def is_view(self):
+        """True when the memory belongs to another object (an import, a view, a slice)."""
+        return self._kind == KIND_VIEW
+
+    @property
+    def owner(self):
+        """What a view keeps alive: the owning DeviceBuffer of a view/slice of our
+        memory, the producer of an import; None for memory this buffer owns."""
+        return self._root if self._root is not None else self._owner
+
+    def __repr__(self):
+        if self._kind == KIND_CLOSED:
+            return "<barecuda.DeviceBuffer (closed)>"
+        dt = self._dtype if self._dtype is not None else "uint8"
+        view = " view" if self._kind == KIND_VIEW else ""
+        return (f"<barecuda.DeviceBuffer{view} 0x{self.ptr:x} {self.nbytes} bytes shape={self.shape} "
+                f"dtype={dt} device={self.device.ordinal}>")
+
+    # -- views
+    def view(self, dtype=None, shape=None):
+        """A view of the same memory with another dtype and/or shape (same nbytes).
+        The view holds the allocation (closing this buffer defers the free)."""
+        self._check_open()
+        self._check_contiguous("view()")
+        key, itemsize = resolve_dtype(dtype if dtype is not None else (self._dtype or "uint8"))
+        if shape is None:
+            if self.nbytes % itemsize:
+                raise ValueError(f"{self.nbytes} bytes is not a multiple of the itemsize {itemsize}")
+            shp = (self.nbytes // itemsize,)
+        else:
+            shp = normalize_shape(shape)
+            if nbytes_of(shp, itemsize) != self.nbytes:
+                raise ValueError(f"shape {shp} with itemsize {itemsize} does not cover {self.nbytes} bytes")
+        cdef DeviceBuffer v = self._sub(self.ptr, self.nbytes)
+        v._shape = shp
+        v._dtype = key
+        v._itemsize = itemsize
+        return v
+
+    cdef DeviceBuffer _sub(self, CUdeviceptr p, size_t n):
+        cdef DeviceBuffer v
+        if self._root is None and self._allocator is None:
+            # a foreign import: the view keeps the same producer alive
+            v = make_view(p, n, self.device, self.stream_handle, self._stream, self._owner, None)
+            v.root_stream = self.root_stream
+            v.use_flag = self.use_flag
+            v._owner = self        # keeps the import (and so its producer) alive
+            v._readonly = self._readonly
+            return v
+        return make_view(p, n, self.device, self.stream_handle, self._stream, None, self)
+
+    def __getitem__(self, key):
+        """``buf[a:b]``: a borrowed view of elements a..b-1 along the first axis (step 1),
+        holding this buffer's allocation. Usable as a kernel argument and in copies."""
+        cdef Py_ssize_t start, stop, step, n0
+        cdef size_t row
+        self._check_open()
+        self._check_contiguous("slicing")
+        if not isinstance(key, slice):
+            raise TypeError("DeviceBuffer indexing takes a slice buf[a:b] (a view); "
+                            f"not {type(key).__name__}")
+        shape = self.shape
+        if not shape:
+            raise TypeError("cannot slice a 0-d DeviceBuffer")
+        n0 = shape[0]
+        start, stop, step = key.indices(n0)
+        if step != 1:
+            raise ValueError("DeviceBuffer slices must be contiguous (step 1)")
+        if stop < start:
+            stop = start
+        row = self.nbytes // n0 if n0 else 0
+        cdef DeviceBuffer v = self._sub(self.ptr + <size_t>start * row, <size_t>(stop - start) * row)
+        v._shape = (stop - start,) + tuple(shape[1:])
+        v._dtype = self._dtype
+        v._itemsize = self._itemsize
+        return v
+
+    # -- copies (barecuda._copy)
+    def copy_from(self, src, stream=None):
+        """Copy ``src`` into this buffer; returns self.
+
+        ``src`` is a DeviceBuffer, another library's device array, or any C-contiguous
+        host object with the buffer protocol, of exactly ``nbytes`` bytes.
+        With ``stream=None`` the copy is synchronous. With a stream it is queued on
+        it and returns at once: a host source must then stay valid and unmodified
+        until the stream reaches the copy (a PinnedBuffer is kept valid for you:
+        closing it waits for the copy).
+        """
+        _copy().copy_into(self, src, stream)
+        return self
+
+    def copy_to(self, dst=None, stream=None):
+        """Copy this buffer into ``dst`` and return ``dst``.
+
+        ``dst`` is a DeviceBuffer, a device array, or a writable C-contiguous host
+        buffer of exactly ``nbytes`` bytes; None makes a new ``bytearray`` (the copy
+        is then always complete on return). With a stream the copy is asynchronous
+        and the host destination must stay valid until the stream reaches it.
+        """
+        return _copy().copy_out(self, dst, stream)
+
+    def to_numpy(self, stream=None):
+        """A new numpy array with this buffer's shape, dtype and contents. The copy
+        runs on ``stream`` (or the buffer's stream) and is complete on return."""
+        return _copy().to_numpy(self, stream)
+
+    def copy(self, stream=None):
+        """A new buffer (same device, stream, shape, dtype) with a copy of the contents."""
+        return _copy().duplicate(self, stream)
+
+    def memset(self, value, *, width=8, stream=None):
+        """Fill the buffer with ``value`` repeated as a ``width``-bit (8, 16 or 32)
+        integer; negative values are taken as two's complement. ``nbytes`` must be a
+        multiple of ``width // 8``. Synchronous unless a stream is given. Returns self."""
+        cdef CUstream s = self.stream_handle
+        cdef CUresult rc
+        cdef unsigned long long v
+        cdef size_t count
+        cdef CUdeviceptr p
+        cdef int w
+        self._check_writable()
+        self._check_contiguous("memset()")
+        if type(value) is not int and (isinstance(value, bool) or not hasattr(type(value), "__index__")):
+            raise TypeError(f"memset value must be an int, not {type(value).__name__}")
+        if type(width) is not int or width not in (8, 16, 32):
+            raise ValueError(f"width must be 8, 16 or 32, not {width!r}")
+        value = operator.index(value)
+        w = width
+        wo = width
+        if not -(1 << (wo - 1)) <= value < (1 << wo):
+            raise OverflowError(f"value {value} does not fit in {w} bits")
+        if value < 0:
+            value += 1 << wo
+        v = value
+        if self.nbytes % (w // 8):
+            raise ValueError(f"nbytes ({self.nbytes}) is not a multiple of {w // 8} (width={w})")
+        if stream is not None:
+            stream_handle(stream, &s)
+        count = self.nbytes // (w // 8)
+        if count == 0:
+            return self
+        set_current(self.ctx)
+        p = self.ptr
+        if w == 8:
+            with nogil:
+                rc = D.cuMemsetD8Async(p, <unsigned char>v, count, s)
+            check(rc, b"cuMemsetD8Async")
+        elif w == 16:
+            with nogil:
+                rc = D.cuMemsetD16Async(p, <unsigned short>v, count, s)
+            check(rc, b"cuMemsetD16Async")
+        else:
+            with nogil:
+                rc = D.cuMemsetD32Async(p, <unsigned int>v, count, s)
+            check(rc, b"cuMemsetD32Async")
+        if stream is None:
+            with nogil:
+                rc = D.cuStreamSynchronize(s)
+            check(rc, b"cuStreamSynchronize")
+        else:
+            note_use(self, s)
+        return self
+
+    # -- managed memory (barecuda._managed)
+    def prefetch(self, where=None, *, stream=None):
+        """Managed memory only: migrate it to ``where`` (a Device/ordinal, or None /
+        ``"cpu"`` for the host), asynchronously on ``stream`` (default: its stream)."""
+        self._check_open()
+        _managed().prefetch(self, where, stream)
+        return self
+
+    def advise(self, advice, where=None):
+        """Managed memory only: ``cuMemAdvise`` with ``advice`` one of "read_mostly",
+        "preferred_location", "accessed_by" (and their "unset_" forms), for ``where``
+        (a Device/ordinal, or None / "cpu" for the host)."""
+        self._check_open()
+        _managed().advise(self, advice, where)
+        return self
+
+    @property
+    def is_managed(self):
+        k = self._free_kind if self._free_pending else self._kind
+        return k == KIND_MANAGED or (self._root is not None and self._root._kind == KIND_MANAGED)
+
+    # -- export (barecuda._interop)
+    @property
+    def __cuda_array_interface__(self):
+        """CUDA Array Interface v3. ``stream`` is the buffer's stream (1: legacy default)."""
+        return _interop().cai_of(self)
+
+    def __dlpack_device__(self):
+        return (kDLCUDA, self.device.ordinal)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule (``dltensor_versioned`` when the consumer accepts
+        DLPack >= 1.0, else ``dltensor``), following the array API's stream rules.
+
+        ``stream`` is the consumer's stream: None or 1 the legacy default stream, 2 the
+        per-thread default stream, -1 no synchronization, any other int a CUstream;
+        0 is refused (ambiguous for CUDA). When it differs from this buffer's stream,
+        the consumer's stream is made to wait for the work queued on ours (an event;
+        nothing blocks). The capsule holds the allocation until it is consumed and
+        released.
+        """
+        return _interop().dlpack_of(self, stream, max_version, dl_device, copy)
+
+    # -- import
+    @staticmethod
+    def from_cuda_array_interface(obj, *, stream=None):
+        """A zero-copy view of ``obj`` (anything with ``__cuda_array_interface__``, or
+        the interface dict itself). See :func:`as_device_buffer`."""
+        return _interop().from_cai(obj, stream)
+
+    @staticmethod
+    def from_dlpack(obj, *, stream=None):
+        """A zero-copy view of a DLPack producer (or a capsule). See :func:`as_device_buffer`."""
+        return _interop().from_dlpack(obj, stream)
+
+
+# --------------------------------------------------------------- public API
+
+def alloc(nbytes, *, device=None, stream=None, allocator=None):
+    """Allocate ``nbytes`` of device memory (uninitialized), ordered on ``stream``.
+
+    Parameters
+    ----------
+    nbytes : int
+    device : Device or int, optional
+        Defaults to the stream's device, else the current device.
+    stream : Stream, optional
+        The stream the allocation and the eventual free are ordered on
+        (None: the legacy default stream).
+    allocator : Allocator, optional
+        Defaults to the device's default allocator.
+    """
+    return new_buffer(checked_size(nbytes, "nbytes"), device, stream, allocator)
+
+
+def empty(shape, dtype="uint8", *, device=None, stream=None, allocator=None):
+    """An uninitialized DeviceBuffer of ``shape`` and ``dtype`` (a numpy dtype or a
+    name such as ``"float32"``; names work without numpy)."""
+    shp = normalize_shape(shape)
+    key, itemsize = resolve_dtype(dtype)
+    cdef DeviceBuffer b = new_buffer(nbytes_of(shp, itemsize), device, stream, allocator)
+    b._shape = shp
+    b._dtype = key
+    b._itemsize = itemsize
+    return b
+
+
+def zeros(shape, dtype="uint8", *, device=None, stream=None, allocator=None):
+    """Like :func:`empty`, filled with zero bytes (synchronously unless a stream is given)."""
+    b = empty(shape, dtype, device=device, stream=stream, allocator=allocator)
+    b.memset(0, stream=stream)
+    return b

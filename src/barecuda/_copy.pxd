@@ -1,0 +1,1 @@
+"""Copies (see _copy.pyx)."""

@@ -1,0 +1,441 @@
+"""Copies: host <-> device, device <-> device (same device or peer), 2D/3D pitched
+copies, and to_device.
+
+Owns: the copy engine behind DeviceBuffer.copy_from/copy_to/to_numpy/copy,
+to_device, copy_2d and copy_3d. Every copy checks both sides before any driver call:
+open (not closed), writable destination, contiguous memory, sizes and extents in
+checked 64-bit arithmetic. Synchronous without a stream; with one, queued on it and
+the device sides noted as used there (note_use marks the allocation owner).
+"""
+cimport cython
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
+from libc.string cimport memset
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check
+from barecuda._loader cimport driver_table, set_current
+from barecuda._stream cimport stream_handle
+from barecuda._staging cimport staged_htod, staged_dtoh
+from barecuda._dtype cimport np_module, resolve_dtype, nbytes_of
+from barecuda._buffer cimport (DeviceBuffer, new_buffer, resolve_device, stream_after, note_use,
+                               checked_size)
+from barecuda._host cimport PinnedBuffer, get_host, find_pinned
+from barecuda._interop cimport as_device
+
+cdef bc_driver_t *D = driver_table()
+
+
+cdef int _sync(CUstream s) except -1:
+    cdef CUresult rc
+    with nogil:
+        rc = D.cuStreamSynchronize(s)
+    return check(rc, b"cuStreamSynchronize")
+
+
+cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
+    cdef CUstream s = dst.stream_handle
+    cdef CUresult rc
+    cdef size_t n = src.nbytes
+    dst._check_writable()
+    src._check_open()
+    dst._check_contiguous("a copy")
+    src._check_contiguous("a copy")
+    if dst.nbytes != src.nbytes:
+        raise ValueError(f"size mismatch: destination has {dst.nbytes} bytes, source {src.nbytes}")
+    if stream is not None:
+        stream_handle(stream, &s)
+    if n == 0:
+        return 0
+    set_current(dst.ctx)
+    if stream is None and src.stream_handle != dst.stream_handle:
+        stream_after(s, src.stream_handle, dst.ctx)
+    if dst.device.ordinal == src.device.ordinal:
+        with nogil:
+            rc = D.cuMemcpyDtoDAsync(dst.ptr, src.ptr, n, s)
+        check(rc, b"cuMemcpyDtoDAsync")
+    else:
+        with nogil:
+            rc = D.cuMemcpyPeerAsync(dst.ptr, dst.ctx, src.ptr, src.ctx, n, s)
+        check(rc, b"cuMemcpyPeerAsync")
+    if stream is None:
+        _sync(s)
+    else:
+        note_use(dst, s)
+        note_use(src, s)
+    return 0
+
+
+cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host,
+                    bint fresh=False) except -1:
+    """Host (buffer protocol) <-> device. ``to_host``: dev -> host (writable), complete
+    on return unless host is a PinnedBuffer and a stream is given (then asynchronous).
+    Otherwise host -> dev: synchronous without a stream, else ordered on it (host
+    memory may be reused on return: pageable bytes are staged). ``fresh``: host was
+    just allocated by us and never touched (see staged_dtoh)."""
+    cdef Py_buffer view
+    cdef CUcontext ctx = dev.ctx
+    cdef PinnedBuffer p
+    cdef CUstream s = dev.stream_handle
+    cdef CUresult rc
+    cdef size_t n
+    cdef CUdeviceptr dptr
+    cdef void *hp
+    if to_host:
+        dev._check_open()
+    else:
+        dev._check_writable()
+    dev._check_contiguous("a copy")
+    if stream is not None:
+        stream_handle(stream, &s)
+    get_host(host, &view, to_host)
+    try:
+        n = view.len
+        if n != dev.nbytes:
+            raise ValueError(f"size mismatch: destination has {n if to_host else dev.nbytes} bytes, "
+                             f"source {dev.nbytes if to_host else n}")
+        if n == 0:
+            return 0
+        set_current(ctx)
+        dptr = dev.ptr
+        hp = view.buf
+        if to_host:
+            p = find_pinned(host) if stream is not None else None
+            if p is not None:
+                # Page-locked destination on a stream: a true asynchronous copy.
+                with nogil:
+                    rc = D.cuMemcpyDtoHAsync(hp, dptr, n, s)
+                check(rc, b"cuMemcpyDtoHAsync")
+            else:
+                # Complete on return (staged through pinned chunks when large).
+                with nogil:
+                    staged_dtoh(hp, dptr, n, s, ctx, fresh)
+                return 0
+        else:
+            p = find_pinned(host)
+            if p is not None:
+                with nogil:
+                    rc = D.cuMemcpyHtoDAsync(dptr, hp, n, s)
+                check(rc, b"cuMemcpyHtoDAsync")
+            else:
+                # Pageable memory: staged through pinned chunks (plain path below the
+                # threshold); returns once host may be reused, the DMAs ordered on s.
+                with nogil:
+                    staged_htod(dptr, hp, n, s, ctx)
+            if stream is None:
+                _sync(s)
+                return 0
+        note_use(dev, s)
+        if p is not None:
+            p.note_async_use(s)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+# ---------------------------------------------------------------- DeviceBuffer
+
+
+cdef int _sync_on(object stream) except -1:
+    cdef CUstream h = NULL
+    stream_handle(stream, &h)
+    return _sync(h)
+
+
+# ------------------------------------------------------ DeviceBuffer copy methods
+def copy_into(DeviceBuffer self, src, stream):
+    """DeviceBuffer.copy_from."""
+    cdef DeviceBuffer d = as_device(src, stream)
+    if d is not None:
+        _copy_dd(self, d, stream)
+    else:
+        _copy_host(self, src, stream, False)
+
+
+def copy_out(DeviceBuffer self, dst, stream):
+    """DeviceBuffer.copy_to."""
+    if dst is None:
+        self._check_open()
+        # uninitialised (no memset: every byte is written by the copy, and the
+        # staging threads fault the pages in in parallel)
+        dst = PyByteArray_FromStringAndSize(NULL, <Py_ssize_t>self.nbytes)
+        _copy_host(self, dst, stream, True, True)
+        if stream is not None:
+            _sync_on(stream)
+        return dst
+    cdef DeviceBuffer d = as_device(dst, stream)
+    if d is not None:
+        _copy_dd(d, self, stream)
+    else:
+        _copy_host(self, dst, stream, True)
+    return dst
+
+
+def to_numpy(DeviceBuffer self, stream):
+    """DeviceBuffer.to_numpy."""
+    self._check_open()
+    np = np_module()
+    try:
+        dt = np.dtype(self._dtype if self._dtype is not None else "uint8")
+    except TypeError:
+        raise TypeError(f"numpy has no dtype {self._dtype!r}; use .view('uint8') first") from None
+    out = np.empty(self.shape, dtype=dt)
+    _copy_host(self, out, stream, True, True)
+    if stream is not None:
+        _sync_on(stream)
+    return out
+
+
+def duplicate(DeviceBuffer self, stream):
+    """DeviceBuffer.copy."""
+    self._check_open()
+    self._check_contiguous("copy()")
+    cdef DeviceBuffer b = new_buffer(self.nbytes, self.device, self._stream, None)
+    b._shape, b._dtype, b._itemsize = self._shape, self._dtype, self._itemsize
+    _copy_dd(b, self, stream)
+    return b
+
+
+def to_device(obj, *, stream=None, device=None, allocator=None):
+    """Copy a host object (any C-contiguous buffer-protocol object; numpy arrays keep
+    their shape and dtype) to a new DeviceBuffer. A device array is copied device to
+    device. Synchronous unless a stream is given (then the host memory must stay valid
+    until the stream reaches the copy)."""
+    cdef Py_buffer view
+    cdef DeviceBuffer b
+    cdef int i
+    d = as_device(obj, stream)
+    if d is not None:
+        d._check_open()
+        d._check_contiguous("to_device()")
+        b = new_buffer(d.nbytes, device if device is not None else d.device, stream, allocator)
+        b._shape, b._dtype, b._itemsize = d._shape, d._dtype, d._itemsize
+        _copy_dd(b, d, stream)
+        return b
+    try:
+        PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    except TypeError:
+        raise TypeError(f"to_device needs a buffer-protocol object or a device array, "
+                        f"not {type(obj).__name__}") from None
+    except (BufferError, ValueError) as e:
+        raise ValueError(f"{type(obj).__name__} must be C-contiguous: {e}; "
+                         "copy it first, e.g. numpy.ascontiguousarray(x)") from None
+    try:
+        fmt = view.format.decode() if view.format != NULL else "B"
+        shape = tuple(view.shape[i] for i in range(view.ndim)) if view.shape != NULL else (view.len,)
+        nbytes = view.len
+    finally:
+        PyBuffer_Release(&view)
+    key = None
+    try:
+        key, itemsize = resolve_dtype(fmt)
+    except TypeError:
+        pass
+    if key is None or nbytes_of(shape, itemsize) != nbytes:
+        dt = getattr(obj, "dtype", None)
+        if dt is not None:
+            key, itemsize = resolve_dtype(dt)
+        if key is None or nbytes_of(shape, itemsize) != nbytes:
+            key, itemsize, shape = "uint8", 1, (nbytes,)
+    b = new_buffer(nbytes, device, stream, allocator)
+    b._shape = shape
+    b._dtype = key
+    b._itemsize = itemsize
+    _copy_host(b, obj, stream, False)
+    return b
+
+
+
+# ------------------------------------------------------------ 2D / 3D copies
+@cython.final
+cdef class _Side:
+    """One side of a 2D/3D copy: device address or host pointer, and its extent."""
+    cdef CUmemorytype mtype
+    cdef CUdeviceptr dptr
+    cdef void *hptr
+    cdef size_t nbytes
+    cdef Py_buffer view
+    cdef bint has_view
+    cdef DeviceBuffer dev
+    cdef object keep
+
+    def __dealloc__(self):
+        if self.has_view:
+            PyBuffer_Release(&self.view)
+
+
+cdef _Side _side(object obj, bint writable):
+    cdef _Side sd = _Side.__new__(_Side)
+    cdef DeviceBuffer d = as_device(obj, None)
+    if d is not None:
+        if writable:
+            d._check_writable()
+        else:
+            d._check_open()
+        d._check_contiguous("copy_2d/copy_3d")
+        sd.mtype = CU_MEMORYTYPE_DEVICE
+        sd.dptr = d.ptr
+        sd.nbytes = d.nbytes
+        sd.dev = d
+        return sd
+    get_host(obj, &sd.view, writable)
+    sd.has_view = True
+    sd.keep = obj
+    sd.mtype = CU_MEMORYTYPE_HOST
+    sd.hptr = sd.view.buf
+    sd.nbytes = sd.view.len
+    return sd
+
+
+cdef size_t _mul(size_t a, size_t b, str which) except? 0:
+    if b and a > (<size_t>-1) // b:
+        raise OverflowError(f"{which}: the copy's extent overflows 64 bits")
+    return a * b
+
+
+cdef size_t _add(size_t a, size_t b, str which) except? 0:
+    if a > (<size_t>-1) - b:
+        raise OverflowError(f"{which}: the copy's extent overflows 64 bits")
+    return a + b
+
+
+cdef int _check_extent(_Side sd, str which, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
+                       size_t width, size_t height, size_t depth) except -1:
+    """Bounds of one side, in checked 64-bit arithmetic (no wrap-around)."""
+    cdef size_t last
+    if width == 0 or height == 0 or depth == 0:
+        return 0
+    if _add(x, width, which) > pitch:
+        raise ValueError(f"{which}: x offset + width ({x} + {width}) exceeds the pitch {pitch}")
+    if _add(y, height, which) > rows and depth > 1:
+        raise ValueError(f"{which}: y offset + height exceeds the rows per slice ({rows})")
+    # ((z + depth - 1) * rows + (y + height - 1)) * pitch + x + width
+    last = _add(_mul(_add(_mul(_add(z, depth - 1, which), rows, which), _add(y, height - 1, which), which),
+                     pitch, which), _add(x, width, which), which)
+    if last > sd.nbytes:
+        raise ValueError(f"{which}: the copy reaches byte {last} but the buffer has {sd.nbytes}")
+    return 0
+
+
+cdef CUcontext _ctx_of(_Side d, _Side sr, object stream) except NULL:
+    if d.dev is not None:
+        return d.dev.ctx
+    if sr.dev is not None:
+        return sr.dev.ctx
+    return resolve_device(None, stream).ctx
+
+
+cdef int _pick_stream(_Side d, _Side sr, object stream, CUstream *s) except -1:
+    """The stream of a pitched copy: the one given, else dst's, else src's (else NULL)."""
+    if stream is not None:
+        stream_handle(stream, s)
+    elif d.dev is not None:
+        s[0] = d.dev.stream_handle
+    elif sr.dev is not None:
+        s[0] = sr.dev.stream_handle
+    return 0
+
+
+cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s) except -1:
+    """Synchronous without a stream; else both device sides are noted as used on it."""
+    if stream is None:
+        _sync(s)
+        return 0
+    if d.dev is not None:
+        note_use(d.dev, s)
+    if sr.dev is not None:
+        note_use(sr.dev, s)
+    return 0
+
+
+def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, dst_x=0, dst_y=0,
+            src_x=0, src_y=0, stream=None):
+    """Copy a ``width_bytes`` x ``height`` rectangle between pitched memories (device
+    buffers or host buffers, any direction; ``cuMemcpy2DAsync``). Pitches default to
+    ``width_bytes``. Synchronous unless a stream is given (host memory must then stay
+    valid until the stream reaches the copy). Bounds are checked before any driver call."""
+    cdef CUDA_MEMCPY2D c
+    cdef CUstream s = NULL
+    cdef CUresult rc
+    cdef _Side d = _side(dst, True)
+    cdef _Side sr = _side(src, False)
+    cdef size_t w = checked_size(width_bytes, "width_bytes"), h = checked_size(height, "height")
+    cdef size_t dp = w if dst_pitch is None else checked_size(dst_pitch, "dst_pitch")
+    cdef size_t sp = w if src_pitch is None else checked_size(src_pitch, "src_pitch")
+    cdef size_t dx = checked_size(dst_x, "dst_x"), dy = checked_size(dst_y, "dst_y")
+    cdef size_t sx = checked_size(src_x, "src_x"), sy = checked_size(src_y, "src_y")
+    _check_extent(d, "dst", dx, dy, 0, dp, _add(h, dy, "dst"), w, h, 1)
+    _check_extent(sr, "src", sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
+    _pick_stream(d, sr, stream, &s)
+    if w == 0 or h == 0:
+        return
+    memset(&c, 0, sizeof(c))
+    c.srcXInBytes = sx
+    c.srcY = sy
+    c.srcMemoryType = sr.mtype
+    c.srcHost = sr.hptr
+    c.srcDevice = sr.dptr
+    c.srcPitch = sp
+    c.dstXInBytes = dx
+    c.dstY = dy
+    c.dstMemoryType = d.mtype
+    c.dstHost = d.hptr
+    c.dstDevice = d.dptr
+    c.dstPitch = dp
+    c.WidthInBytes = w
+    c.Height = h
+    set_current(_ctx_of(d, sr, stream))
+    with nogil:
+        rc = D.cuMemcpy2DAsync(&c, s)
+    check(rc, b"cuMemcpy2DAsync")
+    _after_copy(d, sr, stream, s)
+
+
+def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=None, dst_height=None,
+            src_height=None, dst_pos=(0, 0, 0), src_pos=(0, 0, 0), stream=None):
+    """Copy a ``width_bytes`` x ``height`` x ``depth`` box between pitched memories
+    (``cuMemcpy3DAsync``). ``*_height`` is the rows per slice (default ``height``);
+    ``*_pos`` are ``(x_bytes, y, z)``. Synchronous unless a stream is given."""
+    cdef CUDA_MEMCPY3D c
+    cdef CUstream s = NULL
+    cdef CUresult rc
+    cdef _Side d = _side(dst, True)
+    cdef _Side sr = _side(src, False)
+    cdef size_t w = checked_size(width_bytes, "width_bytes"), h = checked_size(height, "height")
+    cdef size_t dz = checked_size(depth, "depth")
+    cdef size_t dp = w if dst_pitch is None else checked_size(dst_pitch, "dst_pitch")
+    cdef size_t sp = w if src_pitch is None else checked_size(src_pitch, "src_pitch")
+    cdef size_t dh = h if dst_height is None else checked_size(dst_height, "dst_height")
+    cdef size_t sh = h if src_height is None else checked_size(src_height, "src_height")
+    cdef size_t dx, dy, dzp, sx, sy, szp
+    if len(dst_pos) != 3 or len(src_pos) != 3:
+        raise ValueError("dst_pos and src_pos are (x_bytes, y, z)")
+    dx, dy, dzp = [checked_size(v, "dst_pos") for v in dst_pos]
+    sx, sy, szp = [checked_size(v, "src_pos") for v in src_pos]
+    _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
+    _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
+    _pick_stream(d, sr, stream, &s)
+    if w == 0 or h == 0 or dz == 0:
+        return
+    memset(&c, 0, sizeof(c))
+    c.srcXInBytes, c.srcY, c.srcZ = sx, sy, szp
+    c.srcMemoryType = sr.mtype
+    c.srcHost = sr.hptr
+    c.srcDevice = sr.dptr
+    c.srcPitch = sp
+    c.srcHeight = sh
+    c.dstXInBytes, c.dstY, c.dstZ = dx, dy, dzp
+    c.dstMemoryType = d.mtype
+    c.dstHost = d.hptr
+    c.dstDevice = d.dptr
+    c.dstPitch = dp
+    c.dstHeight = dh
+    c.WidthInBytes = w
+    c.Height = h
+    c.Depth = dz
+    set_current(_ctx_of(d, sr, stream))
+    with nogil:
+        rc = D.cuMemcpy3DAsync(&c, s)
+    check(rc, b"cuMemcpy3DAsync")
+    _after_copy(d, sr, stream, s)
+

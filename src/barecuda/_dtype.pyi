@@ -1,0 +1,1 @@
+"""The dtype table (no public names; see barecuda.empty and DeviceBuffer.dtype)."""

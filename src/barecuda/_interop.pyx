@@ -1,0 +1,592 @@
+"""Interop with other libraries' device arrays.
+
+Owns: DLPack export (``DeviceBuffer.__dlpack__``) and import, CUDA Array Interface v3
+export and import, :func:`as_device_buffer`, and ``pointer_of`` -- the one resolver
+of pointer-like arguments the launch packer and plan binding use (torch/cupy tensors
+by exact type, CAI, DLPack, int addresses, DeviceBuffers).
+
+The producer's stream is honoured by ONE rule, the same for launch, bind and wrap
+(docs/interop.md): DLPack producers are handed our consumer stream through
+``__dlpack__(stream=...)``; a CAI v3 'stream' entry makes the consumer stream wait for
+it through an event; torch/cupy tensors read directly make the consumer stream wait
+for the library's current stream through an event. Nothing blocks the host.
+"""
+cimport cython
+from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer,
+                                PyCapsule_SetName, PyCapsule_CheckExact)
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from libc.stdlib cimport calloc, free
+from libc.stdint cimport int64_t
+import sys
+
+from barecuda._abi cimport *
+from barecuda._errors cimport bc_state_t
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver
+from barecuda._device cimport Device, activate_device, device_at
+from barecuda._stream cimport stream_handle
+from barecuda._dlpack cimport *
+from barecuda._dtype cimport resolve_dtype, typestr_of, nbytes_of, dtype_info, dtype_from_dlpack
+from barecuda._buffer cimport (DeviceBuffer, make_view, resolve_device, stream_after, pin, unpin,
+                               check_usable, note_use)
+
+cdef extern from "Python.h":
+    int Py_IsInitialized() nogil
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+
+# ----------------------------------------------------------------- DLPack out
+cdef void _dl_release(bc_dlpack_export *e) noexcept nogil:
+    if e == NULL:
+        return
+    if e.owner != NULL and Py_IsInitialized():
+        with gil:
+            unpin(<DeviceBuffer>e.owner)
+            Py_DECREF(<object>e.owner)
+    free(e)
+
+
+cdef void _dl_deleter_legacy(DLManagedTensor *t) noexcept nogil:
+    _dl_release(<bc_dlpack_export *>t.manager_ctx)
+
+
+cdef void _dl_deleter_versioned(DLManagedTensorVersioned *t) noexcept nogil:
+    _dl_release(<bc_dlpack_export *>t.manager_ctx)
+
+
+cdef void _capsule_destructor_legacy(object capsule) noexcept:
+    cdef DLManagedTensor *t
+    if PyCapsule_IsValid(capsule, b"dltensor"):      # never consumed
+        t = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
+        if t != NULL and t.deleter != NULL:
+            t.deleter(t)
+
+
+cdef void _capsule_destructor_versioned(object capsule) noexcept:
+    cdef DLManagedTensorVersioned *t
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        t = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        if t != NULL and t.deleter != NULL:
+            t.deleter(t)
+
+
+cdef object _make_capsule(DeviceBuffer b, bint versioned, bint copied):
+    key = b._dtype if b._dtype is not None else "uint8"
+    info = dtype_info(key)
+    if info is None:
+        raise BufferError(f"dtype {key!r} has no DLPack equivalent")
+    shape = b.shape
+    cdef int ndim = len(shape)
+    cdef int i
+    cdef int64_t stride = 1
+    if ndim > BC_DLPACK_MAX_NDIM:
+        raise BufferError(f"DLPack export supports at most {BC_DLPACK_MAX_NDIM} dimensions")
+    cdef bc_dlpack_export *e = <bc_dlpack_export *>calloc(1, sizeof(bc_dlpack_export))
+    if e == NULL:
+        raise MemoryError()
+    cdef DLTensor *t = &e.t.versioned.dl_tensor if versioned else &e.t.legacy.dl_tensor
+    for i in range(ndim - 1, -1, -1):
+        e.shape[i] = shape[i]
+        e.strides[i] = stride if b._strides is None else b._strides[i]
+        stride *= shape[i] if shape[i] > 0 else 1
+    t.data = <void *>b.ptr
+    t.device.device_type = kDLCUDA
+    t.device.device_id = b.device.ordinal
+    t.ndim = ndim
+    t.dtype.code = info[2]
+    t.dtype.bits = info[0] * 8
+    t.dtype.lanes = 1
+    t.shape = e.shape
+    t.strides = e.strides
+    t.byte_offset = 0
+    try:
+        pin(b)                 # the capsule holds the allocation until its deleter runs
+    except BaseException:
+        free(e)
+        raise
+    e.owner = <void *>b
+    Py_INCREF(b)
+    try:
+        if versioned:
+            e.t.versioned.version.major = BC_DLPACK_MAJOR_VERSION
+            e.t.versioned.version.minor = BC_DLPACK_MINOR_VERSION
+            e.t.versioned.manager_ctx = e
+            e.t.versioned.deleter = _dl_deleter_versioned
+            e.t.versioned.flags = ((DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0)
+                                   | (DLPACK_FLAG_BITMASK_READ_ONLY if b._readonly else 0))
+            return PyCapsule_New(&e.t.versioned, b"dltensor_versioned", _capsule_destructor_versioned)
+        e.t.legacy.manager_ctx = e
+        e.t.legacy.deleter = _dl_deleter_legacy
+        return PyCapsule_New(&e.t.legacy, b"dltensor", _capsule_destructor_legacy)
+    except BaseException:
+        _dl_release(e)
+        raise
+
+
+
+# ------------------------------------------------------------------ DLPack in
+@cython.final
+cdef class _DLPackOwner:
+    """Holds a consumed DLPack managed tensor; calls its deleter when the last view dies."""
+    cdef void *mt
+    cdef bint versioned
+    cdef object producer
+
+    def __dealloc__(self):
+        cdef void *mt = self.mt
+        self.mt = NULL
+        if mt == NULL:
+            return
+        if self.versioned:
+            if (<DLManagedTensorVersioned *>mt).deleter != NULL:
+                (<DLManagedTensorVersioned *>mt).deleter(<DLManagedTensorVersioned *>mt)
+        else:
+            if (<DLManagedTensor *>mt).deleter != NULL:
+                (<DLManagedTensor *>mt).deleter(<DLManagedTensor *>mt)
+
+
+cdef object _dl_stream_arg(CUstream h):
+    """The __dlpack__(stream=...) value for consumer stream h (array API numbering)."""
+    if h == NULL or h == CU_STREAM_LEGACY:
+        return 1
+    if h == CU_STREAM_PER_THREAD:
+        return 2
+    return <size_t>h
+
+
+cdef object _dl_capsule(object obj, CUstream h):
+    """obj.__dlpack__ for consumer stream h: the producer orders h after its work."""
+    dev = obj.__dlpack_device__()
+    if int(dev[0]) not in (kDLCUDA, kDLCUDAManaged):
+        raise BufferError(f"{type(obj).__name__} is not in CUDA device memory (DLPack device {tuple(dev)}); "
+                          "use to_device() to copy host data")
+    sarg = _dl_stream_arg(h)
+    # The producer may check (PyTorch does) that its device's context is the
+    # current one when it is handed a stream: bind it, as we are about to use
+    # the memory there anyway. This does not change the thread's default device.
+    activate_device(int(dev[1]))
+    try:
+        return obj.__dlpack__(stream=sarg, max_version=(BC_DLPACK_MAJOR_VERSION, BC_DLPACK_MINOR_VERSION))
+    except TypeError:
+        return obj.__dlpack__(stream=sarg)
+
+
+cdef DLTensor *_dl_tensor(object cap, void **mt, bint *versioned, bint consume) except NULL:
+    cdef DLTensor *t
+    if PyCapsule_IsValid(cap, b"dltensor_versioned"):
+        mt[0] = PyCapsule_GetPointer(cap, b"dltensor_versioned")
+        versioned[0] = True
+        if (<DLManagedTensorVersioned *>mt[0]).version.major > 1:
+            raise BufferError("DLPack major version > 1 is not supported")
+        if consume:
+            PyCapsule_SetName(cap, b"used_dltensor_versioned")
+        t = &(<DLManagedTensorVersioned *>mt[0]).dl_tensor
+    elif PyCapsule_IsValid(cap, b"dltensor"):
+        mt[0] = PyCapsule_GetPointer(cap, b"dltensor")
+        versioned[0] = False
+        if consume:
+            PyCapsule_SetName(cap, b"used_dltensor")
+        t = &(<DLManagedTensor *>mt[0]).dl_tensor
+    else:
+        raise BufferError("not a DLPack capsule (or it was already consumed)")
+    if t.device.device_type != kDLCUDA and t.device.device_type != kDLCUDAManaged:
+        raise BufferError(f"DLPack tensor is on device type {t.device.device_type}, not CUDA")
+    return t
+
+
+cdef DeviceBuffer _our_export(void *mt, bint versioned):
+    """The DeviceBuffer a capsule of ours was exported from (None for foreign capsules)."""
+    cdef bc_dlpack_export *e
+    if versioned:
+        if (<DLManagedTensorVersioned *>mt).deleter != _dl_deleter_versioned:
+            return None
+        e = <bc_dlpack_export *>(<DLManagedTensorVersioned *>mt).manager_ctx
+    else:
+        if (<DLManagedTensor *>mt).deleter != _dl_deleter_legacy:
+            return None
+        e = <bc_dlpack_export *>(<DLManagedTensor *>mt).manager_ctx
+    if e == NULL or e.owner == NULL:
+        return None
+    return <DeviceBuffer>e.owner
+
+
+cdef tuple _layout(tuple shape, object strides, size_t itemsize, bint in_bytes):
+    """(nbytes spanned, element strides or None when C-contiguous)."""
+    cdef object expect = 1
+    cdef object span = 0
+    if strides is None:
+        return nbytes_of(shape, itemsize), None
+    st = tuple(int(s) // itemsize if in_bytes else int(s) for s in strides)
+    if in_bytes and any(int(s) % itemsize for s in strides):
+        raise ValueError(f"strides {tuple(strides)} are not multiples of the itemsize {itemsize}")
+    contiguous = True
+    for n, s in zip(reversed(shape), reversed(st)):
+        if n != 1 and n != 0 and s != expect:
+            contiguous = False
+        expect *= n
+    if contiguous:
+        return nbytes_of(shape, itemsize), None
+    if any(s < 0 for s in st):
+        raise ValueError(f"negative strides {st} are not supported; make the array contiguous first")
+    if any(n == 0 for n in shape):
+        return 0, st
+    for n, s in zip(shape, st):
+        span += (n - 1) * s
+    return <size_t>((span + 1) * itemsize), st
+
+
+cdef DeviceBuffer _from_dlpack(object obj, object stream):
+    cdef CUstream h = NULL
+    cdef _DLPackOwner owner
+    cdef DLTensor *t
+    cdef int i
+    cdef void *mt = NULL
+    cdef bint versioned = False
+    cdef DeviceBuffer ours
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, &h)
+    if type(obj) is DeviceBuffer:
+        return _reimport(<DeviceBuffer>obj, h, stream)
+    cap = obj if PyCapsule_CheckExact(obj) else _dl_capsule(obj, h)
+    owner = _DLPackOwner.__new__(_DLPackOwner)
+    t = _dl_tensor(cap, &mt, &versioned, True)
+    owner.mt = mt
+    owner.versioned = versioned
+    name = dtype_from_dlpack(t.dtype.code, t.dtype.bits)
+    if name is None or t.dtype.lanes != 1:
+        raise BufferError(f"unsupported DLPack dtype (code={t.dtype.code}, bits={t.dtype.bits}, "
+                          f"lanes={t.dtype.lanes})")
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = None if t.strides == NULL else tuple(t.strides[i] for i in range(t.ndim))
+    itemsize = dtype_info(name)[0]
+    nbytes, est = _layout(shape, strides, itemsize, False)
+    dev_obj = device_at(t.device.device_id)
+    ours = _our_export(mt, versioned)
+    cdef DeviceBuffer v = make_view(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner,
+                                    ours)
+    v._shape = shape
+    v._dtype = name
+    v._itemsize = itemsize
+    v._strides = est
+    v._strided = est is not None
+    if versioned and ((<DLManagedTensorVersioned *>mt).flags & DLPACK_FLAG_BITMASK_READ_ONLY):
+        v._readonly = True
+    owner.producer = obj if not PyCapsule_CheckExact(obj) else None   # producer stays alive too
+    return v
+
+
+cdef DeviceBuffer _reimport(DeviceBuffer b, CUstream h, object stream):
+    """A DLPack/CAI re-import of one of our buffers: a view holding its owner."""
+    check_usable(b)
+    stream_after(h, b.stream_handle, b.ctx)
+    cdef DeviceBuffer v = make_view(b.ptr, b.nbytes, b.device, h, stream, None, b)
+    v._shape, v._dtype, v._itemsize = b._shape, b._dtype, b._itemsize
+    v._strides, v._strided, v._readonly = b._strides, b._strided, b._readonly
+    return v
+
+
+# --------------------------------------------------------------------- CAI in
+cdef int _ordinal_of_ptr(CUdeviceptr p) except -2:
+    cdef int ordinal = -1
+    if p != 0 and D.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == 0:
+        return ordinal
+    return -1
+
+
+cdef int _cai_wait(object cai, CUstream consumer, CUcontext ctx) except -1:
+    """CAI v3: make `consumer` wait (an event, never a host sync) for the producer's
+    'stream' entry; absent or None: the producer says no synchronization is needed."""
+    cdef CUstream ps
+    sentry = cai.get("stream") if cai.get("version", 0) >= 3 else None
+    if sentry is None:
+        return 0
+    if isinstance(sentry, bool) or not isinstance(sentry, int):
+        raise TypeError(f"__cuda_array_interface__ 'stream' must be an int or None, not {type(sentry).__name__}")
+    if sentry == 0:
+        raise ValueError("__cuda_array_interface__ 'stream' must not be 0 (ambiguous; spec v3)")
+    if sentry == 1:
+        ps = CU_STREAM_LEGACY
+    elif sentry == 2:
+        ps = CU_STREAM_PER_THREAD
+    else:
+        ps = <CUstream><size_t>sentry
+    return stream_after(consumer, ps, ctx)
+
+
+cdef object _cai_dict(object obj):
+    cai = obj if isinstance(obj, dict) else obj.__cuda_array_interface__
+    if not isinstance(cai, dict):
+        raise TypeError(f"__cuda_array_interface__ must be a dict, not {type(cai).__name__}")
+    for k in ("data", "shape", "typestr"):
+        if k not in cai:
+            raise TypeError(f"__cuda_array_interface__ has no {k!r} entry")
+    return cai
+
+
+cdef DeviceBuffer _from_cai(object obj, object stream):
+    cdef CUstream h = NULL
+    cdef CUdeviceptr p
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, &h)
+    if type(obj) is DeviceBuffer:
+        return _reimport(<DeviceBuffer>obj, h, stream)
+    cai = _cai_dict(obj)
+    data = cai["data"]
+    p = data[0] if data is not None and data[0] is not None else 0
+    shape = tuple(int(n) for n in cai["shape"])
+    if cai.get("mask") is not None:
+        raise ValueError("masked CUDA arrays are not supported")
+    key, itemsize = resolve_dtype(cai["typestr"])
+    nbytes, est = _layout(shape, cai.get("strides"), itemsize, True)
+    o = _ordinal_of_ptr(p)
+    dev = resolve_device(None if o < 0 else o, stream)
+    _cai_wait(cai, h, dev.ctx)
+    cdef DeviceBuffer v = make_view(p, nbytes, dev, h, stream, obj, None)
+    v._shape = shape
+    v._dtype = key
+    v._itemsize = itemsize
+    v._strides = est
+    v._strided = est is not None
+    v._readonly = data is not None and len(data) > 1 and bool(data[1])
+    return v
+
+
+# --------------------------------------------------------------- DeviceBuffer export
+def cai_of(DeviceBuffer b):
+    """DeviceBuffer.__cuda_array_interface__ (v3; 'stream' is the buffer's stream)."""
+    b._check_open()
+    key = b._dtype if b._dtype is not None else "uint8"
+    ts = typestr_of(key)
+    return {
+        "shape": b.shape,
+        "typestr": ts,
+        "descr": [("", ts)],
+        "data": (b.ptr, bool(b._readonly)),
+        "strides": None if b._strides is None else tuple(s * b._itemsize for s in b._strides),
+        "version": 3,
+        "stream": 1 if b.stream_handle == NULL else <size_t>b.stream_handle,
+    }
+
+
+def dlpack_of(DeviceBuffer b, stream, max_version, dl_device, copy):
+    """DeviceBuffer.__dlpack__, following the array API's stream rules."""
+    cdef CUstream cs
+    cdef DeviceBuffer src = b
+    b._check_open()
+    if dl_device is not None:
+        dt, did = dl_device
+        if int(dt) != kDLCUDA or int(did) != b.device.ordinal:
+            raise BufferError(f"cannot export device {b.device.ordinal} memory to DLPack device "
+                              f"{tuple(dl_device)} without a copy")
+    if copy:
+        src = b.copy()
+    if stream is None:
+        cs = CU_STREAM_LEGACY               # array API: None means the legacy default stream
+    elif isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"__dlpack__ stream must be an int or None, not {type(stream).__name__}")
+    elif stream == -1:
+        cs = NULL                           # no synchronization asked
+    elif stream == 0:
+        raise ValueError("__dlpack__(stream=0) is not allowed for CUDA (ambiguous): pass 1 for the "
+                         "legacy default stream, 2 for the per-thread default stream")
+    elif stream == 1:
+        cs = CU_STREAM_LEGACY
+    elif stream == 2:
+        cs = CU_STREAM_PER_THREAD
+    elif stream < -1:
+        raise ValueError(f"__dlpack__ stream must be -1, 1, 2 or a CUstream handle, not {stream}")
+    else:
+        cs = <CUstream><size_t>stream
+    if not (stream is not None and stream == -1):
+        stream_after(cs, src.stream_handle, src.ctx)
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    return _make_capsule(src, versioned, bool(copy))
+
+
+def from_cai(obj, stream=None):
+    return _from_cai(obj, stream)
+
+
+def from_dlpack(obj, stream=None):
+    return _from_dlpack(obj, stream)
+
+
+# --------------------------------------------------------------- public API
+cdef bint _is_device_array(object obj):
+    if hasattr(obj, "__cuda_array_interface__"):
+        return True
+    f = getattr(obj, "__dlpack_device__", None)
+    if f is not None:
+        try:
+            dt = f()[0]
+        except Exception:
+            return False
+        return dt == kDLCUDA or dt == kDLCUDAManaged
+    return False
+
+
+cdef DeviceBuffer as_device(object obj, object stream):
+    if type(obj) is DeviceBuffer:
+        return <DeviceBuffer>obj
+    if _is_device_array(obj):
+        return as_device_buffer(obj, stream=stream)
+    return None
+
+
+def as_device_buffer(obj, *, stream=None):
+    """A zero-copy DeviceBuffer view of another library's device array.
+
+    Accepts a DeviceBuffer (returned as is), anything with ``__dlpack__`` on a CUDA
+    device (PyTorch, CuPy, JAX...), anything with ``__cuda_array_interface__``, a
+    DLPack capsule, or a CAI dict. The view keeps the producer alive and never frees
+    the memory (a re-import of one of our own buffers holds its owner instead).
+    ``stream`` is where the view will be used: the producer's pending work is
+    ordered before work queued there by the rule of docs/interop.md. Strided
+    (non-contiguous) arrays become strided views: usable as kernel pointers, refused
+    by copies; read-only arrays become read-only views.
+    """
+    if type(obj) is DeviceBuffer:
+        return obj
+    if PyCapsule_CheckExact(obj):
+        return _from_dlpack(obj, stream)
+    if isinstance(obj, dict):
+        try:
+            return _from_cai(obj, stream)
+        except KeyError as e:
+            raise TypeError(f"not a __cuda_array_interface__ dict: missing {e}") from None
+    f = getattr(obj, "__dlpack_device__", None)
+    if f is not None and hasattr(obj, "__dlpack__"):
+        if int(f()[0]) in (kDLCUDA, kDLCUDAManaged):
+            return _from_dlpack(obj, stream)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cai(obj, stream)
+    raise TypeError(f"{type(obj).__name__} is not a device array (no __cuda_array_interface__ "
+                    "and no CUDA __dlpack__); use to_device() for host data")
+
+
+# ------------------------------------------------------- pointer_of (launch, bind)
+# Exact classes read without DLPack/CAI, recognised by (module, qualname) the first
+# time an object of that exact type is seen (torch/cupy are never imported here).
+cdef enum:
+    FAST_NONE = 0
+    FAST_TORCH = 1
+    FAST_CUPY = 2
+
+_FAST_NAMES = {
+    ("torch", "Tensor"): FAST_TORCH,
+    ("torch.nn.parameter", "Parameter"): FAST_TORCH,
+    ("cupy", "ndarray"): FAST_CUPY,
+    ("cupy._core.core", "ndarray"): FAST_CUPY,
+}
+cdef dict _fast_cache = {}          # exact type -> FAST_* kind, recognised classes only
+# (other classes are not cached: a strong reference would keep a user's local class,
+# and whatever it closes over, alive forever)
+
+
+cdef int _fast_kind(type t):
+    k = _fast_cache.get(t)
+    if k is None:
+        k = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
+        if k != FAST_NONE:
+            _fast_cache[t] = k
+    return <int>k
+
+
+cdef int _wrong_device(object obj, int have, Device dev) except -1:
+    raise ValueError(f"{type(obj).__name__} is on device {have} but the kernel runs on device "
+                     f"{dev.ordinal}; move it first (e.g. t.to('cuda:{dev.ordinal}'))")
+
+
+cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
+    """The library's current stream on `ordinal` (where its pending work on obj is queued)."""
+    mod = sys.modules.get(type(obj).__module__.partition(".")[0])
+    if kind == FAST_TORCH:
+        raw = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            h = raw(ordinal)
+        else:
+            h = mod.cuda.current_stream(ordinal).cuda_stream
+    else:
+        cuda = mod.cuda
+        f = getattr(getattr(cuda, "stream", None), "get_current_stream_ptr", None)
+        h = f() if f is not None else cuda.get_current_stream().ptr
+    return <CUstream><size_t>h
+
+
+cdef int _order_after_producer(CUstream producer, CUstream consumer, Device dev) except -1:
+    if producer == NULL:
+        producer = CU_STREAM_LEGACY
+    return stream_after(consumer, producer, dev.ctx)
+
+
+cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1:
+    """See _interop.pxd and docs/interop.md."""
+    cdef type t = type(obj)
+    cdef int kind
+    cdef int have
+    cdef CUdeviceptr p
+    cdef DLTensor *tensor
+    cdef void *mt = NULL
+    cdef bint versioned = False
+    if t is DeviceBuffer:
+        check_usable(<DeviceBuffer>obj)
+        if (<DeviceBuffer>obj).device is not None and (<DeviceBuffer>obj).device.ordinal != dev.ordinal:
+            _wrong_device(obj, (<DeviceBuffer>obj).device.ordinal, dev)
+        note_use(<DeviceBuffer>obj, consumer)
+        out[0] = (<DeviceBuffer>obj).ptr
+        return 0
+    if t is int:
+        if obj < 0 or obj > <object>(<CUdeviceptr>-1):
+            raise ValueError(f"a device address must be in [0, 2**64), got {obj}")
+        out[0] = <CUdeviceptr>obj
+        return 0
+    kind = _fast_kind(t)
+    if kind == FAST_TORCH:
+        have = obj.get_device()
+        if have < 0:
+            raise ValueError(f"the tensor is on the CPU, not on device {dev.ordinal}; move it first "
+                             f"(t.to('cuda:{dev.ordinal}'))")
+        if have != dev.ordinal:
+            _wrong_device(obj, have, dev)
+        p = <CUdeviceptr>obj.data_ptr()
+        _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
+        out[0] = p
+        return 0
+    if kind == FAST_CUPY:
+        have = obj.device.id
+        if have != dev.ordinal:
+            _wrong_device(obj, have, dev)
+        p = <CUdeviceptr>obj.data.ptr
+        _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
+        out[0] = p
+        return 0
+    if PyCapsule_CheckExact(obj):
+        raise TypeError("a DLPack capsule cannot be a kernel argument (it would be consumed); "
+                        "pass the array, or as_device_buffer(capsule)")
+    if isinstance(obj, dict):
+        raise TypeError("a dict is not a device array argument; pass the array, or "
+                        "as_device_buffer(cai_dict)")
+    f = getattr(obj, "__dlpack_device__", None)
+    if f is not None and hasattr(obj, "__dlpack__"):
+        where = f()
+        if int(where[0]) in (kDLCUDA, kDLCUDAManaged):
+            if int(where[1]) != dev.ordinal:
+                _wrong_device(obj, int(where[1]), dev)
+            cap = _dl_capsule(obj, consumer)
+            tensor = _dl_tensor(cap, &mt, &versioned, False)
+            out[0] = <CUdeviceptr>tensor.data + tensor.byte_offset
+            # Not consumed: the capsule's destructor calls the deleter; obj keeps the memory.
+            return 0
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        cai = _cai_dict(cai)
+        data = cai["data"]
+        p = 0 if data is None or data[0] is None else <CUdeviceptr>data[0]
+        _cai_wait(cai, consumer, dev.ctx)
+        out[0] = p
+        return 0
+    raise TypeError(f"{type(obj).__name__} is not a device pointer (DeviceBuffer, int address, "
+                    "torch/cupy array, or an object with __cuda_array_interface__ / CUDA __dlpack__)")
