@@ -768,7 +768,9 @@ cdef class LaunchPlan:
     """A launch with its arguments packed once (from :meth:`Kernel.bind`).
 
     ``plan()`` issues ``cuLaunchKernel`` with the stored parameter block and does
-    nothing else. The plan keeps every argument object and its stream alive.
+    nothing else. The plan keeps every argument object and its stream alive, and
+    pins its DeviceBuffer arguments: ``buf.close()`` while a plan holds ``buf``
+    defers the free until the plan (or ``set_arg`` replacing it) lets go.
     ``set_arg(i, value)`` repacks one parameter with the same checks as
     ``Kernel.launch``; ``plan.stream = s`` moves it to another stream.
     """
