@@ -824,34 +824,36 @@ cdef class Graph:
         _need(<void *>D.cuGraphAddNode, "cuGraphAddNode")
         if cond.graph is not self:
             raise ValueError("the condition handle belongs to another graph")
-        bodies = <CUgraph *>PyMem_Malloc(size * sizeof(CUgraph))
-        if bodies == NULL:
-            raise MemoryError()
         try:
             memset(&p, 0, sizeof(p))
-            memset(bodies, 0, size * sizeof(CUgraph))
             p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL
             p.conditional.handle = cond.h
             p.conditional.type = t
             p.conditional.size = size
-            p.conditional.phGraph_out = bodies
+            # phGraph_out is an output: the driver replaces the pointer with an array it owns
+            # (valid for the node's lifetime) holding the body graphs; the caller passes none.
+            p.conditional.phGraph_out = NULL
             p.conditional.ctx = self.ctx
             deps = _dep_array(self, depends_on, &nd)
             set_current(self.ctx)
             check(D.cuGraphAddNode(&h, self.handle, deps, NULL, nd, &p), b"cuGraphAddNode")
-            out = []
-            for i in range(size):
-                b = Graph.__new__(Graph, _TOKEN)
-                b.handle = bodies[i]
-                b.owned = False
-                b.device = self.device
-                b.ctx = self.ctx
-                b._parent = self        # the body's handle lives as long as this graph
-                self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
-                out.append(b)
         finally:
             PyMem_Free(deps)
-            PyMem_Free(bodies)
+        bodies = p.conditional.phGraph_out
+        if bodies == NULL:
+            raise RuntimeError("cuGraphAddNode returned no body graphs for the conditional node")
+        out = []
+        for i in range(size):
+            if bodies[i] == NULL:
+                raise RuntimeError(f"cuGraphAddNode returned no body graph {i} for the conditional node")
+            b = Graph.__new__(Graph, _TOKEN)
+            b.handle = bodies[i]
+            b.owned = False
+            b.device = self.device
+            b.ctx = self.ctx
+            b._parent = self        # the body's handle lives as long as this graph
+            self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
+            out.append(b)
         n = ConditionalNode.__new__(ConditionalNode, _TOKEN)
         n.handle = h
         n.kind = "conditional"
