@@ -1264,8 +1264,14 @@ cdef class ExecKernelNode:
     def shared_mem(self):
         return self.p.sharedMemBytes
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     def set_arg(self, Py_ssize_t index, value):
         """Set parameter ``index`` to ``value`` in the executable.
+
+        The hot path: exact int/float/DeviceBuffer values are checked and packed in C
+        straight into this handle's persistent parameter block, then one
+        ``cuGraphExecKernelNodeSetParams``; no Python object is created.
 
         Raises
         ------
@@ -1274,30 +1280,33 @@ cdef class ExecKernelNode:
         """
         cdef GraphExec x = self.exec
         cdef Kernel k = self.kernel
+        cdef list vals = self._vals
+        cdef list keep = self._scratch
         cdef char saved[64]
+        cdef char *slot
         cdef size_t sz
         cdef CUresult rc
-        cdef list keep = self._scratch
         if x.handle == NULL:
             x._live()
-        if index < 0 or index >= k.nparams:
+        if <size_t>index >= <size_t>k.nparams:          # negative too
             return pack_arg(k, index, value, self.buf, x.last, keep)   # raises IndexError
         sz = k.params[index].size
+        slot = self.buf + k.params[index].offset
         if sz <= 64:
-            memcpy(saved, self.buf + k.params[index].offset, sz)
+            memcpy(saved, slot, sz)
         pack_arg(k, index, value, self.buf, x.last, keep)
         set_current(x.ctx)
         rc = D.cuGraphExecKernelNodeSetParams(x.handle, self.node.handle, &self.p)
         if rc != 0:
             if sz <= 64:
-                memcpy(self.buf + k.params[index].offset, saved, sz)
+                memcpy(slot, saved, sz)
             if keep:
                 del keep[:]
             check(rc, b"cuGraphExecKernelNodeSetParams")
-        old = self._vals[index]
-        if x.launched and type(old) is DeviceBuffer:
+        old = vals[index]
+        if type(old) is DeviceBuffer and x.launched:
             note_use(<DeviceBuffer>old, x.last)   # earlier launches used it: its free waits
-        self._vals[index] = value
+        vals[index] = value
         if keep:
             self._keeps[index] = list(keep)
             del keep[:]
