@@ -8,8 +8,8 @@ unique id rank 0 makes and torch's store carries. For every size (1 MiB, 16 MiB,
 256 MiB, 1 GiB, float32, in place) the two are timed alternately, round by round, on
 one stream each (CUDA events around a batch of calls); the figure is the median per
 call. Bus bandwidth follows nccl-tests: busbw = algbw * 2(n-1)/n. The 8-byte row is
-latency. Rank 0 prints the table (torch's rows beside ours) and the other dist rows
-(IPC open cost, peer copies) measured after the collectives.
+latency. The other dist rows (IPC open cost, peer copies) are measured after the
+collectives and printed first; rank 0's table (torch's rows beside ours) comes last.
 NVLink multicast stays off: NCCL_NVLS_ENABLE=0 (and torch's / NVSHMEM's switches).
 """
 import argparse
@@ -84,20 +84,29 @@ def rank_main(quick):
     out = None
     if rank == 0:
         out = {"world": world, "nccl_barecuda": ".".join(map(str, nccl.version())),
-               "nccl_torch": ".".join(map(str, torch.cuda.nccl.version())), "rows": []}
-        print(f"all-reduce, {world} ranks (float32, in place); barecuda NCCL {out['nccl_barecuda']} "
-              f"({nccl.library_path()}), torch {torch.__version__} NCCL {out['nccl_torch']}")
-        print(f"{'size':>10} | {'barecuda us':>11} {'busbw GB/s':>10} | {'torch us':>9} {'busbw GB/s':>10} | "
-              f"{'bc/torch busbw':>14}")
+               "nccl_torch": ".".join(map(str, torch.cuda.nccl.version())),
+               "nccl_path": nccl.library_path(), "torch": torch.__version__, "rows": []}
         for size, a, t in results:
-            label = "8 B" if size == 8 else f"{size // MiB} MiB"
-            ba, bt = dr.busbw(size, a, world), dr.busbw(size, t, world)
-            print(f"{label:>10} | {a * 1e6:11.1f} {ba:10.1f} | {t * 1e6:9.1f} {bt:10.1f} | {ba / bt:14.3f}")
-            out["rows"].append({"bytes": size, "barecuda_s": a, "torch_s": t, "barecuda_busbw": ba,
-                                "torch_busbw": bt})
+            out["rows"].append({"bytes": size, "barecuda_s": a, "torch_s": t,
+                                "barecuda_busbw": dr.busbw(size, a, world), "torch_busbw": dr.busbw(size, t, world)})
     dist.barrier()
     dist.destroy_process_group()
     return out
+
+
+def print_table(out):
+    """The torch-vs-barecuda table (rank 0's results)."""
+    print(f"all-reduce, {out['world']} ranks (float32, in place); barecuda NCCL {out['nccl_barecuda']} "
+          f"({out['nccl_path']}), torch {out['torch']} NCCL {out['nccl_torch']}")
+    print(f"{'size':>10} | {'barecuda us':>11} {'busbw GB/s':>10} | {'torch us':>9} {'busbw GB/s':>10} | "
+          f"{'bc/torch busbw':>14}")
+    for r in out["rows"]:
+        size, a, t, ba, bt = r["bytes"], r["barecuda_s"], r["torch_s"], r["barecuda_busbw"], r["torch_busbw"]
+        label = "8 B" if size == 8 else f"{size // MiB} MiB"
+        if ba is None or bt is None:    # one rank: no bus traffic to speak of
+            print(f"{label:>10} | {a * 1e6:11.1f} {'n/a':>10} | {t * 1e6:9.1f} {'n/a':>10} | {'needs 2 GPUs':>14}")
+        else:
+            print(f"{label:>10} | {a * 1e6:11.1f} {ba:10.1f} | {t * 1e6:9.1f} {bt:10.1f} | {ba / bt:14.3f}")
 
 
 def _spawned(rank, world, port, quick, q):
@@ -136,6 +145,7 @@ def main():
         extra = [dr.ipc_open_row(50 if a.quick else 200)] + dr.peer_copy_rows(rounds=3 if a.quick else 5)
         print(dr.format_rows(extra))
         out["extra"] = extra
+    print_table(out)                    # last: the table is what the run is for
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -91,11 +91,26 @@ def pytest_addoption(parser):
                      help="run against the real NVIDIA driver (GPU tests on, fake-driver tests off)")
 
 
+def _children_import_our_barecuda():
+    """Put the directory holding the barecuda this session imported first on PYTHONPATH.
+
+    Subprocess tests start fresh interpreters; with the package built in place and
+    not installed they would otherwise not find it (or find another copy).
+    """
+    import barecuda
+    root = os.path.dirname(os.path.dirname(os.path.abspath(barecuda.__file__)))
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if not parts or os.path.abspath(parts[0]) != root:
+        rest = [p for p in parts if os.path.abspath(p) != root]
+        os.environ["PYTHONPATH"] = os.pathsep.join([root] + rest)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU and driver (run with --gpu)")
     # Destructor failures surface as CudaWarning; in the suite they are errors. Added
     # here (not in pyproject) because barecuda is importable only once the path is set.
     config.addinivalue_line("filterwarnings", "error::barecuda.CudaWarning")
+    _children_import_our_barecuda()
     if not config.getoption("--gpu"):
         if _BUILD_ERROR:
             raise pytest.UsageError(f"could not build the fake CUDA driver:\n{_BUILD_ERROR}")

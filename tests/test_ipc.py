@@ -224,3 +224,13 @@ def test_pool_import_reaches_driver(fake):
     with pytest.raises(bc.CudaNotSupportedError):
         ipc.open_buffer(h)
     assert fake.calls("cuMemPoolImportFromShareableHandle") == 1
+
+
+def test_close_while_exported_waits_for_release(fake):
+    live = fake.live("mem")
+    buf = bc.IpcAllocator(0).alloc(64)
+    h = ipc.export_buffer(buf)
+    buf.close()                                   # the handle's pin defers the free
+    assert fake.live("mem") == live + 1
+    h.release()                                   # the last pin goes: the deferred free runs
+    assert fake.live("mem") == live

@@ -675,3 +675,74 @@ def test_plans_and_batches_allocate_nothing(fake, ptx):
     assert _alloc_growth(plan) == (0, 0, 0)
     pl = bc.PlanList([plan] * 8)
     assert _alloc_growth(pl, n=20_000) == (0, 0, 0)
+
+
+def _pending_lib(fake):
+    lib = fake.lib
+    for name, res, args in [("fakecuda_pending_mode", ctypes.c_int, [ctypes.c_int]),
+                            ("fakecuda_early_frees", ctypes.c_longlong, [])]:
+        getattr(lib, name).restype = res
+        getattr(lib, name).argtypes = args
+    return lib
+
+
+@pytest.mark.parametrize("how", ["bind", "set_arg"])
+def test_plan_defers_the_free_of_a_closed_argument(fake, ptx, how):
+    # a.close() while a plan holds a: the plan's later launches still get allocated
+    # memory (the double counts a free that queued work still uses); the free runs
+    # when the plan goes.
+    lib = _pending_lib(fake)
+    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
+    s = bc.Stream()
+    gc.collect()
+    mem0 = fake.live("mem")
+    early0 = lib.fakecuda_early_frees()
+    lib.fakecuda_pending_mode(1)
+    try:
+        a = bc.empty(64, "float32", allocator=bc.DriverAllocator())
+        other = bc.empty(64, "float32", allocator=bc.DriverAllocator())
+        if how == "bind":
+            plan = k.bind(1, 32, a, a, a, 16, stream=s)
+        else:
+            plan = k.bind(1, 32, other, other, other, 16, stream=s)
+            for i in range(3):
+                plan.set_arg(i, a)
+        plan()
+        a.close()
+        assert a.closed
+        with pytest.raises(ValueError, match="closed"):
+            k.launch(1, 32, a, a, a, 16, stream=s)      # the closed handle itself is refused
+        assert fake.live("mem") == mem0 + 2              # ...but its memory is still allocated
+        plan()
+        plan()
+        assert lib.fakecuda_early_frees() == early0
+        del plan
+        gc.collect()
+        s.synchronize()
+        bc.Device(0).synchronize()
+        gc.collect()
+        assert lib.fakecuda_early_frees() == early0
+        assert fake.live("mem") == mem0 + 1              # freed once the plan went; `other` remains
+    finally:
+        lib.fakecuda_pending_mode(0)
+    del other
+    gc.collect()
+    assert fake.live("mem") == mem0
+
+
+def test_set_arg_unpins_what_it_replaces(fake, ptx):
+    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
+    gc.collect()
+    mem0 = fake.live("mem")
+    a, b = bc.empty(64, "float32", allocator=bc.DriverAllocator()), bc.empty(64, "float32", allocator=bc.DriverAllocator())
+    plan = k.bind(1, 32, a, a, b, 16)
+    plan.set_arg(0, b)
+    plan.set_arg(1, 0)            # a no longer used by the plan: its close frees at once
+    a.close()
+    assert fake.live("mem") == mem0 + 1
+    b.close()                     # b still used by the plan: deferred
+    assert fake.live("mem") == mem0 + 1
+    plan()
+    del plan
+    gc.collect()
+    assert fake.live("mem") == mem0

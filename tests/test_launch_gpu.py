@@ -168,8 +168,11 @@ def test_bad_configs_raise_before_the_driver(vadd):
             vadd.launch(g, b, buf, buf, buf, 16)
     with pytest.raises(ValueError, match="set_max_dynamic_shared_memory"):
         vadd.launch(1, 1, buf, buf, buf, 16, shared_mem=vadd.max_dynamic_shared_memory + 1)
-    with pytest.raises(OverflowError):
-        vadd.launch(1, 1, buf, buf, buf, -1)
+    # n is a PTX .u32: any value in [-2**31, 2**32 - 1] packs (two's complement,
+    # issue 10); one past either end is refused before the driver.
+    for bad in (2**32, -2**31 - 1):
+        with pytest.raises(OverflowError):
+            vadd.launch(1, 1, buf, buf, buf, bad)
     with pytest.raises(TypeError):
         vadd.launch(1, 1, buf, buf, 16)
 
@@ -237,8 +240,13 @@ def test_nvcc_cubin_and_fatbin(kind, tmp_path):
     if bc.driver_version() >= (12, 4):
         untyped = m.get_kernel("scale")
         assert [s for _, s, _ in untyped.param_info()] == [8, 8, 4, 4]
-        untyped.launch((n + 127) // 128, 128, d, bc.to_device(a), 0.5, n)
-        np.testing.assert_array_equal(d.to_numpy(), a * np.float32(0.5))
+        # an untyped 4-byte slot takes a 4-byte numpy scalar bit for bit (a Python
+        # float's width would be a guess: refused, issue 13)
+        s = np.float32(RNG.standard_normal())
+        untyped.launch((n + 127) // 128, 128, d, bc.to_device(a), s, n)
+        np.testing.assert_array_equal(d.to_numpy(), a * s)
+        with pytest.raises(TypeError, match="signature="):
+            untyped.launch((n + 127) // 128, 128, d, bc.to_device(a), 0.5, n)
 
 
 # ----------------------------------------------------------- plans and batches

@@ -103,7 +103,7 @@ def test_signed_parameters_every_width(kind, tmp_path):
 def test_cxx_kernel_by_plain_name(kind, tmp_path):
     data = nvcc(CXX_SRC, kind, tmp_path)
     mod = Module.from_ptx(data) if kind == "ptx" else Module.from_cubin(data)
-    if kind == "cubin" and bc.driver_version() < 12040:
+    if kind == "cubin" and bc.driver_version() < (12, 4):
         pytest.skip("listing a cubin's kernels needs a CUDA 12.4 driver")
     k = mod.get_kernel("scale_add")
     assert k.name.startswith("_Z9scale_add")

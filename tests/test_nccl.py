@@ -293,6 +293,24 @@ def test_all_reduce_every_dtype_and_op(fnccl, dtype, op):
     b.close()
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32"])
+def test_one_rank_avg_writes_every_element(fnccl, dtype):
+    # The double, like NCCL before 2.29.7, drops the tail of a one-rank avg (issue 1950):
+    # the communicator must send one-rank avg as sum (the same values) to get them all.
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng()
+    x = (rng.random(4099) * 100).astype(dtype)
+    c = nccl.Communicator(0, 1, nccl.get_unique_id(), 0)
+    src = bc.to_device(x)
+    outs = [bc.to_device(np.zeros_like(x)) for _ in range(3)]
+    c.all_reduce(src, outs[0], op="avg")
+    c.reduce(src, outs[1], op="avg", root=0)
+    c.reduce_scatter(src, outs[2], op="avg")
+    for o in outs:
+        np.testing.assert_array_equal(o.to_numpy(), x)
+    c.close()
+
+
 def test_other_collectives(fnccl):
     np = pytest.importorskip("numpy")
     rng = np.random.default_rng()
@@ -374,3 +392,14 @@ def test_fp8_reaches_nccl_with_its_code(fnccl):
         with pytest.raises(nccl.NcclInvalidArgument, match="fp8"):
             a.all_reduce(bc.alloc(16), dtype=name)
     a.close()
+
+
+def test_bench_rows_with_one_gpu_give_no_bandwidth(fnccl):
+    from barecuda.bench import dist_rows
+    assert dist_rows.busbw(1 << 20, 1e-3, 1) is None
+    assert dist_rows.busbw(1 << 20, 1e-3, 2) == pytest.approx((1 << 20) / 1e-3 / 1e9)
+    if bc.device_count() != 1:
+        pytest.skip("the double shows more than one device")
+    rows = dist_rows.allreduce_rows(sizes=(1 << 20,), rounds=1)
+    assert [(r["value"], r["note"]) for r in rows[:-1]] == [(None, "needs 2 GPUs")]
+    assert rows[-1]["unit"] == "us" and rows[-1]["value"] >= 0     # the 8-byte latency stays

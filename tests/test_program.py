@@ -343,7 +343,8 @@ def test_driver_double_loads_compiled_ptx(fake, cache_dir):
 
 
 @needs_nvrtc
-def test_driver_double_launches_a_compiled_template(tmp_path):
+def test_driver_double_launches_a_compiled_template(fake, tmp_path):
+    # `fake`: a driver-double test (skipped under --gpu; BARECUDA_LIBCUDA names the double).
     # A driver new enough for this NVRTC's PTX, so the double JITs (parses) it and records launches.
     nv = _program.nvrtc_version()
     r = _run("""

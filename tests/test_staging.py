@@ -346,6 +346,21 @@ def test_reconfigure_rebuilds(fake, small_chunks, mem, rng):
     assert st.stats()["pinned_bytes"] == 5 * 2 * CHUNK
 
 
+def test_same_configuration_again_keeps_the_chunks(fake, small_chunks, mem, rng):
+    n = 10 * CHUNK + 1
+    d = mem.alloc(n, 0)
+    _, src = host_view(n, 0, rng)
+    st.copy_htod(d, src)
+    builds = st.stats()["builds"]
+    st.configure_staging(**st.configure_staging())   # the values it already has
+    _, src = host_view(n, 2, rng)
+    out = np.empty(n, np.uint8)
+    st.copy_htod(d, src)
+    st.copy_dtoh(out, d)
+    assert out.tobytes() == src.tobytes()
+    assert st.stats()["builds"] == builds
+
+
 def test_configure_validates():
     saved = st.configure_staging()
     for bad in ({"chunks": 0}, {"chunks": 65}, {"threads": 0}, {"threads": 65},

@@ -83,8 +83,9 @@ def config(request):
         st.configure(chunk_bytes=64 << 10, chunks=3, threads=3, threshold=0, min_piece=1, min_part=4096)
     chunk = st.configure()["chunk_bytes"]
     yield chunk
-    st.release()
-    st.configure(**saved)
+    if request.param != "default":   # the default stagers stay built for the next test
+        st.release()
+        st.configure(**saved)
 
 
 @pytest.fixture

@@ -824,34 +824,36 @@ cdef class Graph:
         _need(<void *>D.cuGraphAddNode, "cuGraphAddNode")
         if cond.graph is not self:
             raise ValueError("the condition handle belongs to another graph")
-        bodies = <CUgraph *>PyMem_Malloc(size * sizeof(CUgraph))
-        if bodies == NULL:
-            raise MemoryError()
         try:
             memset(&p, 0, sizeof(p))
-            memset(bodies, 0, size * sizeof(CUgraph))
             p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL
             p.conditional.handle = cond.h
             p.conditional.type = t
             p.conditional.size = size
-            p.conditional.phGraph_out = bodies
+            # phGraph_out is an output: the driver replaces the pointer with an array it owns
+            # (valid for the node's lifetime) holding the body graphs; the caller passes none.
+            p.conditional.phGraph_out = NULL
             p.conditional.ctx = self.ctx
             deps = _dep_array(self, depends_on, &nd)
             set_current(self.ctx)
             check(D.cuGraphAddNode(&h, self.handle, deps, NULL, nd, &p), b"cuGraphAddNode")
-            out = []
-            for i in range(size):
-                b = Graph.__new__(Graph, _TOKEN)
-                b.handle = bodies[i]
-                b.owned = False
-                b.device = self.device
-                b.ctx = self.ctx
-                b._parent = self        # the body's handle lives as long as this graph
-                self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
-                out.append(b)
         finally:
             PyMem_Free(deps)
-            PyMem_Free(bodies)
+        bodies = p.conditional.phGraph_out
+        if bodies == NULL:
+            raise RuntimeError("cuGraphAddNode returned no body graphs for the conditional node")
+        out = []
+        for i in range(size):
+            if bodies[i] == NULL:
+                raise RuntimeError(f"cuGraphAddNode returned no body graph {i} for the conditional node")
+            b = Graph.__new__(Graph, _TOKEN)
+            b.handle = bodies[i]
+            b.owned = False
+            b.device = self.device
+            b.ctx = self.ctx
+            b._parent = self        # the body's handle lives as long as this graph
+            self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
+            out.append(b)
         n = ConditionalNode.__new__(ConditionalNode, _TOKEN)
         n.handle = h
         n.kind = "conditional"
@@ -1262,8 +1264,14 @@ cdef class ExecKernelNode:
     def shared_mem(self):
         return self.p.sharedMemBytes
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     def set_arg(self, Py_ssize_t index, value):
         """Set parameter ``index`` to ``value`` in the executable.
+
+        The hot path: exact int/float/DeviceBuffer values are checked and packed in C
+        straight into this handle's persistent parameter block, then one
+        ``cuGraphExecKernelNodeSetParams``; no Python object is created.
 
         Raises
         ------
@@ -1272,30 +1280,33 @@ cdef class ExecKernelNode:
         """
         cdef GraphExec x = self.exec
         cdef Kernel k = self.kernel
+        cdef list vals = self._vals
+        cdef list keep = self._scratch
         cdef char saved[64]
+        cdef char *slot
         cdef size_t sz
         cdef CUresult rc
-        cdef list keep = self._scratch
         if x.handle == NULL:
             x._live()
-        if index < 0 or index >= k.nparams:
+        if <size_t>index >= <size_t>k.nparams:          # negative too
             return pack_arg(k, index, value, self.buf, x.last, keep)   # raises IndexError
         sz = k.params[index].size
+        slot = self.buf + k.params[index].offset
         if sz <= 64:
-            memcpy(saved, self.buf + k.params[index].offset, sz)
+            memcpy(saved, slot, sz)
         pack_arg(k, index, value, self.buf, x.last, keep)
         set_current(x.ctx)
         rc = D.cuGraphExecKernelNodeSetParams(x.handle, self.node.handle, &self.p)
         if rc != 0:
             if sz <= 64:
-                memcpy(self.buf + k.params[index].offset, saved, sz)
+                memcpy(slot, saved, sz)
             if keep:
                 del keep[:]
             check(rc, b"cuGraphExecKernelNodeSetParams")
-        old = self._vals[index]
-        if x.launched and type(old) is DeviceBuffer:
+        old = vals[index]
+        if type(old) is DeviceBuffer and x.launched:
             note_use(<DeviceBuffer>old, x.last)   # earlier launches used it: its free waits
-        self._vals[index] = value
+        vals[index] = value
         if keep:
             self._keeps[index] = list(keep)
             del keep[:]

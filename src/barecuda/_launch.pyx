@@ -23,6 +23,12 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.tuple cimport PyTuple_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.object cimport PyTypeObject, Py_TYPE
+
+cdef extern from "Python.h":
+    PyTypeObject PyLong_Type
+    PyTypeObject PyFloat_Type
+    PyTypeObject PyBool_Type
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
@@ -30,7 +36,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
-from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda._errors import make_error, DriverVersionError
@@ -182,26 +188,27 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
     cdef int kind = p.kind
     cdef int ovf = 0
     cdef long long x
-    cdef type t = type(arg)
-    if t is DeviceBuffer:
+    # A borrowed type pointer: no reference count traffic per argument.
+    cdef PyTypeObject *t = Py_TYPE(arg)
+    if t is <PyTypeObject *>DeviceBuffer:
         if bc_kind_is_pointer(kind) and (<DeviceBuffer>arg).ptr != 0:
             note_use(<DeviceBuffer>arg, hs)
             bc_store_int(slot, 8, (<DeviceBuffer>arg).ptr)
             return 0
         return pack_slow(k, p, i, arg, slot, hs)      # closed (address 0) or not a pointer slot
-    if t is int:
+    if t is &PyLong_Type:
         if int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
             if ovf == 0 and x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
                 bc_store_int(slot, p.size, <unsigned long long>x)
                 return 0
         return pack_int(k, p, i, arg, slot)
-    if t is float:
+    if t is &PyFloat_Type:
         if float_ok(kind):
             store_float(kind, slot, PyFloat_AS_DOUBLE(arg))
             return 0
         return raise_type(k, p, i, arg)
-    if t is bool:
+    if t is &PyBool_Type:
         if bc_kind_flags[kind] & BC_F_BOOL:
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
@@ -535,14 +542,11 @@ cdef class Kernel:
             _raise_count(self, PyTuple_GET_SIZE(args))
         _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
         stream_handle(stream, &r.stream)
-        r.pfunc = &self.func
-        r.ctx = self.ctx
-        r.nattrs = 0
         if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
             return _launch_heap(self, args, &r)
         _pack_args(self, args, sbuf, sptrs, r.stream)
         r.params = sptrs
-        _issue(self, &r)
+        _issue_now(self, &r)
 
     def launch_config(self, LaunchConfig config not None, *args):
         """Launch with a :class:`LaunchConfig` (clusters, cooperative launch, priority,
@@ -609,7 +613,7 @@ cdef int _launch_heap(Kernel k, tuple args, bc_launch_rec *r) except -1:
             raise MemoryError()
         _pack_args(k, args, buf, ptrs, r.stream)
         r.params = ptrs
-        _issue(k, r)
+        _issue_now(k, r)
     finally:
         PyMem_Free(buf)
         PyMem_Free(ptrs)
@@ -651,6 +655,25 @@ cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
         if rc == -1:
             _raise_closed(k)
         _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
+    return 0
+
+
+cdef inline int _issue_now(Kernel k, bc_launch_rec *r) except -1:
+    """Kernel.launch's issue: only grid, block, smem, stream and params of r are set
+    (no launch attributes; the kernel was checked alive at the start of the call,
+    with the GIL held). One cuLaunchKernel, behind the one GIL switch."""
+    cdef CUresult rc
+    cdef CUfunction f = k.func
+    set_current(k.ctx)
+    if _release_gil:
+        with nogil:
+            rc = D.cuLaunchKernel(f, r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
+                                  r.smem, r.stream, r.params, NULL)
+    else:
+        rc = D.cuLaunchKernel(f, r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
+                              r.smem, r.stream, r.params, NULL)
+    if rc != 0:
+        _launch_failed(k, rc, "cuLaunchKernel", r)
     return 0
 
 
@@ -745,7 +768,9 @@ cdef class LaunchPlan:
     """A launch with its arguments packed once (from :meth:`Kernel.bind`).
 
     ``plan()`` issues ``cuLaunchKernel`` with the stored parameter block and does
-    nothing else. The plan keeps every argument object and its stream alive.
+    nothing else. The plan keeps every argument object and its stream alive, and
+    pins its DeviceBuffer arguments: ``buf.close()`` while a plan holds ``buf``
+    defers the free until the plan (or ``set_arg`` replacing it) lets go.
     ``set_arg(i, value)`` repacks one parameter with the same checks as
     ``Kernel.launch``; ``plan.stream = s`` moves it to another stream.
     """
@@ -754,6 +779,7 @@ cdef class LaunchPlan:
     cdef char *buf
     cdef void **ptrs
     cdef list _args
+    cdef list _pinned                # per parameter: the DeviceBuffer pinned (pin()) for the plan, or None
     cdef object _stream
     cdef readonly object config
 
@@ -764,6 +790,13 @@ cdef class LaunchPlan:
         self.ptrs = NULL
 
     def __dealloc__(self):
+        # The plan's DeviceBuffer arguments were pinned: a close() while the plan
+        # lived was deferred to here (unpin never raises).
+        if self._pinned is not None:
+            for b in self._pinned:
+                if b is not None:
+                    unpin(<DeviceBuffer>b)
+            self._pinned = None
         PyMem_Free(self.buf)
         PyMem_Free(self.ptrs)
         self.buf = NULL
@@ -774,6 +807,22 @@ cdef class LaunchPlan:
         for i in range(self.kernel.nparams):
             self.ptrs[i] = self.buf + self.kernel.params[i].offset
             _pack_one(self.kernel, i, self._args[i], self.buf + self.kernel.params[i].offset, self.rec.stream)
+        self._pinned = [None] * self.kernel.nparams
+        for i in range(self.kernel.nparams):
+            self._pin(i, self._args[i])
+        return 0
+
+    cdef int _pin(self, Py_ssize_t i, object value) except -1:
+        """Pin value (a DeviceBuffer) for the plan's lifetime as parameter i; unpin
+        what parameter i held before. The packed address stays allocated until then."""
+        old = self._pinned[i]
+        if isinstance(value, DeviceBuffer):
+            pin(<DeviceBuffer>value)
+            self._pinned[i] = value
+        else:
+            self._pinned[i] = None
+        if old is not None:
+            unpin(<DeviceBuffer>old)
         return 0
 
     cdef int _set_stream(self, object stream) except -1:
@@ -803,6 +852,7 @@ cdef class LaunchPlan:
         if not 0 <= i < k.nparams:
             raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
+        self._pin(i, value)
         self._args[i] = value
 
     @property

@@ -326,6 +326,18 @@ cdef int _op_of(object op) except -1:
     raise ValueError(f"unknown reduction op {op!r}; supported: {', '.join(OPS)}")
 
 
+cdef int _op_for(object op, int nranks) except -1:
+    # With one rank, avg is the identity, exactly as sum is. NCCL before 2.29.7 runs a
+    # one-rank avg through its oneRankReduce kernel, whose per-block split rounds down and
+    # leaves the last (count % blocks) elements unwritten (NVIDIA/nccl issue 1950; seen
+    # here as the last float64 of 4099 coming back as garbage); one-rank sum is a plain
+    # copy. So one-rank avg is sent as sum, which gives the same values on every version.
+    cdef int o = _op_of(op)
+    if o == 4 and nranks == 1:
+        return 0
+    return o
+
+
 cdef class _Arg:
     cdef CUdeviceptr ptr
     cdef size_t nbytes
@@ -684,7 +696,7 @@ cdef class Communicator:
         """``recvbuf = op(sendbuf of every rank)`` (``ncclAllReduce``). ``recvbuf``
         None: in place. Both the same size."""
         cdef CUstream s = NULL
-        cdef int rc, o = _op_of(op)
+        cdef int rc, o = _op_for(op, self.nranks)
         self._open()
         cdef _Arg sa = _arg(sendbuf, "sendbuf")
         cdef _Arg ra = sa if recvbuf is None else _arg(recvbuf, "recvbuf")
@@ -740,7 +752,7 @@ cdef class Communicator:
         """``recvbuf`` of rank ``root`` = ``op(sendbuf of every rank)`` (``ncclReduce``).
         ``recvbuf`` None: in place; off the root it is not written."""
         cdef CUstream s = NULL
-        cdef int rc, o = _op_of(op)
+        cdef int rc, o = _op_for(op, self.nranks)
         self._open()
         self._check_root(root)
         cdef _Arg sa = _arg(sendbuf, "sendbuf")
@@ -792,7 +804,7 @@ cdef class Communicator:
         """Reduce ``sendbuf`` over all ranks and leave slice ``rank`` of the result in
         ``recvbuf`` (``ncclReduceScatter``). ``sendbuf`` is ``nranks`` times larger."""
         cdef CUstream s = NULL
-        cdef int rc, o = _op_of(op)
+        cdef int rc, o = _op_for(op, self.nranks)
         self._open()
         cdef _Arg sa = _arg(sendbuf, "sendbuf")
         cdef _Arg ra = _arg(recvbuf, "recvbuf")

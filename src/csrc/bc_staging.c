@@ -686,10 +686,20 @@ void bc_staging_get_config(bc_staging_config *out) {
 }
 
 /* Stagers rebuild with the new configuration at their next large copy. */
+static int bc_staging_config_same(const bc_staging_config *a, const bc_staging_config *b) {
+    return a->chunk_bytes == b->chunk_bytes && a->chunks == b->chunks && a->threads == b->threads
+        && a->threshold == b->threshold && a->min_piece == b->min_piece && a->min_part == b->min_part
+        && a->nt_htod == b->nt_htod && a->nt_dtoh == b->nt_dtoh && a->spin_ns == b->spin_ns;
+}
+
+/* An unchanged configuration keeps the stagers' chunks and threads: setting the
+ * same values again (a test restoring what it saved) costs no rebuild. */
 void bc_staging_set_config(const bc_staging_config *cfg) {
     bc_mutex_lock(&bc_staging_registry_mu);
-    bc_staging_cfg = *cfg;
-    bc_staging_cfg_gen++;
+    if (!bc_staging_config_same(&bc_staging_cfg, cfg)) {
+        bc_staging_cfg = *cfg;
+        bc_staging_cfg_gen++;
+    }
     bc_mutex_unlock(&bc_staging_registry_mu);
 }
 

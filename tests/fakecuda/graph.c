@@ -796,7 +796,6 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     cd = cond_of(cp->handle);
     if (!cd || cd->graph != hGraph) return CUDA_ERROR_INVALID_VALUE;
     if (!valid_ctx(cp->ctx)) return CUDA_ERROR_INVALID_CONTEXT;
-    if (!cp->phGraph_out) return CUDA_ERROR_INVALID_VALUE;
     if ((cp->type == CU_GRAPH_COND_TYPE_WHILE && cp->size != 1) ||
         (cp->type == CU_GRAPH_COND_TYPE_IF && (cp->size < 1 || cp->size > 2)) ||
         (cp->type == CU_GRAPH_COND_TYPE_SWITCH && cp->size < 1) || (int)cp->type < 0 || (int)cp->type > 2)
@@ -809,8 +808,10 @@ CUresult CUDAAPI cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     for (i = 0; i < cp->size; i++) {
         n->bodies[i] = graph_new();
         n->bodies[i]->body = 1;
-        cp->phGraph_out[i] = n->bodies[i];
     }
+    /* Like the driver: phGraph_out is an output; whatever the caller put there is ignored and
+     * replaced by a pointer to an array the node owns (valid for the node's lifetime). */
+    cp->phGraph_out = n->bodies;
     cd->used = 1;
     *phGraphNode = n;
     return CUDA_SUCCESS;

@@ -250,11 +250,14 @@ static fn_val reduce_elem(fn_op *ops, int n, size_t i, int dt, int op) {
 static void run_collective(fn_clique *c, fn_op *ops) {
     int n = c->nranks, r, dt = ops[0].dtype, op = ops[0].op, root = ops[0].root;
     size_t i, cnt = ops[0].count, es = dt_size(dt);
+    /* Like NCCL before 2.29.7 (NVIDIA/nccl issue 1950): a one-rank avg leaves the last
+     * count % 32 elements of the result unwritten. */
+    size_t w = (n == 1 && op == ncclAvg) ? (cnt - cnt % 32) * es : cnt * es;
     switch (ops[0].kind) {
     case 1: {   /* all-reduce: compute into a scratch first (buffers may alias) */
         unsigned char *tmp = malloc(cnt * es + 1);
         for (i = 0; i < cnt; i++) store(tmp, i, dt, reduce_elem(ops, n, i, dt, op));
-        for (r = 0; r < n; r++) memcpy(ops[r].recv, tmp, cnt * es);
+        for (r = 0; r < n; r++) memcpy(ops[r].recv, tmp, w);
         free(tmp);
         break;
     }
@@ -268,7 +271,7 @@ static void run_collective(fn_clique *c, fn_op *ops) {
     case 3: {
         unsigned char *tmp = malloc(cnt * es + 1);
         for (i = 0; i < cnt; i++) store(tmp, i, dt, reduce_elem(ops, n, i, dt, op));
-        memcpy(ops[root].recv, tmp, cnt * es);
+        memcpy(ops[root].recv, tmp, w);
         free(tmp);
         break;
     }
@@ -283,7 +286,7 @@ static void run_collective(fn_clique *c, fn_op *ops) {
         size_t total = cnt * (size_t)n;
         unsigned char *tmp = malloc(total * es + 1);
         for (i = 0; i < total; i++) store(tmp, i, dt, reduce_elem(ops, n, i, dt, op));
-        for (r = 0; r < n; r++) memcpy(ops[r].recv, tmp + (size_t)r * cnt * es, cnt * es);
+        for (r = 0; r < n; r++) memcpy(ops[r].recv, tmp + (size_t)r * cnt * es, w);
         free(tmp);
         break;
     }

@@ -12,7 +12,8 @@ Method
 * All-reduce: float32 buffers, in place, on one barecuda stream per rank. After
   ``warmup`` calls, ``iters`` calls are timed between two CUDA events on that stream;
   the per-call time is the median over ``rounds`` such batches. Bandwidth follows
-  nccl-tests: ``algbw = bytes / time``, ``busbw = algbw * 2 (n - 1) / n``.
+  nccl-tests: ``algbw = bytes / time``, ``busbw = algbw * 2 (n - 1) / n``; with one
+  GPU the bandwidth rows read "n/a (needs 2 GPUs)" (one rank moves no data).
 * Latency: the same at 8 bytes (two float32), in microseconds.
 * IPC open cost: a child process exports a buffer from ``IpcAllocator``; this process
   opens and closes it ``n`` times; median of open+close (``cuIpcOpenMemHandle`` +
@@ -36,9 +37,12 @@ def _row(key, label, value, unit, note=""):
 
 
 def busbw(nbytes, seconds, nranks):
-    """nccl-tests' bus bandwidth of an all-reduce, GB/s."""
+    """nccl-tests' bus bandwidth of an all-reduce, GB/s; None for fewer than 2 ranks
+    (one rank moves nothing over a bus: the figure would be meaningless)."""
+    if nranks < 2:
+        return None
     algbw = nbytes / seconds / 1e9
-    return algbw * 2 * (nranks - 1) / nranks if nranks > 1 else algbw
+    return algbw * 2 * (nranks - 1) / nranks
 
 
 def time_allreduce(comms, bufs, streams, iters, warmup=5, rounds=5):
@@ -86,6 +90,11 @@ def allreduce_rows(sizes=SIZES, rounds=5):
     rows = []
     try:
         for size in sizes:
+            if n < 2:
+                rows.append(_row(f"allreduce_{size // MiB}MiB",
+                                 f"barecuda NCCL all-reduce {size // MiB} MiB, {n} GPU(s)", None, "GB/s busbw",
+                                 "needs 2 GPUs"))
+                continue
             bufs = [bc.alloc(size, device=c.device).view("float32") for c in comms]
             t = time_allreduce(comms, bufs, streams, iters_for(size), rounds=rounds)
             rows.append(_row(f"allreduce_{size // MiB}MiB", f"barecuda NCCL all-reduce {size // MiB} MiB, {n} GPU(s)",
