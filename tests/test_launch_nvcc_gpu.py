@@ -111,7 +111,10 @@ def test_cxx_kernel_by_plain_name(kind, tmp_path):
     x = RNG.standard_normal(n).astype(np.float32)
     dx = bc.to_device(x)
     out = bc.zeros(n, "float32")
-    k.launch((n + 255) // 256, 256, out, dx, 1.5, -7, n)
+    # A cubin carries no parameter types: a float slot takes an explicitly typed scalar
+    # (a Python float would be refused, see test_launch_gpu.test_nvcc_cubin_and_fatbin).
+    a = np.float32(1.5) if kind == "cubin" else 1.5
+    k.launch((n + 255) // 256, 256, out, dx, a, -7, n)
     bc.Device(0).synchronize()
     np.testing.assert_allclose(out.to_numpy(), 1.5 * x - 7, rtol=1e-6)
     with pytest.raises(ValueError, match="ambiguous") as info:

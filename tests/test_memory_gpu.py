@@ -174,10 +174,15 @@ def test_torch_writes_through_our_view(torch, rng):
     np.testing.assert_array_equal(b.to_numpy(), a * 2)
 
 
-def test_torch_non_contiguous_is_refused(torch):
-    t = torch.arange(20, device="cuda", dtype=torch.float32)[::2]
-    with pytest.raises((BufferError, ValueError)):
-        bc.as_device_buffer(t)
+def test_torch_non_contiguous_is_a_pointer_view_that_copies_refuse(torch):
+    # docs/interop.md: a strided import is a pointer-only view (a kernel may use it, as CUDA C
+    # would); a copy that needs contiguous memory refuses it and says how to fix it.
+    base = torch.arange(20, device="cuda", dtype=torch.float32)
+    t = base[::2]
+    v = bc.as_device_buffer(t)
+    assert v.ptr == t.data_ptr() == base.data_ptr()
+    with pytest.raises((BufferError, ValueError), match="contiguous"):
+        v.to_numpy()
 
 
 def test_copy_from_torch_tensor(torch, rng):
