@@ -1,9 +1,11 @@
+from typing import final
 """Type stubs for barecuda._launch_config: LaunchConfig."""
 from typing import Any, Optional, Tuple, Union
 
 _Dim3 = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]
 
 
+@final
 class LaunchConfig:
     stream: Any
     cooperative: bool

@@ -1,3 +1,4 @@
+from typing import final
 """Type stubs for barecuda._module: modules, the PTX signature parser, globals."""
 import os
 from typing import Any, Optional, Sequence, Tuple, Union
@@ -7,6 +8,7 @@ from barecuda._launch import Kernel as Kernel
 
 def parse_ptx_signatures(ptx: Union[str, bytes]) -> dict[str, list[Tuple[str, int, int]]]: ...
 
+@final
 class Module:
     device: Device
     kind: str
@@ -35,6 +37,7 @@ class Module:
     def __enter__(self) -> Module: ...
     def __exit__(self, *exc: Any) -> None: ...
 
+@final
 class Global:
     module: Module
     name: str
