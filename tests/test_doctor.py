@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_doctor(fake_lib_path, *args, **env_extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKECUDA_", "CUDA_VISIBLE"))}
-    env.update(PYTHONPATH=os.path.join(REPO, "src") + os.pathsep + env.get("PYTHONPATH", ""),
+    env.update(
                BARECUDA_LIBCUDA=fake_lib_path)
     env.update({k: str(v) for k, v in env_extra.items()})
     return subprocess.run([sys.executable, "-m", "barecuda", *args], capture_output=True, text=True, env=env,
@@ -173,7 +173,7 @@ def test_doctor_uses_only_the_public_bench_api():
 
 def test_closed_pipe_is_not_an_error(fake_lib_path):
     env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path,
-               PYTHONPATH=os.path.join(REPO, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     p = subprocess.Popen([sys.executable, "-m", "barecuda", "--no-bench"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
     p.stdout.close()                # the reader is gone before the first line

@@ -55,7 +55,7 @@ def test_leak_check_fails_by_name(tmp_path):
     (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST))
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent(TESTFILE))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.dirname(TESTS), "src"), env.get("PYTHONPATH", "")])
+    # conftest already put the barecuda under test (installed or in place) first on PYTHONPATH
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rE",
                            str(tmp_path / "test_leaky.py")], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=300)

@@ -47,9 +47,7 @@ def cache_dir(tmp_path, monkeypatch):
 
 
 def _env(**extra):
-    env = dict(os.environ)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env = dict(os.environ)   # conftest put the barecuda under test first on PYTHONPATH
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
