@@ -152,25 +152,14 @@ cdef class DriverAllocator(Allocator):
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
         cdef CUdeviceptr p = b.ptr
-        cdef CUstream s = b.stream_handle
+        cdef CUstream s = NULL
         cdef CUresult rc = 0
         b.ptr = 0
         if p == 0:
             return 0
         set_current(b.ctx)
         if b._kind == KIND_ASYNC:
-            if b._stream is not None and type(b._stream) is Stream and (<Stream>b._stream).closed:
-                # Its stream was closed (destroyed): wait for the context and order the
-                # free on the null stream instead of naming a dead handle.
-                with nogil:
-                    rc = D.cuCtxSynchronize()
-                check(rc, b"cuCtxSynchronize")
-                s = NULL
-            elif b.used_elsewhere:
-                # Queued work on some other stream may still use it: wait for everything.
-                with nogil:
-                    rc = D.cuCtxSynchronize()
-                check(rc, b"cuCtxSynchronize")
+            free_order(b, &s)
             check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
         else:
             with nogil:          # cuMemFree synchronizes the device itself
@@ -303,6 +292,43 @@ cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream
         v.use_flag = &root.used_elsewhere
         v._readonly = root._readonly
     return v
+
+
+# ------------------------------------------------------------------ buffer streams
+cdef int _order_on_safe_stream(DeviceBuffer b, CUstream *out) except -1:
+    """See _buffer.pxd (order_stream). b's Stream was closed: its queued work may still
+    run, on a handle that no driver call may name. Wait for the whole context (that
+    work included), then order b on the legacy default stream from now on. The owner
+    is marked used elsewhere: views made earlier still compare note_use with the dead
+    handle, which a new stream may reuse, so every later free must wait for all work
+    (the plain allocator synchronizes, the pools defer)."""
+    cdef CUresult rc
+    set_current(b.ctx)
+    with nogil:
+        rc = D.cuCtxSynchronize()
+    check(rc, b"cuCtxSynchronize")
+    b._stream = None
+    b.stream_handle = NULL
+    if b.use_flag == &b.used_elsewhere:       # an owner (or a foreign import)
+        b.root_stream = NULL
+    b.use_flag[0] = 1
+    out[0] = NULL
+    return 0
+
+
+cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
+    """See _buffer.pxd."""
+    cdef CUresult rc
+    if stream_closed(b):
+        return _order_on_safe_stream(b, out)      # waits for the context
+    out[0] = b.stream_handle
+    if b.used_elsewhere:
+        # Queued work on some other stream may still use it: wait for everything.
+        set_current(b.ctx)
+        with nogil:
+            rc = D.cuCtxSynchronize()
+        check(rc, b"cuCtxSynchronize")
+    return 0
 
 
 # ------------------------------------------------------------------ ownership
@@ -599,7 +625,14 @@ cdef class DeviceBuffer:
 
     @property
     def stream(self):
-        """The stream the memory is ordered on (None: the legacy default stream)."""
+        """The stream the memory is ordered on (None: the legacy default stream).
+
+        If that Stream was closed, reading this waits for the work queued on it and
+        moves the buffer to the legacy default stream (None), as every other use does
+        (docs/errors.md, "Ownership")."""
+        cdef CUstream h
+        if self._kind != KIND_CLOSED:
+            order_stream(self, &h)
         return self._stream
 
     @property
@@ -644,15 +677,17 @@ cdef class DeviceBuffer:
 
     cdef DeviceBuffer _sub(self, CUdeviceptr p, size_t n):
         cdef DeviceBuffer v
+        cdef CUstream h
+        order_stream(self, &h)     # a view is born on a live stream
         if self._root is None and self._allocator is None:
             # a foreign import: the view keeps the same producer alive
-            v = make_view(p, n, self.device, self.stream_handle, self._stream, self._owner, None)
+            v = make_view(p, n, self.device, h, self._stream, self._owner, None)
             v.root_stream = self.root_stream
             v.use_flag = self.use_flag
             v._owner = self        # keeps the import (and so its producer) alive
             v._readonly = self._readonly
             return v
-        return make_view(p, n, self.device, self.stream_handle, self._stream, None, self)
+        return make_view(p, n, self.device, h, self._stream, None, self)
 
     def __getitem__(self, key):
         """``buf[a:b]``: a borrowed view of elements a..b-1 along the first axis (step 1),
@@ -717,7 +752,7 @@ cdef class DeviceBuffer:
         """Fill the buffer with ``value`` repeated as a ``width``-bit (8, 16 or 32)
         integer; negative values are taken as two's complement. ``nbytes`` must be a
         multiple of ``width // 8``. Synchronous unless a stream is given. Returns self."""
-        cdef CUstream s = self.stream_handle
+        cdef CUstream s = NULL
         cdef CUresult rc
         cdef unsigned long long v
         cdef size_t count
@@ -741,6 +776,8 @@ cdef class DeviceBuffer:
             raise ValueError(f"nbytes ({self.nbytes}) is not a multiple of {w // 8} (width={w})")
         if stream is not None:
             stream_handle(stream, &s)
+        else:
+            order_stream(self, &s)
         count = self.nbytes // (w // 8)
         if count == 0:
             return self

@@ -27,7 +27,7 @@ from barecuda._stream cimport stream_handle
 from barecuda._dlpack cimport *
 from barecuda._dtype cimport resolve_dtype, typestr_of, nbytes_of, dtype_info, dtype_from_dlpack
 from barecuda._buffer cimport (DeviceBuffer, make_view, resolve_device, stream_after, pin, unpin,
-                               check_usable, note_use)
+                               check_usable, note_use, order_stream)
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
@@ -279,8 +279,10 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
 
 cdef DeviceBuffer _reimport(DeviceBuffer b, CUstream h, object stream):
     """A DLPack/CAI re-import of one of our buffers: a view holding its owner."""
+    cdef CUstream bs
     check_usable(b)
-    stream_after(h, b.stream_handle, b.ctx)
+    order_stream(b, &bs)
+    stream_after(h, bs, b.ctx)
     cdef DeviceBuffer v = make_view(b.ptr, b.nbytes, b.device, h, stream, None, b)
     v._shape, v._dtype, v._itemsize = b._shape, b._dtype, b._itemsize
     v._strides, v._strided, v._readonly = b._strides, b._strided, b._readonly
@@ -357,7 +359,9 @@ cdef DeviceBuffer _from_cai(object obj, object stream):
 # --------------------------------------------------------------- DeviceBuffer export
 def cai_of(DeviceBuffer b):
     """DeviceBuffer.__cuda_array_interface__ (v3; 'stream' is the buffer's stream)."""
+    cdef CUstream bs
     b._check_open()
+    order_stream(b, &bs)
     key = b._dtype if b._dtype is not None else "uint8"
     ts = typestr_of(key)
     return {
@@ -367,13 +371,14 @@ def cai_of(DeviceBuffer b):
         "data": (b.ptr, bool(b._readonly)),
         "strides": None if b._strides is None else tuple(s * b._itemsize for s in b._strides),
         "version": 3,
-        "stream": 1 if b.stream_handle == NULL else <size_t>b.stream_handle,
+        "stream": 1 if bs == NULL else <size_t>bs,
     }
 
 
 def dlpack_of(DeviceBuffer b, stream, max_version, dl_device, copy):
     """DeviceBuffer.__dlpack__, following the array API's stream rules."""
     cdef CUstream cs
+    cdef CUstream bs
     cdef DeviceBuffer src = b
     b._check_open()
     if dl_device is not None:
@@ -401,7 +406,8 @@ def dlpack_of(DeviceBuffer b, stream, max_version, dl_device, copy):
     else:
         cs = <CUstream><size_t>stream
     if not (stream is not None and stream == -1):
-        stream_after(cs, src.stream_handle, src.ctx)
+        order_stream(src, &bs)
+        stream_after(cs, bs, src.ctx)
     versioned = max_version is not None and tuple(max_version)[0] >= 1
     return _make_capsule(src, versioned, bool(copy))
 

@@ -52,7 +52,7 @@ from barecuda._errors cimport (
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, pin, unpin
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, pin, unpin, free_order
 from barecuda._stream cimport Event
 
 from barecuda._errors import BarecudaError, CudaError, CudaWarning
@@ -260,16 +260,13 @@ cdef class IpcMemoryPool(Allocator):
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
         cdef CUdeviceptr p = b.ptr
-        cdef CUresult rc
+        cdef CUstream s = NULL
         b.ptr = 0
         if p == 0:
             return 0
         set_current(b.ctx)
-        if b.used_elsewhere:
-            with nogil:
-                rc = D.cuCtxSynchronize()
-            check(rc, b"cuCtxSynchronize")
-        check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+        free_order(b, &s)
+        check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
         return 0
 
     def __repr__(self):

@@ -30,7 +30,7 @@ MemoryPool, how it works:
   so nothing is ever ordered on a destroyed stream. A live buffer that outlives its
   closed Stream is freed the same safe way when it goes: a MemoryPool block is
   deferred; a driver-ordered free (cuMemFreeAsync) waits for the context and is
-  ordered on the null stream instead (_closed_stream below).
+  ordered on the null stream instead (_buffer.pxd: stream_closed, order_stream).
 
 The hot path (cached block, same stream) is a few C operations with the GIL held:
 no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
@@ -46,8 +46,8 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
-from barecuda._stream cimport Stream
-from barecuda._buffer cimport Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC
+from barecuda._buffer cimport (Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC,
+                               stream_closed, order_stream, free_order)
 from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
 from barecuda._errors import CudaWarning, make_error
 from barecuda import _buffer
@@ -66,12 +66,6 @@ cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" 
 # -- Stream close (see the module notes). Live MemoryPools by address (borrowed: each
 # removes itself first thing in __dealloc__), for the close hook.
 _live_pools = {}
-
-
-cdef inline bint _closed_stream(DeviceBuffer buf) noexcept:
-    """True when buf is ordered on a barecuda Stream that was closed since (its handle
-    may be destroyed: no stream-ordered call may name it)."""
-    return buf._stream is not None and type(buf._stream) is Stream and (<Stream>buf._stream).closed
 
 
 cdef int _sync_for_closed(CUcontext ctx) except -1:
@@ -496,14 +490,16 @@ cdef class MemoryPool(Allocator):
         cdef bc_block *b = <bc_block *>buf._block
         cdef bc_scache *c
         cdef CUdeviceptr p
+        cdef CUstream s
         buf._block = NULL
         buf.ptr = 0
         if b == NULL:
             return 0
         self.in_use -= b.requested
         self.in_use_rounded -= b.size
-        if _closed_stream(buf):
-            # Its stream is gone (see the module notes): never name it again.
+        if stream_closed(buf):
+            # Its stream is gone (see the module notes): never name it again; deferred
+            # (no wait here, unlike order_stream's context synchronization).
             if b.from_async == FROM_GRAPH or self.closed:
                 _sync_for_closed(self.ctx)
                 if b.from_async == FROM_GRAPH:
@@ -519,22 +515,23 @@ cdef class MemoryPool(Allocator):
             self.deferred_bytes += b.size
             self.cached += b.size
             return 0
+        order_stream(buf, &s)              # open: its own stream, no driver call
         if b.from_async == FROM_GRAPH:     # capture hook: graph allocations go back to the driver
             p = b.ptr
             free(b)
             set_current(self.ctx)
-            check(D.cuMemFreeAsync(p, buf.stream_handle), b"cuMemFreeAsync")
+            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
             return 0
         if self.closed:
-            self.free_block(b, buf.stream_handle)
+            self.free_block(b, s)
             return 0
-        if buf.used_elsewhere or (_captures and _capturing(buf.stream_handle)):
+        if buf.used_elsewhere or (_captures and _capturing(s)):
             b.next = self.deferred
             self.deferred = b
             self.deferred_bytes += b.size
             self.cached += b.size
             return 0
-        c = self.cache_for(buf.stream_handle, buf._stream)
+        c = self.cache_for(s, buf._stream)
         b.next = c.heads[b.cls]
         c.heads[b.cls] = b
         c.nblocks += 1
@@ -823,20 +820,13 @@ cdef class DriverMemoryPool(Allocator):
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
         cdef CUdeviceptr p = b.ptr
-        cdef CUresult rc = 0
+        cdef CUstream s = NULL
         b.ptr = 0
         if p == 0:
             return 0
         set_current(self.ctx)
-        if _closed_stream(b):                # its stream is gone (see the module notes)
-            _sync_for_closed(self.ctx)
-            check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
-            return 0
-        if b.used_elsewhere:
-            with nogil:
-                rc = D.cuCtxSynchronize()
-            check(rc, b"cuCtxSynchronize")
-        check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+        free_order(b, &s)                    # its stream closed: see the module notes
+        check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
         return 0
 
     cdef unsigned long long _attr(self, int a) except? 0:
