@@ -104,6 +104,30 @@ def test_closed_stream_is_refused(fake, vadd):
     vadd.launch(1, 1, *ARGS, stream=bc.Stream.default())      # the legacy stream is not closed
 
 
+@pytest.mark.parametrize("how", ["bind", "bind_config", "config_launch"])
+def test_plan_whose_stream_was_closed_is_refused(fake, vadd, how):
+    """A plan (or a LaunchConfig) made before its stream was closed never names the
+    destroyed handle: calling it, batching it or repointing an argument raises."""
+    s = bc.Stream()
+    cfg = LaunchConfig(1, 1, stream=s)
+    plan = vadd.bind(1, 1, *ARGS, stream=s) if how == "bind" else vadd.bind_config(cfg, *ARGS)
+    plans = bc.PlanList([plan])
+    plan()
+    s.close()
+    if how == "config_launch":
+        no_launch(fake, lambda: vadd.launch_config(cfg, *ARGS), ValueError, "closed")
+    no_launch(fake, plan, ValueError, "stream is closed")
+    no_launch(fake, plan.launch, ValueError, "stream is closed")
+    no_launch(fake, lambda: bc.launch_all([plan]), ValueError, "plan 0: its stream is closed")
+    no_launch(fake, plans, ValueError, "plan 0: its stream is closed")
+    with pytest.raises(ValueError, match="stream is closed"):
+        plan.set_arg(0, 0)
+    plan.stream = None                                        # moved to a live stream: works again
+    plan()
+    plans()
+    assert fake.last_launch().stream == 0
+
+
 # ------------------------------------------------------------ diagnostics
 def test_errors_name_the_geometry_and_a_fix(fake, vadd):
     e = no_launch(fake, lambda: vadd.launch((4, 2), (1, 1, 65), *ARGS, shared_mem=16), ValueError,

@@ -233,7 +233,10 @@ cdef tuple _layout(tuple shape, object strides, size_t itemsize, bint in_bytes):
         return 0, st
     for n, s in zip(shape, st):
         span += (n - 1) * s
-    return <size_t>((span + 1) * itemsize), st
+    span = (span + 1) * itemsize                # Python ints: checked before the cast
+    if span > <object>(<size_t>-1 >> 1):
+        raise OverflowError(f"shape {shape} with strides {st} spans {span} bytes (too large)")
+    return <size_t>span, st
 
 
 cdef DeviceBuffer _from_dlpack(object obj, object stream):

@@ -164,6 +164,12 @@ cdef void invalidate_kernel(Kernel k) noexcept:
 
 
 # ------------------------------------------------------------------ errors
+cdef int _raise_stream_closed(Py_ssize_t index) except -1:
+    where = "the plan's" if index < 0 else f"plan {index}: its"
+    raise ValueError(f"{where} stream is closed (a barecuda.Stream cannot be used after close()); "
+                     "move the plan to a live stream first (plan.stream = s)")
+
+
 cdef int _raise_closed(Kernel k) except -1:
     raise ValueError(f"kernel {k.name!r} belongs to a module that was closed; load the module again")
 
@@ -630,6 +636,9 @@ cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) ex
         if r.pfunc[0] == NULL:
             rc[0] = -1
             return i
+        if r.stream_closed != NULL and r.stream_closed[0]:
+            rc[0] = -2
+            return i
         set_current(r.ctx)
         rc[0] = bc_issue(D, r)
         if rc[0] != 0:
@@ -654,6 +663,8 @@ cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
     if _issue_recs(&r, 1, &rc) >= 0:
         if rc == -1:
             _raise_closed(k)
+        if rc == -2:
+            _raise_stream_closed(-1)
         _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
     return 0
 
@@ -736,6 +747,7 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
     memcpy(r.block, c.block_, sizeof(r.block))
     r.smem = c.smem
     stream_handle(c.stream, &r.stream)
+    r.stream_closed = <int *>&(<Stream>c.stream).closed if type(c.stream) is Stream else NULL
     r.params = NULL
     r.nattrs = c.nattrs
     memcpy(r.attrs, c.attrs, sizeof(r.attrs))
@@ -829,6 +841,7 @@ cdef class LaunchPlan:
         cdef CUstream hs = NULL
         stream_handle(stream, &hs)
         self.rec.stream = hs
+        self.rec.stream_closed = <int *>&(<Stream>stream).closed if type(stream) is Stream else NULL
         self._stream = stream
         for a in self._args:
             if type(a) is DeviceBuffer:
@@ -851,6 +864,8 @@ cdef class LaunchPlan:
             i += k.nparams
         if not 0 <= i < k.nparams:
             raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
+        if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
+            _raise_stream_closed(-1)
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
         self._pin(i, value)
         self._args[i] = value
@@ -888,6 +903,8 @@ cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
     cdef Kernel k = (<LaunchPlan>plan).kernel
     if rc == -1:
         raise ValueError(f"plan {index}: kernel {k.name!r} belongs to a module that was closed")
+    if rc == -2:
+        _raise_stream_closed(index)
     raise make_error(rc, "cuLaunchKernelEx" if (<LaunchPlan>plan).rec.nattrs else "cuLaunchKernel",
                      f"plan {index} of the batch (kernel {sig_text(k)}, "
                      f"{_rec_geometry(&(<LaunchPlan>plan).rec)}); the plans before it were launched")

@@ -479,7 +479,7 @@ cdef class Global:
         self.module._live()
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
-            if offset + <size_t>view.len > self.size:
+            if offset > self.size or <size_t>view.len > self.size - offset:   # no wrap-around
                 raise ValueError(f"{view.len} bytes at offset {offset} do not fit in global {self.name!r} "
                                  f"of {self.size} bytes")
             with nogil:

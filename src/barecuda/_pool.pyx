@@ -47,7 +47,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport (Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC,
-                               stream_closed, order_stream, free_order)
+                               stream_closed, order_stream, free_order, checked_size)
 from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
 from barecuda._errors import CudaWarning, make_error
 from barecuda import _buffer
@@ -921,7 +921,7 @@ cdef class PinnedMemoryPool(PinnedAllocator):
         cdef CUdeviceptr dp = 0
         cdef CUevent ev = NULL
         cdef CUresult rc
-        cdef size_t n = nbytes
+        cdef size_t n = checked_size(nbytes, "nbytes")
         cdef PinnedBuffer b
         cdef size_t i
         if n == 0:
