@@ -153,9 +153,16 @@ static int bc_load_from(const char *path, char *err, size_t errlen, const char *
 }
 
 /* Make ctx current on the calling thread unless barecuda already did. */
+/* What bc_set_current answers in a child forked after the driver was loaded (not a
+ * CUresult): _loader turns it into ForkedProcessError. The fork handler clears the
+ * thread's binding, so every operation's first bind in the child lands here, before any
+ * driver call, at no cost to the bound hot path. */
+#define BC_RC_FORKED ((CUresult)0x7ffffff0)
+
 static inline CUresult bc_set_current(CUcontext ctx) {
     CUresult rc;
     if (bc_tls_ctx == ctx) return CUDA_SUCCESS;
+    if (bc_state.forked) return BC_RC_FORKED;
     rc = bc_driver_table.cuCtxSetCurrent(ctx);
     if (rc == CUDA_SUCCESS) bc_tls_ctx = ctx;
     return rc;

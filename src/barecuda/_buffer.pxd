@@ -70,10 +70,17 @@ cdef inline DeviceBuffer owner_of(DeviceBuffer b):
         return b._root
     return b
 
-# A dependant holds the allocation: raises ValueError if b is closed. Pins the OWNER.
-cdef int pin(DeviceBuffer b) except -1
+# A dependant holds the allocation: raises ValueError if b is closed. Pins the OWNER and
+# returns it: keep THAT for unpin (a view may be closed, and lose its owner, before the
+# dependant goes).
+cdef DeviceBuffer pin(DeviceBuffer b)
 # The dependant is gone; may run a deferred free (failures become CudaWarning). Never raises.
 cdef void unpin(DeviceBuffer b) noexcept
+# A small object that pins b's owner while it lives: for dependants that keep a list
+# of objects rather than a count (graph nodes, IPC handles). Raises if b is closed.
+cdef object hold(DeviceBuffer b)
+# hold() for each DeviceBuffer among objs (a list; empty when there is none).
+cdef list holds(object objs)
 
 cdef inline void note_use(DeviceBuffer b, CUstream s) noexcept nogil:
     """Record that queued work on stream s uses b: marks the OWNER (cheap; per launch argument)."""

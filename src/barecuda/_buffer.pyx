@@ -332,11 +332,41 @@ cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
 
 
 # ------------------------------------------------------------------ ownership
-cdef int pin(DeviceBuffer b) except -1:
+cdef DeviceBuffer pin(DeviceBuffer b):
     cdef DeviceBuffer o = owner_of(b)
     check_usable(b)
     o._pins += 1
-    return 0
+    return o
+
+
+@cython.final
+@cython.freelist(16)
+cdef class _Hold:
+    """One pin on an allocation owner, released when this object goes (see hold())."""
+    cdef DeviceBuffer owner
+
+    def __dealloc__(self):
+        cdef DeviceBuffer o = self.owner
+        if o is not None:
+            self.owner = None
+            unpin(o)
+
+    def __repr__(self):
+        return f"<barecuda pin on {self.owner!r}>"
+
+
+cdef object hold(DeviceBuffer b):
+    cdef _Hold h = _Hold.__new__(_Hold)
+    h.owner = pin(b)
+    return h
+
+
+cdef list holds(object objs):
+    cdef list out = []
+    for o in objs:
+        if type(o) is DeviceBuffer:
+            out.append(hold(<DeviceBuffer>o))
+    return out
 
 
 cdef void unpin(DeviceBuffer b) noexcept:
@@ -526,6 +556,8 @@ cdef class DeviceBuffer:
         cdef DeviceBuffer root
         if self._kind == KIND_CLOSED:
             return
+        if ST.forked:
+            ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
         root = self._root
         if root is not None:
             self._root = None

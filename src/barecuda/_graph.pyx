@@ -33,7 +33,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, Event, stream_handle, wait_interruptible, _query_fn
-from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use, holds
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._errors import make_error, CudaWarning, CudaStreamCaptureError
@@ -549,6 +549,7 @@ cdef class Graph:
         Captured graphs need it for the buffers their work uses (see docs/graphs.md)."""
         self._live()
         self._keep.extend(objs)
+        self._keep.extend(holds(objs))     # and pins their allocations: close() defers the free
 
     cdef list _snapshot(self):
         """Every object the graph references, flat (nested _keep lists of bodies and children unrolled)."""
@@ -782,6 +783,7 @@ cdef class Graph:
         n.kind = kind
         self._adopt(n)
         self._keep.extend(refs)
+        self._keep.extend(holds(refs))     # the graph pins the buffers it copies/sets (close() defers)
         return n
 
     # ------------------------------------------------------------ conditionals

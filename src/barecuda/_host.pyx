@@ -230,6 +230,8 @@ cdef class PinnedBuffer:
         """Free the memory (after any async copy that used it). Idempotent.
 
         Raises BufferError while views (memoryview, numpy arrays) of it exist."""
+        if ST.forked:
+            ensure_driver(ST)         # ForkedProcessError: a forked child leaks it (destructor)
         if self._exports > 0:
             raise BufferError(f"PinnedBuffer has {self._exports} exported view(s) "
                               "(memoryview / numpy array); delete them first")

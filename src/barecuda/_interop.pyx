@@ -101,12 +101,12 @@ cdef object _make_capsule(DeviceBuffer b, bint versioned, bint copied):
     t.strides = e.strides
     t.byte_offset = 0
     try:
-        pin(b)                 # the capsule holds the allocation until its deleter runs
+        o = pin(b)             # the capsule holds the allocation until its deleter runs
     except BaseException:
         free(e)
         raise
-    e.owner = <void *>b
-    Py_INCREF(b)
+    e.owner = <void *>o        # the owner: unpin must not go through a view closed since
+    Py_INCREF(o)
     try:
         if versioned:
             e.t.versioned.version.major = BC_DLPACK_MAJOR_VERSION
@@ -363,6 +363,7 @@ cdef DeviceBuffer _from_cai(object obj, object stream):
 def cai_of(DeviceBuffer b):
     """DeviceBuffer.__cuda_array_interface__ (v3; 'stream' is the buffer's stream)."""
     cdef CUstream bs
+    ensure_driver(ST)
     b._check_open()
     order_stream(b, &bs)
     key = b._dtype if b._dtype is not None else "uint8"
@@ -383,6 +384,7 @@ def dlpack_of(DeviceBuffer b, stream, max_version, dl_device, copy):
     cdef CUstream cs
     cdef CUstream bs
     cdef DeviceBuffer src = b
+    ensure_driver(ST)
     b._check_open()
     if dl_device is not None:
         dt, did = dl_device

@@ -52,7 +52,7 @@ from barecuda._errors cimport (
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, pin, unpin, free_order
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, hold, free_order
 from barecuda._stream cimport Event
 
 from barecuda._errors import BarecudaError, CudaError, CudaWarning
@@ -350,22 +350,6 @@ class MemHandle:
                 f"from pid {self.pid} on {self.hostname} ({self.device_uuid})>")
 
 
-cdef class _Pinned:
-    """An exported buffer's pin on its allocation owner: closing the buffer while the
-    handle is live defers the free (importers may still be opening it) until
-    :meth:`MemHandle.release` or the handle's garbage collection."""
-    cdef DeviceBuffer buf
-
-    def __cinit__(self, DeviceBuffer buf):
-        pin(buf)
-        self.buf = buf
-
-    def __dealloc__(self):
-        if self.buf is not None:
-            unpin(self.buf)
-            self.buf = None
-
-
 class EventHandle:
     """A picklable handle to an interprocess event of another process."""
 
@@ -452,7 +436,7 @@ def export_buffer(DeviceBuffer buf not None):
                 "barecuda.IpcAllocator(device) or barecuda.IpcMemoryPool(device).")
         h = MemHandle("ipc", (<char *>mh.reserved)[:64], buf.ptr - base, buf.nbytes, buf.shape, _dtype_name(buf),
                       buf.device.uuid, host, boot, os.getpid())
-    h._keep = _Pinned(buf)
+    h._keep = hold(buf)     # an export pins the allocation owner: closing buf defers the free
     return h
 
 

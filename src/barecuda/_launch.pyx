@@ -38,7 +38,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
-from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
+from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin, hold
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda cimport _occupancy as occ
@@ -226,9 +226,13 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
         _raise_closed(k)
     if not 0 <= i < k.nparams:
         raise IndexError(f"kernel {sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
-    # The packed bytes hold values and addresses only: nothing needs to outlive the
-    # call here, so `keep` stays as given (the caller keeps its argument objects).
-    return _pack_one(k, i, value, dst + k.params[i].offset, s)
+    # The packed bytes hold addresses only: for a DeviceBuffer, `keep` (the graph's
+    # references) gets a pin on its allocation owner, so that closing the buffer while
+    # the graph or an executable still holds the address defers the free.
+    _pack_one(k, i, value, dst + k.params[i].offset, s)
+    if keep is not None and type(value) is DeviceBuffer:
+        keep.append(hold(<DeviceBuffer>value))
+    return 0
 
 
 # --------------------------------------------------------- grid / block / smem
@@ -671,6 +675,7 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
 
 # ------------------------------------------------------------------ plans
 cdef LaunchPlan _new_plan(Kernel k, tuple args):
+    ensure_driver(ST)                         # forked child: ForkedProcessError
     if k.func == NULL:
         _raise_closed(k)
     if PyTuple_GET_SIZE(args) != k.nparams:
@@ -744,8 +749,7 @@ cdef class LaunchPlan:
         what parameter i held before. The packed address stays allocated until then."""
         old = self._pinned[i]
         if isinstance(value, DeviceBuffer):
-            pin(<DeviceBuffer>value)
-            self._pinned[i] = value
+            self._pinned[i] = pin(<DeviceBuffer>value)      # the owner: what unpin needs
         else:
             self._pinned[i] = None
         if old is not None:
@@ -779,6 +783,7 @@ cdef class LaunchPlan:
             i += k.nparams
         if not 0 <= i < k.nparams:
             raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
+        ensure_driver(ST)
         if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
             _raise_stream_closed(-1)
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)

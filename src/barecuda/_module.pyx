@@ -295,6 +295,7 @@ cdef class Module:
         """
         cdef CUfunction f = NULL
         cdef CUresult rc
+        ensure_driver(ST)                     # forked child: refused even when cached
         if not isinstance(name, str):
             raise TypeError(f"kernel name must be a str, got {type(name).__name__}")
         key = name
@@ -400,6 +401,8 @@ cdef class Module:
         cdef CUresult rc
         if self.handle == NULL:
             return
+        if ST.forked:
+            ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
         for k in list(self._all_kernels):
             invalidate_kernel(<Kernel>k)
         self._kernels.clear()

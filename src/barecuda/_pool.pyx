@@ -648,6 +648,7 @@ cdef class MemoryPool(Allocator):
         """Give every cached block back to the driver (waiting for cross-stream frees
         first), destroy the pool's spare events and forget idle streams. Afterwards
         ``reserved`` is the rounded size of the blocks in use."""
+        ensure_driver(ST)
         self.release_cached(True)
         self._drop_idle_streams()
         self._drop_events()
