@@ -500,9 +500,11 @@ cdef class DeviceBuffer:
     def __dealloc__(self):
         cdef DeviceBuffer root = self._root
         if root is not None:
-            # A view: its owner outlives this line (we hold it); let it go.
+            # A view: its owner outlives this line (we hold it); let it go (a closed
+            # view released its pin in close() and only kept the reference).
             self._root = None
-            unpin(root)
+            if self._kind != KIND_CLOSED:
+                unpin(root)
             return
         if self._allocator is None or (self._kind == KIND_CLOSED and not self._free_pending):
             return
@@ -560,7 +562,9 @@ cdef class DeviceBuffer:
             ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
         root = self._root
         if root is not None:
-            self._root = None
+            # A view releases its pin but keeps naming its owner (owner_of), so that a
+            # dependant made through it (a plan, an export, a graph value) unpins the
+            # right allocation later.
             self.use_flag = &self.used_elsewhere
             self._kind = KIND_CLOSED
             self.ptr = 0

@@ -38,7 +38,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, Event, stream_handle, wait_interruptible, _query_fn
-from barecuda._buffer cimport DeviceBuffer, note_use, holds
+from barecuda._buffer cimport DeviceBuffer, note_use, holds, pin, unpin
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
@@ -431,6 +431,7 @@ cdef class KernelNode(GraphNode):
         check(D.cuGraphKernelNodeSetParams(self.handle, &self.p), b"cuGraphKernelNodeSetParams")
         self._vals[index] = value
         g._keep.append(value)           # executables made earlier may hold the old value themselves
+        g._keep.extend(holds((value,)))  # and a pin on its allocation: close() defers the free
         if keep:
             g._keep.extend(keep)
 
@@ -618,6 +619,7 @@ cdef class Graph:
         n._vals = list(args)
         self._keep.append(kernel)
         self._keep.extend(args)
+        self._keep.extend(holds(args))     # pins: closing an argument defers its free
         n.p.func = kernel.func
         n.p.kernelParams = n.ptrs if kernel.nparams > 0 else NULL
         n.p.ctx = kernel.ctx
@@ -1226,6 +1228,7 @@ cdef void _mark_list(list items, CUstream last, bint multi) noexcept:
 
 
 @cython.final
+@cython.no_gc_clear          # __dealloc__ unpins what vals holds: the list must still be there
 cdef class _KernelParams:
     """One kernel node's parameters in one executable: the block pushed with
     ``cuGraphExecKernelNodeSetParams`` and the values packed in it. Held by the
@@ -1242,6 +1245,7 @@ cdef class _KernelParams:
         PyMem_Free(self.ptrs)
         self.buf = NULL
         self.ptrs = NULL
+        _unpin_vals(self.vals)
 
     cdef int load(self, KernelNode src, CUgraphNode node) except -1:
         """Take src's kernel, dimensions and parameter block; `node` is the handle the
@@ -1263,7 +1267,10 @@ cdef class _KernelParams:
         self.p.kernelParams = self.ptrs if k.nparams > 0 else NULL
         self.kernel = k
         self.node = node
+        old = self.vals
         self.vals = list(src._vals)
+        _pin_vals(self.vals)                # the executable pins the buffers it may run with
+        _unpin_vals(old)
         return 0
 
 
@@ -1449,15 +1456,35 @@ cdef class ExecKernelNode:
         st.p = p
 
 
+cdef int _pin_vals(list vals) except -1:
+    for v in vals:
+        if type(v) is DeviceBuffer:
+            pin(<DeviceBuffer>v)
+    return 0
+
+
+cdef void _unpin_vals(list vals) noexcept:
+    if vals is None:
+        return
+    for v in vals:
+        if type(v) is DeviceBuffer:
+            unpin(<DeviceBuffer>v)
+
+
 cdef inline int _replace_val(GraphExec x, list vals, Py_ssize_t index, object value) except -1:
     """vals[index] = value (index checked by the caller). A replaced DeviceBuffer was
-    used by earlier launches: its free waits for them (the executable held it until now)."""
+    used by earlier launches: its free waits for them (the executable held it until now).
+    The executable pins the allocation of every DeviceBuffer value it holds."""
     cdef PyObject *old = PyList_GET_ITEM(vals, index)
+    if Py_TYPE(value) is <PyTypeObject *>DeviceBuffer:
+        pin(<DeviceBuffer>value)
     if Py_TYPE(<object>old) is <PyTypeObject *>DeviceBuffer and x.launched:
         note_use(<DeviceBuffer><object>old, x.last)
         if x.multi:
             (<DeviceBuffer><object>old).use_flag[0] = 1
     Py_INCREF(value)
     PyList_SET_ITEM(vals, index, value)
+    if Py_TYPE(<object>old) is <PyTypeObject *>DeviceBuffer:
+        unpin(<DeviceBuffer><object>old)
     Py_XDECREF(old)
     return 0

@@ -38,7 +38,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
-from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin, hold
+from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda cimport _occupancy as occ
@@ -226,13 +226,10 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
         _raise_closed(k)
     if not 0 <= i < k.nparams:
         raise IndexError(f"kernel {sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
-    # The packed bytes hold addresses only: for a DeviceBuffer, `keep` (the graph's
-    # references) gets a pin on its allocation owner, so that closing the buffer while
-    # the graph or an executable still holds the address defers the free.
-    _pack_one(k, i, value, dst + k.params[i].offset, s)
-    if keep is not None and type(value) is DeviceBuffer:
-        keep.append(hold(<DeviceBuffer>value))
-    return 0
+    # The packed bytes hold values and addresses only: nothing needs to outlive the
+    # call here, so `keep` stays as given (the caller keeps its argument objects, and
+    # pins DeviceBuffers: _buffer.hold/pin).
+    return _pack_one(k, i, value, dst + k.params[i].offset, s)
 
 
 # --------------------------------------------------------- grid / block / smem
