@@ -147,3 +147,24 @@ def test_ipc_export_of_a_view_holds_the_owner(fake):
     assert not _gone(fake, live)
     h.release()
     assert _gone(fake, live)
+
+
+# ------------------------------------------------ pinned memory under its copy
+@pytest.mark.parametrize("call", ["cuEventCreate", "cuEventRecord", "cuStreamWaitEvent"])
+def test_failed_guard_event_waits_for_the_copy_before_raising(fake, call):
+    """Issue 9 item 10: when the event that guards a pinned buffer's async copy cannot
+    be created, recorded or chained, the copy's stream is waited for before the error
+    is raised, so a later close() cannot free the memory under the copy."""
+    p = bc.PinnedBuffer(64)
+    s = bc.Stream()
+    b = bc.alloc(64, stream=s)
+    if call == "cuStreamWaitEvent":
+        b.copy_from(p, stream=s)                    # the guard event exists ...
+        fake.fail("cuEventQuery", 600)              # ... and still covers that copy
+    fake.fail(call, 1)                              # CUDA_ERROR_INVALID_VALUE
+    syncs = fake.calls("cuStreamSynchronize")
+    with pytest.raises(bc.CudaError, match=call):
+        b.copy_from(p, stream=s)
+    assert fake.calls("cuStreamSynchronize") == syncs + 1, "raised without waiting for the copy"
+    p.close()
+    b.close()
