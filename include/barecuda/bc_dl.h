@@ -27,7 +27,7 @@
 
 /* Open `path` (a file name or a name the system loader searches for). NULL on
  * failure, with the loader's reason in err (when err is not NULL). */
-static void *bc_dl_open(const char *path, char *err, size_t errlen) {
+static inline void *bc_dl_open(const char *path, char *err, size_t errlen) {
 #ifdef _WIN32
     /* A full path: look for its dependencies next to it first (pip wheels put
      * NVIDIA's DLLs side by side); a bare name: the standard search. */
@@ -45,7 +45,7 @@ static void *bc_dl_open(const char *path, char *err, size_t errlen) {
 #endif
 }
 
-static void *bc_dl_sym(void *h, const char *name) {
+static inline void *bc_dl_sym(void *h, const char *name) {
 #ifdef _WIN32
     return (void *)GetProcAddress((HMODULE)h, name);
 #else
@@ -53,7 +53,7 @@ static void *bc_dl_sym(void *h, const char *name) {
 #endif
 }
 
-static void bc_dl_close(void *h) {
+static inline void bc_dl_close(void *h) {
 #ifdef _WIN32
     FreeLibrary((HMODULE)h);
 #else
@@ -64,7 +64,7 @@ static void bc_dl_close(void *h) {
 /* Fill `table` (laid out as `syms` describes) by exported name from library h.
  * Missing optional entries are NULL. Returns NULL, or the name of the first
  * required entry that is missing (the table is then partly filled: discard it). */
-static const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, void *table) {
+static inline const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, void *table) {
     size_t i;
     for (i = 0; i < n; i++) {
         void *fn = bc_dl_sym(h, syms[i].name);
@@ -77,7 +77,7 @@ static const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, voi
 /* Fill `table` through cuGetProcAddress_v2, asking for each entry point at its
  * `version`. An entry the driver does not have (or not at that version) is NULL.
  * Returns NULL, or the name of the first required entry that is missing. */
-static const char *bc_gpa_fill(PFN_cuGetProcAddress_v2 gpa, const bc_symbol_info *syms, size_t n, void *table) {
+static inline const char *bc_gpa_fill(PFN_cuGetProcAddress_v2 gpa, const bc_symbol_info *syms, size_t n, void *table) {
     size_t i;
     for (i = 0; i < n; i++) {
         void *fn = NULL;
