@@ -1,14 +1,12 @@
 """Type stubs for barecuda._nvrtc: NVRTC and nvJitLink (loading, versions, errors, one raw run)."""
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
-from barecuda._errors import BarecudaError
+from barecuda._errors import BarecudaError, _LibraryNotFoundError
 
 _Arch = Union[str, int, Tuple[int, int]]
 _Version = Union[int, Tuple[int, int]]
 
-class CompilerNotFoundError(BarecudaError, OSError):
-    tried: Tuple[str, ...]
-    def __init__(self, message: str, tried: Iterable[str] = ...) -> None: ...
+class CompilerNotFoundError(_LibraryNotFoundError): ...
 
 class _ToolError(BarecudaError, RuntimeError):
     log: str

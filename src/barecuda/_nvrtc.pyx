@@ -17,7 +17,7 @@ import threading
 
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
-from barecuda._errors import BarecudaError, DriverVersionError
+from barecuda._errors import BarecudaError, DriverVersionError, _LibraryNotFoundError
 from barecuda import _libfind
 
 cdef extern from "barecuda/nvrtc_abi.h" nogil:
@@ -77,19 +77,12 @@ cdef extern from "barecuda/nvrtc_abi.h" nogil:
 
 
 # ------------------------------------------------------------------ exceptions
-class CompilerNotFoundError(BarecudaError, OSError):
+class CompilerNotFoundError(_LibraryNotFoundError):
     """NVRTC (or nvJitLink) could not be loaded.
 
     ``tried`` lists the candidates and why each failed; the message names the pip
     package that provides the library.
     """
-
-    def __init__(self, message, tried=()):
-        super().__init__(message)
-        self.tried = tuple(tried)
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.tried))
 
 
 class _ToolError(BarecudaError, RuntimeError):
