@@ -371,8 +371,7 @@ def _fake_library(monkeypatch, name, current_stream):
 
         class ndarray:
             def __init__(self, ptr, device):
-                self.data = types.SimpleNamespace(ptr=ptr)
-                self.device = types.SimpleNamespace(id=device)
+                self.data = types.SimpleNamespace(ptr=ptr, device_id=device)   # cupy's MemoryPointer
                 self.calls = 0
         ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"
         cls = ndarray

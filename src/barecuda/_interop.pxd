@@ -12,3 +12,19 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
 
 # DeviceBuffer for a DeviceBuffer or a device array (CAI / CUDA DLPack); None for anything else.
 cdef DeviceBuffer as_device(object obj, object stream)
+
+# A whole array for consumers that need its size and type (NCCL): contiguous
+# DeviceBuffers, torch/cupy tensors (by exact type, as pointer_of), and other device
+# arrays through DLPack/CAI (as as_device_buffer(obj, stream=consumer), which orders
+# `consumer` after the producer itself). array_of fills *out and returns the dtype name
+# (None when unknown); it raises TypeError/ValueError (CPU tensor, not contiguous) and
+# makes no driver call on the DeviceBuffer/torch/cupy paths. order_array then applies
+# the stream rule of docs/interop.md for `consumer` (note_use for DeviceBuffers).
+ctypedef struct bc_array:
+    CUdeviceptr ptr
+    size_t nbytes
+    int ordinal                 # the device it lives on
+    int kind                    # how it was read (private to _interop)
+    bint readonly
+cdef object array_of(object obj, CUstream consumer, bc_array *out)
+cdef int order_array(object obj, const bc_array *a, Device dev, CUstream consumer) except -1

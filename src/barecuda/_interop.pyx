@@ -474,6 +474,7 @@ cdef enum:
     FAST_NONE = 0
     FAST_TORCH = 1
     FAST_CUPY = 2
+    FAST_SLOTS = 4
 
 _FAST_NAMES = {
     ("torch", "Tensor"): FAST_TORCH,
@@ -484,35 +485,74 @@ _FAST_NAMES = {
 cdef dict _fast_cache = {}          # exact type -> FAST_* kind, recognised classes only
 # (other classes are not cached: a strong reference would keep a user's local class,
 # and whatever it closes over, alive forever)
+# The recognised classes again as borrowed pointers (_fast_cache keeps them alive), so
+# the hot path compares a type pointer before any dict lookup.
+cdef PyObject *_fast_types[FAST_SLOTS]
+cdef int _fast_kinds[FAST_SLOTS]
+cdef int _nfast = 0
+# The libraries' "current stream" functions, looked up once (their modules are loaded:
+# an instance of their class exists).
+cdef object _torch_stream_fn = None
+cdef object _cupy_stream_fn = None
 
 
-cdef int _fast_kind(type t):
+cdef inline int _fast_kind(type t) except -1:
+    cdef int i
+    for i in range(_nfast):
+        if _fast_types[i] == <PyObject *>t:
+            return _fast_kinds[i]
+    return _fast_kind_slow(t)
+
+
+cdef int _fast_kind_slow(type t) except -1:
+    global _nfast, _torch_stream_fn, _cupy_stream_fn
     k = _fast_cache.get(t)
     if k is None:
         k = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
         if k != FAST_NONE:
             _fast_cache[t] = k
+            # a newly seen class (a library loaded again): look its stream function up again
+            if k == FAST_TORCH:
+                _torch_stream_fn = None
+            else:
+                _cupy_stream_fn = None
+            if _nfast < FAST_SLOTS:
+                _fast_types[_nfast] = <PyObject *>t
+                _fast_kinds[_nfast] = <int>k
+                _nfast += 1
     return <int>k
 
 
 cdef int _wrong_device(object obj, int have, Device dev) except -1:
-    raise ValueError(f"{type(obj).__name__} is on device {have} but the kernel runs on device "
+    raise ValueError(f"{type(obj).__name__} is on device {have} but it is used on device "
                      f"{dev.ordinal}; move it first (e.g. t.to('cuda:{dev.ordinal}'))")
+
+
+cdef object _stream_fn(object obj, int kind):
+    """The function giving the library's current raw stream (torch: of a device)."""
+    global _torch_stream_fn, _cupy_stream_fn
+    mod = sys.modules.get(type(obj).__module__.partition(".")[0])
+    if kind == FAST_TORCH:
+        f = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)
+        if f is None:
+            f = lambda ordinal: mod.cuda.current_stream(ordinal).cuda_stream
+        _torch_stream_fn = f
+    else:
+        f = getattr(getattr(mod.cuda, "stream", None), "get_current_stream_ptr", None)
+        if f is None:
+            f = lambda: mod.cuda.get_current_stream().ptr
+        _cupy_stream_fn = f
+    return f
 
 
 cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
     """The library's current stream on `ordinal` (where its pending work on obj is queued)."""
-    mod = sys.modules.get(type(obj).__module__.partition(".")[0])
     if kind == FAST_TORCH:
-        raw = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            h = raw(ordinal)
-        else:
-            h = mod.cuda.current_stream(ordinal).cuda_stream
+        f = _torch_stream_fn if _torch_stream_fn is not None else _stream_fn(obj, kind)
+        h = f(ordinal)
     else:
-        cuda = mod.cuda
-        f = getattr(getattr(cuda, "stream", None), "get_current_stream_ptr", None)
-        h = f() if f is not None else cuda.get_current_stream().ptr
+        f = _cupy_stream_fn if _cupy_stream_fn is not None else _stream_fn(obj, kind)
+        h = f()
     return <CUstream><size_t>h
 
 
@@ -520,6 +560,16 @@ cdef int _order_after_producer(CUstream producer, CUstream consumer, Device dev)
     if producer == NULL:
         producer = CU_STREAM_LEGACY
     return stream_after(consumer, producer, dev.ctx)
+
+
+cdef int _torch_device(object obj, Device dev) except -1:
+    cdef int have = obj.get_device()
+    if have < 0:
+        raise ValueError(f"the tensor is on the CPU, not on device {dev.ordinal}; move it first "
+                         f"(t.to('cuda:{dev.ordinal}'))")
+    if have != dev.ordinal:
+        _wrong_device(obj, have, dev)
+    return have
 
 
 cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1:
@@ -545,21 +595,17 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
         return 0
     kind = _fast_kind(t)
     if kind == FAST_TORCH:
-        have = obj.get_device()
-        if have < 0:
-            raise ValueError(f"the tensor is on the CPU, not on device {dev.ordinal}; move it first "
-                             f"(t.to('cuda:{dev.ordinal}'))")
-        if have != dev.ordinal:
-            _wrong_device(obj, have, dev)
+        have = _torch_device(obj, dev)
         p = <CUdeviceptr>obj.data_ptr()
         _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
         out[0] = p
         return 0
     if kind == FAST_CUPY:
-        have = obj.device.id
+        mem = obj.data                      # cupy MemoryPointer: .ptr and .device_id, no Device object
+        have = mem.device_id
         if have != dev.ordinal:
             _wrong_device(obj, have, dev)
-        p = <CUdeviceptr>obj.data.ptr
+        p = <CUdeviceptr>mem.ptr
         _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
         out[0] = p
         return 0
@@ -590,3 +636,69 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
         return 0
     raise TypeError(f"{type(obj).__name__} is not a device pointer (DeviceBuffer, int address, "
                     "torch/cupy array, or an object with __cuda_array_interface__ / CUDA __dlpack__)")
+
+
+# ------------------------------------------------------- array_of (whole-array consumers: NCCL)
+cdef dict _torch_dtype_names = {}     # torch.dtype -> name ("float32", "bfloat16", ...)
+
+
+cdef str _torch_dtype_name(object d):
+    name = _torch_dtype_names.get(d)
+    if name is None:
+        name = _torch_dtype_names[d] = str(d).rpartition(".")[2]
+    return name
+
+
+cdef int _not_contiguous(object obj) except -1:
+    raise ValueError(f"{type(obj).__name__} is not contiguous; a whole-array operation needs contiguous "
+                     "memory (t.contiguous(), cupy.ascontiguousarray(a))")
+
+
+cdef object array_of(object obj, CUstream consumer, bc_array *out):
+    """See _interop.pxd. Reads only (no driver call on the DeviceBuffer/torch/CuPy
+    paths); order_array() applies the stream rule."""
+    cdef type t = type(obj)
+    cdef int kind
+    cdef DeviceBuffer b
+    out.readonly = False
+    if t is DeviceBuffer or isinstance(obj, DeviceBuffer):
+        b = <DeviceBuffer>obj
+        check_usable(b)
+        if b._strided:
+            _not_contiguous(obj)
+        out.kind = FAST_NONE
+        out.ptr, out.nbytes, out.ordinal, out.readonly = b.ptr, b.nbytes, b.device.ordinal, b._readonly
+        return b._dtype
+    kind = _fast_kind(t)
+    out.kind = kind
+    if kind == FAST_TORCH:
+        out.ordinal = obj.get_device()
+        if out.ordinal < 0:
+            raise ValueError("the tensor is on the CPU; move it to a GPU first (t.to('cuda'))")
+        if not obj.is_contiguous():
+            _not_contiguous(obj)
+        out.ptr = <CUdeviceptr>obj.data_ptr()
+        out.nbytes = <size_t>obj.numel() * <size_t>obj.element_size()
+        return _torch_dtype_name(obj.dtype)
+    if kind == FAST_CUPY:
+        if not obj.flags.c_contiguous:
+            _not_contiguous(obj)
+        mem = obj.data
+        out.ptr, out.ordinal, out.nbytes = <CUdeviceptr>mem.ptr, mem.device_id, obj.nbytes
+        return obj.dtype.name
+    # Other arrays: through the protocols (DLPack orders the consumer stream itself).
+    b = as_device_buffer(obj, stream=None if consumer == NULL else <size_t>consumer)
+    out.kind = FAST_NONE
+    if b._strided:
+        _not_contiguous(obj)
+    out.ptr, out.nbytes, out.ordinal, out.readonly = b.ptr, b.nbytes, b.device.ordinal, b._readonly
+    return b._dtype
+
+
+cdef int order_array(object obj, const bc_array *a, Device dev, CUstream consumer) except -1:
+    """See _interop.pxd."""
+    if type(obj) is DeviceBuffer or isinstance(obj, DeviceBuffer):
+        note_use(<DeviceBuffer>obj, consumer)
+    elif a.kind == FAST_TORCH or a.kind == FAST_CUPY:
+        _order_after_producer(_producer_stream(obj, a.kind, a.ordinal), consumer, dev)
+    return 0
