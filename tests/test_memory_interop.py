@@ -398,6 +398,48 @@ def test_tensor_fast_path(fake, k2, monkeypatch, lib):
 
 
 @pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_current_stream_is_read_once_per_launch(fake, k2, monkeypatch, lib):
+    """One launch's tensors share the library's current stream: the first reads it and
+    orders the consumer after it, the second does neither. Outside a launch (bind)
+    each tensor does both, and a launch that failed half-way leaves no memo behind."""
+    s = bc.Stream()
+    cls = _fake_library(monkeypatch, lib, 0)
+    producers = [bc.Stream(), bc.Stream()]
+    reads, current = [], [producers[0].handle_int]
+
+    def read(*ordinal):
+        reads.append(ordinal)
+        return current[0]
+    mod = sys.modules[lib]
+    if lib == "torch":
+        mod._C._cuda_getCurrentRawStream = read
+    else:
+        mod.cuda.stream.get_current_stream_ptr = read
+    b = bc.alloc(64)
+    t1, t2 = cls(b.ptr, 0), cls(b.ptr + 8, 0)
+    before = _driver_counts(fake)
+    k2.launch(1, 1, t1, t2, stream=s)
+    assert len(reads) == 1 and _delta(fake, before)["cuStreamWaitEvent"] == 1
+    assert _packed_ptrs(fake) == (b.ptr, b.ptr + 8)
+    before = _driver_counts(fake)
+    k2.launch(1, 1, t1, t2, stream=s)                 # a new launch reads it again
+    assert len(reads) == 2 and _delta(fake, before)["cuStreamWaitEvent"] == 1
+    before = _driver_counts(fake)
+    k2.bind(1, 1, t1, t2, stream=s)
+    assert len(reads) == 4 and _delta(fake, before)["cuStreamWaitEvent"] == 2
+    with pytest.raises(TypeError):
+        k2.launch(1, 1, t1, object(), stream=s)       # fails after the first tensor
+    current[0] = producers[1].handle_int
+    before = _driver_counts(fake)
+    k2.bind(1, 1, t1, t2, stream=s)                   # no memo left from the failed launch
+    assert _delta(fake, before)["cuStreamWaitEvent"] == 2
+    current[0] = s.handle_int                        # the library's current stream is ours
+    before = _driver_counts(fake)
+    k2.launch(1, 1, t1, t2, stream=s)
+    assert _delta(fake, before)["cuStreamWaitEvent"] == 0
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
 def test_tensor_on_the_wrong_device_names_both(fake, k2, monkeypatch, lib):
     cls = _fake_library(monkeypatch, lib, 0)
     n = fake.launch_count()

@@ -10,6 +10,14 @@ from barecuda._buffer cimport DeviceBuffer
 # TypeError/ValueError (wrong device: names both devices) before any work is queued.
 cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1
 
+# Non-zero for the exact classes pointer_of reads directly (torch/CuPy tensors).
+cdef int tensor_kind(type t) except -1
+
+# The packer calls pointer_batch(True) before a launch's first argument and
+# pointer_batch(False) after its last (also on error): inside, the torch/CuPy current
+# stream is read once per launch instead of once per tensor.
+cdef void pointer_batch(bint open) noexcept
+
 # DeviceBuffer for a DeviceBuffer or a device array (CAI / CUDA DLPack); None for anything else.
 cdef DeviceBuffer as_device(object obj, object stream)
 

@@ -31,6 +31,8 @@ from barecuda._buffer cimport (DeviceBuffer, make_view, resolve_device, stream_a
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
+    ctypedef struct PyThreadState
+    PyThreadState *PyThreadState_Get() noexcept
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -504,6 +506,10 @@ cdef inline int _fast_kind(type t) except -1:
     return _fast_kind_slow(t)
 
 
+cdef int tensor_kind(type t) except -1:
+    return _fast_kind(t)
+
+
 cdef int _fast_kind_slow(type t) except -1:
     global _nfast, _torch_stream_fn, _cupy_stream_fn
     k = _fast_cache.get(t)
@@ -540,9 +546,27 @@ cdef object _stream_fn(object obj, int kind):
     else:
         f = getattr(getattr(mod.cuda, "stream", None), "get_current_stream_ptr", None)
         if f is None:
-            f = lambda: mod.cuda.get_current_stream().ptr
+            get = mod.cuda.get_current_stream
+            f = lambda: get().ptr
         _cupy_stream_fn = f
     return f
+
+
+# One launch's tensors of one library and device share that library's current stream:
+# between the arguments of one launch no user code runs that could switch it. So
+# inside a launch (the packer opens this window with pointer_batch) the first such
+# tensor reads the current stream and orders the consumer after it, and the others
+# skip both. Outside the window, and on any other thread, every tensor does both.
+cdef PyThreadState *_memo_thread = NULL
+cdef int _memo_kind = FAST_NONE
+cdef int _memo_ordinal = -1
+cdef CUstream _memo_consumer = NULL
+
+
+cdef void pointer_batch(bint open) noexcept:
+    global _memo_thread, _memo_kind
+    _memo_thread = PyThreadState_Get() if open else NULL
+    _memo_kind = FAST_NONE
 
 
 cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
@@ -554,6 +578,19 @@ cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
         f = _cupy_stream_fn if _cupy_stream_fn is not None else _stream_fn(obj, kind)
         h = f()
     return <CUstream><size_t>h
+
+
+cdef int _order_tensor(object obj, int kind, int ordinal, CUstream consumer, Device dev) except -1:
+    """The stream rule for a tensor read directly, once per launch (see above)."""
+    global _memo_kind, _memo_ordinal, _memo_consumer
+    cdef PyThreadState *me = PyThreadState_Get()
+    if (_memo_thread == me and _memo_kind == kind and _memo_ordinal == ordinal
+            and _memo_consumer == consumer):
+        return 0
+    _order_after_producer(_producer_stream(obj, kind, ordinal), consumer, dev)
+    if _memo_thread == me:              # still this thread's window (the library ran Python code)
+        _memo_kind, _memo_ordinal, _memo_consumer = kind, ordinal, consumer
+    return 0
 
 
 cdef int _order_after_producer(CUstream producer, CUstream consumer, Device dev) except -1:
@@ -597,7 +634,7 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
     if kind == FAST_TORCH:
         have = _torch_device(obj, dev)
         p = <CUdeviceptr>obj.data_ptr()
-        _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
+        _order_tensor(obj, kind, have, consumer, dev)
         out[0] = p
         return 0
     if kind == FAST_CUPY:
@@ -606,7 +643,7 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
         if have != dev.ordinal:
             _wrong_device(obj, have, dev)
         p = <CUdeviceptr>mem.ptr
-        _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
+        _order_tensor(obj, kind, have, consumer, dev)
         out[0] = p
         return 0
     if PyCapsule_CheckExact(obj):

@@ -37,6 +37,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
+from barecuda._interop cimport pointer_batch
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda._errors import make_error, DriverVersionError
@@ -219,10 +220,14 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
     cdef Py_ssize_t i
     cdef char *slot
-    for i in range(k.nparams):
-        slot = buf + k.params[i].offset
-        ptrs[i] = slot
-        _pack_one(k, i, args[i], slot, hs)
+    pointer_batch(True)         # one read of torch's/CuPy's current stream per launch
+    try:
+        for i in range(k.nparams):
+            slot = buf + k.params[i].offset
+            ptrs[i] = slot
+            _pack_one(k, i, args[i], slot, hs)
+    finally:
+        pointer_batch(False)
     return 0
 
 
