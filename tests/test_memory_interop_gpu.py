@@ -114,6 +114,32 @@ def test_torch_producer_stream_is_honoured(vadd, rng, way):
     np.testing.assert_array_equal(out.to_numpy(), a * 2 + c)
 
 
+def test_torch_tensors_on_torch_streams(vadd, rng):
+    """The benchmark row's form: every pointer a torch tensor, stream= a torch stream that
+    is torch's current stream. Two torch streams in turn, each passed on every launch
+    (the foreign stream is read once per object): each launch runs on its own stream and
+    sees what torch wrote there."""
+    torch = _torch_or_skip()
+    n = 1 << 20
+    a, c = fresh(n, "float32", rng), fresh(n, "float32", rng)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for k, ts in enumerate(streams):
+        with torch.cuda.stream(ts):
+            ta, tc = torch.from_numpy(a).cuda(), torch.from_numpy(c).cuda()
+            big = torch.randn(2048, 2048, device="cuda")
+            for _ in range(4):
+                big = big @ big / 32
+            ta.add_(k + 1)
+            out = torch.empty_like(ta)
+            for _ in range(3):
+                _launch_vadd(vadd, out, ta, tc, n, stream=ts)
+        outs.append((ts, out))
+    for k, (ts, out) in enumerate(outs):
+        ts.synchronize()
+        np.testing.assert_array_equal(out.cpu().numpy(), (a + (k + 1)) + c)
+
+
 def test_torch_wrong_device_and_strided(vadd):
     torch = _torch_or_skip()
     t = torch.zeros(64, 2, device="cuda")
