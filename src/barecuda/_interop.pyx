@@ -472,10 +472,15 @@ def as_device_buffer(obj, *, stream=None):
 # ------------------------------------------------------- pointer_of (launch, bind)
 # Exact classes read without DLPack/CAI, recognised by (module, qualname) the first
 # time an object of that exact type is seen (torch/cupy are never imported here).
+# Where the class publishes DLPack's C exchange API (PyTorch 2.10+; any class that
+# defines `__dlpack_c_exchange_api__` itself), its tensors are read in C: a non-owning
+# DLTensor and the library's current stream, no Python call at all (FAST_DLX).
+# Otherwise through the cheapest methods (t.data_ptr(), t.get_device(); a.data.ptr).
 cdef enum:
     FAST_NONE = 0
     FAST_TORCH = 1
     FAST_CUPY = 2
+    FAST_DLX = 3
     FAST_SLOTS = 4
 
 _FAST_NAMES = {
@@ -484,13 +489,14 @@ _FAST_NAMES = {
     ("cupy", "ndarray"): FAST_CUPY,
     ("cupy._core.core", "ndarray"): FAST_CUPY,
 }
-cdef dict _fast_cache = {}          # exact type -> FAST_* kind, recognised classes only
+cdef dict _fast_cache = {}          # exact type -> (FAST_* kind, exchange API capsule or None)
 # (other classes are not cached: a strong reference would keep a user's local class,
 # and whatever it closes over, alive forever)
-# The recognised classes again as borrowed pointers (_fast_cache keeps them alive), so
-# the hot path compares a type pointer before any dict lookup.
+# The recognised classes again as borrowed pointers (_fast_cache keeps them and their
+# capsules alive), so the hot path compares a type pointer before any dict lookup.
 cdef PyObject *_fast_types[FAST_SLOTS]
 cdef int _fast_kinds[FAST_SLOTS]
+cdef const bc_dlpack_exchange_api *_fast_apis[FAST_SLOTS]
 cdef int _nfast = 0
 # The libraries' "current stream" functions, looked up once (their modules are loaded:
 # an instance of their class exists).
@@ -498,35 +504,60 @@ cdef object _torch_stream_fn = None
 cdef object _cupy_stream_fn = None
 
 
-cdef inline int _fast_kind(type t) except -1:
+cdef inline int _fast_kind(type t, const bc_dlpack_exchange_api **api) except -1:
     cdef int i
     for i in range(_nfast):
         if _fast_types[i] == <PyObject *>t:
+            api[0] = _fast_apis[i]
             return _fast_kinds[i]
-    return _fast_kind_slow(t)
+    return _fast_kind_slow(t, api)
 
 
 cdef int tensor_kind(type t) except -1:
-    return _fast_kind(t)
+    cdef const bc_dlpack_exchange_api *api
+    return _fast_kind(t, &api)
 
 
-cdef int _fast_kind_slow(type t) except -1:
+cdef object _exchange_capsule(type t, bint named):
+    """The class's valid `__dlpack_c_exchange_api__` capsule (inherited only for the
+    named classes: a subclass of another library's tensor keeps the protocol path)."""
+    cdef const bc_dlpack_exchange_api *api
+    cap = getattr(t, "__dlpack_c_exchange_api__", None) if named else t.__dict__.get("__dlpack_c_exchange_api__")
+    if cap is None or not PyCapsule_IsValid(cap, BC_DLPACK_EXCHANGE_CAPSULE):
+        return None
+    api = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
+    if api.version.major != 1 or api.dltensor_from_py_object_no_sync == NULL or api.current_work_stream == NULL:
+        return None
+    return cap
+
+
+cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
     global _nfast, _torch_stream_fn, _cupy_stream_fn
-    k = _fast_cache.get(t)
-    if k is None:
+    cdef int k
+    api[0] = NULL
+    e = _fast_cache.get(t)
+    if e is None:
         k = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
-        if k != FAST_NONE:
-            _fast_cache[t] = k
-            # a newly seen class (a library loaded again): look its stream function up again
-            if k == FAST_TORCH:
-                _torch_stream_fn = None
-            else:
-                _cupy_stream_fn = None
-            if _nfast < FAST_SLOTS:
-                _fast_types[_nfast] = <PyObject *>t
-                _fast_kinds[_nfast] = <int>k
-                _nfast += 1
-    return <int>k
+        cap = _exchange_capsule(t, k != FAST_NONE)
+        if cap is not None:
+            k = FAST_DLX
+        if k == FAST_NONE:
+            return FAST_NONE
+        e = _fast_cache[t] = (k, cap)
+        # a newly seen class (a library loaded again): look its stream function up again
+        if k == FAST_TORCH:
+            _torch_stream_fn = None
+        elif k == FAST_CUPY:
+            _cupy_stream_fn = None
+        if _nfast < FAST_SLOTS:
+            _fast_types[_nfast] = <PyObject *>t
+            _fast_kinds[_nfast] = k
+            _fast_apis[_nfast] = NULL if cap is None else \
+                <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
+            _nfast += 1
+    if e[1] is not None:
+        api[0] = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(e[1], BC_DLPACK_EXCHANGE_CAPSULE)
+    return <int>e[0]
 
 
 cdef int _wrong_device(object obj, int have, Device dev) except -1:
@@ -558,15 +589,15 @@ cdef object _stream_fn(object obj, int kind):
 # tensor reads the current stream and orders the consumer after it, and the others
 # skip both. Outside the window, and on any other thread, every tensor does both.
 cdef PyThreadState *_memo_thread = NULL
-cdef int _memo_kind = FAST_NONE
+cdef const void *_memo_source = NULL     # the library (its exchange API, or its kind)
 cdef int _memo_ordinal = -1
 cdef CUstream _memo_consumer = NULL
 
 
 cdef void pointer_batch(bint open) noexcept:
-    global _memo_thread, _memo_kind
+    global _memo_thread, _memo_source
     _memo_thread = PyThreadState_Get() if open else NULL
-    _memo_kind = FAST_NONE
+    _memo_source = NULL
 
 
 cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
@@ -580,16 +611,24 @@ cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
     return <CUstream><size_t>h
 
 
-cdef int _order_tensor(object obj, int kind, int ordinal, CUstream consumer, Device dev) except -1:
+cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, int ordinal, CUstream consumer,
+                       Device dev) except -1:
     """The stream rule for a tensor read directly, once per launch (see above)."""
-    global _memo_kind, _memo_ordinal, _memo_consumer
+    global _memo_source, _memo_ordinal, _memo_consumer
     cdef PyThreadState *me = PyThreadState_Get()
-    if (_memo_thread == me and _memo_kind == kind and _memo_ordinal == ordinal
+    cdef const void *source = <const void *>api if api != NULL else <const void *><size_t>kind
+    cdef void *h = NULL
+    if (_memo_thread == me and _memo_source == source and _memo_ordinal == ordinal
             and _memo_consumer == consumer):
         return 0
-    _order_after_producer(_producer_stream(obj, kind, ordinal), consumer, dev)
-    if _memo_thread == me:              # still this thread's window (the library ran Python code)
-        _memo_kind, _memo_ordinal, _memo_consumer = kind, ordinal, consumer
+    if api != NULL:
+        if api.current_work_stream(kDLCUDA, ordinal, &h) != 0:
+            return -1                       # the library set the exception
+        _order_after_producer(<CUstream>h, consumer, dev)
+    else:
+        _order_after_producer(_producer_stream(obj, kind, ordinal), consumer, dev)
+    if _memo_thread == me:              # still this thread's window (the library may run Python code)
+        _memo_source, _memo_ordinal, _memo_consumer = source, ordinal, consumer
     return 0
 
 
@@ -597,6 +636,12 @@ cdef int _order_after_producer(CUstream producer, CUstream consumer, Device dev)
     if producer == NULL:
         producer = CU_STREAM_LEGACY
     return stream_after(consumer, producer, dev.ctx)
+
+
+cdef int _not_on_gpu(object obj, int device_type, Device dev) except -1:
+    where = "on the CPU" if device_type == kDLCPU else f"in DLPack device type {device_type} memory"
+    raise ValueError(f"the {type(obj).__name__} is {where}, not on device {dev.ordinal}; move it first "
+                     f"(e.g. t.to('cuda:{dev.ordinal}'))")
 
 
 cdef int _torch_device(object obj, Device dev) except -1:
@@ -616,6 +661,8 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
     cdef int have
     cdef CUdeviceptr p
     cdef DLTensor *tensor
+    cdef DLTensor dl
+    cdef const bc_dlpack_exchange_api *api = NULL
     cdef void *mt = NULL
     cdef bint versioned = False
     if t is DeviceBuffer:
@@ -630,11 +677,22 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
             raise ValueError(f"a device address must be in [0, 2**64), got {obj}")
         out[0] = <CUdeviceptr>obj
         return 0
-    kind = _fast_kind(t)
+    kind = _fast_kind(t, &api)
+    if kind == FAST_DLX:
+        if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
+            return -1                       # the library set the exception
+        have = dl.device.device_id
+        if dl.device.device_type != kDLCUDA and dl.device.device_type != kDLCUDAManaged:
+            _not_on_gpu(obj, dl.device.device_type, dev)
+        if have != dev.ordinal:
+            _wrong_device(obj, have, dev)
+        _order_tensor(obj, kind, api, have, consumer, dev)
+        out[0] = <CUdeviceptr>dl.data + dl.byte_offset
+        return 0
     if kind == FAST_TORCH:
         have = _torch_device(obj, dev)
         p = <CUdeviceptr>obj.data_ptr()
-        _order_tensor(obj, kind, have, consumer, dev)
+        _order_tensor(obj, kind, NULL, have, consumer, dev)
         out[0] = p
         return 0
     if kind == FAST_CUPY:
@@ -643,7 +701,7 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
         if have != dev.ordinal:
             _wrong_device(obj, have, dev)
         p = <CUdeviceptr>mem.ptr
-        _order_tensor(obj, kind, have, consumer, dev)
+        _order_tensor(obj, kind, NULL, have, consumer, dev)
         out[0] = p
         return 0
     if PyCapsule_CheckExact(obj):
@@ -697,6 +755,7 @@ cdef object array_of(object obj, CUstream consumer, bc_array *out):
     cdef type t = type(obj)
     cdef int kind
     cdef DeviceBuffer b
+    cdef const bc_dlpack_exchange_api *api = NULL
     out.readonly = False
     if t is DeviceBuffer or isinstance(obj, DeviceBuffer):
         b = <DeviceBuffer>obj
@@ -706,7 +765,9 @@ cdef object array_of(object obj, CUstream consumer, bc_array *out):
         out.kind = FAST_NONE
         out.ptr, out.nbytes, out.ordinal, out.readonly = b.ptr, b.nbytes, b.device.ordinal, b._readonly
         return b._dtype
-    kind = _fast_kind(t)
+    kind = _fast_kind(t, &api)
+    if kind == FAST_DLX:                    # size and type: through the named libraries' methods
+        kind = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
     out.kind = kind
     if kind == FAST_TORCH:
         out.ordinal = obj.get_device()
@@ -737,5 +798,5 @@ cdef int order_array(object obj, const bc_array *a, Device dev, CUstream consume
     if type(obj) is DeviceBuffer or isinstance(obj, DeviceBuffer):
         note_use(<DeviceBuffer>obj, consumer)
     elif a.kind == FAST_TORCH or a.kind == FAST_CUPY:
-        _order_after_producer(_producer_stream(obj, a.kind, a.ordinal), consumer, dev)
+        _order_tensor(obj, a.kind, NULL, a.ordinal, consumer, dev)
     return 0
