@@ -20,7 +20,7 @@ from libc.stdint cimport int64_t
 import sys
 
 from barecuda._abi cimport *
-from barecuda._errors cimport bc_state_t
+from barecuda._errors cimport bc_state_t, CUDA_SUCCESS
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver
 from barecuda._device cimport Device, activate_device, device_at
 from barecuda._stream cimport stream_handle
@@ -292,7 +292,7 @@ cdef DeviceBuffer _reimport(DeviceBuffer b, CUstream h, object stream):
 # --------------------------------------------------------------------- CAI in
 cdef int _ordinal_of_ptr(CUdeviceptr p) except -2:
     cdef int ordinal = -1
-    if p != 0 and D.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == 0:
+    if p != 0 and D.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS:
         return ordinal
     return -1
 

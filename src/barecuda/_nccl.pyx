@@ -173,7 +173,7 @@ cdef int _raise(int rc, str call, ncclComm_t comm) except -1:
 
 
 cdef inline int _ck(int rc, str call, ncclComm_t comm) except -1:
-    if rc == 0:
+    if rc == ncclSuccess:
         return 0
     return _raise(rc, call, comm)
 
@@ -332,8 +332,8 @@ cdef int _op_for(object op, int nranks) except -1:
     # here as the last float64 of 4099 coming back as garbage); one-rank sum is a plain
     # copy. So one-rank avg is sent as sum, which gives the same values on every version.
     cdef int o = _op_of(op)
-    if o == 4 and nranks == 1:
-        return 0
+    if o == _OPS["avg"] and nranks == 1:
+        return _OPS["sum"]
     return o
 
 
@@ -760,7 +760,7 @@ cdef class Communicator:
             else:
                 rc = NC.ncclRecv(<void *>ra.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
             forget_current()
-        if rc != 0:
+        if rc != ncclSuccess:
             self._fail(rc, _CALLS[which])
         if which == C_SEND:
             return None
