@@ -13,7 +13,7 @@ from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._buffer cimport DeviceBuffer
-from barecuda._interop cimport pointer_of, tensor_kind
+from barecuda._interop cimport pointer_of
 
 
 cdef str sig_text(object k):
@@ -151,8 +151,6 @@ cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *
     """Everything the fast path in _pack_one does not handle."""
     cdef int kind = p.kind
     cdef int fl = bc_kind_flags[kind]
-    if bc_kind_is_pointer(kind) and tensor_kind(type(arg)):
-        return _pack_pointer(k, p, i, arg, slot, hs)     # torch/CuPy tensors: first
     if kind == BC_K_BYTES:
         return _pack_bytes(k, p, i, arg, slot)
     if isinstance(arg, DeviceBuffer):
