@@ -67,7 +67,8 @@ def test_driver_too_old_by_version(fake_lib_path):
 
 
 def test_driver_too_old_by_cuinit(fake_lib_path):
-    rep = doctor_json(fake_lib_path, FAKECUDA_INIT_RESULT=35)     # CUDA_ERROR_INSUFFICIENT_DRIVER
+    # CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER (35, the runtime's cudaErrorInsufficientDriver, is no CUresult)
+    rep = doctor_json(fake_lib_path, FAKECUDA_INIT_RESULT=int(barecuda._errors.CUresult.CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER))
     assert rep["state"]["state"] == "driver-too-old"
 
 

@@ -277,3 +277,40 @@ def test_fork_before_load_is_fine(fake_lib_path):
         out(child=json.loads(data.decode()))
     """, fake_lib_path)
     assert r["child"] == {"v": [13, 0], "available": True}
+
+
+# Each feature that needs an optional entry point says which driver version it needs,
+# and that version is the one the ABI table requests the symbol at (require()), never
+# a number typed next to the feature.
+_FEATURES = {
+    "DriverMemoryPool": ("cuMemPoolCreate", "barecuda.DriverMemoryPool(0)"),
+    "DeviceBuffer.prefetch": ("cuMemPrefetchAsync", "barecuda.managed_empty(64).prefetch(0)"),
+    "DeviceBuffer.advise": ("cuMemAdvise", "barecuda.managed_empty(64).advise('read_mostly', 0)"),
+}
+
+
+@pytest.mark.parametrize("feature", sorted(_FEATURES))
+@pytest.mark.parametrize("how", ["hidden", "old-driver"])
+def test_version_messages_come_from_the_symbol_table(fake_lib_path, feature, how):
+    symbol, call = _FEATURES[feature]
+    r = run_py(f"""
+        import barecuda
+        need = barecuda._loader.symbols()[{symbol!r}][0]
+        try:
+            {call}
+            err = None
+        except barecuda.DriverVersionError as e:
+            err = str(e)
+        out(err=err, need=need, v=barecuda.driver_version())
+    """, fake_lib_path, **({"FAKECUDA_HIDE": symbol} if how == "hidden" else {"FAKECUDA_DRIVER_VERSION": 12000}))
+    need = r["need"]
+    if how == "old-driver" and need <= 12000:
+        assert r["err"] is None          # a 12.0 driver has it: nothing to refuse
+        return
+    assert r["err"], f"{feature} did not refuse without {symbol}"
+    assert feature in r["err"] and symbol in r["err"]
+    assert f"CUDA {need // 1000}.{need % 1000 // 10} driver or newer" in r["err"]
+    v = r["v"]
+    assert f"the loaded driver is CUDA {v[0]}.{v[1]}" in r["err"]
+    if how == "hidden":                   # new enough, yet missing: not an upgrade problem
+        assert "does not provide it" in r["err"]

@@ -80,6 +80,10 @@ static void bc_dlclose(void *h) {
 #endif
 }
 
+/* The oldest driver barecuda loads (CUDA 12.0: cuGetProcAddress_v2). The doctor and
+ * the loader's messages take it from here. */
+#define BC_MIN_DRIVER_VERSION 12000
+
 /* Result of a load attempt, for the Python side to turn into an exception. */
 enum {
     BC_LOAD_OK = 0,

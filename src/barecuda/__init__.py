@@ -24,7 +24,9 @@ from barecuda._managed import managed_empty, alloc_pitch
 from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchPlan, PlanList, launch_all
 from barecuda._launch_config import LaunchConfig
-from barecuda._pool import MemoryPool, DriverMemoryPool, PinnedMemoryPool, memory_stats, trim_memory
+from barecuda._pool import MemoryPool, memory_stats, trim_memory
+from barecuda._driver_pool import DriverMemoryPool
+from barecuda._pinned_pool import PinnedMemoryPool
 
 
 # The public API, for `from barecuda import *` and for type checkers: with

@@ -23,7 +23,6 @@ import platform
 import random
 import sys
 
-MIN_DRIVER = (12, 0)      # the oldest driver barecuda's symbol table supports
 W = 14                    # label column
 
 VADD_PTX = r"""
@@ -232,6 +231,9 @@ def diagnose(load_error, version=None, count=None, nodes=()):
         ``"no-permission"``, ``"no-device"``, ``"driver-error"``.
     """
     from barecuda import CudaError, DriverNotFoundError
+    from barecuda._errors import CUresult
+    from barecuda._loader import MIN_DRIVER_VERSION, version_text
+    min_text = version_text(MIN_DRIVER_VERSION)          # the one table: bc_runtime.h
     denied = [p for p, ok in nodes if not ok]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     vis_hint = (f" CUDA_VISIBLE_DEVICES={visible!r} hides devices: unset it or name a device that exists."
@@ -241,21 +243,20 @@ def diagnose(load_error, version=None, count=None, nodes=()):
     if isinstance(load_error, DriverNotFoundError):
         tried = " ".join(getattr(load_error, "tried", ())) or str(load_error)
         if "too old" in tried or "cuGetProcAddress_v2" in tried:
-            return ("driver-too-old", "a CUDA driver library was found but it is older than CUDA "
-                    f"{MIN_DRIVER[0]}.{MIN_DRIVER[1]}",
-                    f"upgrade the NVIDIA driver to one for CUDA {MIN_DRIVER[0]}.{MIN_DRIVER[1]} or newer")
+            return ("driver-too-old", f"a CUDA driver library was found but it is older than CUDA {min_text}",
+                    f"upgrade the NVIDIA driver to one for CUDA {min_text} or newer")
         return ("no-driver", "no CUDA driver library could be loaded",
                 "install the NVIDIA driver (check with `nvidia-smi`), or point barecuda at it: "
                 "BARECUDA_LIBCUDA=/path/to/libcuda.so.1")
     if isinstance(load_error, CudaError):
         code = getattr(load_error, "code", None)
-        if code == 35:      # CUDA_ERROR_INSUFFICIENT_DRIVER
+        if code == CUresult.CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER:
             return ("driver-too-old", f"the driver is older than the kernel module or CUDA needs: {load_error}",
                     "upgrade the NVIDIA driver (user-space and kernel module together)")
         if denied:
             return ("no-permission", f"the driver loaded but cuInit failed ({load_error.name}) and "
                     f"{len(denied)} device node(s) cannot be opened", perm_fix)
-        if code == 100:     # CUDA_ERROR_NO_DEVICE
+        if code == CUresult.CUDA_ERROR_NO_DEVICE:
             return ("no-device", "the driver is installed and loaded, but it reports no CUDA device",
                     "the driver sees no GPU." + vis_hint)
         return ("driver-error", f"the driver loaded but cannot start: {load_error}",
@@ -263,9 +264,9 @@ def diagnose(load_error, version=None, count=None, nodes=()):
                 "or a GPU that fell off the bus)")
     if load_error is not None:
         return ("driver-error", f"{type(load_error).__name__}: {load_error}", "see the message")
-    if version is not None and tuple(version) < MIN_DRIVER:
+    if version is not None and version[0] * 1000 + version[1] * 10 < MIN_DRIVER_VERSION:
         return ("driver-too-old", f"the driver is CUDA {version[0]}.{version[1]}; barecuda needs "
-                f"{MIN_DRIVER[0]}.{MIN_DRIVER[1]} or newer", "upgrade the NVIDIA driver")
+                f"{min_text} or newer", "upgrade the NVIDIA driver")
     if not count:
         if denied:
             return ("no-permission", f"the driver reports no device and {len(denied)} device node(s) "

@@ -30,7 +30,7 @@ import threading
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, device_at, current_device
 from barecuda._stream cimport Stream, stream_handle
@@ -134,7 +134,7 @@ cdef class DriverAllocator(Allocator):
         if self.use_async:
             with nogil:
                 rc = D.cuMemAllocAsync(&p, size, s)
-            if rc == 801:           # CUDA_ERROR_NOT_SUPPORTED: no memory pools here
+            if rc == CUDA_ERROR_NOT_SUPPORTED:     # no memory pools here
                 self.use_async = False
             else:
                 if rc != 0:

@@ -15,7 +15,8 @@ cimport cython
 
 from libc.string cimport memset
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, \
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
 from barecuda._loader cimport (driver_table, runtime_state, ensure_driver, set_current, forget_current,
                                bound_context, chosen_device, choose_device)
 
@@ -429,7 +430,7 @@ cdef class Device:
         cdef CUcontext pctx = activate_device(p.ordinal)
         self.activate()
         cdef CUresult rc = D.cuCtxEnablePeerAccess(pctx, 0)
-        if rc != 704:   # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED is fine
+        if rc != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:      # fine: idempotent
             check(rc, b"cuCtxEnablePeerAccess")
 
     def disable_peer_access(self, peer):
@@ -440,7 +441,7 @@ cdef class Device:
         cdef CUcontext pctx = activate_device(p.ordinal)
         self.activate()
         cdef CUresult rc = D.cuCtxDisablePeerAccess(pctx)
-        if rc != 705:   # CUDA_ERROR_PEER_ACCESS_NOT_ENABLED is fine
+        if rc != CUDA_ERROR_PEER_ACCESS_NOT_ENABLED:          # fine: idempotent
             check(rc, b"cuCtxDisablePeerAccess")
 
     def stream_priority_range(self):

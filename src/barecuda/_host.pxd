@@ -3,7 +3,7 @@ from barecuda._abi cimport CUdeviceptr, CUstream, CUcontext, CUevent, CUresult
 from barecuda._device cimport Device
 
 cdef class PinnedAllocator:
-    """A pinned-memory cache (barecuda._pool.PinnedMemoryPool implements it)."""
+    """A pinned-memory cache (barecuda._pinned_pool.PinnedMemoryPool implements it)."""
     cdef readonly Device device
     # Take back n bytes at p (device address dptr when mapped) that a PinnedBuffer from
     # this cache used; ev (may be NULL) completes when the last async copy that used the

@@ -2,7 +2,7 @@
 
 Owns: PinnedBuffer (cuMemHostAlloc memory with the buffer protocol, waiting for the
 async copies that used it before it is freed), the PinnedAllocator interface pinned
-caches implement (barecuda._pool.PinnedMemoryPool), pinned_empty, host registration
+caches implement (barecuda._pinned_pool.PinnedMemoryPool), pinned_empty, host registration
 (register_host / HostRegistration, cuMemHostRegister) and mapped memory, and the
 host-buffer helpers the copies use.
 """

@@ -11,7 +11,7 @@ cdef class Kernel:
     cdef CUfunction func             # NULL once the module is closed
     cdef CUcontext ctx
     cdef bc_param *params            # nparams descriptors, computed once
-    cdef Py_ssize_t nparams          # -1: layout unknown (no PTX, no signature, driver < 12.4)
+    cdef Py_ssize_t nparams          # -1: layout unknown (no PTX, no signature, no cuFuncGetParamInfo)
     cdef uint32_t argbytes           # size of the parameter block
     cdef unsigned int max_grid[3]
     cdef unsigned int max_block[3]

@@ -1,11 +1,12 @@
 """Kernels and the launch path.
 
-Owns: ``Kernel`` (a CUfunction with its parameter layout, limits and attributes),
-argument packing (C, driven by a per-kernel table of parameter descriptors computed
-once), ``LaunchConfig`` (``cuLaunchKernelEx`` attributes: clusters, cooperative
-launch, priority, programmatic serialization), ``LaunchPlan`` (arguments packed
-once, launched many times), ``PlanList`` and ``launch_all`` (many plans issued from
-one C loop).
+Owns: ``Kernel`` (a CUfunction with its parameter layout and limits), argument
+packing (C, driven by a per-kernel table of parameter descriptors computed once),
+the launch geometry checks, validation of a ``LaunchConfig`` (_launch_config.pyx)
+against a kernel, ``LaunchPlan`` (arguments packed once, launched many times),
+``PlanList`` and ``launch_all`` (many plans issued from one C loop). Function
+attributes and occupancy: _occupancy.pyx; slow-path packing: _pack.pyx; signatures:
+_signature.pyx.
 
 The hot path (``Kernel.launch``, ``LaunchPlan.__call__``, ``PlanList.__call__``) does
 no heap allocation and no driver call besides the launch itself: arguments are
@@ -31,8 +32,9 @@ cdef extern from "Python.h":
     PyTypeObject PyBool_Type
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_INVALID_VALUE
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
+    symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
@@ -40,8 +42,10 @@ from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._interop cimport pointer_batch, pointer_of, tensor_kind
 from barecuda._signature cimport *
 from barecuda._pack cimport *
+from barecuda cimport _occupancy as occ
 from barecuda._errors import make_error, DriverVersionError
 from barecuda import _signature as _signature_mod
+from barecuda._occupancy import FUNC_ATTRIBUTES      # re-exported (tests, stubs)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -52,10 +56,6 @@ cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
 _TOKEN = object()
 
 KIND_NAMES = _signature_mod.KIND_NAMES
-
-# Every CUfunction_attribute by lower-case name without the prefix, from the ABI
-# header's table (include/barecuda/cuda_abi.h, BC_FUNCTION_ATTRIBUTES).
-FUNC_ATTRIBUTES = function_attribute_codes()
 
 
 def set_launch_releases_gil(flag):
@@ -77,19 +77,7 @@ def launch_releases_gil():
     return bool(_release_gil)
 
 
-# ----------------------------------------------------------------- signatures
-cdef object _func_attr_code(object name):
-    if isinstance(name, str):
-        key = name.lower()
-        if key.startswith("cu_func_attribute_"):
-            key = key[len("cu_func_attribute_"):]
-        try:
-            return FUNC_ATTRIBUTES[key]
-        except KeyError:
-            raise ValueError(f"unknown function attribute {name!r}; known: {', '.join(FUNC_ATTRIBUTES)}") from None
-    return int(name)
-
-
+# ----------------------------------------------------------------- construction
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature):
     cdef Kernel k = Kernel.__new__(Kernel, _TOKEN)
@@ -114,7 +102,7 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
                 break
             drv.append((off, sz))
             idx += 1
-        if rc != 1 and not drv:          # not "past the last one": the driver cannot tell
+        if rc != CUDA_ERROR_INVALID_VALUE and not drv:   # not "past the last one": the driver cannot tell
             drv = None
     entries = layout_entries(name, ptx_params, signature, drv)
     if entries is None:
@@ -172,7 +160,8 @@ cdef int _raise_closed(Kernel k) except -1:
 cdef int _raise_count(Kernel k, Py_ssize_t got) except -1:
     if k.nparams < 0:
         raise TypeError(f"kernel {k.name!r}: its parameter layout is unknown (no PTX to read it from, and "
-                        "the driver is older than 12.4 so cuFuncGetParamInfo is missing); pass "
+                        "the driver lacks cuFuncGetParamInfo, which needs "
+                        f"{symbol_version_text(b'cuFuncGetParamInfo')}); pass "
                         "signature=(...) to Module.get_kernel")
     raise TypeError(f"kernel {sig_text(k)} takes {k.nparams} argument{'s' if k.nparams != 1 else ''}, "
                     f"got {got}")
@@ -333,27 +322,6 @@ cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
     return _launch_dims(k, grid, block, smem, out_grid, out_block, &s)
 
 
-# ---------------------------------------------------------------- occupancy
-import threading
-_occ_state = threading.local()       # the shared_mem callable of the running query, per thread
-
-
-cdef size_t _block_to_smem(int block_size) noexcept with gil:
-    """cuOccupancyMaxPotentialBlockSize's callback: the user's function of the block
-    size; its first exception is stored and re-raised by suggested_block_size."""
-    import operator
-    if getattr(_occ_state, "exc", None) is not None:
-        return 0
-    try:
-        v = operator.index(_occ_state.fn(block_size))
-        if v < 0:
-            raise ValueError(f"the shared_mem callable returned {v} bytes for block size {block_size}")
-        return <size_t>v
-    except BaseException as exc:
-        _occ_state.exc = exc
-        return 0
-
-
 # ------------------------------------------------------------------ Kernel
 @cython.final
 cdef class Kernel:
@@ -424,35 +392,19 @@ cdef class Kernel:
 
     def attribute(self, name):
         """Value of one ``CUfunction_attribute``, by name (``"num_regs"``) or number."""
-        cdef int value = 0
-        cdef int code = _func_attr_code(name)
         self._live()
-        check(D.cuFuncGetAttribute(&value, <CUfunction_attribute>code, self.func), b"cuFuncGetAttribute")
-        return value
+        return occ.get_attribute(self.func, name)
 
     def attributes(self):
         """Every function attribute the driver reports, as a dict."""
-        cdef int value = 0
-        cdef CUresult rc
         self._live()
-        out = {}
-        for key, code in FUNC_ATTRIBUTES.items():
-            rc = D.cuFuncGetAttribute(&value, <CUfunction_attribute><int>code, self.func)
-            if rc == 0:
-                out[key] = value
-        return out
+        return occ.all_attributes(self.func)
 
     def set_attribute(self, name, int value):
         """Set a function attribute (``cuFuncSetAttribute``), e.g.
         ``"non_portable_cluster_size_allowed"`` or ``"preferred_shared_memory_carveout"``."""
-        cdef int code = _func_attr_code(name)
-        cdef int v = 0
         self._live()
-        check(D.cuFuncSetAttribute(self.func, <CUfunction_attribute>code, value), b"cuFuncSetAttribute")
-        if code == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-            check(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.func),
-                  b"cuFuncGetAttribute")
-            self.max_dyn_smem = <unsigned int>v
+        occ.set_attribute(self.func, name, value, &self.max_dyn_smem)
 
     def set_max_dynamic_shared_memory(self, int nbytes):
         """Allow launches with up to ``nbytes`` of dynamic shared memory (above the
@@ -461,11 +413,8 @@ cdef class Kernel:
 
     def max_active_blocks_per_sm(self, int block_size, size_t shared_mem=0):
         """Occupancy: how many blocks of ``block_size`` threads fit on one SM."""
-        cdef int n = 0
         self._live()
-        check(D.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, self.func, block_size, shared_mem),
-              b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
-        return n
+        return occ.max_active_blocks(self.func, block_size, shared_mem)
 
     def suggested_block_size(self, shared_mem=0, int block_size_limit=0):
         """``(min_grid_size, block_size)`` that maximizes occupancy (``cuOccupancyMaxPotentialBlockSize``).
@@ -479,49 +428,15 @@ cdef class Kernel:
         block_size_limit : int
             Largest block size to consider (0: the kernel's limit).
         """
-        cdef int min_grid = 0, block = 0
-        cdef CUresult rc
-        cdef size_t fixed = 0
         self._live()
-        if callable(shared_mem):
-            if getattr(_occ_state, "fn", None) is not None:
-                raise RuntimeError("suggested_block_size: a shared_mem callable may not call "
-                                   "suggested_block_size itself")
-            _occ_state.fn = shared_mem
-            _occ_state.exc = None
-            try:
-                rc = D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, _block_to_smem, 0,
-                                                        block_size_limit)
-                exc = _occ_state.exc
-            finally:
-                _occ_state.fn = None
-                _occ_state.exc = None
-            if exc is not None:
-                raise exc
-        else:
-            fixed = shared_mem
-            rc = D.cuOccupancyMaxPotentialBlockSize(&min_grid, &block, self.func, NULL, fixed, block_size_limit)
-        check(rc, b"cuOccupancyMaxPotentialBlockSize")
-        return (min_grid, block)
+        return occ.suggested_block_size(self.func, shared_mem, block_size_limit)
 
     def max_active_clusters(self, LaunchConfig config not None):
         """How many clusters of ``config.cluster`` (with its block and shared memory)
-        can be co-resident on the device (``cuOccupancyMaxActiveClusters``, CUDA 11.7+)."""
-        cdef CUlaunchConfig cfg
-        cdef int n = 0
+        can be co-resident on the device (``cuOccupancyMaxActiveClusters``; the
+        driver version it needs is in the message when it is missing)."""
         self._live()
-        require(<const void *>D.cuOccupancyMaxActiveClusters, b"cuOccupancyMaxActiveClusters",
-                b"Kernel.max_active_clusters")
-        if not config.has_cluster:
-            raise ValueError("max_active_clusters needs a LaunchConfig with cluster=(...)")
-        memset(&cfg, 0, sizeof(cfg))
-        cfg.gridDimX = config.grid_[0]; cfg.gridDimY = config.grid_[1]; cfg.gridDimZ = config.grid_[2]
-        cfg.blockDimX = config.block_[0]; cfg.blockDimY = config.block_[1]; cfg.blockDimZ = config.block_[2]
-        cfg.sharedMemBytes = config.smem
-        cfg.attrs = config.attrs
-        cfg.numAttrs = config.nattrs
-        check(D.cuOccupancyMaxActiveClusters(&n, self.func, &cfg), b"cuOccupancyMaxActiveClusters")
-        return n
+        return occ.max_active_clusters(self.func, config)
 
     def launch(self, grid, block, *args, stream=None, shared_mem=0):
         """Launch the kernel.

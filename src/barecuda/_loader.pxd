@@ -19,6 +19,9 @@ cdef int chosen_device() noexcept nogil            # Device.set_current() on thi
 cdef void choose_device(int ordinal) noexcept nogil
 cdef int symbol_version(const char *name) noexcept nogil   # the version BC_DRIVER_SYMBOLS asks for, or 0
 cdef int _require_failed(const char *name, const char *feature) except -1 with gil
+# "CUDA 12.4": the version BC_DRIVER_SYMBOLS requests `name` at, for messages that
+# explain a fallback (a missing entry point that is not an error: see require()).
+cdef str symbol_version_text(const char *name)
 
 cdef inline int ensure_driver(bc_state_t *st) except -1:
     """Load the driver on first use; raise if it cannot be used in this process."""

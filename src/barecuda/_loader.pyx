@@ -23,6 +23,7 @@ cdef extern from "barecuda/bc_runtime.h" nogil:
     const bc_symbol_info bc_symbol_table[]
     size_t BC_SYMBOL_COUNT
     int BC_LOAD_OK, BC_LOAD_NOT_FOUND, BC_LOAD_NO_PROC_ADDRESS, BC_LOAD_MISSING_SYMBOL, BC_LOAD_INIT_FAILED
+    int BC_MIN_DRIVER_VERSION
     int bc_load_from(const char *path, char *err, size_t errlen, const char **missing, CUresult *cu_rc)
     CUresult bc_set_current(CUcontext ctx)
     void bc_forget_current()
@@ -31,6 +32,8 @@ cdef extern from "barecuda/bc_runtime.h" nogil:
     void bc_choose_device(int ordinal)
 
 _lock = threading.Lock()
+# The oldest driver barecuda loads, as the driver reports versions (12000 = CUDA 12.0).
+MIN_DRIVER_VERSION = BC_MIN_DRIVER_VERSION
 _failure = None   # the last load failure, kept so is_available() stays cheap
 
 if sys.platform == "win32":
@@ -120,7 +123,8 @@ cdef int _ensure_driver_slow() except -1:
                 tried.append(f"{path}: {err.decode(errors='replace')}")
             elif rc == BC_LOAD_NO_PROC_ADDRESS:
                 tried.append(f"{path}: opened, but it exports no cuGetProcAddress_v2 "
-                             "(not an NVIDIA driver, or a driver older than CUDA 12.0)")
+                             "(not an NVIDIA driver, or a driver older than CUDA "
+                             f"{version_text(BC_MIN_DRIVER_VERSION)})")
             elif rc == BC_LOAD_MISSING_SYMBOL:
                 tried.append(f"{path}: opened, but the required entry point "
                              f"{missing.decode()} is missing (driver too old?)")
@@ -194,17 +198,30 @@ cdef int symbol_version(const char *name) noexcept nogil:
     return 0
 
 
-def _version_text(int v):
+def version_text(int v):
+    """``"12.4"`` for a driver version as the driver reports it (12040)."""
     return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+cdef str symbol_version_text(const char *name):
+    """``"CUDA 12.4"``: the driver version BC_DRIVER_SYMBOLS requests ``name`` at."""
+    cdef int v = symbol_version(name)
+    return f"CUDA {version_text(v)}" if v > 0 else "a newer driver"
 
 
 cdef int _require_failed(const char *name, const char *feature) except -1 with gil:
     cdef int need = symbol_version(name)
     sym = name.decode()
     what = f"{feature.decode()} needs {sym}, which" if feature != NULL else sym
-    have = (f"the loaded driver is CUDA {_version_text(bc_state.driver_version)}"
-            if bc_state.loaded and bc_state.driver_version > 0 else "the loaded driver does not provide it")
-    need_text = f"a CUDA {_version_text(need)} driver or newer" if need > 0 else "a newer driver"
+    need_text = f"a CUDA {version_text(need)} driver or newer" if need > 0 else "a newer driver"
+    if bc_state.loaded and bc_state.driver_version > 0:
+        have = f"the loaded driver is CUDA {version_text(bc_state.driver_version)}"
+        if need > 0 and bc_state.driver_version >= need:
+            # New enough, yet the entry point is missing: the platform or device lacks it.
+            raise DriverVersionError(f"{what} needs {need_text}; {have} but does not provide it "
+                                     "(not supported on this platform or device).")
+    else:
+        have = "the loaded driver does not provide it"
     raise DriverVersionError(f"{what} needs {need_text}; {have}. Upgrade the NVIDIA driver.")
 
 

@@ -8,13 +8,12 @@ cimport cython
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport stream_handle
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport (DeviceBuffer, Allocator, adopt, resolve_device, oom_error, checked_size,
                                note_use, KIND_MANAGED, KIND_SYNC)
-from barecuda._errors import DriverVersionError
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -115,8 +114,7 @@ def prefetch(DeviceBuffer b, where, stream):
     _location(where, &loc)
     if not b.is_managed:
         raise ValueError("prefetch() needs managed memory (managed_empty)")
-    if D.cuMemPrefetchAsync == NULL:
-        raise DriverVersionError("cuMemPrefetchAsync (with CUmemLocation) needs a CUDA 12.2+ driver")
+    require(<const void *>D.cuMemPrefetchAsync, b"cuMemPrefetchAsync", b"DeviceBuffer.prefetch")
     if stream is not None:
         stream_handle(stream, &s)
     if b.nbytes == 0:
@@ -141,8 +139,7 @@ def advise(DeviceBuffer b, advice, where):
     _location(where, &loc)
     if not b.is_managed:
         raise ValueError("advise() needs managed memory (managed_empty)")
-    if D.cuMemAdvise == NULL:
-        raise DriverVersionError("cuMemAdvise (with CUmemLocation) needs a CUDA 12.2+ driver")
+    require(<const void *>D.cuMemAdvise, b"cuMemAdvise", b"DeviceBuffer.advise")
     try:
         code = _ADVICE[advice] if isinstance(advice, str) else int(advice)
     except KeyError:

@@ -17,7 +17,8 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, 
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
+    symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import CudaWarning, make_error
@@ -325,7 +326,8 @@ cdef class Module:
                 detail = f"no kernel named {name!r} in this module; its kernels: {known}"
             else:
                 detail = (f"no kernel named {name!r} in this {self.kind} module (a C++ kernel is found by "
-                          "its plain name only where the driver can list a module's kernels, CUDA 12.4+; "
+                          "its plain name only where the driver can list a module's kernels, "
+                          f"{symbol_version_text(b'cuModuleEnumerateFunctions')} or newer; "
                           "otherwise pass the mangled name)")
             raise make_error(rc, "cuModuleGetFunction", detail)
         check(rc, b"cuModuleGetFunction")
@@ -339,7 +341,7 @@ cdef class Module:
 
     def _entry_names(self):
         """The module's kernel names: the PTX .entry names, or for cubins and fatbins
-        what the driver lists (CUDA 12.4+); None when unknown."""
+        what the driver lists (cuModuleEnumerateFunctions); None when unknown."""
         cdef unsigned int n = 0, i
         cdef const char *cname = NULL
         cdef CUfunction *funcs = NULL
@@ -363,7 +365,8 @@ cdef class Module:
 
     def kernels(self):
         """Names of every kernel of the module: the PTX ``.entry`` names, or for a
-        cubin/fatbin what the driver lists (needs a CUDA 12.4 driver)."""
+        cubin/fatbin what the driver lists (needs ``cuModuleEnumerateFunctions``; the
+        error names the driver version)."""
         self._live()
         names = self._entry_names()
         if names is None:

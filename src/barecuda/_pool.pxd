@@ -1,10 +1,27 @@
-"""Caching allocators: barecuda's own stream-ordered cache, and one on a driver memory pool."""
+"""barecuda's stream-ordered caching allocator (MemoryPool), and what the other
+allocators (_driver_pool, _pinned_pool) share with it."""
 from cpython.ref cimport PyObject
-from barecuda._abi cimport CUdeviceptr, CUstream, CUevent, CUmemoryPool
+from barecuda._abi cimport CUdeviceptr, CUstream, CUevent, CUcontext
 from barecuda._buffer cimport Allocator, DeviceBuffer
+from barecuda._stream cimport Stream
 
-cdef enum:
-    BC_NCLASSES = 832           # size classes (see size_class in _pool.pyx)
+cdef extern from "barecuda/bc_sizeclass.h" nogil:
+    enum:
+        BC_NCLASSES             # number of size classes
+    # Class index and rounded size of n bytes (n > 0); -1 above 2**63.
+    int bc_size_class(size_t n, size_t *rounded)
+
+
+cdef inline bint closed_stream(DeviceBuffer buf) noexcept:
+    """True when buf is ordered on a barecuda Stream that was closed since (its handle
+    may be destroyed: no stream-ordered call may name it)."""
+    return buf._stream is not None and type(buf._stream) is Stream and (<Stream>buf._stream).closed
+
+# Before an ordered free of a buffer whose stream is gone: wait for the context, so
+# that the free, ordered on the null stream, cannot overtake the buffer's work.
+cdef int sync_for_closed(CUcontext ctx) except -1
+# "1.5 MiB": byte counts in allocator messages.
+cdef str fmt_bytes(object n)
 
 cdef struct bc_block:
     CUdeviceptr ptr
@@ -66,9 +83,3 @@ cdef class MemoryPool(Allocator):
     cdef int _drop_events(self) except -1
     cdef int _retire_stream(self, CUstream s) except -1   # stream close hook
 
-
-cdef class DriverMemoryPool(Allocator):
-    cdef CUmemoryPool pool
-    cdef bint owned
-    cdef long long n_allocs
-    cdef unsigned long long _attr(self, int a) except? 0

@@ -1,12 +1,15 @@
-"""Caching device-memory allocators.
+"""The caching device-memory allocator.
 
 Owns: MemoryPool (barecuda's stream-ordered caching allocator, the default behind
-alloc/empty/zeros/to_device), DriverMemoryPool (the same interface on a driver
-memory pool from cuMemPoolCreate), and the module functions memory_stats/trim_memory.
+alloc/empty/zeros/to_device), the module functions memory_stats/trim_memory, and
+the stream-close and capture hooks every allocator shares (closed_stream,
+sync_for_closed). Elsewhere: DriverMemoryPool (on a driver memory pool) in
+_driver_pool.pyx, PinnedMemoryPool in _pinned_pool.pyx, the size classes in
+include/barecuda/bc_sizeclass.h.
 
 MemoryPool, how it works:
-- Sizes are rounded to a size class: 512-byte multiples up to 8 KiB, then 16 classes
-  per power of two (at most 6.25% rounding). A block is only ever reused for its own
+- Sizes are rounded to a size class (bc_sizeclass.h): 512-byte multiples up to 8 KiB,
+  then 16 classes per power of two (at most 6.25% rounding). A block is only ever reused for its own
   class: no splitting, so no fragmentation beyond the rounding.
 - Every stream has its own cache (one C free list per class). A freed block goes to
   the cache of the stream it is ordered on at once: work queued later on that stream
@@ -30,36 +33,28 @@ MemoryPool, how it works:
   so nothing is ever ordered on a destroyed stream. A live buffer that outlives its
   closed Stream is freed the same safe way when it goes: a MemoryPool block is
   deferred; a driver-ordered free (cuMemFreeAsync) waits for the context and is
-  ordered on the null stream instead (_closed_stream below).
+  ordered on the null stream instead (sync_for_closed below).
 
 The hot path (cached block, same stream) is a few C operations with the GIL held:
 no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
 """
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from libc.stdlib cimport calloc, malloc, free, realloc
-from libc.string cimport memset
+from libc.stdlib cimport calloc, free, realloc
 import os
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_OUT_OF_MEMORY, \
+    CUDA_ERROR_NOT_SUPPORTED
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._stream cimport Stream
-from barecuda._buffer cimport Allocator, DeviceBuffer, new_buffer, default_allocator, KIND_POOL, KIND_ASYNC
-from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_POOL
 from barecuda._errors import CudaWarning, make_error
 from barecuda import _buffer
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
-
-cdef extern from *:
-    """
-    static inline int bc_clz64(unsigned long long x) { return __builtin_clzll(x); }
-    """
-    int bc_clz64(unsigned long long x) nogil
 
 cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" cache
 
@@ -68,13 +63,7 @@ cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" 
 _live_pools = {}
 
 
-cdef inline bint _closed_stream(DeviceBuffer buf) noexcept:
-    """True when buf is ordered on a barecuda Stream that was closed since (its handle
-    may be destroyed: no stream-ordered call may name it)."""
-    return buf._stream is not None and type(buf._stream) is Stream and (<Stream>buf._stream).closed
-
-
-cdef int _sync_for_closed(CUcontext ctx) except -1:
+cdef int sync_for_closed(CUcontext ctx) except -1:
     """Before an ordered free of a buffer whose stream is gone: wait for the context,
     so that the free, ordered on the null stream, cannot overtake the buffer's work."""
     cdef CUresult rc
@@ -134,35 +123,14 @@ cdef bint _capturing(CUstream s) noexcept nogil:
     return st != CU_STREAM_CAPTURE_STATUS_NONE
 
 
-cdef inline int size_class(size_t n, size_t *rounded) noexcept nogil:
-    """Class index and rounded size for a request of n bytes (n > 0); -1 (rounded 0)
-    above 2**63, where rounding up would not fit in 64 bits."""
-    cdef size_t k, step, m
-    cdef int e
-    if n > (<size_t>1 << 63):
-        rounded[0] = 0
-        return -1
-    if n <= 8192:
-        k = (n + 511) >> 9
-        rounded[0] = k << 9
-        return <int>k - 1                      # 0..15
-    e = 63 - bc_clz64(n)                       # floor(log2 n) >= 13
-    m = (n + ((<size_t>1 << (e - 4)) - 1)) >> (e - 4)     # 16..32
-    if m == 32:
-        e += 1
-        m = 16
-    rounded[0] = m << (e - 4)
-    return 16 + (e - 13) * 16 + <int>(m - 16)
-
-
 def _size_class(n):
     """(class, rounded size) for n bytes: exposed for tests."""
     cdef size_t r = 0
-    cdef int c = size_class(n, &r)
+    cdef int c = bc_size_class(n, &r)
     return c, r
 
 
-def _fmt(n):
+cdef str fmt_bytes(object n):
     n = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
@@ -367,7 +335,7 @@ cdef class MemoryPool(Allocator):
         if size == 0:
             buf._block = NULL
             return 0
-        cls = size_class(size, &rounded)
+        cls = bc_size_class(size, &rounded)
         if cls < 0:
             raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
         if _captures and _capturing(s):
@@ -406,9 +374,7 @@ cdef class MemoryPool(Allocator):
         """A graph allocation node (the capture hook above); never cached."""
         cdef CUdeviceptr p = 0
         cdef bc_block *b
-        if D.cuMemAllocAsync == NULL:
-            require = __import__("barecuda._loader", fromlist=["require_symbol"]).require_symbol
-            require("cuMemAllocAsync", "allocating during a stream capture", 11020)
+        require(<const void *>D.cuMemAllocAsync, b"cuMemAllocAsync", b"allocating during a stream capture")
         set_current(self.ctx)
         check(D.cuMemAllocAsync(&p, size, s), b"cuMemAllocAsync")
         b = <bc_block *>calloc(1, sizeof(bc_block))
@@ -446,12 +412,12 @@ cdef class MemoryPool(Allocator):
         for attempt in range(2):
             over = self.limit and self.reserved + rounded > self.limit
             if over:
-                rc = 2          # CUDA_ERROR_OUT_OF_MEMORY: over our own limit
+                rc = CUDA_ERROR_OUT_OF_MEMORY          # over our own limit
             else:
                 if self.use_async:
                     with nogil:
                         rc = D.cuMemAllocAsync(&p, rounded, s)
-                    if rc == 801:   # no memory pools on this device/driver
+                    if rc == CUDA_ERROR_NOT_SUPPORTED:   # no memory pools on this device/driver
                         self.use_async = False
                     used_async = True
                 if not self.use_async:
@@ -460,7 +426,7 @@ cdef class MemoryPool(Allocator):
                     used_async = False
             if rc == 0:
                 break
-            if rc != 2 or attempt == 1:
+            if rc != CUDA_ERROR_OUT_OF_MEMORY or attempt == 1:
                 break
             # Out of memory: give back everything cached (after all work is done) and retry.
             self.n_oom_retries += 1
@@ -469,11 +435,11 @@ cdef class MemoryPool(Allocator):
             stats = self.stats()
             over_msg = " (over the pool's limit)" if over else ""
             raise make_error(rc, "cuMemAllocAsync" if self.use_async else "cuMemAlloc",
-                             f"MemoryPool could not allocate {size} bytes ({_fmt(size)}, rounded to "
-                             f"{_fmt(rounded)}) on device {self.device.ordinal}{over_msg}; pool stats: "
-                             f"in_use={_fmt(stats['in_use'])}, reserved={_fmt(stats['reserved'])}, "
-                             f"cached={_fmt(stats['cached'])}, limit="
-                             f"{_fmt(self.limit) if self.limit else 'none'}, "
+                             f"MemoryPool could not allocate {size} bytes ({fmt_bytes(size)}, rounded to "
+                             f"{fmt_bytes(rounded)}) on device {self.device.ordinal}{over_msg}; pool stats: "
+                             f"in_use={fmt_bytes(stats['in_use'])}, reserved={fmt_bytes(stats['reserved'])}, "
+                             f"cached={fmt_bytes(stats['cached'])}, limit="
+                             f"{fmt_bytes(self.limit) if self.limit else 'none'}, "
                              f"driver_allocations={stats['driver_allocations']}")
         b = <bc_block *>calloc(1, sizeof(bc_block))
         if b == NULL:
@@ -502,10 +468,10 @@ cdef class MemoryPool(Allocator):
             return 0
         self.in_use -= b.requested
         self.in_use_rounded -= b.size
-        if _closed_stream(buf):
+        if closed_stream(buf):
             # Its stream is gone (see the module notes): never name it again.
             if b.from_async == FROM_GRAPH or self.closed:
-                _sync_for_closed(self.ctx)
+                sync_for_closed(self.ctx)
                 if b.from_async == FROM_GRAPH:
                     p = b.ptr
                     free(b)
@@ -737,298 +703,8 @@ cdef class MemoryPool(Allocator):
             self.closed = True
 
     def __repr__(self):
-        return (f"<barecuda.MemoryPool device={self.device.ordinal} in_use={_fmt(self.in_use)} "
-                f"reserved={_fmt(self.reserved)}>")
-
-
-@cython.final
-cdef class DriverMemoryPool(Allocator):
-    """An allocator on a driver memory pool (``cuMemPoolCreate``), or on the device's
-    default pool (``default=True``), allocating with ``cuMemAllocFromPoolAsync`` and
-    freeing with ``cuMemFreeAsync`` on the buffer's stream.
-
-    Parameters
-    ----------
-    device : Device or int, optional
-    release_threshold : int, optional
-        Bytes the pool keeps reserved across synchronizations. Default: unlimited, so
-        that the steady state makes no allocation from the OS.
-    limit : int, optional
-        Maximum pool size (``CUmemPoolProps.maxSize``; drivers >= 12.2).
-    default : bool
-        Use the device's default pool instead of creating one.
-    """
-
-    def __cinit__(self, device=None, *, release_threshold=None, limit=None, bint default=False):
-        cdef CUmemPoolProps props
-        cdef CUmemoryPool p = NULL
-        cdef unsigned long long thr
-        ensure_driver(ST)
-        if D.cuMemPoolCreate == NULL or D.cuMemAllocFromPoolAsync == NULL:
-            from barecuda._errors import DriverVersionError
-            raise DriverVersionError("driver memory pools need a CUDA 11.2+ driver")
-        cdef Device dev = device_of(device)
-        dev.activate()
-        self.device = dev
-        self.ctx = dev.ctx
-        if default:
-            check(D.cuDeviceGetDefaultMemPool(&p, dev.handle), b"cuDeviceGetDefaultMemPool")
-            self.owned = False
-        else:
-            memset(&props, 0, sizeof(props))
-            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
-            props.handleTypes = CU_MEM_HANDLE_TYPE_NONE
-            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
-            props.location.id = dev.ordinal
-            props.maxSize = 0 if limit is None else limit
-            check(D.cuMemPoolCreate(&p, &props), b"cuMemPoolCreate")
-            self.owned = True
-        self.pool = p
-        thr = <unsigned long long>-1 if release_threshold is None else release_threshold
-        try:
-            check(D.cuMemPoolSetAttribute(p, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr),
-                  b"cuMemPoolSetAttribute")
-        except BaseException:
-            if self.owned:
-                D.cuMemPoolDestroy(p)
-            self.pool = NULL
-            raise
-
-    def __dealloc__(self):
-        if self.pool != NULL and self.owned and bc_driver_usable(ST):
-            rc = D.cuMemPoolDestroy(self.pool)
-            if rc != 0:
-                warnings.warn(f"cuMemPoolDestroy failed: {make_error(rc, 'cuMemPoolDestroy')}", CudaWarning)
-        self.pool = NULL
-
-    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
-        cdef CUdeviceptr p = 0
-        cdef CUresult rc
-        cdef CUmemoryPool pool = self.pool
-        b.ptr = 0
-        b.nbytes = size
-        b._kind = KIND_ASYNC
-        if size == 0:
-            return 0
-        set_current(self.ctx)
-        with nogil:
-            rc = D.cuMemAllocFromPoolAsync(&p, size, pool, s)
-        if rc != 0:
-            raise make_error(rc, "cuMemAllocFromPoolAsync",
-                             f"requested {size} bytes ({_fmt(size)}) on device {self.device.ordinal}; "
-                             f"pool stats: {self.stats()}")
-        b.ptr = p
-        self.n_allocs += 1
-        return 0
-
-    cdef int deallocate(self, DeviceBuffer b) except -1:
-        cdef CUdeviceptr p = b.ptr
-        cdef CUresult rc = 0
-        b.ptr = 0
-        if p == 0:
-            return 0
-        set_current(self.ctx)
-        if _closed_stream(b):                # its stream is gone (see the module notes)
-            _sync_for_closed(self.ctx)
-            check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
-            return 0
-        if b.used_elsewhere:
-            with nogil:
-                rc = D.cuCtxSynchronize()
-            check(rc, b"cuCtxSynchronize")
-        check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
-        return 0
-
-    cdef unsigned long long _attr(self, int a) except? 0:
-        cdef unsigned long long v = 0
-        check(D.cuMemPoolGetAttribute(self.pool, <CUmemPool_attribute>a, &v), b"cuMemPoolGetAttribute")
-        return v
-
-    def stats(self):
-        """``in_use``, ``reserved``, ``peak``, ``peak_reserved``, ``release_threshold``,
-        ``allocations`` (from the driver's pool attributes)."""
-        return {
-            "in_use": self._attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
-            "reserved": self._attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
-            "peak": self._attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH),
-            "peak_reserved": self._attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH),
-            "release_threshold": self._attr(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
-            "allocations": self.n_allocs,
-        }
-
-    def trim(self, keep=0):
-        """Release reserved memory above ``keep`` bytes back to the OS (cuMemPoolTrimTo)."""
-        set_current(self.ctx)
-        check(D.cuMemPoolTrimTo(self.pool, keep), b"cuMemPoolTrimTo")
-
-    @property
-    def handle(self):
-        """The CUmemoryPool as an int."""
-        return <size_t>self.pool
-
-    def set_release_threshold(self, nbytes):
-        """Change the bytes the pool keeps reserved across synchronizations
-        (``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``); None: unlimited. Read it back with
-        ``stats()["release_threshold"]``."""
-        cdef unsigned long long thr
-        if nbytes is None:
-            thr = <unsigned long long>-1
-        else:
-            if nbytes < 0:
-                raise ValueError(f"release threshold must be >= 0 bytes or None, got {nbytes}")
-            thr = nbytes
-        set_current(self.ctx)
-        check(D.cuMemPoolSetAttribute(self.pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr),
-              b"cuMemPoolSetAttribute")
-
-    def __repr__(self):
-        return f"<barecuda.DriverMemoryPool 0x{<size_t>self.pool:x} device={self.device.ordinal}>"
-
-
-@cython.final
-cdef class PinnedMemoryPool(PinnedAllocator):
-    """A cache of page-locked host memory: ``pool.empty(nbytes)`` gives a PinnedBuffer
-    whose ``close()`` (or drop) hands the memory back here instead of to the driver.
-    A block is reused only after the asynchronous copies that used it have completed
-    (the event each PinnedBuffer records after an async copy; ``cuEventQuery``, no
-    blocking). Sizes are rounded to the same classes as MemoryPool.
-
-    Parameters
-    ----------
-    device : Device or int, optional
-    portable, mapped, write_combined : bool
-        As for PinnedBuffer.
-    """
-    cdef dict free_blocks           # rounded size -> list of (ptr, dptr, event)
-    cdef unsigned int flags
-    cdef size_t reserved
-    cdef size_t in_use
-    cdef size_t cached
-    cdef long long n_driver
-    cdef long long n_hits
-    cdef long long n_busy
-
-    def __cinit__(self, device=None, *, bint portable=True, bint mapped=False, bint write_combined=False):
-        ensure_driver(ST)
-        cdef Device dev = device_of(device)
-        dev.activate()
-        self.device = dev
-        self.free_blocks = {}
-        self.flags = ((CU_MEMHOSTALLOC_PORTABLE if portable else 0) | (CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0)
-                      | (CU_MEMHOSTALLOC_WRITECOMBINED if write_combined else 0))
-
-    def __dealloc__(self):
-        if self.free_blocks and bc_driver_usable(ST):
-            try:
-                self.trim()
-            except BaseException as e:
-                warnings.warn(f"releasing PinnedMemoryPool memory failed: {e}", CudaWarning)
-
-    def empty(self, nbytes):
-        """A PinnedBuffer of ``nbytes`` from the pool."""
-        cdef size_t rounded = 0
-        cdef void *p = NULL
-        cdef CUdeviceptr dp = 0
-        cdef CUevent ev = NULL
-        cdef CUresult rc
-        cdef size_t n = nbytes
-        cdef PinnedBuffer b
-        cdef size_t i
-        if n == 0:
-            return PinnedBuffer(0, device=self.device)
-        if size_class(n, &rounded) < 0:
-            raise OverflowError(f"cannot allocate {n} bytes of pinned memory (above 2**63)")
-        self.device.activate()
-        lst = self.free_blocks.get(rounded)
-        found = None
-        if lst:
-            for i in range(len(lst) - 1, -1, -1):
-                ev = <CUevent><size_t>lst[i][2]
-                if ev == NULL or D.cuEventQuery(ev) == 0:
-                    found = lst.pop(i)
-                    break
-                self.n_busy += 1
-        if found is not None:
-            p = <void *><size_t>found[0]
-            dp = found[1]
-            self.cached -= rounded
-            self.n_hits += 1
-        else:
-            ev = NULL
-            with nogil:
-                rc = D.cuMemHostAlloc(&p, rounded, self.flags)
-            if rc != 0:
-                self.trim()
-                with nogil:
-                    rc = D.cuMemHostAlloc(&p, rounded, self.flags)
-                if rc != 0:
-                    raise make_error(rc, "cuMemHostAlloc",
-                                     f"PinnedMemoryPool could not allocate {n} bytes ({_fmt(n)}); "
-                                     f"pool stats: {self.stats()}")
-            if self.flags & CU_MEMHOSTALLOC_DEVICEMAP:
-                rc = D.cuMemHostGetDevicePointer(&dp, p, 0)
-                if rc != 0:
-                    D.cuMemFreeHost(p)
-                    check(rc, b"cuMemHostGetDevicePointer")
-            self.reserved += rounded
-            self.n_driver += 1
-        b = pinned_from_block(p, n, self.device, dp, self.flags, self)
-        b._last_use = ev              # completed (or NULL): reused for the next record
-        self.in_use += rounded
-        return b
-
-    def array(self, shape, dtype="uint8"):
-        """A numpy array over a PinnedBuffer from the pool (like ``pinned_empty``)."""
-        import numpy as np
-        dt = np.dtype(dtype)
-        shp = (shape,) if isinstance(shape, int) else tuple(shape)
-        count = 1
-        for k in shp:
-            count *= k
-        buf = self.empty(count * dt.itemsize)
-        return np.frombuffer(buf, dtype=dt, count=count).reshape(shp)
-
-    cdef int give_back(self, void *p, size_t n, CUdeviceptr dptr, CUevent ev) except -1:
-        cdef size_t rounded = 0
-        size_class(n, &rounded)
-        self.free_blocks.setdefault(rounded, []).append((<size_t>p, dptr, <size_t>ev))
-        self.in_use -= rounded
-        self.cached += rounded
-        return 0
-
-    def trim(self):
-        """Free every cached block (waiting for the copies still using one)."""
-        cdef CUevent ev
-        cdef CUresult rc
-        cdef void *p
-        self.device.activate()
-        blocks = self.free_blocks
-        self.free_blocks = {}
-        err = None
-        for rounded, lst in blocks.items():
-            for ptr, dptr, event in lst:
-                ev = <CUevent><size_t>event
-                p = <void *><size_t>ptr
-                if ev != NULL:
-                    with nogil:
-                        D.cuEventSynchronize(ev)
-                    D.cuEventDestroy(ev)
-                rc = D.cuMemFreeHost(p)
-                self.reserved -= rounded
-                self.cached -= rounded
-                if rc != 0 and err is None:
-                    err = make_error(rc, "cuMemFreeHost")
-        if err is not None:
-            raise err
-
-    def stats(self):
-        """``in_use``, ``reserved``, ``cached`` (bytes, rounded), ``driver_allocations``,
-        ``cache_hits``, ``busy_skips`` (cached blocks passed over: copy still running)."""
-        return {"in_use": self.in_use, "reserved": self.reserved, "cached": self.cached,
-                "driver_allocations": self.n_driver, "cache_hits": self.n_hits, "busy_skips": self.n_busy}
-
-    def __repr__(self):
-        return f"<barecuda.PinnedMemoryPool reserved={_fmt(self.reserved)} in_use={_fmt(self.in_use)}>"
+        return (f"<barecuda.MemoryPool device={self.device.ordinal} in_use={fmt_bytes(self.in_use)} "
+                f"reserved={fmt_bytes(self.reserved)}>")
 
 
 def memory_stats(device=None):

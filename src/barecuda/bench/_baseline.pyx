@@ -23,7 +23,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIG
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, symbol_version_text
 from barecuda._device cimport Device, activate_device, device_of
 from barecuda._stream cimport stream_handle
 from barecuda._staging cimport staged_htod, staged_dtoh
@@ -163,7 +163,8 @@ cdef int _prepare(bc_bench_launch *L, func, grid, block, ParamBlock params, stre
     if ex is None:
         return 0
     if D.cuLaunchKernelEx == NULL:
-        raise NotImplementedError("cuLaunchKernelEx needs a CUDA 11.6 driver or newer")
+        raise NotImplementedError(f"cuLaunchKernelEx needs a {symbol_version_text(b'cuLaunchKernelEx')} "
+                                  "driver or newer")
     L.ex = 1
     L.cfg.gridDimX, L.cfg.gridDimY, L.cfg.gridDimZ = L.grid[0], L.grid[1], L.grid[2]
     L.cfg.blockDimX, L.cfg.blockDimY, L.cfg.blockDimZ = L.block[0], L.block[1], L.block[2]
@@ -344,7 +345,8 @@ def alloc_free_async(stream=None, size_t size=1 << 20, long batches=10, long bat
     cdef CUstream s = <CUstream>_handle(stream)
     cdef int64_t *out
     if D.cuMemAllocAsync == NULL or D.cuMemFreeAsync == NULL:
-        raise NotImplementedError("cuMemAllocAsync needs a CUDA 11.2 driver or newer")
+        raise NotImplementedError(f"cuMemAllocAsync needs a {symbol_version_text(b'cuMemAllocAsync')} "
+                                  "driver or newer")
     out = <int64_t *>calloc(max(batches, 1), sizeof(int64_t))
     if out == NULL:
         raise MemoryError()

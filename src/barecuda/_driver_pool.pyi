@@ -1,0 +1,16 @@
+from typing import final, Dict, Optional, Union
+
+from barecuda._device import Device
+from barecuda._buffer import Allocator
+
+_DeviceLike = Union[Device, int, None]
+
+@final
+class DriverMemoryPool(Allocator):
+    def __new__(cls, device: _DeviceLike = None, *, release_threshold: Optional[int] = None,
+                 limit: Optional[int] = None, default: bool = False) -> "DriverMemoryPool": ...
+    @property
+    def handle(self) -> int: ...
+    def stats(self) -> Dict[str, int]: ...
+    def trim(self, keep: int = 0) -> None: ...
+    def set_release_threshold(self, nbytes: Optional[int]) -> None: ...

@@ -1,0 +1,164 @@
+"""DriverMemoryPool: barecuda's allocator interface on a driver memory pool.
+
+Owns: DriverMemoryPool, which allocates from a pool made with cuMemPoolCreate (or the
+device's default pool) with cuMemAllocFromPoolAsync and frees with cuMemFreeAsync on
+the buffer's stream: the driver does the caching. barecuda's own cache (MemoryPool)
+and the stream-close rule both allocators follow are in _pool.pyx.
+"""
+cimport cython
+from libc.string cimport memset
+import warnings
+
+from barecuda._abi cimport *
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
+from barecuda._device cimport Device, device_of
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_ASYNC
+from barecuda._pool cimport closed_stream, sync_for_closed, fmt_bytes
+from barecuda._errors import CudaWarning, make_error
+
+cdef bc_driver_t *D = driver_table()
+cdef bc_state_t *ST = runtime_state()
+
+
+@cython.final
+cdef class DriverMemoryPool(Allocator):
+    """An allocator on a driver memory pool (``cuMemPoolCreate``), or on the device's
+    default pool (``default=True``), allocating with ``cuMemAllocFromPoolAsync`` and
+    freeing with ``cuMemFreeAsync`` on the buffer's stream.
+
+    Parameters
+    ----------
+    device : Device or int, optional
+    release_threshold : int, optional
+        Bytes the pool keeps reserved across synchronizations. Default: unlimited, so
+        that the steady state makes no allocation from the OS.
+    limit : int, optional
+        Maximum pool size (``CUmemPoolProps.maxSize``; drivers >= 12.2).
+    default : bool
+        Use the device's default pool instead of creating one.
+    """
+
+    def __cinit__(self, device=None, *, release_threshold=None, limit=None, bint default=False):
+        cdef CUmemPoolProps props
+        cdef CUmemoryPool p = NULL
+        cdef unsigned long long thr
+        ensure_driver(ST)
+        require(<const void *>D.cuMemPoolCreate, b"cuMemPoolCreate", b"DriverMemoryPool")
+        require(<const void *>D.cuMemAllocFromPoolAsync, b"cuMemAllocFromPoolAsync", b"DriverMemoryPool")
+        cdef Device dev = device_of(device)
+        dev.activate()
+        self.device = dev
+        self.ctx = dev.ctx
+        if default:
+            check(D.cuDeviceGetDefaultMemPool(&p, dev.handle), b"cuDeviceGetDefaultMemPool")
+            self.owned = False
+        else:
+            memset(&props, 0, sizeof(props))
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
+            props.handleTypes = CU_MEM_HANDLE_TYPE_NONE
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = dev.ordinal
+            props.maxSize = 0 if limit is None else limit
+            check(D.cuMemPoolCreate(&p, &props), b"cuMemPoolCreate")
+            self.owned = True
+        self.pool = p
+        thr = <unsigned long long>-1 if release_threshold is None else release_threshold
+        try:
+            check(D.cuMemPoolSetAttribute(p, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr),
+                  b"cuMemPoolSetAttribute")
+        except BaseException:
+            if self.owned:
+                D.cuMemPoolDestroy(p)
+            self.pool = NULL
+            raise
+
+    def __dealloc__(self):
+        if self.pool != NULL and self.owned and bc_driver_usable(ST):
+            rc = D.cuMemPoolDestroy(self.pool)
+            if rc != 0:
+                warnings.warn(f"cuMemPoolDestroy failed: {make_error(rc, 'cuMemPoolDestroy')}", CudaWarning)
+        self.pool = NULL
+
+    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
+        cdef CUdeviceptr p = 0
+        cdef CUresult rc
+        cdef CUmemoryPool pool = self.pool
+        b.ptr = 0
+        b.nbytes = size
+        b._kind = KIND_ASYNC
+        if size == 0:
+            return 0
+        set_current(self.ctx)
+        with nogil:
+            rc = D.cuMemAllocFromPoolAsync(&p, size, pool, s)
+        if rc != 0:
+            raise make_error(rc, "cuMemAllocFromPoolAsync",
+                             f"requested {size} bytes ({fmt_bytes(size)}) on device {self.device.ordinal}; "
+                             f"pool stats: {self.stats()}")
+        b.ptr = p
+        self.n_allocs += 1
+        return 0
+
+    cdef int deallocate(self, DeviceBuffer b) except -1:
+        cdef CUdeviceptr p = b.ptr
+        cdef CUresult rc = 0
+        b.ptr = 0
+        if p == 0:
+            return 0
+        set_current(self.ctx)
+        if closed_stream(b):                # its stream is gone (see the module notes)
+            sync_for_closed(self.ctx)
+            check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
+            return 0
+        if b.used_elsewhere:
+            with nogil:
+                rc = D.cuCtxSynchronize()
+            check(rc, b"cuCtxSynchronize")
+        check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+        return 0
+
+    cdef unsigned long long _attr(self, int a) except? 0:
+        cdef unsigned long long v = 0
+        check(D.cuMemPoolGetAttribute(self.pool, <CUmemPool_attribute>a, &v), b"cuMemPoolGetAttribute")
+        return v
+
+    def stats(self):
+        """``in_use``, ``reserved``, ``peak``, ``peak_reserved``, ``release_threshold``,
+        ``allocations`` (from the driver's pool attributes)."""
+        return {
+            "in_use": self._attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT),
+            "reserved": self._attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+            "peak": self._attr(CU_MEMPOOL_ATTR_USED_MEM_HIGH),
+            "peak_reserved": self._attr(CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH),
+            "release_threshold": self._attr(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD),
+            "allocations": self.n_allocs,
+        }
+
+    def trim(self, keep=0):
+        """Release reserved memory above ``keep`` bytes back to the OS (cuMemPoolTrimTo)."""
+        set_current(self.ctx)
+        check(D.cuMemPoolTrimTo(self.pool, keep), b"cuMemPoolTrimTo")
+
+    @property
+    def handle(self):
+        """The CUmemoryPool as an int."""
+        return <size_t>self.pool
+
+    def set_release_threshold(self, nbytes):
+        """Change the bytes the pool keeps reserved across synchronizations
+        (``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``); None: unlimited. Read it back with
+        ``stats()["release_threshold"]``."""
+        cdef unsigned long long thr
+        if nbytes is None:
+            thr = <unsigned long long>-1
+        else:
+            if nbytes < 0:
+                raise ValueError(f"release threshold must be >= 0 bytes or None, got {nbytes}")
+            thr = nbytes
+        set_current(self.ctx)
+        check(D.cuMemPoolSetAttribute(self.pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr),
+              b"cuMemPoolSetAttribute")
+
+    def __repr__(self):
+        return f"<barecuda.DriverMemoryPool 0x{<size_t>self.pool:x} device={self.device.ordinal}>"
