@@ -211,3 +211,15 @@ def test_no_gpu_measures_nothing(tmp_path):
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and "no usable GPU" in p.stdout
     assert "DriverNotFoundError" in json.loads(out.read_text())["skipped"]
+
+
+def test_tensor_launch_rows_for_the_dist_benchmark(fake):
+    """nccl_compare's launch rows on the double: raw C and DeviceBuffers measured, the
+    torch/CuPy rows measured or n/a with the reason (no CUDA torch/CuPy here)."""
+    from barecuda.bench import dist_rows
+    rows = {r["key"]: r for r in dist_rows.tensor_launch_rows(rounds=1)}
+    assert list(rows) == ["raw4p", "bc4p", "torch4p", "cupy4p"]
+    assert rows["raw4p"]["value"] > 0 and rows["raw4p"]["note"] == "reference"
+    assert rows["bc4p"]["value"] > 0 and rows["bc4p"]["note"].endswith("x raw C")
+    for k in ("torch4p", "cupy4p"):
+        assert (rows[k]["value"] is None) == rows[k]["note"].startswith("n/a")

@@ -140,6 +140,30 @@ def test_torch_tensors_on_torch_streams(vadd, rng):
         np.testing.assert_array_equal(out.cpu().numpy(), (a + (k + 1)) + c)
 
 
+def test_copies_take_tensors_directly(rng):
+    """copy_from / copy_to / to_device with torch and CuPy arrays (read by the tensor
+    reader, no DLPack capsule): the bytes, shape and dtype against numpy."""
+    torch = _torch_or_skip()
+    a = fresh(3000, "float32", rng)
+    t = torch.from_numpy(a).cuda()
+    b = bc.empty(3000, "float32").copy_from(t)
+    np.testing.assert_array_equal(b.to_numpy(), a)
+    out = torch.zeros_like(t)
+    b.copy_to(out)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), a)
+    d = bc.to_device(t.view(30, 100))
+    assert d.shape == (30, 100) and d.dtype == "float32"
+    np.testing.assert_array_equal(d.to_numpy(), a.reshape(30, 100))
+    with pytest.raises(ValueError, match="contiguous"):
+        bc.to_device(t.view(30, 100)[:, 0])
+    cp = pytest.importorskip("cupy")
+    c = cp.asarray(fresh(500, "int64", rng))
+    e = bc.to_device(c)
+    assert e.dtype == "int64"
+    np.testing.assert_array_equal(e.to_numpy(), cp.asnumpy(c))
+
+
 def test_torch_wrong_device_and_strided(vadd):
     torch = _torch_or_skip()
     t = torch.zeros(64, 2, device="cuda")

@@ -431,11 +431,35 @@ cdef bint _is_device_array(object obj):
 
 
 cdef DeviceBuffer as_device(object obj, object stream):
+    cdef const bc_dlpack_exchange_api *api
     if type(obj) is DeviceBuffer:
         return <DeviceBuffer>obj
+    if _fast_kind(type(obj), &api) != FAST_NONE and _FAST_NAMES.get(
+            (getattr(type(obj), "__module__", None), getattr(type(obj), "__qualname__", None))):
+        return _tensor_view(obj, stream)            # torch / CuPy
     if _is_device_array(obj):
         return as_device_buffer(obj, stream=stream)
     return None
+
+
+cdef DeviceBuffer _tensor_view(object obj, object stream):
+    """A view of a torch/CuPy tensor for a copy, read by array_of (no DLPack capsule, no
+    CAI dict): contiguous only (copies need it), ordered on `stream` by the one rule."""
+    cdef bc_array a
+    cdef CUstream h = NULL
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, &h)
+    name = array_of(obj, h, &a)
+    dev = device_at(a.ordinal)
+    order_array(obj, &a, dev, h)
+    cdef DeviceBuffer v = make_view(a.ptr, a.nbytes, dev, h, stream, obj, None)
+    info = dtype_info(name) if name is not None else None
+    if info is not None and a.nbytes % <size_t>info[0] == 0:
+        v._dtype, v._itemsize = name, info[0]
+        v._shape = tuple(int(n) for n in obj.shape)
+    v._readonly = a.readonly
+    return v
 
 
 def as_device_buffer(obj, *, stream=None):
