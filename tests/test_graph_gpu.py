@@ -96,6 +96,45 @@ def test_capture_replay_and_set_arg_match_numpy(vadd):
 
 
 @gpu
+def test_captured_kernel_nodes_take_set_arg_and_hold_their_buffers(vadd):
+    """A captured graph with no keep_alive: its inputs dropped by the caller stay alive
+    (the capture holds them); its kernel nodes come back with the driver's dimensions
+    and change through exec handles, compared with numpy."""
+    n = 50_001
+    s = bc.Stream()
+    a, b, e = fresh(n), fresh(n), fresh(n)
+    da, db, de = (bc.to_device(x, stream=s) for x in (a, b, e))
+    out = bc.empty(n, "float32", stream=s)
+    s.synchronize()
+    with s.capture() as g:
+        vadd.launch(blocks(n), 256, out, da, db, n, stream=s)          # out = a + b
+        vadd.launch(blocks(n), 256, out, out, db, n, stream=s)         # out = out + b
+    del da, db
+    gc.collect()
+    k1, k2 = g.kernel_nodes()
+    assert (k1.kernel, k1.grid, k1.block, k1.shared_mem) == (vadd, (blocks(n), 1, 1), (256, 1, 1), 0)
+    exe = g.instantiate()
+    for _ in range(2):
+        exe.launch(s)
+        np.testing.assert_array_equal(out.to_numpy(stream=s), (a + b) + b)
+    h1, h2 = exe.kernel_node(k1), exe.kernel_node(k2)
+    h1.set_arg(1, de)                                   # out = e + b
+    h2.set_arg(2, de)                                   # out = out + e
+    with pytest.raises(OverflowError):
+        h1.set_arg(3, -2**31 - 1)
+    exe.launch(s)
+    np.testing.assert_array_equal(out.to_numpy(stream=s), (e + b) + e)
+    third = n // 3
+    h1.set_arg(3, third)
+    h2.set_arg(3, third)
+    out.copy_from(np.zeros(n, np.float32), stream=s)
+    exe.launch(s)
+    got = out.to_numpy(stream=s)
+    np.testing.assert_array_equal(got[:third], ((e + b) + e)[:third])
+    np.testing.assert_array_equal(got[third:], np.zeros(n - third, np.float32))
+
+
+@gpu
 def test_update_and_enable_disable_match_numpy(vadd):
     n = 4099
     s = bc.Stream()

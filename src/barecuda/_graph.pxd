@@ -23,6 +23,7 @@ cdef class Graph:
     cdef dict _by_handle            # <size_t>CUgraphNode -> weak reference to its GraphNode
     cdef dict _info                 # <size_t>CUgraphNode -> (index, kind, kernel name or None), for messages
     cdef dict _kernels              # node index -> KernelNode (strong: update refreshes handles from it)
+    cdef dict _funcs                # <size_t>CUfunction -> Kernel launched into it during its capture
     cdef object __weakref__
     cdef readonly bint captured     # made by stream capture
     cdef bint capturing             # the capture that fills it is still running
@@ -35,6 +36,8 @@ cdef class Graph:
     cdef ConditionalNode _add_conditional(self, ConditionalHandle cond, CUgraphConditionalNodeType t,
                                           unsigned int size, str tname, object depends_on)
     cdef str _describe(self, CUgraphNode h)
+    cdef list _enumerate(self)
+    cdef GraphNode _wrap(self, CUgraphNode h)
 
 
 cdef class GraphNode:

@@ -38,9 +38,10 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, Event, stream_handle, wait_interruptible, _query_fn
-from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use, owner_of, KIND_POOL
+from barecuda._pool cimport bc_block, FROM_GRAPH
 from barecuda._host cimport PinnedBuffer
-from barecuda._launch cimport Kernel, pack_arg, check_dims
+from barecuda._launch cimport Kernel, pack_arg, check_dims, set_capture_hook
 from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
 from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
 from barecuda._errors import make_error, CudaWarning, CudaStreamCaptureError
@@ -290,6 +291,8 @@ cdef class Capture:
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
         _pool._capture_started()
+        _active_captures.append(self)
+        set_capture_hook(_record_launch)
         return self.graph
 
     def __exit__(self, exc_type, exc, tb):
@@ -299,6 +302,9 @@ cdef class Capture:
             return False
         self.active = False
         self.graph.capturing = False
+        _active_captures.remove(self)
+        if not _active_captures:
+            set_capture_hook(None)
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
         _pool._capture_ended()
@@ -317,6 +323,52 @@ cdef class Capture:
         self.graph.handle = g
         self.graph.owned = True
         return False
+
+
+cdef list _active_captures = []     # Capture objects running now (any thread)
+
+
+def _record_launch(size_t hs, obj, args):
+    """The launch paths' capture hook (_launch.set_capture_hook), set while a capture
+    runs: a launch on a capturing stream makes its graph hold the kernel (or plan) and
+    the arguments, and remember the kernel by its CUfunction (Graph.kernel_nodes)."""
+    cdef Capture c
+    cdef Kernel k
+    cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
+    targets = None
+    for c in _active_captures:
+        if <size_t>c.hs == hs:
+            targets = (c,)
+            break
+    if targets is None:
+        # Another stream: in a capture only when joined to one (event wait). Which one
+        # is not asked: holding the references in every running capture is safe.
+        if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
+            return
+        targets = tuple(_active_captures)
+    if isinstance(obj, Kernel):
+        k = <Kernel>obj
+    else:                               # a LaunchPlan: it holds its arguments itself
+        k = obj.kernel
+        args = obj.args
+    if args:
+        args = [a for a in args if not _graph_memory(a)]
+    for c in targets:
+        c.graph._keep.append(obj)
+        if args:
+            c.graph._keep.extend(args)
+        c.graph._funcs[<size_t>k.func] = k
+
+
+cdef bint _graph_memory(object a):
+    """a is a buffer the capture allocated from the caching allocator (a graph allocation
+    node): the graph owns that memory, and holding the object would keep the user's free
+    out of the graph (no free node, so the executable could not be relaunched)."""
+    cdef DeviceBuffer o
+    if type(a) is not DeviceBuffer:
+        return False
+    o = owner_of(<DeviceBuffer>a)
+    return o._kind == KIND_POOL and o._block != NULL and (<bc_block *>o._block).from_async == FROM_GRAPH
 
 
 def capture(stream, mode="global"):
@@ -486,6 +538,7 @@ cdef class Graph:
         self._by_handle = {}
         self._info = {}
         self._kernels = {}
+        self._funcs = {}
         self.captured = False
         if token is _TOKEN or device is _TOKEN:
             return
@@ -520,6 +573,7 @@ cdef class Graph:
         self._by_handle = {}
         self._info = {}
         self._kernels = {}
+        self._funcs = {}
 
     def __repr__(self):
         state = "closed" if self.handle == NULL else f"{len(self._nodes)} nodes added"
@@ -890,12 +944,28 @@ cdef class Graph:
     # ------------------------------------------------------------------ queries
     def nodes(self):
         """Every node, in the driver's order (``cuGraphGetNodes``). Nodes added through
-        this object are returned as those objects; others (capture) as plain GraphNodes."""
+        this object are returned as those objects; others (capture) as new node objects:
+        :class:`KernelNode` for kernels launched through barecuda, else :class:`GraphNode`."""
+        self._live()
+        return self._enumerate()
+
+    def kernel_nodes(self):
+        """The kernel nodes whose kernel barecuda knows, in the driver's order: the ones
+        added with :meth:`add_kernel`/:meth:`add_plan`, and in a captured graph those of
+        launches made through barecuda during the capture (kernels launched by other
+        libraries are left out). Pass them to :meth:`GraphExec.kernel_node`.
+
+        A captured node's ``args`` are ``None`` (the driver keeps bytes, not objects);
+        its kernel, dimensions and parameter bytes are the driver's."""
+        self._live()
+        return [n for n in self._enumerate() if isinstance(n, KernelNode)]
+
+    cdef list _enumerate(self):
+        """Node objects for every node in the driver's order; nodes not seen yet are
+        adopted in that order (so a captured graph's node indices are driver positions,
+        which is how an update pairs nodes)."""
         cdef size_t n = 0, i
         cdef CUgraphNode *arr
-        cdef CUgraphNodeType t
-        cdef GraphNode gn
-        self._live()
         _need(<void *>D.cuGraphGetNodes, "cuGraphGetNodes")
         set_current(self.ctx)
         check(D.cuGraphGetNodes(self.handle, NULL, &n), b"cuGraphGetNodes")
@@ -911,16 +981,53 @@ cdef class Graph:
                 ref = self._by_handle.get(<size_t>arr[i])
                 known = ref() if ref is not None else None
                 if known is None:
-                    check(D.cuGraphNodeGetType(arr[i], &t), b"cuGraphNodeGetType")
-                    gn = GraphNode.__new__(GraphNode, _TOKEN)
-                    gn.handle = arr[i]
-                    gn.kind = _kind_name(t)
-                    self._adopt(gn)
-                    known = gn
+                    known = self._wrap(arr[i])
                 out.append(known)
         finally:
             PyMem_Free(arr)
         return out
+
+    cdef GraphNode _wrap(self, CUgraphNode h):
+        """A node object for a node this object did not add (capture)."""
+        cdef CUgraphNodeType t
+        cdef CUDA_KERNEL_NODE_PARAMS_v2 p
+        cdef GraphNode gn
+        cdef KernelNode kn
+        cdef Kernel k = None
+        cdef Py_ssize_t i
+        check(D.cuGraphNodeGetType(h, &t), b"cuGraphNodeGetType")
+        if t == CU_GRAPH_NODE_TYPE_KERNEL and self._funcs and D.cuGraphKernelNodeGetParams != NULL:
+            memset(&p, 0, sizeof(p))
+            check(D.cuGraphKernelNodeGetParams(h, &p), b"cuGraphKernelNodeGetParams")
+            k = self._funcs.get(<size_t>p.func)
+            if k is not None and (k.nparams < 0 or k.func == NULL or (k.nparams > 0 and p.kernelParams == NULL)):
+                k = None                # no layout, module closed, or parameters given as `extra`
+        if k is None:
+            gn = GraphNode.__new__(GraphNode, _TOKEN)
+            gn.handle = h
+            gn.kind = _kind_name(t)
+            self._adopt(gn)
+            return gn
+        kn = KernelNode.__new__(KernelNode, _TOKEN)
+        kn.kind = "kernel"
+        kn.kernel = k
+        kn.buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
+        kn.ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
+        if kn.buf == NULL or kn.ptrs == NULL:
+            raise MemoryError()
+        memset(kn.buf, 0, max(k.argbytes, 1))
+        for i in range(k.nparams):
+            kn.ptrs[i] = kn.buf + k.params[i].offset
+            memcpy(kn.ptrs[i], p.kernelParams[i], k.params[i].size)
+        kn.p = p
+        kn.p.func = k.func
+        kn.p.kernelParams = kn.ptrs if k.nparams > 0 else NULL
+        kn.p.extra = NULL
+        kn.p.ctx = k.ctx
+        kn._vals = [None] * k.nparams
+        kn.handle = h
+        self._adopt(kn)
+        return kn
 
     def num_nodes(self):
         """Number of nodes (``cuGraphGetNodes``)."""
@@ -1143,6 +1250,8 @@ cdef class GraphExec:
         self._live()
         graph._live()
         _need(<void *>D.cuGraphExecUpdate, "cuGraphExecUpdate")
+        if graph.captured and self._params:
+            graph._enumerate()          # node objects (and positions) for the handles' refresh
         memset(&info, 0, sizeof(info))
         set_current(self.ctx)
         rc = D.cuGraphExecUpdate(self.handle, graph.handle, &info)
