@@ -304,7 +304,7 @@ cdef class Capture:
         self.graph.capturing = False
         _active_captures.remove(self)
         if not _active_captures:
-            set_capture_hook(None)
+            set_capture_hook(NULL)
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
         _pool._capture_ended()
@@ -328,7 +328,7 @@ cdef class Capture:
 cdef list _active_captures = []     # Capture objects running now (any thread)
 
 
-def _record_launch(size_t hs, obj, args):
+cdef int _record_launch(size_t hs, object obj, object args) except -1:
     """The launch paths' capture hook (_launch.set_capture_hook), set while a capture
     runs: a launch on a capturing stream makes its graph hold the kernel (or plan) and
     the arguments, and remember the kernel by its CUfunction (Graph.kernel_nodes)."""
@@ -344,7 +344,7 @@ def _record_launch(size_t hs, obj, args):
         # Another stream: in a capture only when joined to one (event wait). Which one
         # is not asked: holding the references in every running capture is safe.
         if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
-            return
+            return 0
         targets = tuple(_active_captures)
     if isinstance(obj, Kernel):
         k = <Kernel>obj
@@ -358,6 +358,7 @@ def _record_launch(size_t hs, obj, args):
         if args:
             c.graph._keep.extend(args)
         c.graph._funcs[<size_t>k.func] = k
+    return 0
 
 
 cdef bint _graph_memory(object a):
