@@ -759,6 +759,32 @@ def test_pool_allocations_in_a_capture_become_graph_memory(fake, vadd):
     assert fake.live("mem") == mem0
 
 
+def test_missing_graph_entry_point_names_the_driver_version(fake_lib_path):
+    """An optional entry point the driver lacks: DriverVersionError with the version from
+    the ABI table (not a hand-typed one), raised before any other driver call."""
+    import os
+    import subprocess
+    import sys
+    code = """
+import barecuda as bc
+from barecuda._loader import symbols
+g = bc.Graph()
+try:
+    g.conditional_handle()
+except bc.DriverVersionError as e:
+    print("ERR", symbols()["cuGraphConditionalHandleCreate"][0], e)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKECUDA_")}
+    env.update(BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_HIDE="cuGraphConditionalHandleCreate")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("ERR ")][0]
+    _, need, msg = line.split(" ", 2)
+    need = int(need)
+    assert "cuGraphConditionalHandleCreate" in msg and "CUDA graphs" in msg
+    assert f"CUDA {need // 1000}.{need % 1000 // 10} driver or newer" in msg
+
+
 # --------------------------------------------------------------- lifetimes
 def test_graph_and_exec_keep_buffers_kernels_and_callables_alive(fake, ptx, stream):
     k = bc.Module.from_ptx(ptx.vadd()).get_kernel("vadd")
