@@ -80,19 +80,24 @@ def test_capture_replay_and_set_arg_match_numpy(vadd):
     k1 = g2.add_kernel(vadd, blocks(n), 256, out, da, db, n)
     k2 = g2.add_kernel(vadd, blocks(n), 256, out, out, db, n, depends_on=k1)
     x2 = g2.instantiate()
-    h1, h2 = x2.kernel_node(k1), x2.kernel_node(k2)
+    retarget_and_check(s, x2, x2.kernel_node(k1), x2.kernel_node(k2), out, de, b, e, n // 2)
+
+
+def retarget_and_check(s, exe, h1, h2, out, de, b, e, part):
+    """Handles on the two nodes of ``out = a + b; out = out + b``: make it ``out = e + b;
+    out = out + e``, then shorten both to ``part`` elements; compare with numpy."""
+    n = out.size
     h1.set_arg(1, de)                                   # out = e + b
     h2.set_arg(2, de)                                   # out = out + e
-    x2.launch(s)
+    exe.launch(s)
     np.testing.assert_array_equal(out.to_numpy(stream=s), (e + b) + e)
-    half = n // 2
-    h1.set_arg(3, half)
-    h2.set_arg(3, half)
+    h1.set_arg(3, part)
+    h2.set_arg(3, part)
     out.copy_from(np.zeros(n, np.float32), stream=s)
-    x2.launch(s)
+    exe.launch(s)
     got = out.to_numpy(stream=s)
-    np.testing.assert_array_equal(got[:half], ((e + b) + e)[:half])
-    np.testing.assert_array_equal(got[half:], np.zeros(n - half, np.float32))
+    np.testing.assert_array_equal(got[:part], ((e + b) + e)[:part])
+    np.testing.assert_array_equal(got[part:], np.zeros(n - part, np.float32))
 
 
 @gpu
@@ -118,20 +123,9 @@ def test_captured_kernel_nodes_take_set_arg_and_hold_their_buffers(vadd):
         exe.launch(s)
         np.testing.assert_array_equal(out.to_numpy(stream=s), (a + b) + b)
     h1, h2 = exe.kernel_node(k1), exe.kernel_node(k2)
-    h1.set_arg(1, de)                                   # out = e + b
-    h2.set_arg(2, de)                                   # out = out + e
     with pytest.raises(OverflowError):
         h1.set_arg(3, -2**31 - 1)
-    exe.launch(s)
-    np.testing.assert_array_equal(out.to_numpy(stream=s), (e + b) + e)
-    third = n // 3
-    h1.set_arg(3, third)
-    h2.set_arg(3, third)
-    out.copy_from(np.zeros(n, np.float32), stream=s)
-    exe.launch(s)
-    got = out.to_numpy(stream=s)
-    np.testing.assert_array_equal(got[:third], ((e + b) + e)[:third])
-    np.testing.assert_array_equal(got[third:], np.zeros(n - third, np.float32))
+    retarget_and_check(s, exe, h1, h2, out, de, b, e, n // 3)
 
 
 @gpu

@@ -280,6 +280,23 @@ cdef class KernelNode(GraphNode):
             g._keep.extend(keep)
 
 
+cdef KernelNode _new_kernel_node(Kernel k):
+    """A KernelNode of k with a zeroed parameter block and its slot pointers (not yet adopted)."""
+    cdef KernelNode n = KernelNode.__new__(KernelNode, _TOKEN)
+    cdef Py_ssize_t i
+    n.kind = "kernel"
+    n.kernel = k
+    memset(&n.p, 0, sizeof(n.p))
+    n.buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
+    n.ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
+    if n.buf == NULL or n.ptrs == NULL:
+        raise MemoryError()
+    memset(n.buf, 0, max(k.argbytes, 1))
+    for i in range(k.nparams):
+        n.ptrs[i] = n.buf + k.params[i].offset
+    return n
+
+
 @cython.final
 cdef class ConditionalHandle:
     """A conditional node's condition (``CUgraphConditionalHandle``). Pass it to a kernel
@@ -447,19 +464,10 @@ cdef class Graph:
         if shared_mem > 0xFFFFFFFF:
             raise ValueError(f"shared_mem={shared_mem} bytes exceeds kernel {kernel.name!r}'s limit")
         smem = shared_mem
-        n = KernelNode.__new__(KernelNode, _TOKEN)
-        n.kind = "kernel"
-        n.kernel = kernel
-        memset(&n.p, 0, sizeof(n.p))
+        n = _new_kernel_node(kernel)
         check_dims(kernel, grid, block, smem, &n.p.gridDimX, &n.p.blockDimX)
         n.p.sharedMemBytes = smem
-        n.buf = <char *>PyMem_Malloc(max(kernel.argbytes, 1))
-        n.ptrs = <void **>PyMem_Malloc(max(kernel.nparams, 1) * sizeof(void *))
-        if n.buf == NULL or n.ptrs == NULL:
-            raise MemoryError()
-        memset(n.buf, 0, max(kernel.argbytes, 1))
         for i in range(kernel.nparams):
-            n.ptrs[i] = n.buf + kernel.params[i].offset
             pack_arg(kernel, i, args[i], n.buf, NULL, keep)
         n._vals = list(args)
         self._keep.append(kernel)
@@ -801,16 +809,8 @@ cdef class Graph:
             gn.kind = _kind_name(t)
             self._adopt(gn)
             return gn
-        kn = KernelNode.__new__(KernelNode, _TOKEN)
-        kn.kind = "kernel"
-        kn.kernel = k
-        kn.buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
-        kn.ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
-        if kn.buf == NULL or kn.ptrs == NULL:
-            raise MemoryError()
-        memset(kn.buf, 0, max(k.argbytes, 1))
+        kn = _new_kernel_node(k)
         for i in range(k.nparams):
-            kn.ptrs[i] = kn.buf + k.params[i].offset
             memcpy(kn.ptrs[i], p.kernelParams[i], k.params[i].size)
         kn.p = p
         kn.p.func = k.func
