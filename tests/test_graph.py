@@ -832,6 +832,66 @@ def test_no_reference_cycles_buffers_go_with_the_last_reference(fake, vadd, stre
         gc.enable()
 
 
+@pytest.mark.parametrize("how", ["node", "set_arg", "captured", "keep_alive"])
+def test_closing_a_buffer_a_graph_uses_defers_its_free(fake, vadd, stream, how):
+    """buf.close() while a graph or executable still references the buffer makes the
+    object unusable but leaves the memory allocated (no later allocation gets it, the
+    executable keeps running with it) until the graph and executable are gone."""
+    pool = bc.MemoryPool(0)
+    buf, other = pool.alloc(4096, stream=stream), pool.alloc(4096, stream=stream)
+    ptr = buf.ptr
+    g, n = bc.Graph(), None
+    if how == "captured":
+        with stream.capture() as g:
+            vadd.launch(1, 16, buf, buf, buf, 1, stream=stream)
+    elif how == "keep_alive":
+        g.add_kernel(vadd, 1, 16, other, other, other, 1)
+        g.keep_alive(buf)
+    else:
+        n = g.add_kernel(vadd, 1, 16, buf if how == "node" else other, other, other, 1)
+    exe = g.instantiate()
+    if how == "set_arg":
+        exe.kernel_node(n).set_arg(0, buf)
+    exe.launch(stream)
+    buf.close()
+    with pytest.raises(ValueError, match="closed"):
+        vadd.launch(1, 16, buf, buf, buf, 1, stream=stream)
+    stream.synchronize()
+    again = [pool.alloc(4096, stream=stream) for _ in range(4)]
+    assert ptr not in [b.ptr for b in again]                # still the graph's
+    if how != "keep_alive":
+        exe.launch(stream)
+        assert struct.unpack_from("<Q", fake.last_launch().params, 0)[0] == ptr
+    del again
+    in_use = pool.stats()["in_use"]
+    del g, exe, n
+    gc.collect()
+    assert pool.stats()["in_use"] == in_use - 4096          # freed with the last holder
+
+
+def test_launch_refuses_an_executable_whose_module_was_closed(fake, ptx, stream):
+    mod = bc.Module.from_ptx(ptx.vadd())
+    k = mod.get_kernel("vadd")
+    a = bc.alloc(64)
+    g = bc.Graph()
+    n = g.add_kernel(k, 1, 16, a, a, a, 1)
+    exe = g.instantiate()
+    h = exe.kernel_node(n)
+    with stream.capture() as cg:
+        k.launch(1, 16, a, a, a, 1, stream=stream)
+    cexe = cg.instantiate()
+    exe.launch(stream)
+    cexe.launch(stream)
+    calls = fake.calls("cuGraphLaunch")
+    mod.close()
+    for e in (exe, cexe):
+        with pytest.raises(ValueError, match="module was closed"):
+            e.launch(stream)
+    with pytest.raises(ValueError, match="closed"):
+        h.set_arg(3, 2)
+    assert fake.calls("cuGraphLaunch") == calls
+
+
 def test_child_graph_references_are_held_by_the_parent(fake, vadd):
     buf = bc.alloc(64)
     ref = weakref.ref(buf)

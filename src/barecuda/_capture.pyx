@@ -18,7 +18,7 @@ from barecuda._stream cimport Stream, stream_handle
 from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL
 from barecuda._pool cimport bc_block, FROM_GRAPH
 from barecuda._launch cimport Kernel, set_capture_hook
-from barecuda._graph cimport Graph, need, graph_shell
+from barecuda._graph cimport Graph, need, graph_shell, hold
 from barecuda._errors import make_error
 from barecuda import _pool
 
@@ -138,8 +138,10 @@ cdef int _record_launch(size_t hs, object obj, object args) except -1:
         args = [a for a in args if not _graph_memory(a)]
     for c in targets:
         c.graph._keep.append(obj)
+        if obj is not k:
+            c.graph._keep.append(k)
         if args:
-            c.graph._keep.extend(args)
+            hold(c.graph._keep, args)
         c.graph._funcs[<size_t>k.func] = k
     return 0
 

@@ -69,6 +69,8 @@ cdef class ConditionalNode(GraphNode):
     cdef readonly str type
 
 
+# Append objs to a graph's reference list, pinning DeviceBuffers (their close() defers).
+cdef int hold(list keep, object objs) except -1
 # DriverVersionError naming the version of the optional entry point `name` unless fn is set.
 cdef int need(void *fn, str name) except -1
 # An empty Graph object without a handle, on dev (_capture fills it).

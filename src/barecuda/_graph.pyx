@@ -32,7 +32,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Event
-from barecuda._buffer cimport DeviceBuffer
+from barecuda._buffer cimport DeviceBuffer, pin, unpin, KIND_CLOSED
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._errors import make_error, CudaWarning
@@ -275,9 +275,34 @@ cdef class KernelNode(GraphNode):
         set_current(g.ctx)
         check(D.cuGraphKernelNodeSetParams(self.handle, &self.p), b"cuGraphKernelNodeSetParams")
         self._vals[index] = value
-        g._keep.append(value)           # executables made earlier may hold the old value themselves
+        hold(g._keep, (value,))         # executables made earlier may hold the old value themselves
         if keep:
-            g._keep.extend(keep)
+            hold(g._keep, keep)
+
+
+@cython.final
+cdef class _Pin:
+    """Pins a DeviceBuffer's allocation while it lives: the buffer's close() then defers
+    the free (see _buffer.pxd, pin/unpin). Held next to the buffer in a graph's references."""
+    cdef DeviceBuffer buf
+
+    def __dealloc__(self):
+        if self.buf is not None:
+            unpin(self.buf)
+
+
+cdef int hold(list keep, object objs) except -1:
+    """Append objs to keep, each open DeviceBuffer with a _Pin (a closed one is left to the
+    caller's own check)."""
+    cdef _Pin p
+    for o in objs:
+        keep.append(o)
+        if isinstance(o, DeviceBuffer) and (<DeviceBuffer>o)._kind != KIND_CLOSED:
+            p = _Pin.__new__(_Pin)
+            pin(<DeviceBuffer>o)
+            p.buf = <DeviceBuffer>o
+            keep.append(p)
+    return 0
 
 
 cdef KernelNode _new_kernel_node(Kernel k):
@@ -419,7 +444,7 @@ cdef class Graph:
         """Hold ``objs`` as long as this graph (and executables made from it) live.
         Captured graphs need it for the buffers their work uses (see docs/graphs.md)."""
         self._live()
-        self._keep.extend(objs)
+        hold(self._keep, objs)
 
     cdef list _snapshot(self):
         """Every object the graph references, flat (nested _keep lists of bodies and children unrolled)."""
@@ -471,7 +496,7 @@ cdef class Graph:
             pack_arg(kernel, i, args[i], n.buf, NULL, keep)
         n._vals = list(args)
         self._keep.append(kernel)
-        self._keep.extend(args)
+        hold(self._keep, args)
         n.p.func = kernel.func
         n.p.kernelParams = n.ptrs if kernel.nparams > 0 else NULL
         n.p.ctx = kernel.ctx
@@ -484,7 +509,7 @@ cdef class Graph:
         n.handle = h
         self._adopt(n)
         if keep:
-            self._keep.extend(keep)
+            hold(self._keep, keep)
         return n
 
     def add_plan(self, plan, depends_on=None):
@@ -643,7 +668,7 @@ cdef class Graph:
         n.handle = h
         n.kind = kind
         self._adopt(n)
-        self._keep.extend(refs)
+        hold(self._keep, refs)
         return n
 
     # ------------------------------------------------------------ conditionals

@@ -19,6 +19,7 @@ cdef class GraphExec:
     cdef Graph _source              # the graph whose parameters it runs (its own, or the latest update's)
     cdef readonly unsigned long long flags
     cdef dict _params               # node index -> _KernelParams of the nodes that have handles
+    cdef tuple _kernels             # the Kernels it runs (launch refuses when one's module was closed)
 
     cdef int _live(self) except -1
     cdef void _mark_used(self) noexcept
@@ -32,8 +33,10 @@ cdef class _KernelParams:
     cdef void **ptrs                # kernelParams: one pointer per slot into buf
     cdef CUDA_KERNEL_NODE_PARAMS_v2 p
     cdef list vals                  # the value packed in each slot (held: the executable may run it)
+    cdef char *pinned               # per slot: vals[i] is a DeviceBuffer this object pinned (set_arg)
 
     cdef int load(self, KernelNode src, CUgraphNode node) except -1
+    cdef void _unpin_all(self) noexcept
 
 
 cdef class ExecKernelNode:

@@ -19,6 +19,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t
 from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.object cimport PyTypeObject, Py_TYPE
 
 cdef extern from "Python.h":
@@ -30,7 +31,7 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, set_current
 from barecuda._stream cimport stream_handle, wait_interruptible, _query_fn
-from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
 from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
@@ -97,11 +98,23 @@ def _instantiate(Graph g, upload, unsigned long long flags):
     e.ctx = g.ctx
     e.flags = flags
     e._graphs = [g, g._snapshot()]
+    e._kernels = _kernels_in(e._graphs[1])
     e._source = g
     if upload is not None:
         e._last_stream = upload
         e.last = hs
     return e
+
+
+cdef tuple _kernels_in(list refs):
+    """The distinct Kernels among a graph's references (the executable checks them at launch)."""
+    return tuple(dict.fromkeys([o for o in refs if type(o) is Kernel]))
+
+
+cdef int _raise_unloaded(Kernel k) except -1:
+    raise ValueError(f"the executable graph runs kernel {k.name!r}, whose module was closed: it would run "
+                     "unloaded code. Fix: keep the module open while its graphs are launched (or "
+                     "instantiate a graph of kernels from a loaded module)")
 
 
 @cython.no_gc_clear     # __dealloc__ needs _graphs (to mark buffers used) even when a collected cycle held it
@@ -124,6 +137,7 @@ cdef class GraphExec:
         self.multi = False
         self._graphs = []
         self._params = {}
+        self._kernels = ()
 
     def __dealloc__(self):
         if self.handle != NULL and bc_driver_usable(ST):
@@ -156,6 +170,7 @@ cdef class GraphExec:
         self.handle = NULL
         self._graphs = []
         self._params = {}
+        self._kernels = ()
         self._last_stream = None
 
     def __repr__(self):
@@ -179,10 +194,14 @@ cdef class GraphExec:
         cdef CUstream hs = NULL
         cdef CUresult rc
         cdef CUgraphExec x = self.handle
+        cdef Py_ssize_t i
         if x == NULL:
             self._live()
         if _nerr[0]:
             check_host_errors()
+        for i in range(PyTuple_GET_SIZE(self._kernels)):     # a few kernels: one compare each
+            if (<Kernel>PyTuple_GET_ITEM(self._kernels, i)).func == NULL:
+                _raise_unloaded(<Kernel>PyTuple_GET_ITEM(self._kernels, i))
         stream_handle(stream, &hs)
         set_current(self.ctx)
         rc = D.cuGraphLaunch(x, hs)
@@ -243,6 +262,7 @@ cdef class GraphExec:
         # as used on the launch stream(s) before these references go (stream-ordered free).
         self._mark_used()
         self._graphs = [self.graph, graph, graph._snapshot()]
+        self._kernels = _kernels_in(self._graphs[2])
         self._source = graph
         self._refresh_params(graph)
 
@@ -320,13 +340,27 @@ cdef class _KernelParams:
     def __cinit__(self):
         self.buf = NULL
         self.ptrs = NULL
+        self.pinned = NULL
         self.vals = []
 
     def __dealloc__(self):
+        # The executable marked the values used on its launch streams first (_mark_used).
+        self._unpin_all()
         PyMem_Free(self.buf)
         PyMem_Free(self.ptrs)
+        PyMem_Free(self.pinned)
         self.buf = NULL
         self.ptrs = NULL
+        self.pinned = NULL
+
+    cdef void _unpin_all(self) noexcept:
+        cdef Py_ssize_t i
+        if self.pinned == NULL or self.vals is None:
+            return
+        for i in range(len(self.vals)):
+            if self.pinned[i]:
+                self.pinned[i] = 0
+                unpin(<DeviceBuffer>self.vals[i])
 
     cdef int load(self, KernelNode src, CUgraphNode node) except -1:
         """Take src's kernel, dimensions and parameter block; `node` is the handle the
@@ -341,6 +375,12 @@ cdef class _KernelParams:
         if buf == NULL:
             raise MemoryError()
         self.ptrs = <void **>buf
+        self._unpin_all()               # the values set_arg put here go (already marked used)
+        buf = <char *>PyMem_Realloc(self.pinned, max(k.nparams, 1))
+        if buf == NULL:
+            raise MemoryError()
+        self.pinned = buf
+        memset(self.pinned, 0, max(k.nparams, 1))
         memcpy(self.buf, src.buf, max(k.argbytes, 1))
         for i in range(k.nparams):
             self.ptrs[i] = self.buf + k.params[i].offset
@@ -464,7 +504,7 @@ cdef class ExecKernelNode:
         if rc != 0:
             bc_store_int(slot, p.size, saved)
             check(rc, b"cuGraphExecKernelNodeSetParams")
-        _replace_val(self.exec, self.st.vals, index, value)
+        _replace_val(self.exec, self.st, index, value)
 
     cdef object _set_arg_slow(self, Py_ssize_t index, object value):
         """set_arg for a closed executable or module, a bad index (these raise) and
@@ -484,7 +524,7 @@ cdef class ExecKernelNode:
         if rc != 0:
             memcpy(slot, <char *>saved, k.params[index].size)
             check(rc, b"cuGraphExecKernelNodeSetParams")
-        _replace_val(x, st.vals, index, value)
+        _replace_val(x, st, index, value)
 
     def set_args(self, *args):
         """Set every parameter (one ``cuGraphExecKernelNodeSetParams``)."""
@@ -505,7 +545,7 @@ cdef class ExecKernelNode:
             memcpy(st.buf, <char *>saved, max(k.argbytes, 1))
             raise
         for i in range(k.nparams):
-            _replace_val(x, st.vals, i, args[i])
+            _replace_val(x, st, i, args[i])
 
     def set_dims(self, grid=None, block=None, shared_mem=None):
         """Change grid, block and/or dynamic shared memory (checked as a launch checks them)."""
@@ -534,15 +574,35 @@ cdef class ExecKernelNode:
         st.p = p
 
 
-cdef inline int _replace_val(GraphExec x, list vals, Py_ssize_t index, object value) except -1:
-    """vals[index] = value (index checked by the caller). A replaced DeviceBuffer was
-    used by earlier launches: its free waits for them (the executable held it until now)."""
-    cdef PyObject *old = PyList_GET_ITEM(vals, index)
+cdef inline int _replace_val(GraphExec x, _KernelParams st, Py_ssize_t index, object value) except -1:
+    """st.vals[index] = value (index checked by the caller), after the push."""
+    cdef PyObject *old = PyList_GET_ITEM(st.vals, index)
+    if (st.pinned[index] or Py_TYPE(<object>old) is <PyTypeObject *>DeviceBuffer
+            or Py_TYPE(value) is not &PyLong_Type):
+        return _replace_buffer_val(x, st, index, value)
+    Py_INCREF(value)                    # an int replaces a value that holds nothing
+    PyList_SET_ITEM(st.vals, index, value)
+    Py_XDECREF(old)
+    return 0
+
+
+cdef int _replace_buffer_val(GraphExec x, _KernelParams st, Py_ssize_t index, object value) except -1:
+    """_replace_val where a buffer comes or goes. The executable pins a buffer it got this
+    way (its close() defers the free); a replaced buffer was used by earlier launches: its
+    free waits for them."""
+    cdef PyObject *old = PyList_GET_ITEM(st.vals, index)
+    cdef char was_pinned = st.pinned[index]
     if Py_TYPE(<object>old) is <PyTypeObject *>DeviceBuffer and x.launched:
         note_use(<DeviceBuffer><object>old, x.last)
         if x.multi:
             (<DeviceBuffer><object>old).use_flag[0] = 1
+    st.pinned[index] = 0
+    if isinstance(value, DeviceBuffer):
+        pin(<DeviceBuffer>value)        # open: packing refused a closed one
+        st.pinned[index] = 1
     Py_INCREF(value)
-    PyList_SET_ITEM(vals, index, value)
+    PyList_SET_ITEM(st.vals, index, value)
+    if was_pinned:
+        unpin(<DeviceBuffer><object>old)
     Py_XDECREF(old)
     return 0
