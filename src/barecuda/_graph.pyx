@@ -442,7 +442,8 @@ cdef class Graph:
 
     def keep_alive(self, *objs):
         """Hold ``objs`` as long as this graph (and executables made from it) live.
-        Captured graphs need it for the buffers their work uses (see docs/graphs.md)."""
+        Captured graphs hold what barecuda launched into them; this is for the rest
+        (copies, memsets, other libraries' work: see docs/graphs.md)."""
         self._live()
         hold(self._keep, objs)
 
