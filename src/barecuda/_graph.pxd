@@ -75,5 +75,3 @@ cdef int hold(list keep, object objs) except -1
 cdef int need(void *fn, str name) except -1
 # An empty Graph object without a handle, on dev (_capture fills it).
 cdef Graph graph_shell(Device dev)
-# The count of stored host-node exceptions (GraphExec.launch checks it before launching).
-cdef Py_ssize_t *pending_host_errors() noexcept

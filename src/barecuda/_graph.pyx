@@ -4,11 +4,11 @@ Owns: explicit graphs (``Graph``: kernel, memcpy, memset, host-function, event,
 child-graph, empty and conditional nodes with explicit dependencies), the node objects
 (``GraphNode``, ``KernelNode``, ``ConditionalNode``, ``ConditionalHandle``), node
 objects for captured graphs (``Graph.nodes``/``kernel_nodes``: kernel nodes mapped back
-to the Kernels the capture saw launched), and the C trampoline that runs Python
-host-node callables (with the store of their exceptions).
+to the Kernels the capture saw launched).
 
 The rest of the graph concern: stream capture in ``_capture.pyx``, executable graphs and
-kernel-node handles in ``_graph_exec.pyx`` (``Graph.instantiate`` makes them there).
+kernel-node handles in ``_graph_exec.pyx`` (``Graph.instantiate`` makes them there), the
+host-node trampoline and its exception store in ``_host_node.pyx``.
 
 Lifetimes: a Graph holds every object its nodes reference (buffers, kernels, callables,
 events, child graphs); a captured graph holds what barecuda launched into it (see
@@ -21,7 +21,6 @@ cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uintptr_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.ref cimport PyObject
 
 import os
 import warnings
@@ -35,6 +34,7 @@ from barecuda._stream cimport Event
 from barecuda._buffer cimport DeviceBuffer, pin, unpin, KIND_CLOSED
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
+from barecuda._host_node cimport _HostCall, host_trampoline
 from barecuda._errors import make_error, CudaWarning
 
 cdef bc_driver_t *D = driver_table()
@@ -53,79 +53,6 @@ cdef int need(void *fn, str name) except -1:
         bname = name.encode()
         require(<const void *>fn, bname, b"CUDA graphs")
     return 0
-
-
-# ------------------------------------------------------------- host nodes
-cdef list _host_errors = []
-cdef Py_ssize_t _n_host_errors = 0
-cdef Py_ssize_t _n_host_errors_dropped = 0
-
-
-@cython.final
-cdef class _HostCall:
-    """One host node's callable; the C trampoline's userData (kept alive by its Graph)."""
-    cdef object fn
-    cdef str where
-
-    def __repr__(self):
-        return f"<host node {self.where}>"
-
-
-cdef void _run_host(PyObject *user) noexcept:
-    global _n_host_errors, _n_host_errors_dropped
-    cdef _HostCall c = <_HostCall><object>user
-    try:
-        c.fn()
-    except BaseException as e:
-        # Stored, not raised: the driver's thread has nowhere to raise to.
-        if len(_host_errors) < 1000:
-            try:
-                e.add_note(f"raised by the host-node callable {c.fn!r} ({c.where})")
-            except Exception:
-                pass
-            _host_errors.append(e)
-        else:
-            _n_host_errors_dropped += 1
-        _n_host_errors += 1
-
-
-cdef void _host_trampoline(void *user) noexcept nogil:
-    # Never touch an interpreter that is going away.
-    if ST.finalizing or ST.forked:
-        return
-    with gil:
-        _run_host(<PyObject *>user)
-
-
-def check_host_errors():
-    """Raise the first stored exception of a host-node callable, if any (and forget it;
-    later ones are raised by later calls). Called by ``GraphExec.launch`` and
-    ``GraphExec.synchronize``; call it after synchronizing a stream yourself."""
-    global _n_host_errors, _n_host_errors_dropped
-    if _n_host_errors == 0:
-        return
-    if not _host_errors:
-        n = _n_host_errors_dropped
-        _n_host_errors = 0
-        _n_host_errors_dropped = 0
-        raise RuntimeError(f"{n} more host-node callables raised (their exceptions were not kept: over 1000 stored)")
-    e = _host_errors.pop(0)
-    _n_host_errors -= 1
-    raise e
-
-
-def _warn_unraised_at_exit():
-    if _host_errors:
-        warnings.warn(f"{len(_host_errors)} exception(s) raised by CUDA graph host nodes were never "
-                      f"retrieved; the first: {_host_errors[0]!r}", CudaWarning)
-
-
-import atexit
-atexit.register(_warn_unraised_at_exit)
-
-
-cdef Py_ssize_t *pending_host_errors() noexcept:
-    return &_n_host_errors
 
 
 # --------------------------------------------------------------- helpers
@@ -600,7 +527,7 @@ cdef class Graph:
         c = _HostCall()
         c.fn = fn
         c.where = f"node #{len(self._nodes)}"
-        p.fn = _host_trampoline
+        p.fn = host_trampoline
         p.userData = <void *>c
         return self._add_simple("host", depends_on, (c,), NULL, NULL, &p, None)
 

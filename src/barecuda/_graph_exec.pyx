@@ -35,13 +35,14 @@ from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
 from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
-from barecuda._graph cimport Graph, GraphNode, KernelNode, need, pending_host_errors
+from barecuda._graph cimport Graph, GraphNode, KernelNode, need
+from barecuda._host_node cimport pending_host_errors
 from barecuda._errors import make_error, CudaWarning
-from barecuda._graph import check_host_errors
+from barecuda._host_node import check_host_errors
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
-cdef Py_ssize_t *_nerr = pending_host_errors()      # host-node exceptions stored (_graph.pyx)
+cdef Py_ssize_t *_nerr = pending_host_errors()      # host-node exceptions stored (_host_node.pyx)
 
 _TOKEN = object()
 
