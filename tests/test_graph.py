@@ -257,6 +257,120 @@ def test_set_arg_driver_failure_restores_the_slot(fake, vadd, stream):
     assert fake.last_launch().params == vadd_block(a.ptr, a.ptr, a.ptr, 3)
 
 
+SCALAR_VALUES = [0, 1, -1, 2, 127, 128, 255, 256, -128, -129, 32767, 65535, 65536, -32769, 2**31 - 1, 2**31,
+                 2**32 - 1, 2**32, -2**31 - 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -2**63, -2**63 - 1,
+                 0.0, -2.5, 1e300, float("inf"), True, False, None, "x", b"\x01\x02", 3 + 0j]
+
+
+@pytest.mark.parametrize("value", SCALAR_VALUES, ids=repr)
+def test_set_arg_packs_and_refuses_exactly_as_an_eager_launch(fake, ptx, stream, value):
+    """Every slot type of a kernel, every kind of value: set_arg's fast path and its
+    fallbacks give the executable the bytes an eager launch gives the kernel, and
+    refuse what a launch refuses (same exception type, executable unchanged)."""
+    k = bc.Module.from_ptx(ptx.ALL_SCALARS).get_kernel("scalars")
+    base = [1] * len(ptx.ALL_SCALARS_TYPES)
+    g = bc.Graph()
+    node = g.add_kernel(k, 1, 1, *base)
+    exe = g.instantiate()
+    h = exe.kernel_node(node)
+    for i in range(len(base)):
+        args = list(base)
+        args[i] = value
+        try:
+            k.launch(1, 1, *args, stream=stream)
+        except Exception as e:     # noqa: BLE001 -- the reference behaviour
+            expected = type(e)
+        else:
+            expected = fake.last_launch().params
+        calls = fake.calls("cuGraphExecKernelNodeSetParams")
+        try:
+            h.set_arg(i, value)
+        except Exception as e:     # noqa: BLE001
+            assert type(e) is expected, (i, value, e)
+            assert fake.calls("cuGraphExecKernelNodeSetParams") == calls
+            exe.launch(stream)
+            k.launch(1, 1, *base, stream=stream)
+            ref = fake.last_launch().params
+            exe.launch(stream)
+            assert fake.last_launch().params == ref, (i, value)
+        else:
+            exe.launch(stream)
+            assert fake.last_launch().params == expected, (i, value)
+            assert h.args[i] is value
+            h.set_arg(i, 1)
+
+
+def test_set_arg_buffers_views_and_closed_buffers(fake, vadd, stream):
+    a, o = bc.alloc(64), bc.alloc(64)
+    g = bc.Graph()
+    node = g.add_kernel(vadd, 1, 16, o, a, a, 3)
+    exe = g.instantiate()
+    h = exe.kernel_node(node)
+    view = a[16:]
+    h.set_arg(1, view)
+    h.set_arg(2, a.ptr + 8)                    # an int address
+    exe.launch(stream)
+    assert fake.last_launch().params == vadd_block(o.ptr, view.ptr, a.ptr + 8, 3)
+    dead = bc.alloc(64)
+    dead.close()
+    with pytest.raises(ValueError, match="closed"):
+        h.set_arg(0, dead)
+    with pytest.raises(TypeError):
+        h.set_arg(3, a)                        # a buffer in the u32 slot
+    exe.launch(stream)
+    assert fake.last_launch().params == vadd_block(o.ptr, view.ptr, a.ptr + 8, 3)
+    mod = vadd.module
+    mod.close()
+    with pytest.raises(ValueError, match="closed"):
+        h.set_arg(3, 1)
+    exe.close()
+    with pytest.raises(ValueError, match="closed"):
+        h.set_arg(3, 1)
+
+
+def test_handles_share_parameters_the_executable_holds_the_values(fake, vadd, stream):
+    """What set_arg put in an executable lives as long as the executable, not the
+    handle; a new handle on the node starts from what the executable runs."""
+    a, o = bc.alloc(64), bc.alloc(64)
+    g = bc.Graph()
+    node = g.add_kernel(vadd, 1, 16, o, a, a, 3)
+    exe = g.instantiate()
+    h1 = exe.kernel_node(node)
+    new = bc.alloc(64)
+    ptr, ref = new.ptr, weakref.ref(new)
+    h1.set_arg(0, new)
+    h1.set_arg(3, 9)
+    del h1, new
+    gc.collect()
+    assert ref() is not None                   # the executable still runs it
+    h2 = exe.kernel_node(node)
+    h3 = exe.kernel_node(node)
+    assert h2.args == (ref(), a, a, 9)
+    h2.set_arg(3, 5)
+    assert h3.args[3] == 5                     # one parameter block per node and executable
+    h3.set_arg(2, o)
+    exe.launch(stream)
+    assert fake.last_launch().params == vadd_block(ptr, a.ptr, o.ptr, 5)
+    del h2, h3, exe
+    gc.collect()
+    assert ref() is None
+
+
+def test_kernel_node_after_an_update_starts_from_the_update(fake, vadd, stream):
+    a, o = bc.alloc(64), bc.alloc(64)
+    g1 = bc.Graph()
+    n1 = g1.add_kernel(vadd, 1, 16, o, o, o, 1)
+    exe = g1.instantiate()
+    g2 = bc.Graph()
+    g2.add_kernel(vadd, 1, 16, a, a, a, 2)
+    exe.update(g2)
+    h = exe.kernel_node(n1)
+    assert h.args == (a, a, a, 2)
+    h.set_arg(3, 7)                             # pushes the whole block: the update's pointers stay
+    exe.launch(stream)
+    assert fake.last_launch().params == vadd_block(a.ptr, a.ptr, a.ptr, 7)
+
+
 def test_set_args_and_set_dims(fake, vadd, stream):
     a, o = bc.alloc(64), bc.alloc(64)
     g = bc.Graph()

@@ -20,9 +20,14 @@ Host-node exceptions are stored (never lost) and raised by the next
 """
 cimport cython
 from libc.string cimport memcpy, memset
-from libc.stdint cimport uintptr_t
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.ref cimport PyObject
+from libc.stdint cimport uintptr_t, uint8_t, uint16_t, uint32_t
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.object cimport PyTypeObject, Py_TYPE
+
+cdef extern from "Python.h":
+    PyTypeObject PyLong_Type
 
 import os
 import warnings
@@ -36,6 +41,8 @@ from barecuda._stream cimport Stream, Event, stream_handle, wait_interruptible, 
 from barecuda._buffer cimport DeviceBuffer, note_use
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
+from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
+from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
 from barecuda._errors import make_error, CudaWarning, CudaStreamCaptureError
 from barecuda._loader import require_symbol
 from barecuda import _pool
@@ -1011,6 +1018,7 @@ cdef class Graph:
         e.ctx = self.ctx
         e.flags = flags
         e._graphs = [self, self._snapshot()]
+        e._source = self
         if upload is not None:
             e._last_stream = upload
             e.last = hs
@@ -1023,10 +1031,10 @@ cdef class GraphExec:
     """An executable graph (from :meth:`Graph.instantiate`).
 
     It holds the graph it came from and everything that graph referenced at
-    instantiation (and at each :meth:`update`); when it goes, the buffers are marked
-    as used on the streams it was launched on, so their stream-ordered free waits
-    for launched work. The driver destroys the executable itself once launched work
-    is done.
+    instantiation (and at each :meth:`update`), and the values its kernel-node
+    handles set; when it goes, the buffers are marked as used on the streams it was
+    launched on, so their stream-ordered free waits for launched work. The driver
+    destroys the executable itself once launched work is done.
     """
 
     def __cinit__(self, token=None):
@@ -1037,7 +1045,7 @@ cdef class GraphExec:
         self.launched = False
         self.multi = False
         self._graphs = []
-        self._handles = []
+        self._params = {}
 
     def __dealloc__(self):
         if self.handle != NULL and bc_driver_usable(ST):
@@ -1051,17 +1059,15 @@ cdef class GraphExec:
     cdef void _mark_used(self) noexcept:
         """Buffers this executable used are about to lose a reference: make their free
         wait for the launch streams."""
-        cdef DeviceBuffer b
+        cdef _KernelParams st
         if not self.launched or self._graphs is None:
             return
         for item in self._graphs:
             if isinstance(item, list):
-                for o in <list>item:
-                    if type(o) is DeviceBuffer:
-                        b = <DeviceBuffer>o
-                        note_use(b, self.last)
-                        if self.multi:
-                            b.use_flag[0] = 1     # marks the allocation owner
+                _mark_list(<list>item, self.last, self.multi)
+        if self._params:
+            for st in self._params.values():
+                _mark_list(st.vals, self.last, self.multi)
 
     def close(self):
         """Destroy the executable now (launched work still completes). Idempotent."""
@@ -1071,6 +1077,7 @@ cdef class GraphExec:
             check(D.cuGraphExecDestroy(self.handle), b"cuGraphExecDestroy")
         self.handle = NULL
         self._graphs = []
+        self._params = {}
         self._last_stream = None
 
     def __repr__(self):
@@ -1155,60 +1162,43 @@ cdef class GraphExec:
         # as used on the launch stream(s) before these references go (stream-ordered free).
         self._mark_used()
         self._graphs = [self.graph, graph, graph._snapshot()]
-        self._refresh_handles(graph)
+        self._source = graph
+        self._refresh_params(graph)
 
-    cdef int _refresh_handles(self, Graph graph) except -1:
+    cdef int _refresh_params(self, Graph graph) except -1:
         """Kernel-node handles now hold what the update gave the executable."""
-        cdef ExecKernelNode h
-        cdef KernelNode src
-        live = []
-        for ref in self._handles:
-            obj = ref()
-            if obj is None:
-                continue
-            live.append(ref)
-            h = <ExecKernelNode>obj
-            if isinstance(graph._kernels.get(h.node.index), KernelNode):
-                src = <KernelNode>graph._kernels[h.node.index]
-                if src.kernel.argbytes == h.kernel.argbytes:
-                    memcpy(h.buf, src.buf, max(h.kernel.argbytes, 1))
-                    h.p.func = src.p.func
-                    h.p.gridDimX, h.p.gridDimY, h.p.gridDimZ = src.p.gridDimX, src.p.gridDimY, src.p.gridDimZ
-                    h.p.blockDimX, h.p.blockDimY, h.p.blockDimZ = src.p.blockDimX, src.p.blockDimY, src.p.blockDimZ
-                    h.p.sharedMemBytes = src.p.sharedMemBytes
-                    h.kernel = src.kernel
-                    h._vals = list(src._vals)
-                    h._keeps = [None] * len(h._vals)
-        self._handles = live
+        cdef _KernelParams st
+        for index, st in self._params.items():
+            src = graph._kernels.get(index)
+            if isinstance(src, KernelNode):
+                st.load(<KernelNode>src, st.node)
         return 0
 
     def kernel_node(self, KernelNode node not None):
         """A handle on ``node`` (a kernel node of the graph this executable came from)
-        whose :meth:`ExecKernelNode.set_arg` changes this executable only."""
+        whose :meth:`ExecKernelNode.set_arg` changes this executable only.
+
+        Every handle on one node of one executable shares its parameters (and the
+        executable holds them: dropping a handle changes nothing)."""
         cdef ExecKernelNode h
-        cdef Kernel k = node.kernel
+        cdef _KernelParams st
         self._live()
-        if node._graph_ref() is not self.graph:
+        if node._graph_ref is None or node._graph_ref() is not self.graph:
             raise ValueError("the node belongs to another graph than the one this executable came from")
         _need(<void *>D.cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams")
+        st = self._params.get(node.index)
+        if st is None:
+            # The parameters the executable runs: the latest update's (same position), else the node's.
+            src = node
+            if self._source is not None and self._source is not self.graph:
+                src = self._source._kernels.get(node.index, node)
+            st = _KernelParams.__new__(_KernelParams)
+            st.load(<KernelNode>src, node.handle)
+            self._params[node.index] = st
         h = ExecKernelNode.__new__(ExecKernelNode, _TOKEN)
         h.exec = self
         h.node = node
-        h.kernel = k
-        h.buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
-        h.ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
-        if h.buf == NULL or h.ptrs == NULL:
-            raise MemoryError()
-        memcpy(h.buf, node.buf, max(k.argbytes, 1))
-        for i in range(k.nparams):
-            h.ptrs[i] = h.buf + k.params[i].offset
-        h.p = node.p
-        h.p.kernelParams = h.ptrs if k.nparams > 0 else NULL
-        h._vals = list(node._vals)
-        h._keeps = [None] * k.nparams
-        h._scratch = []
-        import weakref
-        self._handles.append(weakref.ref(h))
+        h.st = st
         return h
 
     def set_enabled(self, GraphNode node not None, bint enabled):
@@ -1228,21 +1218,28 @@ cdef class GraphExec:
         return bool(on)
 
 
+cdef void _mark_list(list items, CUstream last, bint multi) noexcept:
+    """DeviceBuffers in items were used by launches on `last` (and on other streams when multi)."""
+    cdef DeviceBuffer b
+    for o in items:
+        if type(o) is DeviceBuffer:
+            b = <DeviceBuffer>o
+            note_use(b, last)
+            if multi:
+                b.use_flag[0] = 1     # marks the allocation owner
+
+
 @cython.final
-cdef class ExecKernelNode:
-    """A kernel node of one executable graph, with its own parameter block.
+cdef class _KernelParams:
+    """One kernel node's parameters in one executable: the block pushed with
+    ``cuGraphExecKernelNodeSetParams`` and the values packed in it. Held by the
+    executable (so the values live as long as it may run them) and shared by every
+    handle on the node."""
 
-    ``set_arg(i, value)`` checks and packs one argument in C (as ``Kernel.launch``
-    does) into the block and pushes the block to the executable with
-    ``cuGraphExecKernelNodeSetParams``; ``set_dims`` changes grid, block and shared
-    memory. The change applies to launches issued after it.
-    """
-
-    def __cinit__(self, token=None):
-        if token is not _TOKEN:
-            raise TypeError("kernel-node handles come from GraphExec.kernel_node()")
+    def __cinit__(self):
         self.buf = NULL
         self.ptrs = NULL
+        self.vals = []
 
     def __dealloc__(self):
         PyMem_Free(self.buf)
@@ -1250,124 +1247,221 @@ cdef class ExecKernelNode:
         self.buf = NULL
         self.ptrs = NULL
 
+    cdef int load(self, KernelNode src, CUgraphNode node) except -1:
+        """Take src's kernel, dimensions and parameter block; `node` is the handle the
+        executable knows the node by."""
+        cdef Kernel k = src.kernel
+        cdef char *buf = <char *>PyMem_Realloc(self.buf, max(k.argbytes, 1))
+        cdef Py_ssize_t i
+        if buf == NULL:
+            raise MemoryError()
+        self.buf = buf
+        buf = <char *>PyMem_Realloc(self.ptrs, max(k.nparams, 1) * sizeof(void *))
+        if buf == NULL:
+            raise MemoryError()
+        self.ptrs = <void **>buf
+        memcpy(self.buf, src.buf, max(k.argbytes, 1))
+        for i in range(k.nparams):
+            self.ptrs[i] = self.buf + k.params[i].offset
+        self.p = src.p
+        self.p.kernelParams = self.ptrs if k.nparams > 0 else NULL
+        self.kernel = k
+        self.node = node
+        self.vals = list(src._vals)
+        return 0
+
+
+cdef inline unsigned long long _load_slot(const char *slot, uint32_t size) noexcept nogil:
+    """The bytes of a slot of at most 8 bytes, as bc_store_int stores them back."""
+    cdef uint8_t u8
+    cdef uint16_t u16
+    cdef uint32_t u32
+    cdef unsigned long long u64
+    if size == 1:
+        memcpy(&u8, slot, 1)
+        return u8
+    if size == 2:
+        memcpy(&u16, slot, 2)
+        return u16
+    if size == 4:
+        memcpy(&u32, slot, 4)
+        return u32
+    memcpy(&u64, slot, 8)
+    return u64
+
+
+cdef list _NO_KEEP = []     # pack_arg's keep argument where nothing needs keeping (it stays empty)
+
+
+@cython.final
+cdef class ExecKernelNode:
+    """A kernel node of one executable graph.
+
+    ``set_arg(i, value)`` checks and packs one argument in C (as ``Kernel.launch``
+    does) into the node's parameter block and pushes the block to the executable with
+    ``cuGraphExecKernelNodeSetParams``; ``set_dims`` changes grid, block and shared
+    memory. The change applies to launches issued after it. Handles on one node of one
+    executable share its parameters.
+    """
+
+    def __cinit__(self, token=None):
+        if token is not _TOKEN:
+            raise TypeError("kernel-node handles come from GraphExec.kernel_node()")
+
     def __repr__(self):
-        return f"<barecuda.ExecKernelNode {self.kernel.name!r} #{self.node.index}>"
+        return f"<barecuda.ExecKernelNode {self.st.kernel.name!r} #{self.node.index}>"
+
+    @property
+    def kernel(self):
+        """The node's kernel (after an update, the new graph's)."""
+        return self.st.kernel
 
     @property
     def args(self):
         """The values currently packed, one per parameter."""
-        return tuple(self._vals)
+        return tuple(self.st.vals)
 
     @property
     def grid(self):
-        return (self.p.gridDimX, self.p.gridDimY, self.p.gridDimZ)
+        return (self.st.p.gridDimX, self.st.p.gridDimY, self.st.p.gridDimZ)
 
     @property
     def block(self):
-        return (self.p.blockDimX, self.p.blockDimY, self.p.blockDimZ)
+        return (self.st.p.blockDimX, self.st.p.blockDimY, self.st.p.blockDimZ)
 
     @property
     def shared_mem(self):
-        return self.p.sharedMemBytes
+        return self.st.p.sharedMemBytes
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
+    # binding=False: a plain method descriptor, which CPython calls straight (a
+    # CyFunction costs a generic vectorcall and its own argument parsing more).
+    @cython.binding(False)
     def set_arg(self, Py_ssize_t index, value):
         """Set parameter ``index`` to ``value`` in the executable.
 
-        The hot path: exact int/float/DeviceBuffer values are checked and packed in C
-        straight into this handle's persistent parameter block, then one
-        ``cuGraphExecKernelNodeSetParams``; no Python object is created.
+        The hot path: exact int/DeviceBuffer values are checked and packed in C straight
+        into the persistent parameter block (other values with :meth:`Kernel.launch`'s
+        packer), then one ``cuGraphExecKernelNodeSetParams``; no Python object is created.
 
         Raises
         ------
-        IndexError, TypeError, OverflowError
-            As :meth:`Kernel.launch` for a bad index, type or range (nothing changed).
+        IndexError, TypeError, OverflowError, ValueError
+            As :meth:`Kernel.launch` for a bad index, type, range or a closed buffer
+            (nothing changed).
         """
-        cdef GraphExec x = self.exec
-        cdef Kernel k = self.kernel
-        cdef list vals = self._vals
-        cdef list keep = self._scratch
-        cdef char saved[64]
+        # Written as attribute chains (self.exec.handle, ...): Cython reads those without
+        # taking references, where typed locals would cost an incref/decref each.
+        cdef const bc_param *p
         cdef char *slot
-        cdef size_t sz
+        cdef unsigned long long saved
+        cdef PyTypeObject *t
+        cdef long long v
+        cdef int ovf = 0
+        cdef int kind
         cdef CUresult rc
-        if x.handle == NULL:
-            x._live()
-        if <size_t>index >= <size_t>k.nparams:          # negative too
-            return pack_arg(k, index, value, self.buf, x.last, keep)   # raises IndexError
-        sz = k.params[index].size
-        slot = self.buf + k.params[index].offset
-        if sz <= 64:
-            memcpy(saved, slot, sz)
-        pack_arg(k, index, value, self.buf, x.last, keep)
-        set_current(x.ctx)
-        rc = D.cuGraphExecKernelNodeSetParams(x.handle, self.node.handle, &self.p)
+        if (self.exec.handle == NULL or self.st.kernel.func == NULL
+                or <size_t>index >= <size_t>self.st.kernel.nparams or self.st.kernel.params[index].size > 8):
+            return self._set_arg_slow(index, value)
+        p = &self.st.kernel.params[index]
+        slot = self.st.buf + p.offset
+        kind = p.kind
+        saved = _load_slot(slot, p.size)
+        t = Py_TYPE(value)
+        if t is &PyLong_Type and int_ok(kind):
+            v = _bc_as_ll(value, &ovf)
+            if ovf == 0 and v >= bc_kind_min[kind] and (v < 0 or <unsigned long long>v <= bc_kind_max[kind]):
+                bc_store_int(slot, p.size, <unsigned long long>v)
+            else:       # a u64 above 2**63, or the range error
+                pack_arg(self.st.kernel, index, value, self.st.buf, self.exec.last, _NO_KEEP)
+        elif t is <PyTypeObject *>DeviceBuffer and bc_kind_is_pointer(kind) and (<DeviceBuffer>value).ptr != 0:
+            note_use(<DeviceBuffer>value, self.exec.last)
+            bc_store_int(slot, 8, (<DeviceBuffer>value).ptr)
+        else:
+            pack_arg(self.st.kernel, index, value, self.st.buf, self.exec.last, _NO_KEEP)
+        set_current(self.exec.ctx)
+        rc = D.cuGraphExecKernelNodeSetParams(self.exec.handle, self.st.node, &self.st.p)
         if rc != 0:
-            if sz <= 64:
-                memcpy(slot, saved, sz)
-            if keep:
-                del keep[:]
+            bc_store_int(slot, p.size, saved)
             check(rc, b"cuGraphExecKernelNodeSetParams")
-        old = vals[index]
-        if type(old) is DeviceBuffer and x.launched:
-            note_use(<DeviceBuffer>old, x.last)   # earlier launches used it: its free waits
-        vals[index] = value
-        if keep:
-            self._keeps[index] = list(keep)
-            del keep[:]
-        elif self._keeps[index] is not None:
-            self._keeps[index] = None
+        _replace_val(self.exec, self.st.vals, index, value)
+
+    cdef object _set_arg_slow(self, Py_ssize_t index, object value):
+        """set_arg for a closed executable or module, a bad index (these raise) and
+        slots over 8 bytes (structs)."""
+        cdef GraphExec x = self.exec
+        cdef _KernelParams st = self.st
+        cdef Kernel k = st.kernel
+        cdef char *slot
+        x._live()
+        if k.func == NULL or <size_t>index >= <size_t>k.nparams:
+            return pack_arg(k, index, value, st.buf, x.last, _NO_KEEP)     # raises
+        slot = st.buf + k.params[index].offset
+        saved = slot[:k.params[index].size]
+        pack_arg(k, index, value, st.buf, x.last, _NO_KEEP)
+        set_current(x.ctx)
+        rc = D.cuGraphExecKernelNodeSetParams(x.handle, st.node, &st.p)
+        if rc != 0:
+            memcpy(slot, <char *>saved, k.params[index].size)
+            check(rc, b"cuGraphExecKernelNodeSetParams")
+        _replace_val(x, st.vals, index, value)
 
     def set_args(self, *args):
         """Set every parameter (one ``cuGraphExecKernelNodeSetParams``)."""
         cdef GraphExec x = self.exec
-        cdef Kernel k = self.kernel
+        cdef _KernelParams st = self.st
+        cdef Kernel k = st.kernel
         cdef Py_ssize_t i
-        cdef list keep = []
         x._live()
         if len(args) != k.nparams:
             raise TypeError(f"kernel {k.name!r} takes {k.nparams} arguments, got {len(args)}")
-        saved = bytes((<char *>self.buf)[:max(k.argbytes, 1)])
+        saved = st.buf[:max(k.argbytes, 1)]
         try:
             for i in range(k.nparams):
-                pack_arg(k, i, args[i], self.buf, x.last, keep)
+                pack_arg(k, i, args[i], st.buf, x.last, _NO_KEEP)
             set_current(x.ctx)
-            check(D.cuGraphExecKernelNodeSetParams(x.handle, self.node.handle, &self.p),
-                  b"cuGraphExecKernelNodeSetParams")
+            check(D.cuGraphExecKernelNodeSetParams(x.handle, st.node, &st.p), b"cuGraphExecKernelNodeSetParams")
         except BaseException:
-            memcpy(self.buf, <char *>saved, max(k.argbytes, 1))
+            memcpy(st.buf, <char *>saved, max(k.argbytes, 1))
             raise
-        if x.launched:
-            for old in self._vals:
-                if type(old) is DeviceBuffer:
-                    note_use(<DeviceBuffer>old, x.last)
-        self._vals = list(args)
-        self._keeps = [None] * k.nparams
-        if keep:
-            self._keeps[0] = keep
+        for i in range(k.nparams):
+            _replace_val(x, st.vals, i, args[i])
 
     def set_dims(self, grid=None, block=None, shared_mem=None):
         """Change grid, block and/or dynamic shared memory (checked as a launch checks them)."""
         cdef GraphExec x = self.exec
+        cdef _KernelParams st = self.st
         cdef unsigned int g[3]
         cdef unsigned int b[3]
-        cdef CUDA_KERNEL_NODE_PARAMS_v2 p = self.p
+        cdef CUDA_KERNEL_NODE_PARAMS_v2 p = st.p
         x._live()
         if grid is None:
             grid = self.grid
         if block is None:
             block = self.block
         if shared_mem is None:
-            shared_mem = self.p.sharedMemBytes
+            shared_mem = st.p.sharedMemBytes
         import operator
         shared_mem = operator.index(shared_mem)
         if not 0 <= shared_mem <= 0xFFFFFFFF:
             raise ValueError(f"shared_mem must be in [0, 2**32), got {shared_mem}")
-        check_dims(self.kernel, grid, block, shared_mem, g, b)
+        check_dims(st.kernel, grid, block, shared_mem, g, b)
         p.gridDimX, p.gridDimY, p.gridDimZ = g[0], g[1], g[2]
         p.blockDimX, p.blockDimY, p.blockDimZ = b[0], b[1], b[2]
         p.sharedMemBytes = shared_mem
         set_current(x.ctx)
-        check(D.cuGraphExecKernelNodeSetParams(x.handle, self.node.handle, &p), b"cuGraphExecKernelNodeSetParams")
-        self.p = p
+        check(D.cuGraphExecKernelNodeSetParams(x.handle, st.node, &p), b"cuGraphExecKernelNodeSetParams")
+        st.p = p
+
+
+cdef inline int _replace_val(GraphExec x, list vals, Py_ssize_t index, object value) except -1:
+    """vals[index] = value (index checked by the caller). A replaced DeviceBuffer was
+    used by earlier launches: its free waits for them (the executable held it until now)."""
+    cdef PyObject *old = PyList_GET_ITEM(vals, index)
+    if Py_TYPE(<object>old) is <PyTypeObject *>DeviceBuffer and x.launched:
+        note_use(<DeviceBuffer><object>old, x.last)
+        if x.multi:
+            (<DeviceBuffer><object>old).use_flag[0] = 1
+    Py_INCREF(value)
+    PyList_SET_ITEM(vals, index, value)
+    Py_XDECREF(old)
+    return 0

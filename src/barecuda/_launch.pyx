@@ -758,6 +758,7 @@ cdef class LaunchPlan:
         """Same as calling the plan."""
         _issue(self.kernel, &self.rec)
 
+    @cython.binding(False)      # a plain method descriptor: CPython calls it straight (no CyFunction)
     def set_arg(self, Py_ssize_t index, value):
         """Repack parameter ``index`` with ``value`` (same checks as ``Kernel.launch``)."""
         cdef Kernel k = self.kernel
