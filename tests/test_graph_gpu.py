@@ -288,6 +288,6 @@ def test_set_arg_and_launch_do_not_grow_the_heap(vadd):
 def test_decode_loop_example_runs():
     ex = os.path.join(REPO, "examples", "decode_loop.py")
     out = subprocess.run([sys.executable, ex, "--steps", "50"], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "matches eager" in out.stdout

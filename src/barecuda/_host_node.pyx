@@ -41,6 +41,12 @@ cdef void _run_host(PyObject *user) noexcept:
         if len(_host_errors) < 1000:
             try:
                 e.add_note(f"raised by the host-node callable {c.fn!r} ({c.where})")
+            except AttributeError:       # Python < 3.11: no add_note; PEP 678's attribute itself
+                try:
+                    e.__notes__ = [*getattr(e, "__notes__", ()),
+                                   f"raised by the host-node callable {c.fn!r} ({c.where})"]
+                except Exception:
+                    pass
             except Exception:
                 pass
             _host_errors.append(e)

@@ -23,7 +23,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import CudaWarning, make_error
 from barecuda._launch import Kernel
-from barecuda._signature import parse_ptx_signatures, mangled_matches
+from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -297,13 +297,7 @@ cdef class Module:
         cdef CUresult rc
         if not isinstance(name, str):
             raise TypeError(f"kernel name must be a str, got {type(name).__name__}")
-        key = name
-        if signature is not None:
-            try:
-                key = (name, tuple(signature) if not isinstance(signature, str) else signature)
-                hash(key)
-            except TypeError:
-                key = None
+        key = kernel_key(name, signature)
         if key is not None:
             k = self._kernels.get(key)
             if k is not None:

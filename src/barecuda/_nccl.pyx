@@ -24,7 +24,6 @@ import threading
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
 from libc.stdint cimport uintptr_t
-from posix.dlfcn cimport dlopen, dlsym, dlerror, dlclose, RTLD_NOW, RTLD_LOCAL
 from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
@@ -80,6 +79,12 @@ cdef extern from "barecuda/nccl_abi.h" nogil:
         ncclResult_t (*ncclGroupEnd)() nogil
     const char *const bc_nccl_symbol_names[]
     size_t BC_NCCL_NSYMBOLS
+    ctypedef struct bc_symbol_info:
+        pass
+    const bc_symbol_info bc_nccl_symbols[]
+    void *bc_dl_open(const char *path, char *err, size_t errlen)
+    void bc_dl_close(void *h)
+    const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, void *table)
 
 cdef bc_state_t *ST = runtime_state()
 cdef bc_nccl_t NC
@@ -210,29 +215,24 @@ def load():
     """Load libnccl.so.2 (once) and return its path. Raises NcclNotFoundError."""
     global _handle, _path
     cdef void *h = NULL
-    cdef void *fn
     cdef size_t i
     cdef bytes bp
+    cdef char err[512]
     with _load_lock:
         if _handle != NULL:
             return _path
         tried = []
         for cand in candidates():
             bp = os.fsencode(cand)
-            h = dlopen(bp, RTLD_NOW | RTLD_LOCAL)
+            h = bc_dl_open(bp, err, sizeof(err))
             if h == NULL:
-                err = dlerror()
-                tried.append(f"{cand}: {err.decode('utf-8', 'replace') if err != NULL else 'not found'}")
+                tried.append(f"{cand}: {err.decode('utf-8', 'replace')}")
                 continue
-            missing = []
-            for i in range(BC_NCCL_NSYMBOLS):
-                fn = dlsym(h, bc_nccl_symbol_names[i])
-                (<void **>&NC)[i] = fn
-                name = bc_nccl_symbol_names[i].decode()
-                if fn == NULL and name not in _OPTIONAL:
-                    missing.append(name)
+            bc_dl_fill(h, bc_nccl_symbols, BC_NCCL_NSYMBOLS, &NC)     # every row optional: checked here
+            missing = [bc_nccl_symbol_names[i].decode() for i in range(BC_NCCL_NSYMBOLS)
+                       if (<void **>&NC)[i] == NULL and bc_nccl_symbol_names[i].decode() not in _OPTIONAL]
             if missing:
-                dlclose(h)
+                bc_dl_close(h)
                 for i in range(BC_NCCL_NSYMBOLS):
                     (<void **>&NC)[i] = NULL
                 tried.append(f"{cand}: lacks {', '.join(missing)} (NCCL older than 2.7?)")
