@@ -86,6 +86,19 @@ def _build(target, extra=()):
 _BUILD_ERROR = _build(FAKE_LIB) or _build(FAKE_LIB_NOGPA, ["-DFAKECUDA_NO_GPA"])
 
 
+def join_all(threads, timeout=120.0):
+    """Join every thread within `timeout` seconds in all, then fail the test (instead
+    of hanging it) if one is still running. Threads given here should be daemons, so
+    that one stuck on a wait cannot hold the interpreter at exit either. Every test
+    that waits on a thread does it through this, or with its own timeout."""
+    import time
+    end = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    alive = [t.name for t in threads if t.is_alive()]
+    assert not alive, f"threads still running after {timeout} s: {alive}"
+
+
 def pytest_addoption(parser):
     parser.addoption("--gpu", action="store_true", default=False,
                      help="run against the real NVIDIA driver (GPU tests on, fake-driver tests off)")

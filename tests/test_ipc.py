@@ -120,7 +120,8 @@ def test_foreign_host_refused(fake):
 
 
 def test_dead_exporter_is_stale(fake):
-    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                       timeout=60)
     dead = int(p.stdout)
     h = _foreign(ipc.export_buffer(bc.IpcAllocator(0).alloc(64)), pid=dead)
     with pytest.raises(bc.IpcStaleHandleError, match="has exited"):

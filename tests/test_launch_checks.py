@@ -93,6 +93,48 @@ def test_stream_argument_types(fake, vadd):
     s.close()
 
 
+def test_foreign_stream_objects_are_read_once(fake, vadd):
+    """A __cuda_stream__ object passed on every launch is asked once; a new object at a
+    dead one's address is asked again; objects without weak references every time."""
+    streams = [bc.Stream() for _ in range(3)]
+    asked = []
+
+    class Proto:
+        def __init__(self, s):
+            self.s = s
+
+        def __cuda_stream__(self):
+            asked.append(self)
+            return (0, self.s.handle_int)
+
+    p = Proto(streams[0])
+    for _ in range(3):
+        vadd.launch(1, 1, *ARGS, stream=p)
+        assert fake.last_launch().stream == streams[0].handle_int
+    assert asked == [p]
+    for i in range(40):        # fresh objects (often at a freed one's address): each its own handle
+        q = Proto(streams[i % 3])
+        vadd.launch(1, 1, *ARGS, stream=q)
+        assert fake.last_launch().stream == streams[i % 3].handle_int
+        del q
+        gc.collect()
+
+    class NoWeak:
+        __slots__ = ("h",)
+
+        def __init__(self, h):
+            self.h = h
+
+        def __cuda_stream__(self):
+            asked.append(self)
+            return (0, self.h)
+    n = len(asked)
+    w = NoWeak(streams[1].handle_int)
+    vadd.launch(1, 1, *ARGS, stream=w)
+    vadd.launch(1, 1, *ARGS, stream=w)
+    assert len(asked) == n + 2 and fake.last_launch().stream == streams[1].handle_int
+
+
 def test_closed_stream_is_refused(fake, vadd):
     s = bc.Stream()
     plan = vadd.bind(1, 1, *ARGS, stream=s)
@@ -102,6 +144,30 @@ def test_closed_stream_is_refused(fake, vadd):
     with pytest.raises(ValueError, match="closed"):
         plan.stream = s
     vadd.launch(1, 1, *ARGS, stream=bc.Stream.default())      # the legacy stream is not closed
+
+
+@pytest.mark.parametrize("how", ["bind", "bind_config", "config_launch"])
+def test_plan_whose_stream_was_closed_is_refused(fake, vadd, how):
+    """A plan (or a LaunchConfig) made before its stream was closed never names the
+    destroyed handle: calling it, batching it or repointing an argument raises."""
+    s = bc.Stream()
+    cfg = LaunchConfig(1, 1, stream=s)
+    plan = vadd.bind(1, 1, *ARGS, stream=s) if how == "bind" else vadd.bind_config(cfg, *ARGS)
+    plans = bc.PlanList([plan])
+    plan()
+    s.close()
+    if how == "config_launch":
+        no_launch(fake, lambda: vadd.launch_config(cfg, *ARGS), ValueError, "closed")
+    no_launch(fake, plan, ValueError, "stream is closed")
+    no_launch(fake, plan.launch, ValueError, "stream is closed")
+    no_launch(fake, lambda: bc.launch_all([plan]), ValueError, "plan 0: its stream is closed")
+    no_launch(fake, plans, ValueError, "plan 0: its stream is closed")
+    with pytest.raises(ValueError, match="stream is closed"):
+        plan.set_arg(0, 0)
+    plan.stream = None                                        # moved to a live stream: works again
+    plan()
+    plans()
+    assert fake.last_launch().stream == 0
 
 
 # ------------------------------------------------------------ diagnostics

@@ -15,6 +15,7 @@ np = pytest.importorskip("numpy")
 
 import barecuda as bc
 from barecuda import LaunchConfig, Module
+from conftest import join_all
 
 gpu = pytest.mark.gpu
 RNG = np.random.default_rng()
@@ -305,7 +306,9 @@ def test_cooperative_grid_sync():
     assert nblocks > 0
     first, second = bc.zeros(nblocks, "uint32"), bc.zeros(nblocks, "uint32")
     counter = bc.zeros(1, "uint32")
-    k.launch_config(LaunchConfig(nblocks, block, cooperative=True), first, second, counter)
+    s = bc.Stream()
+    k.launch_config(LaunchConfig(nblocks, block, stream=s, cooperative=True), first, second, counter)
+    s.synchronize(timeout=60)     # blocks that are not co-resident would spin forever: fail, not hang
     got = second.to_numpy()
     idx = np.arange(nblocks, dtype=np.uint32)
     np.testing.assert_array_equal(first.to_numpy(), idx + 1)
@@ -350,11 +353,10 @@ def test_gil_released_launches_from_threads(vadd):
                 vadd.launch((n + 255) // 256, 256, out, da, db, n, stream=s)
             results[i] = (out.to_numpy(stream=s), a + b)
 
-        ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        ts = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(4)]
         for t in ts:
             t.start()
-        for t in ts:
-            t.join()
+        join_all(ts, timeout=120)
         for got, want in results.values():
             np.testing.assert_array_equal(got, want)
         assert len(results) == 4

@@ -198,7 +198,7 @@ def test_thread_safe_lazy_load(fake_lib_path):
         import ctypes, threading
         import barecuda
         n = 16
-        barrier = threading.Barrier(n)
+        barrier = threading.Barrier(n, timeout=30)
         results, errors = [], []
         def work():
             barrier.wait()
@@ -206,9 +206,10 @@ def test_thread_safe_lazy_load(fake_lib_path):
                 results.append(barecuda.driver_version())
             except BaseException as e:
                 errors.append(repr(e))
-        threads = [threading.Thread(target=work) for _ in range(n)]
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(n)]
         for t in threads: t.start()
-        for t in threads: t.join()
+        for t in threads: t.join(30)
+        assert not any(t.is_alive() for t in threads), "a loading thread hung"
         lib = ctypes.CDLL(barecuda.driver_path())
         lib.fakecuda_calls.restype = ctypes.c_longlong
         out(results=results, errors=errors, inits=lib.fakecuda_calls(b"cuInit"),

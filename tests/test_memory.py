@@ -62,7 +62,7 @@ def _env():
 
 def test_import_does_not_import_numpy():
     code = "import sys, barecuda; assert 'numpy' not in sys.modules; print('ok')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
 
 
@@ -75,7 +75,7 @@ def test_empty_without_numpy_uses_name_table(fake):
             "b2 = bc.empty(5, 'u2'); assert b2.dtype == 'uint16' and b2.nbytes == 10\n"
             "b3 = bc.empty(4, float); assert b3.dtype == 'float64'\n"
             "print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
 
 

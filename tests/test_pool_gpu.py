@@ -107,10 +107,10 @@ def test_dropped_buffer_not_reused_by_other_stream_before_kernel_ends(spin, gate
     pattern = bc.pinned_empty(N, "uint32")
     pattern[:] = np.random.default_rng().integers(1, 2**32 - 1, N, dtype=np.uint32)
     b.copy_from(pattern, stream=s2)
-    s2.synchronize()
+    s2.synchronize(timeout=60)
     assert not s1.query()                        # the kernel is still waiting
     gate.release()
-    s1.synchronize()
+    s1.synchronize(timeout=60)                   # a gate that never opens fails, not hangs
     np.testing.assert_array_equal(b.to_numpy(), pattern)
     # Now the event on s1 has completed: s2 may take the block.
     d = bc.empty(N, "uint32", stream=s2, allocator=pool)
@@ -131,6 +131,7 @@ def test_same_stream_reuse_is_ordered_after_the_kernel(spin, gate):
     pattern[:] = np.random.default_rng().integers(8, 2**32 - 1, N, dtype=np.uint32)
     b.copy_from(pattern, stream=s)               # queued after the kernel's writes
     gate.release()
+    s.synchronize(timeout=60)
     np.testing.assert_array_equal(b.to_numpy(stream=s), pattern)
 
 
@@ -146,6 +147,7 @@ def test_used_on_another_stream_is_not_reused_early(spin, gate):
     assert aptr not in (b.ptr, c.ptr)
     assert pool.stats()["deferred"] > 0
     gate.release()
+    s2.synchronize(timeout=60)
     pool.trim()                                  # syncs, then gives the block back
     assert pool.stats()["deferred"] == 0
 
@@ -162,7 +164,7 @@ def test_hundred_alloc_launch_free_steps(spin):
             y = bc.empty(4099, "float32", stream=s)
             spin.launch(1, 256, g.mem.device_ptr, x, N, 3, stream=s)
             del x, y
-        s.synchronize()
+        s.synchronize(timeout=60)
         assert pool.stats()["driver_allocations"] < 10
         g.close()
     finally:

@@ -134,12 +134,128 @@ def test_pool_dropped_with_cached_streams(fake):
     assert all(isinstance(k, int) for k in _pool._live_pools)
 
 
-@pytest.mark.xfail(strict=True, raises=bc.CudaInvalidHandleError,
-                   reason="follow-up of issue 9 item 3: a re-import (CAI/DLPack) of a buffer whose "
-                          "stream was closed orders the consumer after the destroyed stream "
-                          "(cuStreamWaitEvent on a dead handle); the frees are fixed, these uses not yet")
-def test_reimport_of_buffer_whose_stream_was_closed(fake):
+ALLOCATORS = {"cache": bc.MemoryPool, "driver": bc.DriverAllocator, "driver_pool": bc.DriverMemoryPool}
+
+
+def _outliving(alloc, vadd, pending, n=4096):
+    """A buffer (with a view made before the close) whose stream is closed while a
+    launch on it is still pending: (buffer, view, stream)."""
     s = bc.Stream()
-    b = bc.empty(512, stream=s)
+    b = alloc.alloc(n, stream=s)
+    v = b.view("float32")
+    vadd.launch(1, 32, b, b, b, 1, stream=s)           # pending on s
+    assert pending.fakecuda_pending_refs(b.ptr, None, 1) > 0
     s.close()
-    bc.DeviceBuffer.from_cuda_array_interface(b)
+    return b, v, s
+
+
+def _dead_work_done(pending, b_ptr):
+    """The launch queued on the closed stream has completed (nothing references it)."""
+    return pending.fakecuda_pending_refs(b_ptr, None, 1) <= 0
+
+
+@pytest.mark.parametrize("kind", sorted(ALLOCATORS))
+@pytest.mark.parametrize("how", ["cai", "dlpack", "dlpack_capsule", "as_device_buffer"])
+def test_reimport_of_buffer_whose_stream_was_closed(fake, vadd, pending, kind, how):
+    """A DLPack/CAI re-import of our buffer whose Stream was closed never names the
+    destroyed handle (the double answers CudaInvalidHandleError to that), and the
+    consumer is ordered after the work still queued on the closed stream: that work is
+    done before the import returns (a context wait: no event can be recorded on a dead
+    stream). The re-import still holds the owner."""
+    b, v, s = _outliving(ALLOCATORS[kind](0), vadd, pending)
+    ptr = b.ptr
+    waits = fake.calls("cuCtxSynchronize")
+    if how == "cai":
+        r = bc.DeviceBuffer.from_cuda_array_interface(b)
+    elif how == "dlpack":
+        r = bc.DeviceBuffer.from_dlpack(b)
+    elif how == "dlpack_capsule":
+        r = bc.as_device_buffer(b.__dlpack__(stream=1))
+    else:
+        r = bc.as_device_buffer(b.__cuda_array_interface__)
+    assert fake.calls("cuCtxSynchronize") > waits
+    assert _dead_work_done(pending, ptr)
+    assert r.ptr == ptr and b.stream is None            # moved to the legacy default stream
+    s2 = bc.Stream()
+    vadd.launch(1, 32, r, v, r, 1, stream=s2)           # pending on s2, through the import and the view
+    b.close()
+    if how != "as_device_buffer":                       # a CAI dict import does not hold the owner
+        c = ALLOCATORS[kind](0).alloc(4096, stream=bc.Stream())
+        assert pending.fakecuda_pending_refs(c.ptr, None, 1) <= 0 or c.ptr != ptr
+        del c
+    del r, v
+    gc.collect()
+    s2.synchronize()
+
+
+USES = {
+    "copy_from_host": lambda b, o: b.copy_from(bytes(b.nbytes)),
+    "copy_to_host": lambda b, o: b.copy_to(),
+    "to_numpy": lambda b, o: b.to_numpy(),
+    "memset": lambda b, o: b.memset(7),
+    "copy": lambda b, o: b.copy().close(),
+    "view": lambda b, o: b.view("int32").memset(1),
+    "slice": lambda b, o: b[0:16].copy_to(),
+    "copy_from_device": lambda b, o: b.copy_from(o),
+    "copy_to_device": lambda b, o: o.copy_from(b),
+    "copy_2d_dst": lambda b, o: bc.copy_2d(b, o, 64, 4),
+    "copy_2d_src": lambda b, o: bc.copy_2d(o, b, 64, 4),
+    "cai": lambda b, o: b.__cuda_array_interface__["stream"] == 1 or pytest.fail("stream"),
+    "dlpack_export": lambda b, o: bc.as_device_buffer(b.__dlpack__(stream=1)).close(),
+    "launch_on_its_stream": lambda b, o: (b.stream is None or pytest.fail("stream")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ALLOCATORS))
+@pytest.mark.parametrize("use", sorted(USES))
+def test_every_use_of_a_buffer_whose_stream_was_closed(fake, vadd, pending, kind, use):
+    """Every operation that orders work on a buffer's own stream (copies without a
+    stream, memset, copy(), views, exports, the ``stream`` property) goes through one
+    reader (_buffer.pxd: order_stream): after its Stream was closed it waits for the
+    work queued there and uses the legacy default stream instead of the dead handle."""
+    alloc = ALLOCATORS[kind](0)
+    other = alloc.alloc(4096)
+    b, v, s = _outliving(alloc, vadd, pending)
+    ptr = b.ptr
+    USES[use](b, other)
+    assert _dead_work_done(pending, ptr)
+    assert b.stream is None
+    v.copy_from(bytes(4096))                            # a view made before the close works too
+    b.close()
+    del v
+    other.close()
+    gc.collect()
+    if hasattr(alloc, "trim"):
+        alloc.trim()
+
+
+def test_view_made_after_the_close_is_on_the_safe_stream(fake, vadd, pending):
+    b, v0, s = _outliving(bc.DriverAllocator(0), vadd, pending)
+    del v0
+    v = b[0:64]
+    assert v.stream is None and b.stream is None
+    assert _dead_work_done(pending, b.ptr)
+    # The owner counts as used elsewhere from now on: its free waits for the context.
+    s2 = bc.Stream(non_blocking=True)
+    vadd.launch(1, 32, v, v, v, 1, stream=s2)
+    syncs = fake.calls("cuCtxSynchronize")
+    del v
+    b.close()
+    assert fake.calls("cuCtxSynchronize") > syncs
+    s2.close()
+
+
+@pytest.mark.parametrize("use", [None, "copy_to", "prefetch"])
+def test_managed_buffer_whose_stream_was_closed(fake, vadd, pending, use):
+    s = bc.Stream()
+    m = bc.managed_empty(4096, stream=s)
+    vadd.launch(1, 32, m, m, m, 1, stream=s)
+    ptr = m.ptr
+    s.close()
+    if use == "copy_to":
+        m.copy_to()
+        assert _dead_work_done(pending, ptr)
+    elif use == "prefetch":
+        m.prefetch(0)
+        assert _dead_work_done(pending, ptr)
+    m.close()                   # freeing waits for the (safe) stream, not the dead handle

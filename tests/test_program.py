@@ -5,6 +5,7 @@ They are skipped when NVRTC cannot be found (`pip install nvidia-cuda-nvrtc`).
 """
 import multiprocessing
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import textwrap
 import pytest
 
 import barecuda as bc
-from barecuda import _libfind, _program
+from barecuda import _compile_cache, _libfind, _program
 
 HAVE_NVRTC = _program.nvrtc_available()
 HAVE_NVJITLINK = _program.nvjitlink_available()
@@ -276,8 +277,8 @@ def test_corrupt_entries_are_never_loaded(cache_dir, damage):
     again = bc.Program(TEMPLATES).compile("ptx", arch=90)
     assert again.code == good.code                    # recompiled, not the damaged bytes
     assert bc.cache_info()["corrupt"] == c0 + 1
-    replaced = _program._unpack_entry(entry.read_bytes())     # a valid entry again
-    assert replaced is not None and replaced.code == good.code
+    replaced = _compile_cache.unpack_entry(entry.read_bytes())     # a valid entry again
+    assert replaced is not None and replaced[0] == good.code
 
 
 @needs_nvrtc
@@ -318,8 +319,8 @@ def test_several_processes_compiling_at_once(tmp_path):
     assert [f for f in files if f.endswith(".bin")] and not [f for f in files if f.endswith(".part")]
     for f in files:
         with open(os.path.join(d, f), "rb") as fh:
-            oc = _program._unpack_entry(fh.read())
-        assert oc is not None and oc.code in codes
+            record = _compile_cache.unpack_entry(fh.read())
+        assert record is not None and record[0] in codes
 
 
 # ------------------------------------------------------------------ the driver double
@@ -375,11 +376,56 @@ def test_driver_double_launches_a_compiled_template(fake, tmp_path):
     assert bytes.fromhex(p2)[:20] == struct.pack("<Qdi", ptr, 0.125, 9)
 
 
+LIB_PTX = """.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry put(.param .u64 out, .param .u32 v, .param .f64 d) { ret; }
+"""
+
+
 def test_library_api_needs_the_symbols(fake):
-    # The double has no cuLibrary*: the feature says which driver it needs.
-    with pytest.raises(bc.DriverVersionError, match="CUDA 12.0"):
-        bc.Library.load(bc.ObjectCode.from_ptx(".version 8.0\n.target sm_90\n.address_size 64\n"
-                                               ".visible .entry k() { ret; }\n"))
+    # A driver without cuLibrary*: the feature says which driver it needs (the version
+    # comes from the symbol table) before any driver call.
+    r = _run("""
+        import barecuda as bc
+        try:
+            bc.Library.load(bc.ObjectCode.from_ptx('.version 8.0\\n.target sm_90\\n.address_size 64\\n'
+                                                   '.visible .entry k() { ret; }\\n'))
+        except bc.DriverVersionError as e:
+            print(e)
+    """, FAKECUDA_HIDE="cuLibraryLoadData,cuLibraryGetKernel,cuKernelGetFunction,cuLibraryUnload",
+         BARECUDA_LIBCUDA=os.environ["BARECUDA_LIBCUDA"])
+    assert r.returncode == 0, r.stderr
+    assert "Library needs cuLibraryLoadData" in r.stdout and "CUDA 12.0 driver" in r.stdout, r.stdout
+
+
+def test_library_loads_and_launches_on_the_double(fake):
+    dev = bc.Device(0)
+    dev.synchronize()                                              # the double loads libraries in a live context
+    with bc.Library.load(bc.ObjectCode.from_ptx(LIB_PTX)) as lib:
+        assert not lib.closed and lib.code.kind == "ptx"
+        k = lib.get_kernel("put", device=dev)
+        assert lib.get_kernel("put", device=dev) is k           # one kernel per (name, device)
+        buf = bc.alloc(64)
+        v, d = random.randrange(1 << 32), random.random()
+        k.launch(1, 1, buf, v, d)
+        dev.synchronize()
+        got = fake.last_launch()
+        assert got.name == "put" and got.params == struct.pack("<QI4xd", buf.ptr, v, d)   # f64 aligned to 8
+        with pytest.raises(bc.CudaError, match="no kernel named 'nope'"):
+            lib.get_kernel("nope", device=dev)
+        assert fake.live("module") >= 1
+    assert lib.closed
+    with pytest.raises(Exception):
+        k.launch(1, 1, buf, v, d)                                  # the library is gone
+    assert fake.calls("cuLibraryUnload") == 1
+
+
+def test_driver_linker_missing_is_a_clear_error(fake):
+    # The double has no linker (cuLinkCreate: CUDA_ERROR_NOT_SUPPORTED): the error names the call.
+    oc = bc.ObjectCode.from_ptx(LIB_PTX)
+    with pytest.raises(bc.CudaError, match="cuLinkCreate"):
+        bc.link([oc], arch=90, use_nvjitlink=False)
 
 
 # ------------------------------------------------------------------ linking (nvJitLink runs without a GPU)

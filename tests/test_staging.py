@@ -21,6 +21,7 @@ np = pytest.importorskip("numpy")
 import barecuda as bc
 from barecuda import _staging as st
 from barecuda import CudaError
+from conftest import join_all
 
 CHUNK = 4096
 SIZES = [0, 1, 7, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5, 5 * CHUNK + 4093, (1 << 20) + 3]
@@ -391,11 +392,10 @@ def test_concurrent_copies_serialize_correctly(fake, small_chunks, mem):
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    ts = [threading.Thread(target=work, args=(i,)) for i in range(nthreads)]
+    ts = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(nthreads)]
     for t in ts:
         t.start()
-    for t in ts:
-        t.join()
+    join_all(ts, timeout=120)
     assert not errors, errors
 
 

@@ -19,6 +19,7 @@ import pytest
 
 import barecuda as bc
 from barecuda import _launch, _staging
+from conftest import join_all
 
 THREADS = 32
 ITERATIONS = 500
@@ -57,7 +58,7 @@ def test_threads_hammer_everything(fake, ptx, staged_small, releases_gil):
     allocators = [cache_pool, bc.DriverAllocator(0), driver_pool]
     errors = []
     retired = []     # every stream the threads used
-    start = threading.Barrier(THREADS)
+    start = threading.Barrier(THREADS, timeout=60)
     old = switch(releases_gil)
 
     def work(tid):
@@ -93,12 +94,10 @@ def test_threads_hammer_everything(fake, ptx, staged_small, releases_gil):
             errors.append((tid, repr(e)))
 
     try:
-        threads = [threading.Thread(target=work, args=(t,)) for t in range(THREADS)]
+        threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(THREADS)]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(timeout=240)
-        assert not any(t.is_alive() for t in threads), "a stress thread hung"
+        join_all(threads, timeout=240)
     finally:
         switch(old)
     assert not errors, errors[:5]

@@ -74,7 +74,7 @@ SEEDS=tests/test_seeds_gpu.py
 RACE_TESTS="$(ls tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ') tests/test_staging_gpu.py::test_htod[default-1-stream]"
 # memcheck runs over the tests that exercise ownership, launch, graphs and pools (the whole suite under the
 # sanitizer takes far longer than one device call allows)
-MEM_TESTS=$(ls tests/test_memory*gpu*.py tests/test_launch*gpu*.py tests/test_graph_gpu.py tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ')
+MEM_TESTS=$(ls tests/test_memory*gpu*.py tests/test_ownership*gpu*.py tests/test_launch*gpu*.py tests/test_graph_gpu.py tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ')
 
 LOCK=(); command -v flock >/dev/null && LOCK=(flock /tmp/barecuda-build.lock)
 stage build build.log "$(budget 150 420)" "${LOCK[@]}" "$PY" setup.py build_ext --inplace -q -j "$JOBS"

@@ -103,7 +103,9 @@ static inline uint32_t bc_align_up(uint32_t v, uint32_t a) {
 
 /* One launch, ready to issue: what a plan stores and a plan list points at.
  * `pfunc` points at the Kernel's own CUfunction field, so a kernel whose module
- * was closed (func set to NULL) is refused instead of launched. */
+ * was closed (func set to NULL) is refused instead of launched; `stream_closed` at
+ * the Stream's closed flag (NULL: not a barecuda Stream), so a plan whose stream was
+ * closed is refused instead of naming the destroyed handle. */
 typedef struct bc_launch_rec {
     CUfunction const *pfunc;
     CUcontext ctx;
@@ -111,6 +113,7 @@ typedef struct bc_launch_rec {
     unsigned int block[3];
     unsigned int smem;
     CUstream stream;
+    const int *stream_closed;
     void **params;
     unsigned int nattrs;         /* > 0: issue through cuLaunchKernelEx */
     CUlaunchAttribute attrs[4];

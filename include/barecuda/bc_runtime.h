@@ -1,6 +1,6 @@
 /*
- * barecuda/bc_runtime.h -- the driver loader: dlopen/LoadLibrary shim, the one
- * driver table, process state (loaded / forked / finalizing), and the per-thread
+ * barecuda/bc_runtime.h -- the driver loader: the one driver table (filled
+ * through the shared shim in bc_dl.h), process state (loaded / forked / finalizing), and the per-thread
  * cache of the current context.
  *
  * Included by _loader.pyx only: the statics below exist once, in that extension
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include "barecuda/cuda_abi.h"
 #include "barecuda/bc_state.h"
+#include "barecuda/bc_dl.h"   /* bc_dl_open/bc_dl_close, bc_gpa_fill */
 
 #ifdef _WIN32
 #include <windows.h>
@@ -49,37 +50,6 @@ static void bc_atfork_child(void) {
 }
 #endif
 
-static void *bc_dlopen(const char *path, char *err, size_t errlen) {
-#ifdef _WIN32
-    HMODULE h = LoadLibraryA(path);
-    if (!h && err) snprintf(err, errlen, "LoadLibrary failed with Windows error %lu", (unsigned long)GetLastError());
-    return (void *)h;
-#else
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h && err) {
-        const char *e = dlerror();
-        snprintf(err, errlen, "%s", e ? e : "dlopen failed");
-    }
-    return h;
-#endif
-}
-
-static void *bc_dlsym(void *h, const char *name) {
-#ifdef _WIN32
-    return (void *)GetProcAddress((HMODULE)h, name);
-#else
-    return dlsym(h, name);
-#endif
-}
-
-static void bc_dlclose(void *h) {
-#ifdef _WIN32
-    FreeLibrary((HMODULE)h);
-#else
-    dlclose(h);
-#endif
-}
-
 /* The oldest driver barecuda loads (CUDA 12.0: cuGetProcAddress_v2). The doctor and
  * the loader's messages take it from here. */
 #define BC_MIN_DRIVER_VERSION 12000
@@ -96,23 +66,12 @@ enum {
 /* Resolve every slot of the table from an opened library. Returns BC_LOAD_*.
  * On BC_LOAD_MISSING_SYMBOL, *missing names the slot. */
 static int bc_resolve(void *h, const char **missing, CUresult *cu_rc) {
-    size_t i;
     bc_driver_t table;
-    PFN_cuGetProcAddress_v2 gpa = (PFN_cuGetProcAddress_v2)bc_dlsym(h, "cuGetProcAddress_v2");
+    PFN_cuGetProcAddress_v2 gpa = (PFN_cuGetProcAddress_v2)bc_dl_sym(h, "cuGetProcAddress_v2");
     memset(&table, 0, sizeof(table));
     if (!gpa) return BC_LOAD_NO_PROC_ADDRESS;
-    for (i = 0; i < BC_SYMBOL_COUNT; i++) {
-        void *fn = NULL;
-        CUdriverProcAddressQueryResult status = 0;
-        CUresult rc = gpa(bc_symbol_table[i].name, &fn, bc_symbol_table[i].version,
-                          CU_GET_PROC_ADDRESS_DEFAULT, &status);
-        if (rc != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS) fn = NULL;
-        if (!fn && bc_symbol_table[i].required) {
-            *missing = bc_symbol_table[i].name;
-            return BC_LOAD_MISSING_SYMBOL;
-        }
-        memcpy((char *)&table + bc_symbol_table[i].offset, &fn, sizeof(fn));
-    }
+    *missing = bc_gpa_fill(gpa, bc_symbol_table, BC_SYMBOL_COUNT, &table);
+    if (*missing) return BC_LOAD_MISSING_SYMBOL;
     *cu_rc = table.cuInit(0);
     if (*cu_rc != CUDA_SUCCESS) return BC_LOAD_INIT_FAILED;
     if (table.cuDriverGetVersion(&bc_state.driver_version) != CUDA_SUCCESS) bc_state.driver_version = 0;
@@ -123,11 +82,11 @@ static int bc_resolve(void *h, const char **missing, CUresult *cu_rc) {
 /* Open `path` and fill the table. Caller holds the loader lock. */
 static int bc_load_from(const char *path, char *err, size_t errlen, const char **missing, CUresult *cu_rc) {
     int rc;
-    void *h = bc_dlopen(path, err, errlen);
+    void *h = bc_dl_open(path, err, errlen);
     if (!h) return BC_LOAD_NOT_FOUND;
     rc = bc_resolve(h, missing, cu_rc);
     if (rc != BC_LOAD_OK) {
-        bc_dlclose(h);
+        bc_dl_close(h);
         return rc;
     }
     bc_state.handle = h;
@@ -153,9 +112,16 @@ static int bc_load_from(const char *path, char *err, size_t errlen, const char *
 }
 
 /* Make ctx current on the calling thread unless barecuda already did. */
+/* What bc_set_current answers in a child forked after the driver was loaded (not a
+ * CUresult): _loader turns it into ForkedProcessError. The fork handler clears the
+ * thread's binding, so every operation's first bind in the child lands here, before any
+ * driver call, at no cost to the bound hot path. */
+#define BC_RC_FORKED ((CUresult)0x7ffffff0)
+
 static inline CUresult bc_set_current(CUcontext ctx) {
     CUresult rc;
     if (bc_tls_ctx == ctx) return CUDA_SUCCESS;
+    if (bc_state.forked) return BC_RC_FORKED;
     rc = bc_driver_table.cuCtxSetCurrent(ctx);
     if (rc == CUDA_SUCCESS) bc_tls_ctx = ctx;
     return rc;

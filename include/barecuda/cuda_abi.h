@@ -276,6 +276,17 @@ typedef enum CUjit_option_enum {
     CU_JIT_NUM_OPTIONS = 35
 } CUjit_option;
 
+/* The driver's linker (cuLink*) and library API (cuLibrary*): _program.pyx. */
+typedef struct CUlinkState_st *CUlinkState;
+typedef enum CUjitInputType_enum {
+    CU_JIT_INPUT_CUBIN = 0,
+    CU_JIT_INPUT_PTX = 1,
+    CU_JIT_INPUT_FATBINARY = 2,
+    CU_JIT_INPUT_OBJECT = 3,
+    CU_JIT_INPUT_LIBRARY = 4
+} CUjitInputType;
+typedef int CUlibraryOption;   /* enum CUlibraryOption_enum; barecuda passes none */
+
 typedef enum CUmemorytype_enum {
     CU_MEMORYTYPE_HOST = 1,
     CU_MEMORYTYPE_DEVICE = 2,
@@ -711,6 +722,15 @@ BC_STATIC_ASSERT(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, instantiate_params
     X(cuModuleUnload, 2000, 1, (CUmodule hmod)) \
     X(cuModuleGetFunction, 2000, 1, (CUfunction *hfunc, CUmodule hmod, const char *name)) \
     X(cuModuleGetGlobal, 3020, 1, (CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)) \
+    /* kernels from source (_program.pyx): the driver's linker, context-independent libraries */ \
+    X(cuLinkCreate, 6050, 0, (unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut)) \
+    X(cuLinkAddData, 6050, 0, (CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues)) \
+    X(cuLinkComplete, 5050, 0, (CUlinkState state, void **cubinOut, size_t *sizeOut)) \
+    X(cuLinkDestroy, 5050, 0, (CUlinkState state)) \
+    X(cuLibraryLoadData, 12000, 0, (CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)) \
+    X(cuLibraryUnload, 12000, 0, (CUlibrary library)) \
+    X(cuLibraryGetKernel, 12000, 0, (CUkernel *pKernel, CUlibrary library, const char *name)) \
+    X(cuKernelGetFunction, 12000, 0, (CUfunction *pFunc, CUkernel kernel)) \
     X(cuFuncGetAttribute, 2020, 1, (int *pi, CUfunction_attribute attrib, CUfunction hfunc)) \
     X(cuFuncSetAttribute, 9000, 1, (CUfunction hfunc, CUfunction_attribute attrib, int value)) \
     X(cuFuncGetParamInfo, 12040, 0, (CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize)) \

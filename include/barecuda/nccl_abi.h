@@ -1,7 +1,8 @@
 /*
  * barecuda/nccl_abi.h -- the part of NCCL's C ABI that barecuda calls, written by
  * hand (no nccl.h needed to build). libnccl.so.2 is loaded at run time by
- * src/barecuda/_nccl.pyx; every entry point below is looked up with dlsym.
+ * src/barecuda/_nccl.pyx with the shared shim (bc_dl.h); every entry point below
+ * is looked up by name (bc_dl_fill).
  *
  * Values follow NCCL 2.x's public header (stable since 2.10; bfloat16 from 2.10,
  * the fp8 types from 2.24). ncclUniqueId is 128 opaque bytes passed BY VALUE to
@@ -11,6 +12,7 @@
 #define BARECUDA_NCCL_ABI_H
 
 #include <stddef.h>
+#include "barecuda/bc_dl.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -98,6 +100,14 @@ static const char *const bc_nccl_symbol_names[] = {
 #undef BC_NCCL_X_NAME
 };
 #define BC_NCCL_NSYMBOLS (sizeof(bc_nccl_symbol_names) / sizeof(bc_nccl_symbol_names[0]))
+
+/* Rows for bc_dl_fill, every one optional: _nccl.pyx decides which are required, so
+ * that its message can name every missing one. */
+static const bc_symbol_info bc_nccl_symbols[] = {
+#define BC_NCCL_X_ROW(ret, name, params) {#name, 0, 0, offsetof(bc_nccl_t, name)},
+    BC_NCCL_SYMBOLS(BC_NCCL_X_ROW)
+#undef BC_NCCL_X_ROW
+};
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
     cdef struct CUmemPoolHandle_st
     cdef struct CUgraph_st
     cdef struct CUgraphExec_st
+    cdef struct CUlinkState_st
     ctypedef CUctx_st* CUcontext
     ctypedef CUmod_st* CUmodule
     ctypedef CUfunc_st* CUfunction
@@ -28,6 +29,7 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
     ctypedef CUmemPoolHandle_st* CUmemoryPool
     ctypedef CUgraph_st* CUgraph
     ctypedef CUgraphExec_st* CUgraphExec
+    ctypedef CUlinkState_st* CUlinkState
     ctypedef struct CUuuid:
         char bytes[16]
     int CUDA_SUCCESS
@@ -218,6 +220,13 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CU_JIT_GENERATE_LINE_INFO
         CU_JIT_CACHE_MODE
         CU_JIT_NUM_OPTIONS
+    ctypedef enum CUjitInputType:
+        CU_JIT_INPUT_CUBIN
+        CU_JIT_INPUT_PTX
+        CU_JIT_INPUT_FATBINARY
+        CU_JIT_INPUT_OBJECT
+        CU_JIT_INPUT_LIBRARY
+    ctypedef int CUlibraryOption
     ctypedef enum CUmemorytype:
         CU_MEMORYTYPE_HOST
         CU_MEMORYTYPE_DEVICE
@@ -544,6 +553,14 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuModuleUnload)(CUmodule hmod) nogil
         CUresult (*cuModuleGetFunction)(CUfunction *hfunc, CUmodule hmod, const char *name) nogil
         CUresult (*cuModuleGetGlobal)(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name) nogil
+        CUresult (*cuLinkCreate)(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut) nogil
+        CUresult (*cuLinkAddData)(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name, unsigned int numOptions, CUjit_option *options, void **optionValues) nogil
+        CUresult (*cuLinkComplete)(CUlinkState state, void **cubinOut, size_t *sizeOut) nogil
+        CUresult (*cuLinkDestroy)(CUlinkState state) nogil
+        CUresult (*cuLibraryLoadData)(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions) nogil
+        CUresult (*cuLibraryUnload)(CUlibrary library) nogil
+        CUresult (*cuLibraryGetKernel)(CUkernel *pKernel, CUlibrary library, const char *name) nogil
+        CUresult (*cuKernelGetFunction)(CUfunction *pFunc, CUkernel kernel) nogil
         CUresult (*cuFuncGetAttribute)(int *pi, CUfunction_attribute attrib, CUfunction hfunc) nogil
         CUresult (*cuFuncSetAttribute)(CUfunction hfunc, CUfunction_attribute attrib, int value) nogil
         CUresult (*cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) nogil

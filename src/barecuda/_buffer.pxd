@@ -1,10 +1,12 @@
 """Device memory: DeviceBuffer, allocators, and the ownership protocol.
 
-Fields other modules read: ptr, nbytes, stream_handle, used_elsewhere (an owner's),
-device, ctx. Dependants (views, slices, plans, graph nodes, IPC and DLPack exports)
+Fields other modules read: ptr, nbytes, used_elsewhere (an owner's), device, ctx.
+A buffer's stream is read only through order_stream() (never stream_handle/_stream
+directly): its Stream may have been closed since. Dependants (views, slices, plans, graph nodes, IPC and DLPack exports)
 hold the allocation OWNER through pin()/unpin(); see docs/errors.md, "Ownership"."""
 from barecuda._abi cimport CUdeviceptr, CUstream, CUcontext, CUevent
 from barecuda._device cimport Device
+from barecuda._stream cimport Stream
 
 # DeviceBuffer._kind
 cdef enum:
@@ -18,7 +20,7 @@ cdef enum:
 cdef class DeviceBuffer:
     cdef CUdeviceptr ptr
     cdef size_t nbytes              # bytes (the Python-level `size` is the element count)
-    cdef CUstream stream_handle     # stream this buffer's own work is ordered on
+    cdef CUstream stream_handle     # stream this buffer's own work is ordered on (read: order_stream)
     cdef bint used_elsewhere        # (owner) work on another stream used it: free must wait for all
     cdef readonly Device device
     cdef CUcontext ctx
@@ -68,15 +70,47 @@ cdef inline DeviceBuffer owner_of(DeviceBuffer b):
         return b._root
     return b
 
-# A dependant holds the allocation: raises ValueError if b is closed. Pins the OWNER.
-cdef int pin(DeviceBuffer b) except -1
+# A dependant holds the allocation: raises ValueError if b is closed. Pins the OWNER and
+# returns it: keep THAT for unpin (a view may be closed, and lose its owner, before the
+# dependant goes).
+cdef DeviceBuffer pin(DeviceBuffer b)
 # The dependant is gone; may run a deferred free (failures become CudaWarning). Never raises.
 cdef void unpin(DeviceBuffer b) noexcept
+# A small object that pins b's owner while it lives: for dependants that keep a list
+# of objects rather than a count (graph nodes, IPC handles). Raises if b is closed.
+cdef object hold(DeviceBuffer b)
+# hold() for each DeviceBuffer among objs (a list; empty when there is none).
+cdef list holds(object objs)
 
 cdef inline void note_use(DeviceBuffer b, CUstream s) noexcept nogil:
     """Record that queued work on stream s uses b: marks the OWNER (cheap; per launch argument)."""
     if b.root_stream != s:
         b.use_flag[0] = 1
+
+# ---- the stream a buffer's work is ordered on (every reader goes through these)
+cdef inline bint stream_closed(DeviceBuffer b) noexcept:
+    """True when b is ordered on a barecuda Stream that was closed since: its handle is
+    destroyed (and may be reused by a new stream), so no driver call may name it."""
+    return b._stream is not None and type(b._stream) is Stream and (<Stream>b._stream).closed
+
+# Slow path of order_stream (b's Stream was closed): waits for the context (so the work
+# queued on the dead stream is done), then moves b to the legacy default stream for good
+# and marks the owner used elsewhere (views may still compare with the dead handle).
+cdef int _order_on_safe_stream(DeviceBuffer b, CUstream *out) except -1
+
+cdef inline int order_stream(DeviceBuffer b, CUstream *out) except -1:
+    """The stream b's work is ordered on, safe to name in a driver call: b's own stream,
+    or, once that Stream was closed, the legacy default stream (NULL) after the work
+    queued on the closed one is done. Afterwards b._stream is the matching object."""
+    if stream_closed(b):
+        return _order_on_safe_stream(b, out)
+    out[0] = b.stream_handle
+    return 0
+
+# For an allocator's stream-ordered free of b (cuMemFreeAsync): the stream to order it
+# on (order_stream), after waiting for the whole context when b's Stream was closed or
+# work on another stream used it (used_elsewhere).
+cdef int free_order(DeviceBuffer b, CUstream *out) except -1
 
 cdef inline int check_usable(DeviceBuffer b) except -1:
     """Raise unless b may be used as a kernel argument / copy side (not closed)."""

@@ -152,25 +152,14 @@ cdef class DriverAllocator(Allocator):
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
         cdef CUdeviceptr p = b.ptr
-        cdef CUstream s = b.stream_handle
+        cdef CUstream s = NULL
         cdef CUresult rc = 0
         b.ptr = 0
         if p == 0:
             return 0
         set_current(b.ctx)
         if b._kind == KIND_ASYNC:
-            if b._stream is not None and type(b._stream) is Stream and (<Stream>b._stream).closed:
-                # Its stream was closed (destroyed): wait for the context and order the
-                # free on the null stream instead of naming a dead handle.
-                with nogil:
-                    rc = D.cuCtxSynchronize()
-                check(rc, b"cuCtxSynchronize")
-                s = NULL
-            elif b.used_elsewhere:
-                # Queued work on some other stream may still use it: wait for everything.
-                with nogil:
-                    rc = D.cuCtxSynchronize()
-                check(rc, b"cuCtxSynchronize")
+            free_order(b, &s)
             check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
         else:
             with nogil:          # cuMemFree synchronizes the device itself
@@ -305,12 +294,79 @@ cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream
     return v
 
 
+# ------------------------------------------------------------------ buffer streams
+cdef int _order_on_safe_stream(DeviceBuffer b, CUstream *out) except -1:
+    """See _buffer.pxd (order_stream). b's Stream was closed: its queued work may still
+    run, on a handle that no driver call may name. Wait for the whole context (that
+    work included), then order b on the legacy default stream from now on. The owner
+    is marked used elsewhere: views made earlier still compare note_use with the dead
+    handle, which a new stream may reuse, so every later free must wait for all work
+    (the plain allocator synchronizes, the pools defer)."""
+    cdef CUresult rc
+    set_current(b.ctx)
+    with nogil:
+        rc = D.cuCtxSynchronize()
+    check(rc, b"cuCtxSynchronize")
+    b._stream = None
+    b.stream_handle = NULL
+    if b.use_flag == &b.used_elsewhere:       # an owner (or a foreign import)
+        b.root_stream = NULL
+    b.use_flag[0] = 1
+    out[0] = NULL
+    return 0
+
+
+cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
+    """See _buffer.pxd."""
+    cdef CUresult rc
+    if stream_closed(b):
+        return _order_on_safe_stream(b, out)      # waits for the context
+    out[0] = b.stream_handle
+    if b.used_elsewhere:
+        # Queued work on some other stream may still use it: wait for everything.
+        set_current(b.ctx)
+        with nogil:
+            rc = D.cuCtxSynchronize()
+        check(rc, b"cuCtxSynchronize")
+    return 0
+
+
 # ------------------------------------------------------------------ ownership
-cdef int pin(DeviceBuffer b) except -1:
+cdef DeviceBuffer pin(DeviceBuffer b):
     cdef DeviceBuffer o = owner_of(b)
     check_usable(b)
     o._pins += 1
-    return 0
+    return o
+
+
+@cython.final
+@cython.freelist(16)
+cdef class _Hold:
+    """One pin on an allocation owner, released when this object goes (see hold())."""
+    cdef DeviceBuffer owner
+
+    def __dealloc__(self):
+        cdef DeviceBuffer o = self.owner
+        if o is not None:
+            self.owner = None
+            unpin(o)
+
+    def __repr__(self):
+        return f"<barecuda pin on {self.owner!r}>"
+
+
+cdef object hold(DeviceBuffer b):
+    cdef _Hold h = _Hold.__new__(_Hold)
+    h.owner = pin(b)
+    return h
+
+
+cdef list holds(object objs):
+    cdef list out = []
+    for o in objs:
+        if type(o) is DeviceBuffer:
+            out.append(hold(<DeviceBuffer>o))
+    return out
 
 
 cdef void unpin(DeviceBuffer b) noexcept:
@@ -444,9 +500,11 @@ cdef class DeviceBuffer:
     def __dealloc__(self):
         cdef DeviceBuffer root = self._root
         if root is not None:
-            # A view: its owner outlives this line (we hold it); let it go.
+            # A view: its owner outlives this line (we hold it); let it go (a closed
+            # view released its pin in close() and only kept the reference).
             self._root = None
-            unpin(root)
+            if self._kind != KIND_CLOSED:
+                unpin(root)
             return
         if self._allocator is None or (self._kind == KIND_CLOSED and not self._free_pending):
             return
@@ -500,9 +558,13 @@ cdef class DeviceBuffer:
         cdef DeviceBuffer root
         if self._kind == KIND_CLOSED:
             return
+        if ST.forked:
+            ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
         root = self._root
         if root is not None:
-            self._root = None
+            # A view releases its pin but keeps naming its owner (owner_of), so that a
+            # dependant made through it (a plan, an export, a graph value) unpins the
+            # right allocation later.
             self.use_flag = &self.used_elsewhere
             self._kind = KIND_CLOSED
             self.ptr = 0
@@ -599,7 +661,14 @@ cdef class DeviceBuffer:
 
     @property
     def stream(self):
-        """The stream the memory is ordered on (None: the legacy default stream)."""
+        """The stream the memory is ordered on (None: the legacy default stream).
+
+        If that Stream was closed, reading this waits for the work queued on it and
+        moves the buffer to the legacy default stream (None), as every other use does
+        (docs/errors.md, "Ownership")."""
+        cdef CUstream h
+        if self._kind != KIND_CLOSED:
+            order_stream(self, &h)
         return self._stream
 
     @property
@@ -644,15 +713,17 @@ cdef class DeviceBuffer:
 
     cdef DeviceBuffer _sub(self, CUdeviceptr p, size_t n):
         cdef DeviceBuffer v
+        cdef CUstream h
+        order_stream(self, &h)     # a view is born on a live stream
         if self._root is None and self._allocator is None:
             # a foreign import: the view keeps the same producer alive
-            v = make_view(p, n, self.device, self.stream_handle, self._stream, self._owner, None)
+            v = make_view(p, n, self.device, h, self._stream, self._owner, None)
             v.root_stream = self.root_stream
             v.use_flag = self.use_flag
             v._owner = self        # keeps the import (and so its producer) alive
             v._readonly = self._readonly
             return v
-        return make_view(p, n, self.device, self.stream_handle, self._stream, None, self)
+        return make_view(p, n, self.device, h, self._stream, None, self)
 
     def __getitem__(self, key):
         """``buf[a:b]``: a borrowed view of elements a..b-1 along the first axis (step 1),
@@ -717,7 +788,7 @@ cdef class DeviceBuffer:
         """Fill the buffer with ``value`` repeated as a ``width``-bit (8, 16 or 32)
         integer; negative values are taken as two's complement. ``nbytes`` must be a
         multiple of ``width // 8``. Synchronous unless a stream is given. Returns self."""
-        cdef CUstream s = self.stream_handle
+        cdef CUstream s = NULL
         cdef CUresult rc
         cdef unsigned long long v
         cdef size_t count
@@ -741,6 +812,8 @@ cdef class DeviceBuffer:
             raise ValueError(f"nbytes ({self.nbytes}) is not a multiple of {w // 8} (width={w})")
         if stream is not None:
             stream_handle(stream, &s)
+        else:
+            order_stream(self, &s)
         count = self.nbytes // (w // 8)
         if count == 0:
             return self

@@ -19,7 +19,7 @@ from barecuda._stream cimport stream_handle
 from barecuda._staging cimport staged_htod, staged_dtoh
 from barecuda._dtype cimport np_module, resolve_dtype, nbytes_of
 from barecuda._buffer cimport (DeviceBuffer, new_buffer, resolve_device, stream_after, note_use,
-                               checked_size)
+                               checked_size, order_stream)
 from barecuda._host cimport PinnedBuffer, get_host, find_pinned
 from barecuda._interop cimport as_device
 
@@ -34,7 +34,8 @@ cdef int _sync(CUstream s) except -1:
 
 
 cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
-    cdef CUstream s = dst.stream_handle
+    cdef CUstream s = NULL
+    cdef CUstream ss = NULL
     cdef CUresult rc
     cdef size_t n = src.nbytes
     dst._check_writable()
@@ -47,9 +48,12 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
         stream_handle(stream, &s)
     if n == 0:
         return 0
+    if stream is None:
+        order_stream(dst, &s)
+        order_stream(src, &ss)
     set_current(dst.ctx)
-    if stream is None and src.stream_handle != dst.stream_handle:
-        stream_after(s, src.stream_handle, dst.ctx)
+    if stream is None and ss != s:
+        stream_after(s, ss, dst.ctx)
     if dst.device.ordinal == src.device.ordinal:
         with nogil:
             rc = D.cuMemcpyDtoDAsync(dst.ptr, src.ptr, n, s)
@@ -76,7 +80,7 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host,
     cdef Py_buffer view
     cdef CUcontext ctx = dev.ctx
     cdef PinnedBuffer p
-    cdef CUstream s = dev.stream_handle
+    cdef CUstream s = NULL
     cdef CUresult rc
     cdef size_t n
     cdef CUdeviceptr dptr
@@ -88,6 +92,8 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host,
     dev._check_contiguous("a copy")
     if stream is not None:
         stream_handle(stream, &s)
+    else:
+        order_stream(dev, &s)
     get_host(host, &view, to_host)
     try:
         n = view.len
@@ -188,8 +194,10 @@ def to_numpy(DeviceBuffer self, stream):
 
 def duplicate(DeviceBuffer self, stream):
     """DeviceBuffer.copy."""
+    cdef CUstream h
     self._check_open()
     self._check_contiguous("copy()")
+    order_stream(self, &h)            # its Stream may be closed: then the safe one
     cdef DeviceBuffer b = new_buffer(self.nbytes, self.device, self._stream, None)
     b._shape, b._dtype, b._itemsize = self._shape, self._dtype, self._itemsize
     _copy_dd(b, self, stream)
@@ -327,12 +335,17 @@ cdef CUcontext _ctx_of(_Side d, _Side sr, object stream) except NULL:
 
 cdef int _pick_stream(_Side d, _Side sr, object stream, CUstream *s) except -1:
     """The stream of a pitched copy: the one given, else dst's, else src's (else NULL)."""
+    cdef CUstream ss
     if stream is not None:
         stream_handle(stream, s)
     elif d.dev is not None:
-        s[0] = d.dev.stream_handle
+        order_stream(d.dev, s)
+        if sr.dev is not None:
+            order_stream(sr.dev, &ss)
+            if ss != s[0] and sr.dev.ctx == d.dev.ctx:
+                stream_after(s[0], ss, d.dev.ctx)    # as copy_from: after the source's work
     elif sr.dev is not None:
-        s[0] = sr.dev.stream_handle
+        order_stream(sr.dev, s)
     return 0
 
 

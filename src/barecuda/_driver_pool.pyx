@@ -13,8 +13,8 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_ASYNC
-from barecuda._pool cimport closed_stream, sync_for_closed, fmt_bytes
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_ASYNC, free_order
+from barecuda._pool cimport fmt_bytes
 from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()
@@ -102,20 +102,13 @@ cdef class DriverMemoryPool(Allocator):
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
         cdef CUdeviceptr p = b.ptr
-        cdef CUresult rc = 0
+        cdef CUstream s = NULL
         b.ptr = 0
         if p == 0:
             return 0
         set_current(self.ctx)
-        if closed_stream(b):                # its stream is gone (see the module notes)
-            sync_for_closed(self.ctx)
-            check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
-            return 0
-        if b.used_elsewhere:
-            with nogil:
-                rc = D.cuCtxSynchronize()
-            check(rc, b"cuCtxSynchronize")
-        check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+        free_order(b, &s)                    # its stream closed: see _buffer.pxd
+        check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
         return 0
 
     cdef unsigned long long _attr(self, int a) except? 0:

@@ -28,11 +28,10 @@ class BarecudaError(Exception):
     """Base of every exception barecuda raises on its own account."""
 
 
-class DriverNotFoundError(BarecudaError, OSError):
-    """No usable CUDA driver library could be loaded.
-
-    ``tried`` lists the library names or paths that were attempted and why each failed.
-    """
+class _LibraryNotFoundError(BarecudaError, OSError):
+    """A library opened at run time could not be loaded; ``tried`` lists the names or
+    paths attempted and why each failed. (Base of DriverNotFoundError and of
+    _nvrtc.CompilerNotFoundError.)"""
 
     def __init__(self, message, tried=()):
         super().__init__(message)
@@ -40,6 +39,13 @@ class DriverNotFoundError(BarecudaError, OSError):
 
     def __reduce__(self):
         return (type(self), (str(self), self.tried))
+
+
+class DriverNotFoundError(_LibraryNotFoundError):
+    """No usable CUDA driver library could be loaded.
+
+    ``tried`` lists the library names or paths that were attempted and why each failed.
+    """
 
 
 class DriverVersionError(BarecudaError, RuntimeError):

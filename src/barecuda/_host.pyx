@@ -16,7 +16,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
-from barecuda._buffer cimport resolve_device, oom_error
+from barecuda._buffer cimport resolve_device, oom_error, checked_size
 from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()
@@ -106,9 +106,7 @@ cdef class PinnedBuffer:
         cdef unsigned int flags = 0
         self.ptr = NULL
         self._pool = None
-        if nbytes < 0:
-            raise ValueError("nbytes must be >= 0")
-        n = nbytes
+        n = checked_size(nbytes, "nbytes")      # an int in [0, 2**63): before any driver call
         ensure_driver(ST)
         cdef Device dev = resolve_device(device, None)
         if portable:
@@ -232,6 +230,8 @@ cdef class PinnedBuffer:
         """Free the memory (after any async copy that used it). Idempotent.
 
         Raises BufferError while views (memoryview, numpy arrays) of it exist."""
+        if ST.forked:
+            ensure_driver(ST)         # ForkedProcessError: a forked child leaks it (destructor)
         if self._exports > 0:
             raise BufferError(f"PinnedBuffer has {self._exports} exported view(s) "
                               "(memoryview / numpy array); delete them first")

@@ -24,7 +24,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.tuple cimport PyTuple_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
-from cpython.object cimport PyTypeObject, Py_TYPE
+from cpython.object cimport PyTypeObject, PyObject, Py_TYPE
 
 cdef extern from "Python.h":
     PyTypeObject PyLong_Type
@@ -39,6 +39,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
+from barecuda._interop cimport pointer_batch, pointer_of, tensor_kind
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda cimport _occupancy as occ
@@ -51,6 +52,16 @@ cdef bc_state_t *ST = runtime_state()
 
 # The one GIL switch for every launch path (Kernel.launch, plans, plan lists).
 cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
+
+# Set by _graph while a barecuda capture runs (else NULL: one pointer compare per launch):
+# called as hook(stream handle, kernel or plan, args or None) by every launch path, so that
+# the captured graph holds what its kernel nodes use (see _graph.pyx, Capture).
+cdef capture_hook_t _capture_hook = NULL
+
+
+cdef void set_capture_hook(capture_hook_t hook) noexcept:
+    global _capture_hook
+    _capture_hook = hook
 
 _TOKEN = object()
 
@@ -152,6 +163,12 @@ cdef void invalidate_kernel(Kernel k) noexcept:
 
 
 # ------------------------------------------------------------------ errors
+cdef int _raise_stream_closed(Py_ssize_t index) except -1:
+    where = "the plan's" if index < 0 else f"plan {index}: its"
+    raise ValueError(f"{where} stream is closed (a barecuda.Stream cannot be used after close()); "
+                     "move the plan to a live stream first (plan.stream = s)")
+
+
 cdef int _raise_closed(Kernel k) except -1:
     raise ValueError(f"kernel {k.name!r} belongs to a module that was closed; load the module again")
 
@@ -202,16 +219,34 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
         return raise_type(k, p, i, arg)
+    if bc_kind_is_pointer(kind) and tensor_kind(<type><PyObject *>t):
+        return _pack_tensor(k, i, arg, slot, hs)     # torch/CuPy tensors (issue 12)
     return pack_slow(k, p, i, arg, slot, hs)
+
+
+cdef int _pack_tensor(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
+    """A tensor read directly by pointer_of (exact type; device check; stream rule)."""
+    cdef CUdeviceptr addr = 0
+    try:
+        pointer_of(arg, k.device, hs, &addr)
+    except Exception:
+        # the same error again, worded with the kernel and the argument
+        return pack_slow(k, &k.params[i], i, arg, slot, hs)
+    bc_store_int(slot, 8, addr)
+    return 0
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
     cdef Py_ssize_t i
     cdef char *slot
-    for i in range(k.nparams):
-        slot = buf + k.params[i].offset
-        ptrs[i] = slot
-        _pack_one(k, i, args[i], slot, hs)
+    pointer_batch(True)         # one read of torch's/CuPy's current stream per launch
+    try:
+        for i in range(k.nparams):
+            slot = buf + k.params[i].offset
+            ptrs[i] = slot
+            _pack_one(k, i, args[i], slot, hs)
+    finally:
+        pointer_batch(False)
     return 0
 
 
@@ -221,7 +256,8 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
     if not 0 <= i < k.nparams:
         raise IndexError(f"kernel {sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
     # The packed bytes hold values and addresses only: nothing needs to outlive the
-    # call here, so `keep` stays as given (the caller keeps its argument objects).
+    # call here, so `keep` stays as given (the caller keeps its argument objects, and
+    # pins DeviceBuffers: _buffer.hold/pin).
     return _pack_one(k, i, value, dst + k.params[i].offset, s)
 
 
@@ -457,6 +493,8 @@ cdef class Kernel:
             _raise_count(self, PyTuple_GET_SIZE(args))
         _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
         stream_handle(stream, &r.stream)
+        if _capture_hook != NULL:
+            _capture_hook(<size_t>r.stream, self, args)
         if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
             return _launch_heap(self, args, &r)
         _pack_args(self, args, sbuf, sptrs, r.stream)
@@ -482,6 +520,8 @@ cdef class Kernel:
         if PyTuple_GET_SIZE(args) != self.nparams:
             _raise_count(self, PyTuple_GET_SIZE(args))
         _config_rec(self, config, &r)
+        if _capture_hook != NULL:
+            _capture_hook(<size_t>r.stream, self, args)
         big = self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS
         if big:
             buf = <char *>PyMem_Malloc(self.argbytes)
@@ -545,6 +585,9 @@ cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) ex
         if r.pfunc[0] == NULL:
             rc[0] = -1
             return i
+        if r.stream_closed != NULL and r.stream_closed[0]:
+            rc[0] = -2
+            return i
         set_current(r.ctx)
         rc[0] = bc_issue(D, r)
         if rc[0] != 0:
@@ -569,6 +612,8 @@ cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
     if _issue_recs(&r, 1, &rc) >= 0:
         if rc == -1:
             _raise_closed(k)
+        if rc == -2:
+            _raise_stream_closed(-1)
         _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
     return 0
 
@@ -651,6 +696,7 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
     memcpy(r.block, c.block_, sizeof(r.block))
     r.smem = c.smem
     stream_handle(c.stream, &r.stream)
+    r.stream_closed = <int *>&(<Stream>c.stream).closed if type(c.stream) is Stream else NULL
     r.params = NULL
     r.nattrs = c.nattrs
     memcpy(r.attrs, c.attrs, sizeof(r.attrs))
@@ -659,6 +705,7 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
 
 # ------------------------------------------------------------------ plans
 cdef LaunchPlan _new_plan(Kernel k, tuple args):
+    ensure_driver(ST)                         # forked child: ForkedProcessError
     if k.func == NULL:
         _raise_closed(k)
     if PyTuple_GET_SIZE(args) != k.nparams:
@@ -732,8 +779,7 @@ cdef class LaunchPlan:
         what parameter i held before. The packed address stays allocated until then."""
         old = self._pinned[i]
         if isinstance(value, DeviceBuffer):
-            pin(<DeviceBuffer>value)
-            self._pinned[i] = value
+            self._pinned[i] = pin(<DeviceBuffer>value)      # the owner: what unpin needs
         else:
             self._pinned[i] = None
         if old is not None:
@@ -744,6 +790,7 @@ cdef class LaunchPlan:
         cdef CUstream hs = NULL
         stream_handle(stream, &hs)
         self.rec.stream = hs
+        self.rec.stream_closed = <int *>&(<Stream>stream).closed if type(stream) is Stream else NULL
         self._stream = stream
         for a in self._args:
             if type(a) is DeviceBuffer:
@@ -752,10 +799,14 @@ cdef class LaunchPlan:
 
     def __call__(self):
         """Launch. No packing, no validation beyond the kernel being alive."""
+        if _capture_hook != NULL:
+            _capture_hook(<size_t>self.rec.stream, self, None)
         _issue(self.kernel, &self.rec)
 
     def launch(self):
         """Same as calling the plan."""
+        if _capture_hook != NULL:
+            _capture_hook(<size_t>self.rec.stream, self, None)
         _issue(self.kernel, &self.rec)
 
     @cython.binding(False)      # a plain method descriptor: CPython calls it straight (no CyFunction)
@@ -767,6 +818,9 @@ cdef class LaunchPlan:
             i += k.nparams
         if not 0 <= i < k.nparams:
             raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
+        ensure_driver(ST)
+        if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
+            _raise_stream_closed(-1)
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
         self._pin(i, value)
         self._args[i] = value
@@ -804,6 +858,8 @@ cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
     cdef Kernel k = (<LaunchPlan>plan).kernel
     if rc == -1:
         raise ValueError(f"plan {index}: kernel {k.name!r} belongs to a module that was closed")
+    if rc == -2:
+        _raise_stream_closed(index)
     raise make_error(rc, "cuLaunchKernelEx" if (<LaunchPlan>plan).rec.nattrs else "cuLaunchKernel",
                      f"plan {index} of the batch (kernel {sig_text(k)}, "
                      f"{_rec_geometry(&(<LaunchPlan>plan).rec)}); the plans before it were launched")
@@ -841,7 +897,11 @@ cdef class PlanList:
     def __call__(self):
         """Launch every plan, in order."""
         cdef CUresult rc = 0
-        cdef Py_ssize_t bad = _issue_recs(self.recs, self.n, &rc)
+        cdef Py_ssize_t bad
+        if _capture_hook != NULL:
+            for p in self._plans:
+                _capture_hook(<size_t>(<LaunchPlan>p).rec.stream, p, None)
+        bad = _issue_recs(self.recs, self.n, &rc)
         if bad >= 0:
             _batch_failed(self._plans[bad], bad, rc)
 
@@ -876,6 +936,8 @@ def launch_all(plans):
             raise TypeError(f"launch_all: item {i} is a {type(plans[i]).__name__}, not a LaunchPlan")
     for i in range(n):
         p = <LaunchPlan>plans[i]
+        if _capture_hook != NULL:
+            _capture_hook(<size_t>p.rec.stream, p, None)
         rp = &p.rec
         if _issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)

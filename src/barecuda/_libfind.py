@@ -6,7 +6,7 @@ pip wheel (``nvidia-*`` packages put their libraries under ``site-packages/nvidi
 nothing outside the standard library, never opens a library itself: callers dlopen
 the candidates in order and report every failure with :func:`describe`.
 
-API (shared by _program and other modules)::
+API (shared by _nvrtc, _program and other modules)::
 
     candidates(spec) -> list[str]      # paths/names to try, best first
     describe(spec, tried) -> str       # "not found" message with the pip package to install

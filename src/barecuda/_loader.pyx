@@ -26,6 +26,7 @@ cdef extern from "barecuda/bc_runtime.h" nogil:
     int BC_MIN_DRIVER_VERSION
     int bc_load_from(const char *path, char *err, size_t errlen, const char **missing, CUresult *cu_rc)
     CUresult bc_set_current(CUcontext ctx)
+    CUresult BC_RC_FORKED
     void bc_forget_current()
     CUcontext bc_bound_context()
     int bc_chosen_device()
@@ -55,6 +56,9 @@ cdef bc_state_t *runtime_state() noexcept nogil:
 cdef int set_current(CUcontext ctx) except -1 nogil:
     cdef CUresult rc = bc_set_current(ctx)
     if rc != 0:
+        if rc == BC_RC_FORKED:                # a forked child: ForkedProcessError naming spawn
+            with gil:
+                return _ensure_driver_slow()
         return check(rc, b"cuCtxSetCurrent")
     return 0
 

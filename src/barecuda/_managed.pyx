@@ -13,7 +13,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._stream cimport stream_handle
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport (DeviceBuffer, Allocator, adopt, resolve_device, oom_error, checked_size,
-                               note_use, KIND_MANAGED, KIND_SYNC)
+                               note_use, order_stream, KIND_MANAGED, KIND_SYNC)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -35,12 +35,13 @@ cdef class _WaitingFreeAllocator(Allocator):
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
         cdef CUdeviceptr p = b.ptr
-        cdef CUstream s = b.stream_handle
+        cdef CUstream s = NULL
         cdef CUresult rc
         b.ptr = 0
         if p == 0:
             return 0
         set_current(b.ctx)
+        order_stream(b, &s)
         with nogil:
             rc = D.cuCtxSynchronize() if b.used_elsewhere else D.cuStreamSynchronize(s)
         check(rc, b"cuCtxSynchronize" if b.used_elsewhere else b"cuStreamSynchronize")
@@ -109,7 +110,7 @@ cdef int _location(object where, CUmemLocation *loc) except -1:
 
 def prefetch(DeviceBuffer b, where, stream):
     """DeviceBuffer.prefetch: cuMemPrefetchAsync of managed memory."""
-    cdef CUstream s = b.stream_handle
+    cdef CUstream s = NULL
     cdef CUmemLocation loc
     _location(where, &loc)
     if not b.is_managed:
@@ -117,6 +118,8 @@ def prefetch(DeviceBuffer b, where, stream):
     require(<const void *>D.cuMemPrefetchAsync, b"cuMemPrefetchAsync", b"DeviceBuffer.prefetch")
     if stream is not None:
         stream_handle(stream, &s)
+    else:
+        order_stream(b, &s)
     if b.nbytes == 0:
         return
     set_current(b.ctx)

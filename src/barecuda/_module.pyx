@@ -23,7 +23,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import CudaWarning, make_error
 from barecuda._launch import Kernel
-from barecuda._signature import parse_ptx_signatures, mangled_matches
+from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -295,15 +295,10 @@ cdef class Module:
         """
         cdef CUfunction f = NULL
         cdef CUresult rc
+        ensure_driver(ST)                     # forked child: refused even when cached
         if not isinstance(name, str):
             raise TypeError(f"kernel name must be a str, got {type(name).__name__}")
-        key = name
-        if signature is not None:
-            try:
-                key = (name, tuple(signature) if not isinstance(signature, str) else signature)
-                hash(key)
-            except TypeError:
-                key = None
+        key = kernel_key(name, signature)
         if key is not None:
             k = self._kernels.get(key)
             if k is not None:
@@ -400,6 +395,8 @@ cdef class Module:
         cdef CUresult rc
         if self.handle == NULL:
             return
+        if ST.forked:
+            ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
         for k in list(self._all_kernels):
             invalidate_kernel(<Kernel>k)
         self._kernels.clear()
@@ -482,7 +479,7 @@ cdef class Global:
         self.module._live()
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
         try:
-            if offset + <size_t>view.len > self.size:
+            if offset > self.size or <size_t>view.len > self.size - offset:   # no wrap-around
                 raise ValueError(f"{view.len} bytes at offset {offset} do not fit in global {self.name!r} "
                                  f"of {self.size} bytes")
             with nogil:

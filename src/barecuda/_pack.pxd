@@ -20,6 +20,7 @@ cdef extern from "barecuda/bc_pack.h" nogil:
         unsigned int block[3]
         unsigned int smem
         CUstream stream
+        const int *stream_closed
         void **params
         unsigned int nattrs
         CUlaunchAttribute attrs[4]

@@ -14,6 +14,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver
 from barecuda._device cimport Device, device_of
 from barecuda._host cimport PinnedAllocator, PinnedBuffer, pinned_from_block
 from barecuda._pool cimport bc_size_class, fmt_bytes
+from barecuda._buffer cimport checked_size
 from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()
@@ -66,7 +67,7 @@ cdef class PinnedMemoryPool(PinnedAllocator):
         cdef CUdeviceptr dp = 0
         cdef CUevent ev = NULL
         cdef CUresult rc
-        cdef size_t n = nbytes
+        cdef size_t n = checked_size(nbytes, "nbytes")
         cdef PinnedBuffer b
         cdef size_t i
         if n == 0:

@@ -3,7 +3,6 @@ allocators (_driver_pool, _pinned_pool) share with it."""
 from cpython.ref cimport PyObject
 from barecuda._abi cimport CUdeviceptr, CUstream, CUevent, CUcontext
 from barecuda._buffer cimport Allocator, DeviceBuffer
-from barecuda._stream cimport Stream
 
 cdef extern from "barecuda/bc_sizeclass.h" nogil:
     enum:
@@ -12,23 +11,24 @@ cdef extern from "barecuda/bc_sizeclass.h" nogil:
     int bc_size_class(size_t n, size_t *rounded)
 
 
-cdef inline bint closed_stream(DeviceBuffer buf) noexcept:
-    """True when buf is ordered on a barecuda Stream that was closed since (its handle
-    may be destroyed: no stream-ordered call may name it)."""
-    return buf._stream is not None and type(buf._stream) is Stream and (<Stream>buf._stream).closed
-
+# (Whether a buffer's Stream was closed, and the stream to name for it: stream_closed,
+# order_stream and free_order in _buffer.pxd.)
 # Before an ordered free of a buffer whose stream is gone: wait for the context, so
 # that the free, ordered on the null stream, cannot overtake the buffer's work.
 cdef int sync_for_closed(CUcontext ctx) except -1
 # "1.5 MiB": byte counts in allocator messages.
 cdef str fmt_bytes(object n)
 
+cdef enum:
+    FROM_GRAPH = 2              # bc_block.from_async of a block allocated during a capture (_graph reads it)
+
 cdef struct bc_block:
     CUdeviceptr ptr
     size_t size                 # rounded size (what the driver gave us)
     size_t requested            # bytes the current user asked for
     int cls
-    int from_async              # 1: cuMemAllocAsync (free with cuMemFreeAsync); 0: cuMemAlloc
+    int from_async              # 1: cuMemAllocAsync (free with cuMemFreeAsync); 0: cuMemAlloc;
+                                #   FROM_GRAPH: allocated during a capture (graph memory)
     CUstream stream             # the stream the block is ordered on
     CUevent event               # recorded lazily on `stream` when another stream wants it
     bc_block *next

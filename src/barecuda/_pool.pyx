@@ -2,8 +2,8 @@
 
 Owns: MemoryPool (barecuda's stream-ordered caching allocator, the default behind
 alloc/empty/zeros/to_device), the module functions memory_stats/trim_memory, and
-the stream-close and capture hooks every allocator shares (closed_stream,
-sync_for_closed). Elsewhere: DriverMemoryPool (on a driver memory pool) in
+the stream-close and capture hooks every allocator shares (sync_for_closed;
+whether a buffer's stream was closed: _buffer.pxd's stream_closed/order_stream). Elsewhere: DriverMemoryPool (on a driver memory pool) in
 _driver_pool.pyx, PinnedMemoryPool in _pinned_pool.pyx, the size classes in
 include/barecuda/bc_sizeclass.h.
 
@@ -33,7 +33,8 @@ MemoryPool, how it works:
   so nothing is ever ordered on a destroyed stream. A live buffer that outlives its
   closed Stream is freed the same safe way when it goes: a MemoryPool block is
   deferred; a driver-ordered free (cuMemFreeAsync) waits for the context and is
-  ordered on the null stream instead (sync_for_closed below).
+  ordered on the null stream instead (sync_for_closed below; _buffer.pxd's
+  free_order for the other allocators).
 
 The hot path (cached block, same stream) is a few C operations with the GIL held:
 no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
@@ -49,7 +50,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_OU
     CUDA_ERROR_NOT_SUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_POOL
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_POOL, stream_closed, order_stream
 from barecuda._errors import CudaWarning, make_error
 from barecuda import _buffer
 
@@ -99,8 +100,6 @@ _stream_mod.add_close_hook(_on_stream_close)
 # stream are deferred (reusable only after a context-wide sync). The driver is asked
 # (cuStreamIsCapturing) only while a capture runs, and only in these two paths.
 cdef int _captures = 0
-cdef enum:
-    FROM_GRAPH = 2              # bc_block.from_async: allocated during a capture
 
 
 def _capture_started():
@@ -462,14 +461,16 @@ cdef class MemoryPool(Allocator):
         cdef bc_block *b = <bc_block *>buf._block
         cdef bc_scache *c
         cdef CUdeviceptr p
+        cdef CUstream s
         buf._block = NULL
         buf.ptr = 0
         if b == NULL:
             return 0
         self.in_use -= b.requested
         self.in_use_rounded -= b.size
-        if closed_stream(buf):
-            # Its stream is gone (see the module notes): never name it again.
+        if stream_closed(buf):
+            # Its stream is gone (see the module notes): never name it again; deferred
+            # (no wait here, unlike order_stream's context synchronization).
             if b.from_async == FROM_GRAPH or self.closed:
                 sync_for_closed(self.ctx)
                 if b.from_async == FROM_GRAPH:
@@ -485,22 +486,23 @@ cdef class MemoryPool(Allocator):
             self.deferred_bytes += b.size
             self.cached += b.size
             return 0
+        order_stream(buf, &s)              # open: its own stream, no driver call
         if b.from_async == FROM_GRAPH:     # capture hook: graph allocations go back to the driver
             p = b.ptr
             free(b)
             set_current(self.ctx)
-            check(D.cuMemFreeAsync(p, buf.stream_handle), b"cuMemFreeAsync")
+            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
             return 0
         if self.closed:
-            self.free_block(b, buf.stream_handle)
+            self.free_block(b, s)
             return 0
-        if buf.used_elsewhere or (_captures and _capturing(buf.stream_handle)):
+        if buf.used_elsewhere or (_captures and _capturing(s)):
             b.next = self.deferred
             self.deferred = b
             self.deferred_bytes += b.size
             self.cached += b.size
             return 0
-        c = self.cache_for(buf.stream_handle, buf._stream)
+        c = self.cache_for(s, buf._stream)
         b.next = c.heads[b.cls]
         c.heads[b.cls] = b
         c.nblocks += 1
@@ -644,6 +646,7 @@ cdef class MemoryPool(Allocator):
         """Give every cached block back to the driver (waiting for cross-stream frees
         first), destroy the pool's spare events and forget idle streams. Afterwards
         ``reserved`` is the rounded size of the blocks in use."""
+        ensure_driver(ST)
         self.release_cached(True)
         self._drop_idle_streams()
         self._drop_events()

@@ -1,42 +1,30 @@
-"""Type stubs for barecuda._program: NVRTC programs, the compile cache, linking, library kernels."""
+"""Type stubs for barecuda._program: programs, compiled code, linking, library kernels."""
 import os
-from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union, final
 
-from barecuda._errors import BarecudaError
 from barecuda._launch import Kernel
 from barecuda._module import Module
+
+# defined in _nvrtc and _compile_cache; re-exported (barecuda/__init__.py imports them from here)
+from barecuda._nvrtc import (
+    CompilerNotFoundError as CompilerNotFoundError,
+    CompileError as CompileError,
+    LinkError as LinkError,
+    nvrtc_version as nvrtc_version,
+    nvrtc_path as nvrtc_path,
+    nvrtc_archs as nvrtc_archs,
+    nvjitlink_version as nvjitlink_version,
+    nvrtc_available as nvrtc_available,
+    nvjitlink_available as nvjitlink_available,
+    ptx_isa_for as ptx_isa_for,
+    ptx_version_of as ptx_version_of,
+    select_target as select_target,
+)
+from barecuda._compile_cache import cache_dir as cache_dir, cache_info as cache_info, clear_cache as clear_cache
 
 _Arch = Union[str, int, Tuple[int, int]]
 _Sig = list[Tuple[str, int, int]]
 
-class CompilerNotFoundError(BarecudaError, OSError):
-    tried: Tuple[str, ...]
-    def __init__(self, message: str, tried: Iterable[str] = ...) -> None: ...
-
-class CompileError(BarecudaError, RuntimeError):
-    log: str
-    code: int
-    def __init__(self, message: str, log: str = ..., code: int = ...) -> None: ...
-
-class LinkError(BarecudaError, RuntimeError):
-    log: str
-    code: int
-    def __init__(self, message: str, log: str = ..., code: int = ...) -> None: ...
-
-def nvrtc_version() -> Tuple[int, int]: ...
-def nvrtc_path() -> str: ...
-def nvrtc_archs() -> Tuple[int, ...]: ...
-def nvjitlink_version() -> Optional[Tuple[int, int]]: ...
-def nvrtc_available() -> bool: ...
-def nvjitlink_available() -> bool: ...
-def ptx_isa_for(cuda_version: Union[int, Tuple[int, int]]) -> Tuple[int, int]: ...
-def ptx_version_of(ptx: Union[str, bytes]) -> Optional[Tuple[int, int]]: ...
-def select_target(want: str, nvrtc_version: Union[int, Tuple[int, int]],
-                  driver_version: Union[None, int, Tuple[int, int]], cc: _Arch,
-                  supported_archs: Sequence[int] = ...) -> Tuple[str, str]: ...
-def cache_dir() -> Optional[str]: ...
-def cache_info() -> dict[str, Any]: ...
-def clear_cache(memory: bool = ..., disk: bool = ...) -> int: ...
 def find_cudadevrt() -> Optional[str]: ...
 
 @final

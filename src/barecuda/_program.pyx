@@ -1,470 +1,52 @@
-"""Kernels from CUDA C++ source: NVRTC programs, the compile cache, linking, library kernels.
+"""Kernels from CUDA C++ source: programs, compiled code, linking, library kernels.
 
-Owns: opening NVRTC and nvJitLink at run time (found by ``_libfind``; declared in
-``include/barecuda/nvrtc_abi.h``), ``Program`` (CUDA C++ -> PTX, cubin or LTO-IR),
-``ObjectCode`` (the compiled image with its PTX signatures and lowered C++ names),
-the choice of output for a driver older than NVRTC (``select_target``), the
-persistent on-disk compile cache with in-process memoization (``cache_info``,
-``clear_cache``), ``Linker`` / ``link`` (nvJitLink, or the driver's ``cuLink*``),
+Owns the user API of the feature: ``Program`` (CUDA C++ -> PTX, cubin or LTO-IR,
+through the compile cache), ``ObjectCode`` (the compiled image with its PTX
+signatures and lowered C++ names), ``link`` (nvJitLink, or the driver's ``cuLink*``),
 and ``Library`` (``cuLibraryLoadData``: context-independent kernels).
-Modules loaded from compiled code are ordinary ``_module.Module`` objects; their
-kernels are ``_launch.Kernel`` objects built with the PTX parameter types.
+NVRTC and nvJitLink themselves (loading, versions, errors, one raw run, the
+version-skew rules) are in ``_nvrtc.pyx``; the memo and on-disk cache in
+``_compile_cache.py``. Modules loaded from compiled code are ordinary
+``_module.Module`` objects; their kernels are ``_launch.Kernel`` objects built with
+the PTX parameter types.
 """
 cimport cython
-import hashlib
 import os
-import struct
 import sys
-import threading
-import time
 import warnings
 import weakref
 
-from libc.string cimport memset, strlen
+from libc.string cimport strlen
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, require
 from barecuda._device cimport Device, device_of
 from barecuda._module cimport Module
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import BarecudaError, DriverVersionError, CudaWarning, make_error
-from barecuda import _libfind
-
-try:                                   # where the PTX parser lives moves between releases
-    from barecuda._signature import parse_ptx_signatures
-except ImportError:
-    from barecuda._module import parse_ptx_signatures
-
-cdef extern from "barecuda/nvrtc_abi.h" nogil:
-    ctypedef int nvrtcResult
-    cdef struct _nvrtcProgram
-    ctypedef _nvrtcProgram *nvrtcProgram
-    ctypedef struct bc_nvrtc_t:
-        const char *(*nvrtcGetErrorString)(nvrtcResult) noexcept nogil
-        nvrtcResult (*nvrtcVersion)(int *, int *) noexcept nogil
-        nvrtcResult (*nvrtcGetNumSupportedArchs)(int *) noexcept nogil
-        nvrtcResult (*nvrtcGetSupportedArchs)(int *) noexcept nogil
-        nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram *, const char *, const char *, int,
-                                          const char *const *, const char *const *) noexcept nogil
-        nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram *) noexcept nogil
-        nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char *const *) noexcept nogil
-        nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t *) noexcept nogil
-        nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char *) noexcept nogil
-        nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t *) noexcept nogil
-        nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char *) noexcept nogil
-        nvrtcResult (*nvrtcGetLTOIRSize)(nvrtcProgram, size_t *) noexcept nogil
-        nvrtcResult (*nvrtcGetLTOIR)(nvrtcProgram, char *) noexcept nogil
-        nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t *) noexcept nogil
-        nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char *) noexcept nogil
-        nvrtcResult (*nvrtcAddNameExpression)(nvrtcProgram, const char *) noexcept nogil
-        nvrtcResult (*nvrtcGetLoweredName)(nvrtcProgram, const char *, const char **) noexcept nogil
-
-    ctypedef int nvJitLinkResult
-    cdef struct nvJitLink
-    ctypedef nvJitLink *nvJitLinkHandle
-    ctypedef int nvJitLinkInputType
-    ctypedef struct bc_nvjitlink_t:
-        nvJitLinkResult (*nvJitLinkCreate)(nvJitLinkHandle *, unsigned int, const char **) noexcept nogil
-        nvJitLinkResult (*nvJitLinkDestroy)(nvJitLinkHandle *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkAddData)(nvJitLinkHandle, nvJitLinkInputType, const void *, size_t, const char *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkComplete)(nvJitLinkHandle) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetLinkedCubinSize)(nvJitLinkHandle, size_t *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetLinkedCubin)(nvJitLinkHandle, void *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetLinkedPtxSize)(nvJitLinkHandle, size_t *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetLinkedPtx)(nvJitLinkHandle, char *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetErrorLogSize)(nvJitLinkHandle, size_t *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetErrorLog)(nvJitLinkHandle, char *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetInfoLogSize)(nvJitLinkHandle, size_t *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkGetInfoLog)(nvJitLinkHandle, char *) noexcept nogil
-        nvJitLinkResult (*nvJitLinkVersion)(unsigned int *, unsigned int *) noexcept nogil
-    int NVJITLINK_INPUT_CUBIN, NVJITLINK_INPUT_PTX, NVJITLINK_INPUT_LTOIR, NVJITLINK_INPUT_FATBIN
-    int NVJITLINK_INPUT_OBJECT, NVJITLINK_INPUT_LIBRARY
-
-    cdef struct CUlinkState_st
-    ctypedef CUlinkState_st *CUlinkState
-    ctypedef int CUjitInputType
-    ctypedef int CUlibraryOption
-    int CU_JIT_INPUT_CUBIN, CU_JIT_INPUT_PTX, CU_JIT_INPUT_FATBINARY, CU_JIT_INPUT_OBJECT, CU_JIT_INPUT_LIBRARY
-    ctypedef struct bc_linkdrv_t:
-        CUresult (*cuLinkCreate)(unsigned int, CUjit_option *, void **, CUlinkState *) noexcept nogil
-        CUresult (*cuLinkAddData)(CUlinkState, CUjitInputType, void *, size_t, const char *,
-                                  unsigned int, CUjit_option *, void **) noexcept nogil
-        CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *) noexcept nogil
-        CUresult (*cuLinkDestroy)(CUlinkState) noexcept nogil
-        CUresult (*cuLibraryLoadData)(CUlibrary *, const void *, CUjit_option *, void **, unsigned int,
-                                      CUlibraryOption *, void **, unsigned int) noexcept nogil
-        CUresult (*cuLibraryUnload)(CUlibrary) noexcept nogil
-        CUresult (*cuLibraryGetKernel)(CUkernel *, CUlibrary, const char *) noexcept nogil
-        CUresult (*cuKernelGetFunction)(CUfunction *, CUkernel) noexcept nogil
-
-    ctypedef struct bc_tool_symbol:
-        const char *name
-        int required
-        size_t offset
-    const bc_tool_symbol bc_nvrtc_symbols[]
-    const bc_tool_symbol bc_nvjitlink_symbols[]
-    size_t BC_NVRTC_SYMBOL_COUNT
-    size_t BC_NVJITLINK_SYMBOL_COUNT
-    void *bc_tool_dlopen(const char *path, char *err, size_t errlen)
-    void bc_tool_dlclose(void *h)
-    const char *bc_tool_resolve(void *h, const bc_tool_symbol *syms, size_t n, void *table)
-    void bc_link_resolve(void *driver_handle, bc_linkdrv_t *table)
+from barecuda._errors import DriverVersionError, CudaWarning, make_error
+from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
+from barecuda import _compile_cache, _libfind
+from barecuda._compile_cache import cache_dir, cache_info, clear_cache
+from barecuda._nvrtc import (
+    CompilerNotFoundError, CompileError, LinkError, nvrtc_version, nvrtc_path, nvrtc_archs,
+    nvjitlink_version, nvrtc_available, nvjitlink_available, ptx_isa_for, ptx_version_of,
+    select_target, as_cc, as_version, nvrtc_compile, nvjitlink_link,
+)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 _TOKEN = object()
 
 
-# ------------------------------------------------------------------ exceptions
-class CompilerNotFoundError(BarecudaError, OSError):
-    """NVRTC (or nvJitLink) could not be loaded.
-
-    ``tried`` lists the candidates and why each failed; the message names the pip
-    package that provides the library.
-    """
-
-    def __init__(self, message, tried=()):
-        super().__init__(message)
-        self.tried = tuple(tried)
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.tried))
-
-
-class CompileError(BarecudaError, RuntimeError):
-    """NVRTC rejected a program (or an option).
-
-    Attributes
-    ----------
-    log : str
-        NVRTC's program log (the compiler's diagnostics).
-    code : int
-        The ``nvrtcResult``.
-    """
-
-    def __init__(self, message, log="", code=0):
-        super().__init__(message)
-        self.log = log
-        self.code = code
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.log, self.code))
-
-
-class LinkError(BarecudaError, RuntimeError):
-    """nvJitLink or the driver's linker failed; ``log`` holds the linker's error log."""
-
-    def __init__(self, message, log="", code=0):
-        super().__init__(message)
-        self.log = log
-        self.code = code
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.log, self.code))
-
-
-# ------------------------------------------------------------------ opening the libraries
-cdef bc_nvrtc_t NV
-cdef void *_nv_handle = NULL
-cdef bc_nvjitlink_t JL
-cdef void *_jl_handle = NULL
-cdef bc_linkdrv_t LK
-cdef bint _lk_resolved = False
-_lib_lock = threading.Lock()
-_nv_info = {}          # path, version, archs
-_jl_info = {}
-
-
-cdef int _open_tool(spec, void *table, const bc_tool_symbol *syms, size_t nsyms, void **out, dict info) except -1:
-    cdef char err[512]
-    cdef void *h
-    cdef const char *missing
-    cdef bytes bpath
-    cdef const char *cpath
-    tried = []
-    for path in _libfind.candidates(spec):
-        bpath = os.fsencode(path)
-        cpath = bpath
-        err[0] = 0
-        with nogil:
-            h = bc_tool_dlopen(cpath, err, sizeof(err))
-        if h == NULL:
-            if os.path.isabs(path) or os.environ.get(spec.env):
-                tried.append(f"{path}: {err.decode(errors='replace')}")
-            else:
-                tried.append(f"{path}: not found by the system loader")
-            continue
-        missing = bc_tool_resolve(h, syms, nsyms, table)
-        if missing != NULL:
-            tried.append(f"{path}: opened, but it has no {missing.decode()}")
-            bc_tool_dlclose(h)
-            continue
-        out[0] = h
-        info["path"] = path
-        return 0
-    raise CompilerNotFoundError(_libfind.describe(spec, tried), tried)
-
-
-cdef int _ensure_nvrtc() except -1:
-    global _nv_handle
-    cdef int major = 0, minor = 0, n = 0
-    cdef int archs[64]
-    if _nv_handle != NULL:
-        return 0
-    with _lib_lock:
-        if _nv_handle != NULL:
-            return 0
-        info = {}
-        _open_tool(_libfind.NVRTC, &NV, bc_nvrtc_symbols, BC_NVRTC_SYMBOL_COUNT, &_nv_handle, info)
-        NV.nvrtcVersion(&major, &minor)
-        info["version"] = (major, minor)
-        supported = ()
-        if NV.nvrtcGetNumSupportedArchs != NULL and NV.nvrtcGetSupportedArchs != NULL:
-            if NV.nvrtcGetNumSupportedArchs(&n) == 0 and 0 < n <= 64 and NV.nvrtcGetSupportedArchs(archs) == 0:
-                supported = tuple([archs[i] for i in range(n)])
-        info["archs"] = supported
-        _nv_info.clear()
-        _nv_info.update(info)
-    return 0
-
-
-cdef int _ensure_nvjitlink() except -1:
-    global _jl_handle
-    cdef unsigned int major = 0, minor = 0
-    if _jl_handle != NULL:
-        return 0
-    with _lib_lock:
-        if _jl_handle != NULL:
-            return 0
-        info = {}
-        _open_tool(_libfind.NVJITLINK, &JL, bc_nvjitlink_symbols, BC_NVJITLINK_SYMBOL_COUNT, &_jl_handle, info)
-        if JL.nvJitLinkVersion != NULL and JL.nvJitLinkVersion(&major, &minor) == 0:
-            info["version"] = (major, minor)
-        else:
-            info["version"] = None
-        _jl_info.clear()
-        _jl_info.update(info)
-    return 0
-
-
-cdef int _ensure_linkdrv() except -1:
-    """The driver's cuLink*/cuLibrary* entry points (resolved once, NULL when the driver lacks them)."""
-    global _lk_resolved
-    ensure_driver(ST)
-    if not _lk_resolved:
-        with _lib_lock:
-            if not _lk_resolved:
-                bc_link_resolve(ST.handle, &LK)
-                _lk_resolved = True
-    return 0
-
-
-cdef int _require(void *fn, str name, str feature, int version) except -1:
-    if fn != NULL:
-        return 0
-    v = ST.driver_version
-    raise DriverVersionError(
-        f"{feature} needs {name}, which needs a CUDA {version // 1000}.{(version % 1000) // 10} driver "
-        f"or newer; the loaded driver is CUDA {v // 1000}.{(v % 1000) // 10}. Upgrade the NVIDIA driver.")
-
-
-def nvrtc_version():
-    """NVRTC's version as ``(major, minor)``; loads NVRTC on first use.
-
-    Raises
-    ------
-    CompilerNotFoundError
-        NVRTC is not installed (``pip install nvidia-cuda-nvrtc``).
-    """
-    _ensure_nvrtc()
-    return _nv_info["version"]
-
-
-def nvrtc_path():
-    """The NVRTC library barecuda opened."""
-    _ensure_nvrtc()
-    return _nv_info["path"]
-
-
-def nvrtc_archs():
-    """The ``sm_XX`` numbers NVRTC can compile for (e.g. ``(75, 80, ..., 120)``)."""
-    _ensure_nvrtc()
-    return _nv_info["archs"]
-
-
-def nvjitlink_version():
-    """nvJitLink's version as ``(major, minor)`` (None when it does not say); loads it on first use."""
-    _ensure_nvjitlink()
-    return _jl_info["version"]
-
-
-def nvrtc_available():
-    """True when NVRTC can be loaded. Never raises."""
-    try:
-        _ensure_nvrtc()
-    except Exception:
-        return False
-    return True
-
-
-def nvjitlink_available():
-    """True when nvJitLink can be loaded. Never raises."""
-    try:
-        _ensure_nvjitlink()
-    except Exception:
-        return False
-    return True
-
-
-# ------------------------------------------------------------------ versions and targets
-# Newest PTX ISA each CUDA release's driver JIT-compiles (from the PTX ISA release notes).
-_PTX_ISA = {
-    (12, 0): (8, 0), (12, 1): (8, 1), (12, 2): (8, 2), (12, 3): (8, 3), (12, 4): (8, 4),
-    (12, 5): (8, 5), (12, 6): (8, 5), (12, 8): (8, 7), (12, 9): (8, 8), (13, 0): (9, 0),
-}
-
-
-def ptx_isa_for(cuda_version):
-    """The newest PTX ISA version ``(major, minor)`` that CUDA ``cuda_version`` produces/accepts.
-
-    Parameters
-    ----------
-    cuda_version : tuple or int
-        ``(13, 0)`` or ``13000``.
-    """
-    if isinstance(cuda_version, int):
-        cuda_version = (cuda_version // 1000, (cuda_version % 1000) // 10)
-    major, minor = int(cuda_version[0]), int(cuda_version[1])
-    if (major, minor) in _PTX_ISA:
-        return _PTX_ISA[(major, minor)]
-    if major == 12:
-        # 12.7 was never released; anything later than the table stays with its predecessors
-        best = max((k for k in _PTX_ISA if k[0] == 12 and k <= (major, minor)), default=(12, 0))
-        return _PTX_ISA[best]
-    if major >= 13:
-        return (major - 4, minor)       # CUDA 13.x -> PTX ISA 9.x
-    return (7, minor)
-
-
-def ptx_version_of(ptx):
-    """The ``.version`` of a PTX text as ``(major, minor)``, or None."""
-    if isinstance(ptx, (bytes, bytearray, memoryview)):
-        ptx = bytes(ptx[:4096]).decode("ascii", errors="replace")
-    for line in ptx[:4096].splitlines():
-        s = line.strip()
-        if s.startswith(".version"):
-            parts = s.split()
-            if len(parts) >= 2 and "." in parts[1]:
-                a, _, b = parts[1].partition(".")
-                if a.isdigit() and b.isdigit():
-                    return (int(a), int(b))
-    return None
-
-
-def _as_version(v):
-    if v is None:
-        return None
-    if isinstance(v, int):
-        return (v // 1000, (v % 1000) // 10)
-    return (int(v[0]), int(v[1]))
-
-
-def _as_cc(arch):
-    """(major, minor) or 'sm_90' / 'compute_90a' / 90 -> int like 90, plus a suffix ('', 'a', 'f')."""
-    if isinstance(arch, tuple):
-        return int(arch[0]) * 10 + int(arch[1]), ""
-    if isinstance(arch, int):
-        return arch, ""
-    s = str(arch).lower()
-    for prefix in ("sm_", "compute_", "lto_", "sm", "compute"):
-        if s.startswith(prefix):
-            s = s[len(prefix):]
-            break
-    suffix = ""
-    if s and s[len(s) - 1] in "af":        # (no negative indexing: wraparound is off)
-        suffix = s[len(s) - 1]
-        s = s[:len(s) - 1]
-    if not s.isdigit():
-        raise ValueError(f"arch={arch!r}: expected e.g. 'sm_90', 'compute_90', 90 or (9, 0)")
-    return int(s), suffix
-
-
-def select_target(str want, nvrtc_version, driver_version, cc, supported_archs=()):
-    """Choose what to compile to, given the tool versions and the device.
-
-    A driver cannot JIT PTX newer than itself, but loads a cubin made by a newer
-    NVRTC of the same major version (minor-version compatibility). So:
-
-    * ``'auto'``: a cubin for the device's architecture when NVRTC supports it and
-      its major version is not newer than the driver's; otherwise PTX, when the
-      driver accepts NVRTC's PTX ISA; otherwise an error.
-    * ``'cubin'``, ``'ltoir'``: as asked (checked against NVRTC's architectures).
-    * ``'ptx'``: as asked; loading it checks the ISA against the driver.
-
-    Parameters
-    ----------
-    want : {'auto', 'ptx', 'cubin', 'ltoir'}
-    nvrtc_version, driver_version : tuple or int
-        ``(13, 5)`` / ``13050``; ``driver_version`` None means no driver is known
-        (offline compile: PTX for ``'auto'``).
-    cc : int, tuple or str
-        The target architecture (``90``, ``(9, 0)``, ``'sm_90'``).
-    supported_archs : sequence of int
-        NVRTC's architectures (``nvrtc_archs()``); empty means unknown.
-
-    Returns
-    -------
-    (kind, arch) : (str, str)
-        ``kind`` in ``'ptx'``, ``'cubin'``, ``'ltoir'``; ``arch`` the ``-arch`` value
-        (``'sm_90'`` or ``'compute_90'``).
-    """
-    nv = _as_version(nvrtc_version)
-    drv = _as_version(driver_version)
-    n, suffix = _as_cc(cc)
-    supported = tuple(supported_archs or ())
-    if want not in ("auto", "ptx", "cubin", "ltoir"):
-        raise ValueError(f"target={want!r}: expected 'auto', 'ptx', 'cubin' or 'ltoir'")
-    if want in ("cubin", "ltoir"):
-        if supported and n not in supported:
-            raise CompileError(f"NVRTC {nv[0]}.{nv[1]} cannot compile for sm_{n}; it supports "
-                               f"{', '.join(f'sm_{a}' for a in supported)}")
-        return (want, f"sm_{n}{suffix}")
-    # PTX for the newest architecture NVRTC knows that the device can run
-    ptx_cc = n
-    if supported and n not in supported:
-        older = [a for a in supported if a <= n]
-        if not older:
-            raise CompileError(f"NVRTC {nv[0]}.{nv[1]} cannot compile for sm_{n} or any older "
-                               f"architecture (it supports {', '.join(f'sm_{a}' for a in supported)})")
-        ptx_cc = max(older)
-        suffix = ""
-    if want == "ptx" or drv is None:
-        return ("ptx", f"compute_{ptx_cc}{suffix}")
-    # auto, with a driver
-    if nv[0] > drv[0]:
-        raise DriverVersionError(
-            f"NVRTC {nv[0]}.{nv[1]} is newer than the driver (CUDA {drv[0]}.{drv[1]}): the driver can load "
-            f"neither its PTX nor its cubins. Install an NVRTC of CUDA {drv[0]} "
-            f"(`pip install \"nvidia-cuda-nvrtc=={drv[0]}.{drv[1]}.*\"`, or point BARECUDA_NVRTC at one), "
-            "or upgrade the NVIDIA driver.")
-    if not supported or n in supported:
-        return ("cubin", f"sm_{n}{suffix}")
-    if ptx_isa_for(nv) <= ptx_isa_for(drv):
-        return ("ptx", f"compute_{ptx_cc}{suffix}")
-    raise DriverVersionError(
-        f"NVRTC {nv[0]}.{nv[1]} does not support sm_{n}, and its PTX (ISA {ptx_isa_for(nv)[0]}."
-        f"{ptx_isa_for(nv)[1]}) is newer than the CUDA {drv[0]}.{drv[1]} driver accepts. Use an NVRTC "
-        "that knows the device, or upgrade the driver.")
-
-
+# ------------------------------------------------------------------ the driver's limits
 cdef int _check_ptx_loadable(object ptx) except -1:
     """Refuse PTX whose ISA is newer than the loaded driver JIT-compiles."""
     v = ptx_version_of(ptx)
     if v is None:
         return 0
-    drv = _as_version(ST.driver_version)
+    drv = as_version(ST.driver_version)
     limit = ptx_isa_for(drv)
     if v > limit:
         raise DriverVersionError(
@@ -473,206 +55,6 @@ cdef int _check_ptx_loadable(object ptx) except -1:
             "(a newer NVRTC's cubins load on an older driver of the same major version), or "
             "upgrade the NVIDIA driver.")
     return 0
-
-
-# ------------------------------------------------------------------ the cache
-_FORMAT = b"BCNVRTC2"
-_HEADER = struct.Struct("<8sQ32s")      # magic, payload length, sha256(payload)
-_memo = {}                              # in-process: key -> ObjectCode
-_memo_lock = threading.Lock()
-_stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "evictions": 0}
-_DEFAULT_MAX_BYTES = 1 << 30
-
-
-def cache_dir():
-    """The folder of the persistent compile cache, or None when it is turned off.
-
-    ``BARECUDA_CACHE_DIR`` if set (empty: off); else ``BARECUDA_CACHE=0`` turns it off;
-    else ``%LOCALAPPDATA%\\barecuda\\cache`` on Windows, ``$XDG_CACHE_HOME/barecuda`` or
-    ``~/.cache/barecuda`` elsewhere. Compiled programs live in its ``nvrtc`` folder.
-    """
-    env = os.environ
-    if "BARECUDA_CACHE_DIR" in env:
-        d = env["BARECUDA_CACHE_DIR"]
-        return os.path.join(d, "nvrtc") if d else None
-    if env.get("BARECUDA_CACHE", "1").strip().lower() in ("0", "off", "no", "false"):
-        return None
-    if sys.platform == "win32":
-        base = env.get("LOCALAPPDATA") or os.path.join(os.path.expanduser("~"), "AppData", "Local")
-        return os.path.join(base, "barecuda", "cache", "nvrtc")
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "barecuda", "nvrtc")
-
-
-def _max_bytes():
-    v = os.environ.get("BARECUDA_CACHE_MAX_BYTES")
-    if v:
-        try:
-            return max(0, int(v))
-        except ValueError:
-            raise ValueError(f"BARECUDA_CACHE_MAX_BYTES={v!r}: expected a number of bytes") from None
-    return _DEFAULT_MAX_BYTES
-
-
-def _entries_of(d):
-    out = []
-    try:
-        with os.scandir(d) as it:
-            for e in it:
-                if e.name.endswith(".bin") and e.is_file():
-                    try:
-                        st = e.stat()
-                    except OSError:
-                        continue
-                    out.append((st.st_mtime, st.st_size, e.path))
-    except FileNotFoundError:
-        pass
-    return out
-
-
-def cache_info():
-    """State of the compile cache.
-
-    Returns
-    -------
-    dict
-        ``directory`` (None when off), ``entries``, ``bytes``, ``max_bytes``,
-        ``memory_entries`` (in-process memo), and this process's counters
-        ``memory_hits``, ``disk_hits``, ``misses``, ``corrupt``, ``writes``, ``evictions``.
-    """
-    d = cache_dir()
-    ents = _entries_of(d) if d else []
-    info = {"directory": d, "entries": len(ents), "bytes": sum(e[1] for e in ents),
-            "max_bytes": _max_bytes(), "memory_entries": len(_memo)}
-    info.update(_stats)
-    return info
-
-
-def clear_cache(memory=True, disk=True):
-    """Empty the compile cache: the in-process memo and/or the on-disk entries.
-
-    Returns
-    -------
-    int
-        Number of disk entries removed.
-    """
-    n = 0
-    if memory:
-        with _memo_lock:
-            _memo.clear()
-    if disk:
-        d = cache_dir()
-        if d:
-            for _, _, path in _entries_of(d):
-                try:
-                    os.unlink(path)
-                    n += 1
-                except OSError:
-                    pass
-    return n
-
-
-def _pack_entry(ObjectCode oc):
-    import json
-    meta = {"kind": oc.kind, "arch": oc.arch, "log": oc.log, "names": oc._names,
-            "nvrtc": list(oc.nvrtc_version) if oc.nvrtc_version else None,
-            "code": len(oc.code), "ptx": len(oc._ptx) if oc._ptx is not None else -1}
-    mb = json.dumps(meta, sort_keys=True).encode()
-    payload = struct.pack("<I", len(mb)) + mb + oc.code + (oc._ptx or b"")
-    return _HEADER.pack(_FORMAT, len(payload), hashlib.sha256(payload).digest()) + payload
-
-
-def _unpack_entry(bytes data):
-    """An ObjectCode from an entry's bytes, or None when anything is off."""
-    import json
-    if len(data) < _HEADER.size:
-        return None
-    magic, n, digest = _HEADER.unpack_from(data)
-    payload = data[_HEADER.size:]
-    if magic != _FORMAT or n != len(payload) or hashlib.sha256(payload).digest() != digest:
-        return None
-    try:
-        (mlen,) = struct.unpack_from("<I", payload)
-        meta = json.loads(payload[4:4 + mlen].decode())
-        pos = 4 + mlen
-        code = payload[pos:pos + meta["code"]]
-        pos += meta["code"]
-        ptx = payload[pos:pos + meta["ptx"]] if meta["ptx"] >= 0 else None
-        if len(code) != meta["code"] or (ptx is not None and len(ptx) != meta["ptx"]):
-            return None
-        return ObjectCode._make(code, meta["kind"], meta["arch"], ptx, meta["log"], meta["names"],
-                                tuple(meta["nvrtc"]) if meta["nvrtc"] else None)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None
-
-
-def _disk_get(str d, str digest):
-    path = os.path.join(d, digest + ".bin")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    oc = _unpack_entry(data)
-    if oc is None:
-        _stats["corrupt"] += 1
-        try:
-            os.unlink(path)          # replaced by the fresh compile that follows
-        except OSError:
-            pass
-        return None
-    try:
-        os.utime(path)               # LRU: a hit makes the entry young again
-    except OSError:
-        pass
-    return oc
-
-
-def _disk_put(str d, str digest, ObjectCode oc):
-    import tempfile
-    try:
-        os.makedirs(d, exist_ok=True)
-        data = _pack_entry(oc)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=d)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, os.path.join(d, digest + ".bin"))    # atomic: readers see all or nothing
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _stats["writes"] += 1
-        _evict(d, _max_bytes())
-    except OSError as exc:
-        warnings.warn(f"barecuda compile cache: cannot write to {d}: {exc}", CudaWarning, stacklevel=3)
-
-
-def _evict(str d, size_t limit):
-    ents = _entries_of(d)
-    total = sum(e[1] for e in ents)
-    if total <= limit:
-        return
-    ents.sort()                       # oldest use first
-    for mtime, size, path in ents:
-        if total <= limit:
-            break
-        try:
-            os.unlink(path)
-            total -= size
-            _stats["evictions"] += 1
-        except OSError:
-            pass
-    # temporary files of writers that died long ago
-    now = time.time()
-    try:
-        for e in os.scandir(d):
-            if e.name.startswith(".tmp-") and now - e.stat().st_mtime > 3600:
-                os.unlink(e.path)
-    except OSError:
-        pass
 
 
 # ------------------------------------------------------------------ compiled code
@@ -822,120 +204,6 @@ cdef bytes _b(object s, str what):
     return b
 
 
-cdef str _nvrtc_err(nvrtcResult rc):
-    cdef const char *s = NV.nvrtcGetErrorString(rc) if NV.nvrtcGetErrorString != NULL else NULL
-    return s.decode(errors="replace") if s != NULL else f"NVRTC error {rc}"
-
-
-cdef str _program_log(nvrtcProgram p):
-    cdef size_t n = 0
-    if NV.nvrtcGetProgramLogSize(p, &n) != 0 or n <= 1:
-        return ""
-    buf = bytearray(n)
-    if NV.nvrtcGetProgramLog(p, buf) != 0:
-        return ""
-    return bytes(buf).split(b"\0", 1)[0].decode("utf-8", errors="replace")
-
-
-cdef bytes _get_output(nvrtcProgram p, int which):
-    """which: 0 PTX, 1 cubin, 2 LTO-IR. None when empty or not available."""
-    cdef size_t n = 0
-    cdef nvrtcResult rc
-    if which == 0:
-        rc = NV.nvrtcGetPTXSize(p, &n)
-    elif which == 1:
-        if NV.nvrtcGetCUBINSize == NULL:
-            return None
-        rc = NV.nvrtcGetCUBINSize(p, &n)
-    else:
-        if NV.nvrtcGetLTOIRSize == NULL:
-            return None
-        rc = NV.nvrtcGetLTOIRSize(p, &n)
-    if rc != 0 or n <= 1:
-        return None
-    buf = bytearray(n)
-    if which == 0:
-        rc = NV.nvrtcGetPTX(p, buf)
-    elif which == 1:
-        rc = NV.nvrtcGetCUBIN(p, buf)
-    else:
-        rc = NV.nvrtcGetLTOIR(p, buf)
-    if rc != 0:
-        return None
-    if which == 0:
-        return bytes(buf).split(b"\0", 1)[0]
-    return bytes(buf)
-
-
-def _nvrtc_compile(bytes src, bytes name, list headers, list options, list names, str kind):
-    """Run NVRTC once. Returns (code, ptx, log, lowered names)."""
-    cdef nvrtcProgram p = NULL
-    cdef nvrtcResult rc
-    cdef int nh = len(headers), no = len(options), i
-    cdef const char **hsrc = NULL
-    cdef const char **hname = NULL
-    cdef const char **opts = NULL
-    cdef const char *lowered = NULL
-    cdef const char *csrc = src
-    cdef const char *cname = name
-    keep = []
-    hsrc = <const char **>PyMem_Malloc(sizeof(char *) * (nh + 1))
-    hname = <const char **>PyMem_Malloc(sizeof(char *) * (nh + 1))
-    opts = <const char **>PyMem_Malloc(sizeof(char *) * (no + 1))
-    try:
-        if hsrc == NULL or hname == NULL or opts == NULL:
-            raise MemoryError()
-        for i in range(nh):
-            keep.append(headers[i][0]); keep.append(headers[i][1])
-            hname[i] = <const char *>(<bytes>headers[i][0])
-            hsrc[i] = <const char *>(<bytes>headers[i][1])
-        for i in range(no):
-            opts[i] = <const char *>(<bytes>options[i])
-        rc = NV.nvrtcCreateProgram(&p, csrc, cname, nh, hsrc, hname)
-        if rc != 0:
-            raise CompileError(f"nvrtcCreateProgram failed: {_nvrtc_err(rc)}", "", rc)
-        try:
-            for n in names:
-                rc = NV.nvrtcAddNameExpression(p, <bytes>n)
-                if rc != 0:
-                    raise CompileError(f"nvrtcAddNameExpression({n.decode()!r}) failed: {_nvrtc_err(rc)}", "", rc)
-            with nogil:
-                rc = NV.nvrtcCompileProgram(p, no, opts)
-            log = _program_log(p)
-            if rc != 0:
-                pname = name.decode(errors="replace")
-                msg = f"NVRTC could not compile {pname}: {_nvrtc_err(rc)}"
-                if log.strip():
-                    msg += "\n" + log.strip()
-                if rc == 5:      # NVRTC_ERROR_INVALID_OPTION
-                    msg += "\noptions: " + " ".join(o.decode() for o in options)
-                raise CompileError(msg, log, rc)
-            lowered_names = {}
-            for n in names:
-                rc = NV.nvrtcGetLoweredName(p, <bytes>n, &lowered)
-                if rc != 0 or lowered == NULL:
-                    raise CompileError(f"no lowered name for the name expression {n.decode()!r}: "
-                                       f"{_nvrtc_err(rc)}", log, rc)
-                lowered_names[n.decode()] = lowered.decode()
-            ptx = _get_output(p, 0)
-            if kind == "ptx":
-                code = ptx
-            elif kind == "cubin":
-                code = _get_output(p, 1)
-            else:
-                code = _get_output(p, 2)
-            if code is None:
-                raise CompileError(f"NVRTC produced no {kind} output (options: "
-                                   f"{' '.join(o.decode() for o in options)})", log, 0)
-            return code, ptx, log, lowered_names
-        finally:
-            NV.nvrtcDestroyProgram(&p)
-    finally:
-        PyMem_Free(hsrc)
-        PyMem_Free(hname)
-        PyMem_Free(opts)
-
-
 def _device_target(device):
     """(driver version, compute capability int) of `device` (loads the driver)."""
     ensure_driver(ST)
@@ -1082,7 +350,7 @@ cdef class Program:
             except TypeError:          # unhashable device/arch: no memo
                 hit = None
             if hit is not None:
-                _stats["memory_hits"] += 1
+                _compile_cache.note_memory_hit()
                 return hit
         oc = self._compile(target, names, arch, device, cache)
         if cache:
@@ -1093,15 +361,14 @@ cdef class Program:
         return oc
 
     def _compile(self, str target, tuple names, arch, device, bint cache):
-        _ensure_nvrtc()
-        nv = _nv_info["version"]
+        nv = nvrtc_version()
         if arch is None or target == "auto":
             drv, cc = _device_target(device)
             if arch is not None:
                 cc = arch
         else:
             drv, cc = None, arch
-        kind, arch_opt = select_target(target, nv, drv, cc, _nv_info["archs"])
+        kind, arch_opt = select_target(target, nv, drv, cc, nvrtc_archs())
         opts = [f"-arch={arch_opt}"]
         if kind == "ltoir":
             opts.append("-dlto")
@@ -1110,47 +377,32 @@ cdef class Program:
         opts.extend(self._options)
         key = (self._key, tuple(opts), names, kind, nv)
         if cache:
-            oc = _memo.get(key)
+            oc = _compile_cache.memo_get(key)
             if oc is not None:
-                _stats["memory_hits"] += 1
                 return oc
-            d = cache_dir()
+            d = cache_dir() or None
             digest = None
-            if d:
-                h = hashlib.sha256()
-                for part in (b"barecuda-nvrtc-2", repr(nv).encode(), kind.encode(), self.name.encode(),
-                             "\0".join(opts).encode(), "\0".join(names).encode(), self._src):
-                    h.update(struct.pack("<Q", len(part)))
-                    h.update(part)
-                for hn, hsrc in self._headers:
-                    h.update(struct.pack("<QQ", len(hn), len(hsrc)))
-                    h.update(hn)
-                    h.update(hsrc)
-                digest = h.hexdigest()
-                oc = _disk_get(d, digest)
-                if oc is not None:
-                    _stats["disk_hits"] += 1
-                    with _memo_lock:
-                        _memo[key] = oc
-                    return oc
-            _stats["misses"] += 1
+            if d is not None:
+                digest = _compile_cache.key_digest(
+                    (b"barecuda-nvrtc-2", repr(nv).encode(), kind.encode(), self.name.encode(),
+                     "\0".join(opts).encode(), "\0".join(names).encode(), self._src), self._headers)
+            oc = _compile_cache.disk_get(key, d, digest, ObjectCode._make)
+            if oc is not None:
+                return oc
         bopts = [o.encode() for o in opts]
         bnames = [n.encode() for n in names]
         for n in bnames:
             if b"\0" in n:
                 raise ValueError("a name expression contains a NUL byte")
-        code, ptx, log, lowered = _nvrtc_compile(self._src, self.name.encode(), self._headers, bopts, bnames, kind)
+        code, ptx, log, lowered = nvrtc_compile(self._src, self.name.encode(), self._headers, bopts, bnames, kind)
         if kind == "ltoir" and ptx is None:
             # -dlto leaves no PTX; compile the PTX once more so kernels know their parameter types
             popts = [o for o in bopts if o != b"-dlto"]
             popts[0] = b"-arch=compute_" + arch_opt.split("_", 1)[1].rstrip("af").encode()
-            _, ptx, _, _ = _nvrtc_compile(self._src, self.name.encode(), self._headers, popts, bnames, "ptx")
+            _, ptx, _, _ = nvrtc_compile(self._src, self.name.encode(), self._headers, popts, bnames, "ptx")
         oc = ObjectCode._make(code, kind, arch_opt, ptx, log, lowered, nv)
         if cache:
-            with _memo_lock:
-                _memo[key] = oc
-            if digest is not None:
-                _disk_put(d, digest, oc)
+            _compile_cache.store(key, d, digest, oc, (code, kind, arch_opt, ptx, log, lowered, nv))
         return oc
 
     def __repr__(self):
@@ -1167,9 +419,6 @@ def compile_module(source, *, device=None, name_expressions=(), **kwargs):
 
 
 # ------------------------------------------------------------------ linking
-_JL_KIND = {"cubin": 1, "ptx": 2, "ltoir": 3, "fatbin": 4, "object": 5, "library": 6}
-
-
 def _as_code(x):
     if isinstance(x, ObjectCode):
         return x
@@ -1222,70 +471,8 @@ def _needs_devrt(codes):
     return False
 
 
-cdef str _jl_log(nvJitLinkHandle h, bint error):
-    cdef size_t n = 0
-    cdef nvJitLinkResult rc
-    rc = JL.nvJitLinkGetErrorLogSize(h, &n) if error else JL.nvJitLinkGetInfoLogSize(h, &n)
-    if rc != 0 or n <= 1:
-        return ""
-    buf = bytearray(n)
-    rc = JL.nvJitLinkGetErrorLog(h, buf) if error else JL.nvJitLinkGetInfoLog(h, buf)
-    if rc != 0:
-        return ""
-    return bytes(buf).split(b"\0", 1)[0].decode("utf-8", errors="replace")
-
-
-def _link_nvjitlink(list codes, str arch, list options):
-    cdef nvJitLinkHandle h = NULL
-    cdef nvJitLinkResult rc
-    cdef const char **opts = NULL
-    cdef size_t n = 0
-    cdef int i, no
-    bopts = [f"-arch={arch}".encode()]
-    if any((<ObjectCode>c).kind == "ltoir" for c in codes):
-        bopts.append(b"-lto")
-    bopts += [o.encode() for o in options]
-    no = len(bopts)
-    opts = <const char **>PyMem_Malloc(sizeof(char *) * no)
-    if opts == NULL:
-        raise MemoryError()
-    try:
-        for i in range(no):
-            opts[i] = <const char *>(<bytes>bopts[i])
-        rc = JL.nvJitLinkCreate(&h, no, opts)
-        if rc != 0:
-            raise LinkError(f"nvJitLinkCreate failed ({rc}) with options {[o.decode() for o in bopts]}", "", rc)
-        try:
-            for i, c in enumerate(codes):
-                oc = <ObjectCode>c
-                kind = _JL_KIND.get(oc.kind)
-                if kind is None:
-                    raise LinkError(f"cannot link {oc.kind} input")
-                nm = f"input{i}.{oc.kind}".encode()
-                rc = JL.nvJitLinkAddData(h, kind, <const char *>oc.code, len(oc.code), nm)
-                if rc != 0:
-                    log = _jl_log(h, True)
-                    raise LinkError(f"nvJitLinkAddData({oc.kind} input {i}) failed ({rc})"
-                                    + (f"\n{log}" if log else ""), log, rc)
-            with nogil:
-                rc = JL.nvJitLinkComplete(h)
-            if rc != 0:
-                log = _jl_log(h, True)
-                raise LinkError(f"nvJitLink could not link ({rc})" + (f"\n{log}" if log else ""), log, rc)
-            info = _jl_log(h, False)
-            if JL.nvJitLinkGetLinkedCubinSize(h, &n) != 0 or n == 0:
-                raise LinkError("nvJitLink produced no cubin", _jl_log(h, True), 0)
-            buf = bytearray(n)
-            if JL.nvJitLinkGetLinkedCubin(h, <void *><char *>buf) != 0:
-                raise LinkError("nvJitLinkGetLinkedCubin failed", _jl_log(h, True), 0)
-            return bytes(buf), info
-        finally:
-            JL.nvJitLinkDestroy(&h)
-    finally:
-        PyMem_Free(opts)
-
-
-_CU_KIND = {"cubin": 0, "ptx": 1, "fatbin": 2, "object": 3, "library": 4}
+_CU_KIND = {"cubin": CU_JIT_INPUT_CUBIN, "ptx": CU_JIT_INPUT_PTX, "fatbin": CU_JIT_INPUT_FATBINARY,
+            "object": CU_JIT_INPUT_OBJECT, "library": CU_JIT_INPUT_LIBRARY}
 
 
 def _link_driver(list codes, device):
@@ -1297,8 +484,8 @@ def _link_driver(list codes, device):
     cdef void *jvals[4]
     cdef char *err = NULL
     cdef Device dev = device_of(device)
-    _ensure_linkdrv()
-    _require(<void *>LK.cuLinkCreate, "cuLinkCreate", "linking with the driver", 6050)
+    ensure_driver(ST)
+    require(<void *>D.cuLinkCreate, b"cuLinkCreate", b"linking with the driver")
     dev.activate()
     err = <char *>PyMem_Malloc(16384)
     if err == NULL:
@@ -1307,7 +494,7 @@ def _link_driver(list codes, device):
     jopts[0] = CU_JIT_ERROR_LOG_BUFFER; jvals[0] = err
     jopts[1] = CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES; jvals[1] = <void *><size_t>16384
     try:
-        rc = LK.cuLinkCreate(2, jopts, jvals, &st)
+        rc = D.cuLinkCreate(2, jopts, jvals, &st)
         check(rc, b"cuLinkCreate")
         try:
             for i, c in enumerate(codes):
@@ -1321,18 +508,18 @@ def _link_driver(list codes, device):
                 else:
                     data = oc.code
                 nm = f"input{i}.{oc.kind}".encode()
-                rc = LK.cuLinkAddData(st, _CU_KIND[oc.kind], <void *><const char *>data, len(data), nm, 0, NULL, NULL)
-                if rc != 0:
+                rc = D.cuLinkAddData(st, _CU_KIND[oc.kind], <void *><const char *>data, len(data), nm, 0, NULL, NULL)
+                if rc != CUDA_SUCCESS:
                     log = err[:strlen(err)].decode(errors="replace")
                     raise make_error(rc, "cuLinkAddData", f"({oc.kind} input {i})" + (f"\n{log}" if log else ""))
             with nogil:
-                rc = LK.cuLinkComplete(st, &out, &n)
-            if rc != 0:
+                rc = D.cuLinkComplete(st, &out, &n)
+            if rc != CUDA_SUCCESS:
                 log = err[:strlen(err)].decode(errors="replace")
                 raise make_error(rc, "cuLinkComplete", log or None)
             return (<char *>out)[:n]          # copied before cuLinkDestroy frees it
         finally:
-            LK.cuLinkDestroy(st)
+            D.cuLinkDestroy(st)
     finally:
         PyMem_Free(err)
 
@@ -1377,13 +564,13 @@ def link(inputs, *, arch=None, device=None, options=(), devrt=None, use_nvjitlin
         _, cc = _device_target(device)
         arch_s = f"sm_{cc}"
     else:
-        n, suffix = _as_cc(arch)
+        n, suffix = as_cc(arch)
         arch_s = f"sm_{n}{suffix}"
     if use_nvjitlink is None:
         use_nvjitlink = nvjitlink_available()
     if use_nvjitlink:
-        _ensure_nvjitlink()
-        cubin, log = _link_nvjitlink(codes, arch_s, [str(o) for o in options])
+        cubin, log = nvjitlink_link([((<ObjectCode>c).kind, (<ObjectCode>c).code) for c in codes], arch_s,
+                                    [str(o) for o in options])
     else:
         cubin = _link_driver(codes, device)
         log = ""
@@ -1436,16 +623,16 @@ cdef class Library:
             raise TypeError(f"Library.load takes ObjectCode or bytes, got {type(code).__name__}")
         if oc.kind == "ltoir":
             raise ValueError("LTO-IR cannot be loaded directly: link it first (barecuda.link([...]))")
-        _ensure_linkdrv()
-        _require(<void *>LK.cuLibraryLoadData, "cuLibraryLoadData", "Library", 12000)
-        _require(<void *>LK.cuKernelGetFunction, "cuKernelGetFunction", "Library", 12000)
+        ensure_driver(ST)
+        require(<void *>D.cuLibraryLoadData, b"cuLibraryLoadData", b"Library")
+        require(<void *>D.cuKernelGetFunction, b"cuKernelGetFunction", b"Library")
         data = oc.code
         if oc.kind == "ptx":
             _check_ptx_loadable(data)
             data = data + b"\0"
         cdef const char *img = data
         with nogil:
-            rc = LK.cuLibraryLoadData(&h, img, NULL, NULL, 0, NULL, NULL, 0)
+            rc = D.cuLibraryLoadData(&h, img, NULL, NULL, 0, NULL, NULL, 0)
         check(rc, b"cuLibraryLoadData")
         lib.handle = h
         lib.code = oc
@@ -1459,12 +646,7 @@ cdef class Library:
         cdef Device dev = device_of(device)
         if self.handle == NULL:
             raise ValueError("the library is closed")
-        try:
-            skey = tuple(signature) if signature is not None and not isinstance(signature, str) else signature
-            key = (name, dev.ordinal, skey)
-            hash(key)
-        except TypeError:
-            key = None
+        key = kernel_key(name, signature, dev.ordinal)
         if key is not None:
             k = self._kernels.get(key)
             if k is not None:
@@ -1472,20 +654,19 @@ cdef class Library:
         lowered = self.code._names.get(name, name)
         sigs = self.code.signatures() or {}
         if lowered not in sigs and sigs:
-            prefix = f"_Z{len(lowered)}{lowered}"
-            matches = [n for n in sigs if n.startswith(prefix) and len(n) > len(prefix)]
+            matches = mangled_matches(lowered, sigs)
             if len(matches) == 1:
                 lowered = matches[0]
             elif len(matches) > 1:
                 raise ValueError(f"{name!r} is overloaded in this library: {', '.join(matches)}; "
                                  "use a name expression or the mangled name")
         dev.activate()
-        rc = LK.cuLibraryGetKernel(&kern, self.handle, lowered.encode())
-        if rc == 500:
+        rc = D.cuLibraryGetKernel(&kern, self.handle, lowered.encode())
+        if rc == CUDA_ERROR_NOT_FOUND:
             known = ", ".join(sigs) if sigs else "unknown"
             raise make_error(rc, "cuLibraryGetKernel", f"no kernel named {name!r}; kernels: {known}")
         check(rc, b"cuLibraryGetKernel")
-        rc = LK.cuKernelGetFunction(&f, kern)
+        rc = D.cuKernelGetFunction(&f, kern)
         check(rc, b"cuKernelGetFunction")
         k = make_kernel(self, f, dev.ctx, dev, lowered, sigs.get(lowered), signature)
         if key is not None:
@@ -1495,17 +676,15 @@ cdef class Library:
 
     def close(self):
         """Unload now; kernels from it then refuse to launch. Idempotent."""
-        cdef CUresult rc
         if self.handle == NULL:
             return
+        cdef CUlibrary h = self.handle
+        self.handle = NULL
         for k in list(self._all_kernels):
             invalidate_kernel(<Kernel>k)
         self._kernels.clear()
         if bc_driver_usable(ST):
-            rc = LK.cuLibraryUnload(self.handle)
-            self.handle = NULL
-            check(rc, b"cuLibraryUnload")
-        self.handle = NULL
+            check(D.cuLibraryUnload(h), b"cuLibraryUnload")
 
     @property
     def closed(self):
@@ -1513,9 +692,9 @@ cdef class Library:
 
     def __dealloc__(self):
         cdef CUresult rc
-        if self.handle != NULL and bc_driver_usable(ST) and LK.cuLibraryUnload != NULL:
-            rc = LK.cuLibraryUnload(self.handle)
-            if rc != 0:
+        if self.handle != NULL and bc_driver_usable(ST) and D.cuLibraryUnload != NULL:
+            rc = D.cuLibraryUnload(self.handle)
+            if rc != CUDA_SUCCESS:
                 try:
                     warnings.warn(f"cuLibraryUnload in Library.__dealloc__ failed: {rc}", CudaWarning)
                 except Exception:

@@ -159,6 +159,18 @@ def mangled_matches(str name, names):
     return [n for n in names if n.startswith(prefix) and len(n) > len(prefix)]
 
 
+def kernel_key(str name, signature, where=None):
+    """The key a module or library caches kernel ``name`` under: ``(name, where,
+    signature as a tuple)``; None when the signature is not hashable (then no caching)."""
+    try:
+        key = (name, where, tuple(signature) if signature is not None and not isinstance(signature, str)
+               else signature)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 # ------------------------------------------------------------------ signatures
 cdef tuple _kind_entry(int kind):
     return (KIND_NAMES[kind], kind, bc_kind_size[kind], bc_kind_align[kind])

@@ -73,6 +73,9 @@ long long tok_ll(const tok *t, int *ok) {
 
 /* Parse [.align N] [.vN] .type name [K]... starting at *i; fills size/align/count.
  * `is_param` allows the .ptr [.space] [.align N] decorations of kernel parameters. */
+/* Largest declaration the double lays out (its globals are real host memory). */
+#define FK_DECL_MAX ((size_t)1 << 28)
+
 int parse_decl(const toks *ts, int *pi, int end, size_t *size, size_t *align, tok *name, tok *type,
                       parse_ctx *pc) {
     int i = *pi, ok, ptr = 0, vec = 1;
@@ -121,6 +124,11 @@ int parse_decl(const toks *ts, int *pi, int end, size_t *size, size_t *align, to
                 snprintf(pc->err, sizeof(pc->err), "bad array size '%.*s'", ts->t[i + 1].n, ts->t[i + 1].s);
                 return -1;
             }
+            if ((unsigned long long)k > FK_DECL_MAX / count) {   /* checked: the product must not wrap */
+                snprintf(pc->err, sizeof(pc->err), "array '%.*s' is too large for the double (over %llu bytes)",
+                         name->n, name->s, (unsigned long long)FK_DECL_MAX);
+                return -1;
+            }
             count *= (size_t)k;
             i += 2;
         } else {
@@ -130,6 +138,11 @@ int parse_decl(const toks *ts, int *pi, int end, size_t *size, size_t *align, to
     if (!tsize || !name->s) {
         snprintf(pc->err, sizeof(pc->err), "malformed declaration near '%.*s'",
                  i < end ? ts->t[i].n : 0, i < end ? ts->t[i].s : "");
+        return -1;
+    }
+    if (count > FK_DECL_MAX / ((size_t)tsize * (size_t)vec)) {
+        snprintf(pc->err, sizeof(pc->err), "'%.*s' is too large for the double (over %llu bytes)",
+                 name->n, name->s, (unsigned long long)FK_DECL_MAX);
         return -1;
     }
     *size = (size_t)tsize * (size_t)vec * count;

@@ -1,0 +1,125 @@
+"""Objects made before fork() refuse to work in the child (issue 9, item 8; "Required" 5).
+
+In a child forked after the driver was loaded, every method of every object made
+before the fork -- launches, plans, PlanList, launch_all, memset, copies, views, exports,
+pools, graphs, modules -- raises ForkedProcessError naming ``spawn``, with zero driver
+calls (the double's call counters); destructors leak silently. Streams, events and
+devices: tests/test_device_stream.py. The child runs in a fresh interpreter, so the
+fork does not copy pytest's threads."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import barecuda as bc
+
+_CHILD = r'''
+import gc, os, re, sys, warnings
+import barecuda as bc
+from conftest import FakeCuda
+from fakecuda import ptx
+fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
+names = [n for n in sorted(set(re.findall(r"\b(cu[A-Z]\w+)", open(sys.argv[1]).read())))
+         if fake.lib.fakecuda_calls(n.encode()) >= 0]
+total = lambda: sum(fake.lib.fakecuda_calls(n.encode()) for n in names)
+
+m = bc.Module.from_ptx(ptx.VADD)
+k = m.get_kernel("vadd")
+s = bc.Stream()
+b = bc.alloc(4096, stream=s)
+c = bc.DriverAllocator(0).alloc(4096)
+v = b.view("float32")
+pool = bc.MemoryPool(0)
+pp = bc.PinnedMemoryPool(0)
+plan = k.bind(1, 32, b, b, b, 1, stream=s)
+plans = bc.PlanList([plan])
+pin = bc.PinnedBuffer(4096)
+managed = bc.managed_empty(4096)
+g = bc.Graph()
+node = g.add_kernel(k, 1, 32, b, b, b, 1)
+exe = g.instantiate()
+cfg = bc.LaunchConfig(1, 32, stream=s)
+glob = bc.Module.from_ptx(ptx.WITH_GLOBALS).get_global("counter")
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    fails = []
+    before = total()
+    calls = {
+        "Kernel.launch": lambda: k.launch(1, 32, b, b, b, 1, stream=s),
+        "Kernel.launch (default stream)": lambda: k.launch(1, 32, b, b, b, 1),
+        "Kernel.launch_config": lambda: k.launch_config(cfg, b, b, b, 1),
+        "Kernel.bind": lambda: k.bind(1, 32, b, b, b, 1),
+        "LaunchPlan()": plan, "LaunchPlan.launch": plan.launch, "LaunchPlan.set_arg": lambda: plan.set_arg(0, c),
+        "PlanList()": plans, "launch_all": lambda: bc.launch_all([plan]),
+        "Module.get_kernel": lambda: m.get_kernel("vadd"), "Global.read": glob.read,
+        "Global.write": lambda: glob.write(b"\0" * 4),
+        "DeviceBuffer.memset": lambda: b.memset(0), "DeviceBuffer.memset(stream)": lambda: b.memset(0, stream=s),
+        "DeviceBuffer.copy_from(host)": lambda: b.copy_from(bytes(4096)),
+        "DeviceBuffer.copy_from(device)": lambda: b.copy_from(c),
+        "DeviceBuffer.copy_from(pinned, stream)": lambda: b.copy_from(pin, stream=s),
+        "DeviceBuffer.copy_to": b.copy_to, "DeviceBuffer.to_numpy": b.to_numpy, "DeviceBuffer.copy": b.copy,
+        "DeviceBuffer.view": lambda: b.view("int32"), "DeviceBuffer[a:b]": lambda: b[0:4],
+        "view.copy_to": v.copy_to,
+        "DeviceBuffer.__cuda_array_interface__": lambda: b.__cuda_array_interface__,
+        "DeviceBuffer.__dlpack__": lambda: b.__dlpack__(stream=-1),
+        "DeviceBuffer.prefetch": lambda: managed.prefetch(0),
+        "as_device_buffer": lambda: bc.as_device_buffer(b.__cuda_array_interface__),
+        "copy_2d": lambda: bc.copy_2d(b, c, 16, 2), "copy_3d": lambda: bc.copy_3d(b, c, 16, 2, 2),
+        "MemoryPool.alloc": lambda: pool.alloc(64), "MemoryPool.trim": pool.trim,
+        "PinnedMemoryPool.empty": lambda: pp.empty(64),
+        "alloc": lambda: bc.alloc(64), "to_device": lambda: bc.to_device(b"x" * 8), "trim_memory": bc.trim_memory,
+        "Graph.add_kernel": lambda: g.add_kernel(k, 1, 32, b, b, b, 1), "Graph.instantiate": g.instantiate,
+        "GraphExec.launch": exe.launch, "KernelNode.set_arg": lambda: node.set_arg(0, c),
+        "DeviceBuffer.close": c.close, "view.close": v.close, "PinnedBuffer.close": pin.close,
+        "Module.close": m.close,
+    }
+    for name, call in calls.items():
+        n0 = total()
+        try:
+            call()
+        except bc.ForkedProcessError as e:
+            if "spawn" not in str(e):
+                fails.append(f"{name}: the message does not name spawn: {e}")
+        except BaseException as e:
+            fails.append(f"{name}: {type(e).__name__}: {e}")
+        else:
+            fails.append(f"{name}: returned normally")
+        if total() != n0:
+            fails.append(f"{name}: {total() - n0} driver call(s)")
+    repr(b); repr(plan); repr(pool); pool.stats()        # bookkeeping stays readable, calls nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                    # destructors leak silently
+        del k, m, s, b, c, v, pool, pp, plan, plans, pin, managed, g, node, exe, cfg, glob
+        gc.collect()
+    if total() != before:
+        fails.append(f"{total() - before} driver call(s) in the child in all")
+    os.write(w, "\n".join(fails).encode())
+    os.close(w)
+    os._exit(0)
+os.close(w)
+out = b""
+while True:
+    chunk = os.read(r, 65536)
+    if not chunk:
+        break
+    out += chunk
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+print(out.decode() or "ok")
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="os.fork semantics tested on Linux")
+def test_forked_child_refuses_every_method_with_zero_driver_calls(fake_lib_path):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    abi_h = os.path.join(os.path.dirname(tests), "include", "barecuda", "cuda_abi.h")
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))   # the barecuda under test
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, PYTHONPATH=os.pathsep.join([tests, pkg_parent] + extra))
+    r = subprocess.run([sys.executable, "-c", _CHILD, abi_h], env=env, capture_output=True, text=True,
+                       timeout=120, cwd=tests)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok", r.stdout
