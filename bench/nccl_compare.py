@@ -8,8 +8,8 @@ unique id rank 0 makes and torch's store carries. For every size (1 MiB, 16 MiB,
 256 MiB, 1 GiB, float32, in place) the two are timed alternately, round by round, on
 one stream each (CUDA events around a batch of calls); the figure is the median per
 call. Bus bandwidth follows nccl-tests: busbw = algbw * 2(n-1)/n. The 8-byte row is
-latency. The other dist rows (IPC open cost, peer copies) are measured after the
-collectives and printed first; rank 0's table (torch's rows beside ours) comes last.
+latency. The other rows (the tensors-on-the-fast-path launch rows, IPC open cost, peer
+copies) are measured after the collectives and printed first; rank 0's table (torch's rows beside ours) comes last.
 NVLink multicast stays off: NCCL_NVLS_ENABLE=0 (and torch's / NVSHMEM's switches).
 """
 import argparse
@@ -119,7 +119,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
-    ap.add_argument("--no-extra", action="store_true", help="skip the IPC and peer-copy rows")
+    ap.add_argument("--no-extra", action="store_true", help="skip the tensor launch, IPC and peer-copy rows")
     a = ap.parse_args()
     if "RANK" in os.environ:            # under torchrun
         out = rank_main(a.quick)
@@ -142,7 +142,8 @@ def main():
         out = next(o for o in outs if o is not None)
     if not a.no_extra:
         dr = _dist_rows()
-        extra = [dr.ipc_open_row(50 if a.quick else 200)] + dr.peer_copy_rows(rounds=3 if a.quick else 5)
+        extra = (dr.tensor_launch_rows(6 if a.quick else 15) + [dr.ipc_open_row(50 if a.quick else 200)]
+                 + dr.peer_copy_rows(rounds=3 if a.quick else 5))
         print(dr.format_rows(extra))
         out["extra"] = extra
     print_table(out)                    # last: the table is what the run is for

@@ -6,9 +6,9 @@ import pytest
 
 from barecuda.bench import BATCH
 
-ISSUE_ROWS = ["raw0", "raw4", "raw16", "rawex4", "bc0", "bc4", "bc16", "plan4", "all4", "plist4",
+ISSUE_ROWS = ["raw0", "raw4", "raw4p", "raw16", "rawex4", "bc0", "bc4", "bc4p", "torch4p", "cupy4p", "bc16", "plan4", "all4", "plist4",
               "bcex4", "bcexplan4", "gilrel4", "gilheld4", "cucore", "cubind", "cupy", "torch", "triton", "ctypes"]
-ROUNDTRIP_ROWS = ["raw4", "bc4", "plan4", "rawex4", "bcex4", "bcexplan4", "cucore", "cubind", "cupy", "torch", "triton",
+ROUNDTRIP_ROWS = ["raw4", "bc4", "raw4p", "bc4p", "torch4p", "cupy4p", "plan4", "rawex4", "bcex4", "bcexplan4", "cucore", "cubind", "cupy", "torch", "triton",
                   "ctypes"]
 
 
@@ -50,4 +50,10 @@ def test_launch_sync_roundtrip(benchmark, launch_rows, key):
         run(1)
         sync()
 
-    benchmark.pedantic(once, rounds=500, warmup_rounds=10, iterations=1)
+    if getattr(r, "setup", None):
+        r.setup()
+    try:
+        benchmark.pedantic(once, rounds=500, warmup_rounds=10, iterations=1)
+    finally:
+        if getattr(r, "teardown", None):
+            r.teardown()

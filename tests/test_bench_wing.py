@@ -124,6 +124,27 @@ def test_baseline_flags_more_than_five_percent():
     assert any(cells[-1] == "FAIL" for _, cells in sec.lines)
 
 
+def test_baseline_skips_a_missing_peer_row_and_honours_row_tolerance():
+    base = {"tolerance": 0.05, "rows": {
+        "bc4": {"column": "issue", "ratio": 1.09},
+        "torch4p": {"column": "issue", "ratio": 1.15, "tolerance": 0, "needs": "torch with CUDA"},
+        "cupy4p": {"column": "issue", "ratio": 1.15, "tolerance": 0, "needs": "CuPy"}}}
+    got = {r[0]: r for r in report.compare_baseline(_doc({"bc4": 1.09, "cupy4p": 1.16}), base)}
+    assert got["torch4p"][4] == "skip" and got["torch4p"][2] is None
+    assert got["cupy4p"][4] == "FAIL"              # 1.16 > 1.15 x (1 + 0): the row's own tolerance
+    assert got["bc4"][4] == "pass"
+    sec, summary = report.format_baseline(list(got.values()), base, "baseline.json")
+    assert "1 pass, 1 regressed" in summary and "1 skipped (torch4p: needs torch with CUDA)" in summary
+    assert "not measured" not in summary
+    assert any(cells[-1] == "skip (needs torch with CUDA)" for _, cells in sec.lines)
+    got = {r[0]: r[4] for r in report.compare_baseline(_doc({"bc4": 1.09, "cupy4p": 1.149}), base)}
+    assert got["cupy4p"] == "pass"
+    new = report.updated_baseline(_doc({"bc4": 1.08, "cupy4p": 1.1}), base)
+    assert new["rows"]["cupy4p"] == {"column": "issue", "ratio": 1.1, "label": "cupy4p", "needs": "CuPy",
+                                     "tolerance": 0}
+    assert new["rows"]["torch4p"]["needs"] == "torch with CUDA"      # unmeasured: kept as stored
+
+
 def test_updated_baseline_keeps_rows_and_unmeasured_figures():
     base = {"about": "x", "tolerance": 0.05, "rows": {"bc4": {"column": "issue", "ratio": 1.09},
                                                       "all4": {"column": "issue", "ratio": 1.0}}}
@@ -160,6 +181,13 @@ def test_command_line_json_and_baseline(fake_lib_path, tmp_path):
     assert {"raw0", "raw4", "raw16", "rawex4", "bc4", "plan4", "plist4"} <= set(rows)
     assert rows["bc4"]["ref"] == "raw4" and rows["bc4"]["ratio"]["issue"] > 0
     assert not any(k in rows for k in ("cupy", "torch"))          # --no-peers
+    # the tensors-on-the-fast-path rows stand beside bc4: DeviceBuffers measured, peers n/a
+    keys = [r["key"] for r in doc["launch"]]
+    assert keys[keys.index("bc4") + 1:keys.index("bc4") + 4] == ["bc4p", "torch4p", "cupy4p"]
+    assert rows["bc4p"]["ref"] == "raw4p" and rows["bc4p"]["ratio"]["issue"] > 0 and rows["raw4p"]["na"] is None
+    assert "--no-peers" in rows["torch4p"]["na"] and "--no-peers" in rows["cupy4p"]["na"]
+    res = {r[0]: r[4] for r in doc["baseline"]["results"]}
+    assert res.get("torch4p", "skip") == "skip" and res.get("cupy4p", "skip") == "skip"
     assert doc["settings"]["rounds"] == 2 and "baseline" in doc
     new = json.loads(newbase.read_text())
     assert set(new["rows"]) == set(report.load_baseline(os.path.join(REPO, "bench", "baseline.json"))["rows"])
@@ -183,3 +211,15 @@ def test_no_gpu_measures_nothing(tmp_path):
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and "no usable GPU" in p.stdout
     assert "DriverNotFoundError" in json.loads(out.read_text())["skipped"]
+
+
+def test_tensor_launch_rows_for_the_dist_benchmark(fake):
+    """nccl_compare's launch rows on the double: raw C and DeviceBuffers measured, the
+    torch/CuPy rows measured or n/a with the reason (no CUDA torch/CuPy here)."""
+    from barecuda.bench import dist_rows
+    rows = {r["key"]: r for r in dist_rows.tensor_launch_rows(rounds=1)}
+    assert list(rows) == ["raw4p", "bc4p", "torch4p", "cupy4p"]
+    assert rows["raw4p"]["value"] > 0 and rows["raw4p"]["note"] == "reference"
+    assert rows["bc4p"]["value"] > 0 and rows["bc4p"]["note"].endswith("x raw C")
+    for k in ("torch4p", "cupy4p"):
+        assert (rows[k]["value"] is None) == rows[k]["note"].startswith("n/a")

@@ -181,3 +181,14 @@ def test_closed_pipe_is_not_an_error(fake_lib_path):
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 0
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_topology_is_shown(fake_lib_path):
+    p = run_doctor(fake_lib_path, "--no-bench", FAKECUDA_DEVICES="2")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "topology:" in out and "2 devices" in out and "peer access (row reads column)" in out
+    rep = doctor_json(fake_lib_path, FAKECUDA_DEVICES="2")
+    t = rep["topology"]
+    assert len(t["devices"]) == 2 and len(t["access_matrix"]) == 2
+    assert t["access_matrix"][0][1] == (1 if t["p2p"][0][1]["access"] else 0)

@@ -93,6 +93,48 @@ def test_stream_argument_types(fake, vadd):
     s.close()
 
 
+def test_foreign_stream_objects_are_read_once(fake, vadd):
+    """A __cuda_stream__ object passed on every launch is asked once; a new object at a
+    dead one's address is asked again; objects without weak references every time."""
+    streams = [bc.Stream() for _ in range(3)]
+    asked = []
+
+    class Proto:
+        def __init__(self, s):
+            self.s = s
+
+        def __cuda_stream__(self):
+            asked.append(self)
+            return (0, self.s.handle_int)
+
+    p = Proto(streams[0])
+    for _ in range(3):
+        vadd.launch(1, 1, *ARGS, stream=p)
+        assert fake.last_launch().stream == streams[0].handle_int
+    assert asked == [p]
+    for i in range(40):        # fresh objects (often at a freed one's address): each its own handle
+        q = Proto(streams[i % 3])
+        vadd.launch(1, 1, *ARGS, stream=q)
+        assert fake.last_launch().stream == streams[i % 3].handle_int
+        del q
+        gc.collect()
+
+    class NoWeak:
+        __slots__ = ("h",)
+
+        def __init__(self, h):
+            self.h = h
+
+        def __cuda_stream__(self):
+            asked.append(self)
+            return (0, self.h)
+    n = len(asked)
+    w = NoWeak(streams[1].handle_int)
+    vadd.launch(1, 1, *ARGS, stream=w)
+    vadd.launch(1, 1, *ARGS, stream=w)
+    assert len(asked) == n + 2 and fake.last_launch().stream == streams[1].handle_int
+
+
 def test_closed_stream_is_refused(fake, vadd):
     s = bc.Stream()
     plan = vadd.bind(1, 1, *ARGS, stream=s)

@@ -371,8 +371,7 @@ def _fake_library(monkeypatch, name, current_stream):
 
         class ndarray:
             def __init__(self, ptr, device):
-                self.data = types.SimpleNamespace(ptr=ptr)
-                self.device = types.SimpleNamespace(id=device)
+                self.data = types.SimpleNamespace(ptr=ptr, device_id=device)   # cupy's MemoryPointer
                 self.calls = 0
         ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"
         cls = ndarray
@@ -396,6 +395,128 @@ def test_tensor_fast_path(fake, k2, monkeypatch, lib):
     before = _driver_counts(fake)
     k2.launch(1, 1, same, other, stream=s)
     assert _delta(fake, before)["cuStreamWaitEvent"] == 0
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_current_stream_is_read_once_per_launch(fake, k2, monkeypatch, lib):
+    """One launch's tensors share the library's current stream: the first reads it and
+    orders the consumer after it, the second does neither. Outside a launch (bind)
+    each tensor does both, and a launch that failed half-way leaves no memo behind."""
+    s = bc.Stream()
+    cls = _fake_library(monkeypatch, lib, 0)
+    producers = [bc.Stream(), bc.Stream()]
+    reads, current = [], [producers[0].handle_int]
+
+    def read(*ordinal):
+        reads.append(ordinal)
+        return current[0]
+    mod = sys.modules[lib]
+    if lib == "torch":
+        mod._C._cuda_getCurrentRawStream = read
+    else:
+        mod.cuda.stream.get_current_stream_ptr = read
+    b = bc.alloc(64)
+    t1, t2 = cls(b.ptr, 0), cls(b.ptr + 8, 0)
+    before = _driver_counts(fake)
+    k2.launch(1, 1, t1, t2, stream=s)
+    assert len(reads) == 1 and _delta(fake, before)["cuStreamWaitEvent"] == 1
+    assert _packed_ptrs(fake) == (b.ptr, b.ptr + 8)
+    before = _driver_counts(fake)
+    k2.launch(1, 1, t1, t2, stream=s)                 # a new launch reads it again
+    assert len(reads) == 2 and _delta(fake, before)["cuStreamWaitEvent"] == 1
+    before = _driver_counts(fake)
+    k2.bind(1, 1, t1, t2, stream=s)
+    assert len(reads) == 4 and _delta(fake, before)["cuStreamWaitEvent"] == 2
+    with pytest.raises(TypeError):
+        k2.launch(1, 1, t1, object(), stream=s)       # fails after the first tensor
+    current[0] = producers[1].handle_int
+    before = _driver_counts(fake)
+    k2.bind(1, 1, t1, t2, stream=s)                   # no memo left from the failed launch
+    assert _delta(fake, before)["cuStreamWaitEvent"] == 2
+    current[0] = s.handle_int                        # the library's current stream is ours
+    before = _driver_counts(fake)
+    k2.launch(1, 1, t1, t2, stream=s)
+    assert _delta(fake, before)["cuStreamWaitEvent"] == 0
+
+
+def _exchange_api_class(current, counts):
+    """A tensor class that publishes DLPack's C exchange API (the capsule PyTorch 2.10+
+    puts on torch.Tensor), its two functions barecuda calls written with ctypes: a
+    non-owning DLTensor of the object, and the current stream (``current[0]``)."""
+    import ctypes as C
+
+    class DLTensor(C.Structure):
+        _fields_ = [("data", C.c_void_p), ("device_type", C.c_int32), ("device_id", C.c_int32), ("ndim", C.c_int32),
+                    ("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16), ("shape", C.c_void_p),
+                    ("strides", C.c_void_p), ("byte_offset", C.c_uint64)]
+    to_fn = C.CFUNCTYPE(C.c_int, C.py_object, C.POINTER(DLTensor))
+    stream_fn = C.CFUNCTYPE(C.c_int, C.c_int32, C.c_int32, C.POINTER(C.c_void_p))
+
+    class Api(C.Structure):
+        _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32), ("prev", C.c_void_p), ("alloc", C.c_void_p),
+                    ("from_py", C.c_void_p), ("to_py", C.c_void_p), ("dltensor", to_fn), ("stream", stream_fn)]
+    shape = (C.c_int64 * 1)(16)
+
+    def dltensor(obj, out):
+        counts["dltensor"] += 1
+        t = out.contents
+        t.data, t.device_type, t.device_id, t.ndim = obj.ptr - 8, obj.kind, obj.dev, 1
+        t.code, t.bits, t.lanes, t.shape, t.strides, t.byte_offset = 2, 32, 1, C.addressof(shape), None, 8
+        return 0
+
+    def stream(device_type, device_id, out):
+        counts["stream"] += 1
+        assert device_type == 2                       # kDLCUDA
+        out[0] = current[0]
+        return 0
+    keep = [to_fn(dltensor), stream_fn(stream), shape, C.create_string_buffer(b"dlpack_exchange_api")]
+    api = Api(1, 3, None, None, None, None, keep[0], keep[1])
+    new = C.PYFUNCTYPE(C.py_object, C.c_void_p, C.c_void_p, C.c_void_p)(("PyCapsule_New", C.pythonapi))
+
+    class Tensor:
+        __dlpack_c_exchange_api__ = new(C.addressof(api), C.addressof(keep[3]), None)
+        _keep = (api, keep)
+
+        def __init__(self, ptr, device, kind=2):
+            self.ptr, self.dev, self.kind = ptr, device, kind
+    return Tensor
+
+
+def test_dlpack_c_exchange_api_is_read_in_c(fake, k2):
+    """A class with its own __dlpack_c_exchange_api__ goes through the C functions: the
+    address (data + byte_offset), device checks naming both devices, the current stream
+    once per launch; a subclass (which only inherits it) goes through the protocols."""
+    s, producer = bc.Stream(), bc.Stream()
+    counts = {"dltensor": 0, "stream": 0}
+    current = [producer.handle_int]
+    cls = _exchange_api_class(current, counts)
+    b = bc.alloc(64)
+    before = _driver_counts(fake)
+    k2.launch(1, 1, cls(b.ptr, 0), cls(b.ptr + 16, 0), stream=s)
+    assert _packed_ptrs(fake) == (b.ptr, b.ptr + 16)
+    assert counts == {"dltensor": 2, "stream": 1} and _delta(fake, before)["cuStreamWaitEvent"] == 1
+    current[0] = s.handle_int
+    before = _driver_counts(fake)
+    k2.bind(1, 1, cls(b.ptr, 0), cls(b.ptr, 0), stream=s)()
+    assert counts["stream"] == 3 and _delta(fake, before)["cuStreamWaitEvent"] == 0
+    n = fake.launch_count()
+    with pytest.raises(ValueError, match=r"device 2.*device 0"):
+        k2.launch(1, 1, cls(b.ptr, 2), 0)
+    with pytest.raises(ValueError, match="on the CPU"):
+        k2.launch(1, 1, cls(b.ptr, 0, kind=1), 0)
+    with pytest.raises(TypeError, match="not a device pointer"):
+        k2.launch(1, 1, type("Sub", (cls,), {})(b.ptr, 0), 0)
+    assert fake.launch_count() == n
+
+
+def test_real_torch_cpu_tensor_is_refused(fake, k2):
+    torch = pytest.importorskip("torch")
+    n = fake.launch_count()
+    with pytest.raises(ValueError, match="on the CPU"):
+        k2.launch(1, 1, torch.ones(4), 0)
+    with pytest.raises(ValueError, match="on the CPU"):
+        k2.bind(1, 1, 0, torch.nn.Parameter(torch.ones(4)))
+    assert fake.launch_count() == n
 
 
 @pytest.mark.parametrize("lib", ["torch", "cupy"])

@@ -114,6 +114,56 @@ def test_torch_producer_stream_is_honoured(vadd, rng, way):
     np.testing.assert_array_equal(out.to_numpy(), a * 2 + c)
 
 
+def test_torch_tensors_on_torch_streams(vadd, rng):
+    """The benchmark row's form: every pointer a torch tensor, stream= a torch stream that
+    is torch's current stream. Two torch streams in turn, each passed on every launch
+    (the foreign stream is read once per object): each launch runs on its own stream and
+    sees what torch wrote there."""
+    torch = _torch_or_skip()
+    n = 1 << 20
+    a, c = fresh(n, "float32", rng), fresh(n, "float32", rng)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for k, ts in enumerate(streams):
+        with torch.cuda.stream(ts):
+            ta, tc = torch.from_numpy(a).cuda(), torch.from_numpy(c).cuda()
+            big = torch.randn(2048, 2048, device="cuda")
+            for _ in range(4):
+                big = big @ big / 32
+            ta.add_(k + 1)
+            out = torch.empty_like(ta)
+            for _ in range(3):
+                _launch_vadd(vadd, out, ta, tc, n, stream=ts)
+        outs.append((ts, out))
+    for k, (ts, out) in enumerate(outs):
+        ts.synchronize()
+        np.testing.assert_array_equal(out.cpu().numpy(), (a + (k + 1)) + c)
+
+
+def test_copies_take_tensors_directly(rng):
+    """copy_from / copy_to / to_device with torch and CuPy arrays (read by the tensor
+    reader, no DLPack capsule): the bytes, shape and dtype against numpy."""
+    torch = _torch_or_skip()
+    a = fresh(3000, "float32", rng)
+    t = torch.from_numpy(a).cuda()
+    b = bc.empty(3000, "float32").copy_from(t)
+    np.testing.assert_array_equal(b.to_numpy(), a)
+    out = torch.zeros_like(t)
+    b.copy_to(out)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), a)
+    d = bc.to_device(t.view(30, 100))
+    assert d.shape == (30, 100) and d.dtype == "float32"
+    np.testing.assert_array_equal(d.to_numpy(), a.reshape(30, 100))
+    with pytest.raises(ValueError, match="contiguous"):
+        bc.to_device(t.view(30, 100)[:, 0])
+    cp = pytest.importorskip("cupy")
+    c = cp.asarray(fresh(500, "int64", rng))
+    e = bc.to_device(c)
+    assert e.dtype == "int64"
+    np.testing.assert_array_equal(e.to_numpy(), cp.asnumpy(c))
+
+
 def test_torch_wrong_device_and_strided(vadd):
     torch = _torch_or_skip()
     t = torch.zeros(64, 2, device="cuda")

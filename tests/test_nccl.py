@@ -403,3 +403,135 @@ def test_bench_rows_with_one_gpu_give_no_bandwidth(fnccl):
     rows = dist_rows.allreduce_rows(sizes=(1 << 20,), rounds=1)
     assert [(r["value"], r["note"]) for r in rows[:-1]] == [(None, "needs 2 GPUs")]
     assert rows[-1]["unit"] == "us" and rows[-1]["value"] >= 0     # the 8-byte latency stays
+
+
+# ---------------------------------------------------------------- buffers: count, type, stream, reader
+# ncclDataType_t as nccl.h numbers it (the reference the derived codes are checked against)
+NCCL_TYPE = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
+             "float32": 7, "float64": 8, "bfloat16": 9}
+
+
+def _last_call(fnccl):
+    out = (ctypes.c_ulonglong * 3)()
+    fnccl.lib.fakenccl_last_call(out)
+    return tuple(out)
+
+
+class Cai:
+    """A foreign device array (CAI v3) over a DeviceBuffer's memory, of any type/layout."""
+
+    def __init__(self, buf, typestr, shape, strides=None, readonly=False, stream=None):
+        self.buf = buf
+        self.__cuda_array_interface__ = {"data": (buf.ptr, readonly), "shape": shape, "typestr": typestr,
+                                         "strides": strides, "version": 3, "stream": stream}
+
+
+@pytest.mark.parametrize("dtype", sorted(NCCL_TYPE))
+def test_count_and_type_come_from_the_buffers(fnccl, dtype):
+    np = pytest.importorskip("numpy")
+    a, b = _pair()
+    s = bc.Stream()
+    n = int(np.random.default_rng().integers(2, 40)) * 2
+    isz = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+    x = [bc.empty(n, dtype) for _ in range(2)]
+    big = [bc.empty(2 * n, dtype) for _ in range(2)]
+    half = [bc.empty(n // 2, dtype) for _ in range(2)]
+    cases = [  # (issue both ranks, expected count)
+        (lambda c, i: c.all_reduce(x[i], stream=s), n),
+        (lambda c, i: c.broadcast(x[i], root=1, stream=s), n),
+        (lambda c, i: c.reduce(x[i], root=0, stream=s), n),
+        (lambda c, i: c.all_gather(x[i], big[i], stream=s), n),
+        (lambda c, i: c.reduce_scatter(x[i], half[i], stream=s), n // 2),
+    ]
+    for issue, count in cases:
+        with nccl.group():
+            issue(a, 0)
+            issue(b, 1)
+        assert _last_call(fnccl) == (count, NCCL_TYPE[dtype], s.handle_int)
+    # a foreign array (CAI): count and type from its typestr and shape, not from bytes
+    if dtype != "bfloat16":                       # (no CAI typestr for bfloat16)
+        typestr = np.dtype(dtype).str
+        with nccl.group():
+            a.all_reduce(Cai(x[0], typestr, (n,)))
+            b.all_reduce(Cai(x[1], typestr, (n,)))
+        assert _last_call(fnccl)[:2] == (n, NCCL_TYPE[dtype])
+    assert x[0].nbytes == n * isz
+    a.close()
+    b.close()
+
+
+def test_send_recv_count_and_return_values(fnccl):
+    np = pytest.importorskip("numpy")
+    a, b = _pair()
+    xs = np.random.default_rng().random(12)
+    src, dst = bc.to_device(xs), bc.empty(12, "float64")
+    with nccl.group():
+        assert a.send(src, 1) is None
+        got = b.recv(dst, 0)
+    assert got is dst and _last_call(fnccl)[:2] == (12, NCCL_TYPE["float64"])
+    np.testing.assert_array_equal(dst.to_numpy(), xs)
+    foreign = Cai(dst, "<f8", (12,))
+    with nccl.group():                              # results come back as the object given
+        assert a.all_reduce(src) is src
+        assert b.all_reduce(dst, foreign) is foreign
+    a.close()
+    b.close()
+
+
+def test_bad_buffers_are_refused_before_nccl(fnccl):
+    a, b = _pair()
+    calls = fnccl.calls("ncclAllReduce") + fnccl.calls("ncclRecv")
+    f32, i32 = bc.empty(16, "float32"), bc.empty(16, "int32")
+    with pytest.raises(TypeError, match="sendbuf is float32 but recvbuf is int32"):
+        a.all_reduce(f32, i32)
+    with pytest.raises(ValueError, match="read-only"):
+        a.all_reduce(f32, Cai(f32, "<f4", (16,), readonly=True))
+    with pytest.raises(ValueError, match="not contiguous"):
+        a.all_reduce(Cai(f32, "<f4", (8,), strides=(8,)))
+    with pytest.raises(ValueError, match="not contiguous"):
+        a.recv(Cai(f32, "<f4", (4, 2), strides=(4, 8)), 1)
+    with pytest.raises(ValueError, match="needs recvbuf"):
+        a.all_gather(f32, None)
+    assert fnccl.calls("ncclAllReduce") + fnccl.calls("ncclRecv") == calls
+    assert not a.closed                      # argument errors never abort the communicator
+    a.close()
+    b.close()
+
+
+def test_producer_stream_is_waited_on_then_nccl_runs(fnccl, fake):
+    """A CAI producer's stream: the NCCL stream waits for it through an event (docs/interop.md)."""
+    a = nccl.Communicator.for_devices([0])[0]
+    s, producer = bc.Stream(), bc.Stream()
+    buf = bc.empty(8, "float32")
+    waits = fake.calls("cuStreamWaitEvent")
+    a.all_reduce(Cai(buf, "<f4", (8,), stream=producer.handle_int), stream=s)
+    assert fake.calls("cuStreamWaitEvent") == waits + 1 and _last_call(fnccl)[2] == s.handle_int
+    a.all_reduce(Cai(buf, "<f4", (8,), stream=s.handle_int), stream=s)      # same stream: no wait
+    assert fake.calls("cuStreamWaitEvent") == waits + 1
+    a.close()
+
+
+def test_torch_cpu_tensor_is_refused_before_nccl(fnccl):
+    torch = pytest.importorskip("torch")
+    a = nccl.Communicator.for_devices([0])[0]
+    n = fnccl.calls("ncclAllReduce")
+    with pytest.raises(ValueError, match="on the CPU"):
+        a.all_reduce(torch.ones(4))
+    with pytest.raises(ValueError, match="on the CPU"):
+        a.all_reduce(bc.empty(4, "float32"), torch.ones(4))
+    assert fnccl.calls("ncclAllReduce") == n and not a.closed
+    a.close()
+
+
+def test_torch_dtype_names_are_ncclS():
+    """The reader names a tensor's type by torch's own spelling (str(dtype) after the
+    dot): every torch type NCCL has must arrive under a name nccl accepts."""
+    torch = pytest.importorskip("torch")
+    for name in ("int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+                 "float8_e4m3fn", "float8_e5m2", "uint32", "uint64"):
+        d = getattr(torch, name, None)
+        if d is None:
+            continue
+        assert str(d).rpartition(".")[2] in nccl.DTYPES, d
+    for d in (torch.bool, torch.complex64, torch.int16):
+        assert str(d).rpartition(".")[2] not in nccl.DTYPES

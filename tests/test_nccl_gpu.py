@@ -206,6 +206,115 @@ def test_torch_tensors(comms):
         np.testing.assert_allclose(x.cpu().double().numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def _torch_or_skip():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+TORCH_DTYPES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "int64"]
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES)
+def test_torch_tensors_every_collective(comms, dtype):
+    """Counts and NCCL types come from the tensors themselves (no dtype=): each collective
+    on torch tensors against numpy on the same values (computed on the CPU in float64)."""
+    torch = _torch_or_skip()
+    n = len(comms)
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(int(np.random.default_rng().integers(1 << 31)))
+    cpu = [torch.randint(1, 4, (1024,), generator=g).to(dt) for _ in comms]   # exact in every type
+    dev = [f"cuda:{c.device.ordinal}" for c in comms]
+    ref = np.stack([x.double().numpy() for x in cpu])
+    xs = [x.to(d) for x, d in zip(cpu, dev)]
+    sums = [torch.empty_like(x) for x in xs]
+    gat = [torch.empty(1024 * n, dtype=dt, device=d) for d in dev]
+    rs = [torch.empty(1024 // n, dtype=dt, device=d) for d in dev]
+    bo = [torch.empty_like(x) for x in xs]
+    torch.cuda.synchronize()
+    with nccl.group():
+        for c, x, o in zip(comms, xs, sums):
+            assert c.all_reduce(x, o, op="max") is o
+    with nccl.group():
+        for c, x, o in zip(comms, xs, gat):
+            c.all_gather(x, o)
+    with nccl.group():
+        for c, x, o in zip(comms, xs, rs):
+            c.reduce_scatter(x, o, op="sum")
+    with nccl.group():
+        for c, x, o in zip(comms, xs, bo):
+            c.broadcast(x, o, root=n - 1)
+    for c in comms:
+        c.device.synchronize()
+    per = 1024 // n
+    for i in range(n):
+        np.testing.assert_array_equal(sums[i].cpu().double().numpy(), ref.max(axis=0))
+        np.testing.assert_array_equal(gat[i].cpu().double().numpy(), ref.reshape(-1))
+        np.testing.assert_array_equal(bo[i].cpu().double().numpy(), ref[n - 1])
+        want = ref.sum(axis=0)[i * per:(i + 1) * per]
+        got = rs[i].cpu().double().numpy()
+        if dtype in ("int8", "uint8"):
+            want = want.astype(dtype).astype(np.float64)      # wraps as the type does
+        np.testing.assert_array_equal(got, want)
+
+
+def test_torch_producer_stream_is_honoured(comms):
+    """torch writes the tensor on its own (busy) stream; the all-reduce runs on a
+    barecuda stream and must see what torch wrote (the NCCL stream waits on torch's)."""
+    torch = _torch_or_skip()
+    c = comms[0]
+    dev = f"cuda:{c.device.ordinal}"
+    vals = np.random.default_rng().random(1 << 20).astype(np.float32)
+    x = torch.from_numpy(vals).to(dev)
+    out = torch.zeros_like(x)
+    s = bc.Stream(c.device)
+    torch.cuda.synchronize()
+    ts = torch.cuda.Stream(device=dev)
+    with torch.cuda.device(dev), torch.cuda.stream(ts):
+        big = torch.randn(4096, 4096, device=dev)
+        for _ in range(8):
+            big = big @ big / 64                  # keep ts busy ...
+        x.mul_(2)                                 # ... then write x, still pending
+        c.all_reduce(x, out, op="max", stream=s)  # one rank: out = x (as written by torch)
+    s.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), vals * 2)
+
+
+def test_torch_bad_tensors_refused(comms):
+    torch = _torch_or_skip()
+    c = comms[0]
+    dev = f"cuda:{c.device.ordinal}"
+    with pytest.raises(ValueError, match="not contiguous"):
+        c.all_reduce(torch.zeros(64, 2, device=dev)[:, 0])
+    with pytest.raises(ValueError, match="on the CPU"):
+        c.all_reduce(torch.zeros(4))
+    with pytest.raises(TypeError, match="float32 but recvbuf is int32"):
+        c.all_reduce(torch.zeros(4, device=dev), torch.zeros(4, dtype=torch.int32, device=dev))
+    if len(comms) > 1:
+        other = comms[1].device.ordinal
+        with pytest.raises(ValueError, match=rf"on device {other}.*uses device {c.device.ordinal}"):
+            c.all_reduce(torch.zeros(4, device=f"cuda:{other}"))
+    assert not c.closed                               # refused before NCCL: nothing to abort
+
+
+def test_cupy_arrays(comms):
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng()
+    xs = [rng.integers(-50, 50, 3000).astype(np.int64) for _ in comms]
+    arrs = []
+    for c, x in zip(comms, xs):
+        with cp.cuda.Device(c.device.ordinal):
+            arrs.append(cp.asarray(x))
+    with nccl.group():
+        for c, a in zip(comms, arrs):
+            c.all_reduce(a, op="sum")
+    for c in comms:
+        c.device.synchronize()
+    for a in arrs:
+        np.testing.assert_array_equal(cp.asnumpy(a), np.sum(xs, axis=0))
+
+
 # ---------------------------------------------------------------- two processes
 def _rank(rank, uid, xs, q):
     import numpy as np  # noqa: F811

@@ -118,6 +118,25 @@ typedef struct bc_dlpack_export {
     int64_t strides[BC_DLPACK_MAX_NDIM];
 } bc_dlpack_export;
 
+/* DLPack's C exchange API (DLPack 1.2 and later): a table of C functions a tensor
+ * library publishes on its tensor *type* as the capsule `__dlpack_c_exchange_api__`
+ * named "dlpack_exchange_api" (PyTorch 2.10+). barecuda's launch path uses two of
+ * them: a non-owning DLTensor of an object (no Python call, no allocation) and the
+ * library's current stream on a device. Only the layout of the fields up to
+ * current_work_stream is relied on; `version.major` must be 1. */
+#define BC_DLPACK_EXCHANGE_CAPSULE "dlpack_exchange_api"
+typedef int (*bc_dlx_dltensor_fn)(void *py_object, DLTensor *out);                 /* 0, or -1 + exception */
+typedef int (*bc_dlx_stream_fn)(int32_t device_type, int32_t device_id, void **out_stream);
+typedef struct bc_dlpack_exchange_api {
+    DLPackVersion version;           /* the header: version, then the previous API or NULL */
+    void *prev_api;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    void *managed_tensor_to_py_object_no_sync;
+    bc_dlx_dltensor_fn dltensor_from_py_object_no_sync;    /* may be NULL */
+    bc_dlx_stream_fn current_work_stream;
+} bc_dlpack_exchange_api;
+
 #ifdef __cplusplus
 }
 #endif

@@ -373,6 +373,11 @@ def collect(run_bench=True):
                           f"bus {a('global_memory_bus_width')}-bit, L2 {a('l2_cache_size') >> 20} MiB"})
         except Exception as e:   # noqa: BLE001
             rep["devices"].append({"ordinal": i, "error": f"{type(e).__name__}: {e}"})
+    if devs:
+        try:    # peer access, atomics and performance rank between every pair; NUMA/PCI identity
+            rep["topology"] = bc.topology()
+        except Exception as e:   # noqa: BLE001
+            rep["topology"] = {"error": f"{type(e).__name__}: {e}"}
     rep["libraries"] = libraries()
     rep["failed"] = False
     if state == "ok" and devs:
@@ -434,6 +439,16 @@ def print_report(rep):
         print(f"  [{dev['ordinal']}] {dev['name']}  cc {dev['cc']}  {dev['memory']}  {dev['sms']} SMs")
         print(f"      PCI {dev['pci']}  {dev['uuid']}")
         print(f"      clocks: {dev['clocks']}")
+    topo = rep.get("topology")
+    if topo:
+        if "error" in topo:
+            line("topology", f"n/a ({topo['error']})")
+        else:
+            import barecuda as bc
+            lines = bc.topology_report(topo).splitlines()
+            line("topology", lines[0])
+            for ln in lines[1:]:
+                print(" " * W + ln)
     for what, info in rep["libraries"].items():
         if info.get("path"):
             line(what, f"{info['path']}  ({info['how']})")

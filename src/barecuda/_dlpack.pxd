@@ -39,6 +39,13 @@ cdef extern from "barecuda/bc_dlpack.h" nogil:
         void *owner
         int64_t shape[32]
         int64_t strides[32]
+    ctypedef int (*bc_dlx_dltensor_fn)(void *py_object, DLTensor *out) noexcept
+    ctypedef int (*bc_dlx_stream_fn)(int32_t device_type, int32_t device_id, void **out_stream) noexcept
+    ctypedef struct bc_dlpack_exchange_api:
+        DLPackVersion version
+        bc_dlx_dltensor_fn dltensor_from_py_object_no_sync
+        bc_dlx_stream_fn current_work_stream
+    const char *BC_DLPACK_EXCHANGE_CAPSULE
     int kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged
     int kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex, kDLBool
     uint64_t DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_IS_COPIED

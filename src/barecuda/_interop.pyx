@@ -20,7 +20,7 @@ from libc.stdint cimport int64_t
 import sys
 
 from barecuda._abi cimport *
-from barecuda._errors cimport bc_state_t
+from barecuda._errors cimport bc_state_t, CUDA_SUCCESS
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver
 from barecuda._device cimport Device, activate_device, device_at
 from barecuda._stream cimport stream_handle
@@ -31,6 +31,8 @@ from barecuda._buffer cimport (DeviceBuffer, make_view, resolve_device, stream_a
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
+    ctypedef struct PyThreadState
+    PyThreadState *PyThreadState_Get() noexcept
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -290,7 +292,7 @@ cdef DeviceBuffer _reimport(DeviceBuffer b, CUstream h, object stream):
 # --------------------------------------------------------------------- CAI in
 cdef int _ordinal_of_ptr(CUdeviceptr p) except -2:
     cdef int ordinal = -1
-    if p != 0 and D.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == 0:
+    if p != 0 and D.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) == CUDA_SUCCESS:
         return ordinal
     return -1
 
@@ -429,11 +431,35 @@ cdef bint _is_device_array(object obj):
 
 
 cdef DeviceBuffer as_device(object obj, object stream):
+    cdef const bc_dlpack_exchange_api *api
     if type(obj) is DeviceBuffer:
         return <DeviceBuffer>obj
+    if _fast_kind(type(obj), &api) != FAST_NONE and _FAST_NAMES.get(
+            (getattr(type(obj), "__module__", None), getattr(type(obj), "__qualname__", None))):
+        return _tensor_view(obj, stream)            # torch / CuPy
     if _is_device_array(obj):
         return as_device_buffer(obj, stream=stream)
     return None
+
+
+cdef DeviceBuffer _tensor_view(object obj, object stream):
+    """A view of a torch/CuPy tensor for a copy, read by array_of (no DLPack capsule, no
+    CAI dict): contiguous only (copies need it), ordered on `stream` by the one rule."""
+    cdef bc_array a
+    cdef CUstream h = NULL
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, &h)
+    name = array_of(obj, h, &a)
+    dev = device_at(a.ordinal)
+    order_array(obj, &a, dev, h)
+    cdef DeviceBuffer v = make_view(a.ptr, a.nbytes, dev, h, stream, obj, None)
+    info = dtype_info(name) if name is not None else None
+    if info is not None and a.nbytes % <size_t>info[0] == 0:
+        v._dtype, v._itemsize = name, info[0]
+        v._shape = tuple(int(n) for n in obj.shape)
+    v._readonly = a.readonly
+    return v
 
 
 def as_device_buffer(obj, *, stream=None):
@@ -470,10 +496,16 @@ def as_device_buffer(obj, *, stream=None):
 # ------------------------------------------------------- pointer_of (launch, bind)
 # Exact classes read without DLPack/CAI, recognised by (module, qualname) the first
 # time an object of that exact type is seen (torch/cupy are never imported here).
+# Where the class publishes DLPack's C exchange API (PyTorch 2.10+; any class that
+# defines `__dlpack_c_exchange_api__` itself), its tensors are read in C: a non-owning
+# DLTensor and the library's current stream, no Python call at all (FAST_DLX).
+# Otherwise through the cheapest methods (t.data_ptr(), t.get_device(); a.data.ptr).
 cdef enum:
     FAST_NONE = 0
     FAST_TORCH = 1
     FAST_CUPY = 2
+    FAST_DLX = 3
+    FAST_SLOTS = 4
 
 _FAST_NAMES = {
     ("torch", "Tensor"): FAST_TORCH,
@@ -481,45 +513,169 @@ _FAST_NAMES = {
     ("cupy", "ndarray"): FAST_CUPY,
     ("cupy._core.core", "ndarray"): FAST_CUPY,
 }
-cdef dict _fast_cache = {}          # exact type -> FAST_* kind, recognised classes only
+cdef dict _fast_cache = {}          # exact type -> (FAST_* kind, exchange API capsule or None)
 # (other classes are not cached: a strong reference would keep a user's local class,
 # and whatever it closes over, alive forever)
+# The recognised classes again as borrowed pointers (_fast_cache keeps them and their
+# capsules alive), so the hot path compares a type pointer before any dict lookup.
+cdef PyObject *_fast_types[FAST_SLOTS]
+cdef int _fast_kinds[FAST_SLOTS]
+cdef const bc_dlpack_exchange_api *_fast_apis[FAST_SLOTS]
+cdef int _nfast = 0
+# The libraries' "current stream" functions, looked up once (their modules are loaded:
+# an instance of their class exists).
+cdef object _torch_stream_fn = None
+cdef object _cupy_stream_fn = None
 
 
-cdef int _fast_kind(type t):
-    k = _fast_cache.get(t)
-    if k is None:
+cdef inline int _fast_kind(type t, const bc_dlpack_exchange_api **api) except -1:
+    cdef int i
+    for i in range(_nfast):
+        if _fast_types[i] == <PyObject *>t:
+            api[0] = _fast_apis[i]
+            return _fast_kinds[i]
+    return _fast_kind_slow(t, api)
+
+
+cdef int tensor_kind(type t) except -1:
+    cdef const bc_dlpack_exchange_api *api
+    return _fast_kind(t, &api)
+
+
+cdef object _exchange_capsule(type t, bint named):
+    """The class's valid `__dlpack_c_exchange_api__` capsule (inherited only for the
+    named classes: a subclass of another library's tensor keeps the protocol path)."""
+    cdef const bc_dlpack_exchange_api *api
+    cap = getattr(t, "__dlpack_c_exchange_api__", None) if named else t.__dict__.get("__dlpack_c_exchange_api__")
+    if cap is None or not PyCapsule_IsValid(cap, BC_DLPACK_EXCHANGE_CAPSULE):
+        return None
+    api = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
+    if api.version.major != 1 or api.dltensor_from_py_object_no_sync == NULL or api.current_work_stream == NULL:
+        return None
+    return cap
+
+
+cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
+    global _nfast, _torch_stream_fn, _cupy_stream_fn
+    cdef int k
+    api[0] = NULL
+    e = _fast_cache.get(t)
+    if e is None:
         k = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
-        if k != FAST_NONE:
-            _fast_cache[t] = k
-    return <int>k
+        cap = _exchange_capsule(t, k != FAST_NONE)
+        if cap is not None:
+            k = FAST_DLX
+        if k == FAST_NONE:
+            return FAST_NONE
+        e = _fast_cache[t] = (k, cap)
+        # a newly seen class (a library loaded again): look its stream function up again
+        if k == FAST_TORCH:
+            _torch_stream_fn = None
+        elif k == FAST_CUPY:
+            _cupy_stream_fn = None
+        if _nfast < FAST_SLOTS:
+            _fast_types[_nfast] = <PyObject *>t
+            _fast_kinds[_nfast] = k
+            _fast_apis[_nfast] = NULL if cap is None else \
+                <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
+            _nfast += 1
+    if e[1] is not None:
+        api[0] = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(e[1], BC_DLPACK_EXCHANGE_CAPSULE)
+    return <int>e[0]
 
 
 cdef int _wrong_device(object obj, int have, Device dev) except -1:
-    raise ValueError(f"{type(obj).__name__} is on device {have} but the kernel runs on device "
+    raise ValueError(f"{type(obj).__name__} is on device {have} but it is used on device "
                      f"{dev.ordinal}; move it first (e.g. t.to('cuda:{dev.ordinal}'))")
+
+
+cdef object _stream_fn(object obj, int kind):
+    """The function giving the library's current raw stream (torch: of a device)."""
+    global _torch_stream_fn, _cupy_stream_fn
+    mod = sys.modules.get(type(obj).__module__.partition(".")[0])
+    if kind == FAST_TORCH:
+        f = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)
+        if f is None:
+            f = lambda ordinal: mod.cuda.current_stream(ordinal).cuda_stream
+        _torch_stream_fn = f
+    else:
+        f = getattr(getattr(mod.cuda, "stream", None), "get_current_stream_ptr", None)
+        if f is None:
+            get = mod.cuda.get_current_stream
+            f = lambda: get().ptr
+        _cupy_stream_fn = f
+    return f
+
+
+# One launch's tensors of one library and device share that library's current stream:
+# between the arguments of one launch no user code runs that could switch it. So
+# inside a launch (the packer opens this window with pointer_batch) the first such
+# tensor reads the current stream and orders the consumer after it, and the others
+# skip both. Outside the window, and on any other thread, every tensor does both.
+cdef PyThreadState *_memo_thread = NULL
+cdef const void *_memo_source = NULL     # the library (its exchange API, or its kind)
+cdef int _memo_ordinal = -1
+cdef CUstream _memo_consumer = NULL
+
+
+cdef void pointer_batch(bint open) noexcept:
+    global _memo_thread, _memo_source
+    _memo_thread = PyThreadState_Get() if open else NULL
+    _memo_source = NULL
 
 
 cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
     """The library's current stream on `ordinal` (where its pending work on obj is queued)."""
-    mod = sys.modules.get(type(obj).__module__.partition(".")[0])
     if kind == FAST_TORCH:
-        raw = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            h = raw(ordinal)
-        else:
-            h = mod.cuda.current_stream(ordinal).cuda_stream
+        f = _torch_stream_fn if _torch_stream_fn is not None else _stream_fn(obj, kind)
+        h = f(ordinal)
     else:
-        cuda = mod.cuda
-        f = getattr(getattr(cuda, "stream", None), "get_current_stream_ptr", None)
-        h = f() if f is not None else cuda.get_current_stream().ptr
+        f = _cupy_stream_fn if _cupy_stream_fn is not None else _stream_fn(obj, kind)
+        h = f()
     return <CUstream><size_t>h
+
+
+cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, int ordinal, CUstream consumer,
+                       Device dev) except -1:
+    """The stream rule for a tensor read directly, once per launch (see above)."""
+    global _memo_source, _memo_ordinal, _memo_consumer
+    cdef PyThreadState *me = PyThreadState_Get()
+    cdef const void *source = <const void *>api if api != NULL else <const void *><size_t>kind
+    cdef void *h = NULL
+    if (_memo_thread == me and _memo_source == source and _memo_ordinal == ordinal
+            and _memo_consumer == consumer):
+        return 0
+    if api != NULL:
+        if api.current_work_stream(kDLCUDA, ordinal, &h) != 0:
+            return -1                       # the library set the exception
+        _order_after_producer(<CUstream>h, consumer, dev)
+    else:
+        _order_after_producer(_producer_stream(obj, kind, ordinal), consumer, dev)
+    if _memo_thread == me:              # still this thread's window (the library may run Python code)
+        _memo_source, _memo_ordinal, _memo_consumer = source, ordinal, consumer
+    return 0
 
 
 cdef int _order_after_producer(CUstream producer, CUstream consumer, Device dev) except -1:
     if producer == NULL:
         producer = CU_STREAM_LEGACY
     return stream_after(consumer, producer, dev.ctx)
+
+
+cdef int _not_on_gpu(object obj, int device_type, Device dev) except -1:
+    where = "on the CPU" if device_type == kDLCPU else f"in DLPack device type {device_type} memory"
+    raise ValueError(f"the {type(obj).__name__} is {where}, not on device {dev.ordinal}; move it first "
+                     f"(e.g. t.to('cuda:{dev.ordinal}'))")
+
+
+cdef int _torch_device(object obj, Device dev) except -1:
+    cdef int have = obj.get_device()
+    if have < 0:
+        raise ValueError(f"the tensor is on the CPU, not on device {dev.ordinal}; move it first "
+                         f"(t.to('cuda:{dev.ordinal}'))")
+    if have != dev.ordinal:
+        _wrong_device(obj, have, dev)
+    return have
 
 
 cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1:
@@ -529,6 +685,8 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
     cdef int have
     cdef CUdeviceptr p
     cdef DLTensor *tensor
+    cdef DLTensor dl
+    cdef const bc_dlpack_exchange_api *api = NULL
     cdef void *mt = NULL
     cdef bint versioned = False
     if t is DeviceBuffer:
@@ -543,24 +701,31 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
             raise ValueError(f"a device address must be in [0, 2**64), got {obj}")
         out[0] = <CUdeviceptr>obj
         return 0
-    kind = _fast_kind(t)
-    if kind == FAST_TORCH:
-        have = obj.get_device()
-        if have < 0:
-            raise ValueError(f"the tensor is on the CPU, not on device {dev.ordinal}; move it first "
-                             f"(t.to('cuda:{dev.ordinal}'))")
+    kind = _fast_kind(t, &api)
+    if kind == FAST_DLX:
+        if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
+            return -1                       # the library set the exception
+        have = dl.device.device_id
+        if dl.device.device_type != kDLCUDA and dl.device.device_type != kDLCUDAManaged:
+            _not_on_gpu(obj, dl.device.device_type, dev)
         if have != dev.ordinal:
             _wrong_device(obj, have, dev)
+        _order_tensor(obj, kind, api, have, consumer, dev)
+        out[0] = <CUdeviceptr>dl.data + dl.byte_offset
+        return 0
+    if kind == FAST_TORCH:
+        have = _torch_device(obj, dev)
         p = <CUdeviceptr>obj.data_ptr()
-        _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
+        _order_tensor(obj, kind, NULL, have, consumer, dev)
         out[0] = p
         return 0
     if kind == FAST_CUPY:
-        have = obj.device.id
+        mem = obj.data                      # cupy MemoryPointer: .ptr and .device_id, no Device object
+        have = mem.device_id
         if have != dev.ordinal:
             _wrong_device(obj, have, dev)
-        p = <CUdeviceptr>obj.data.ptr
-        _order_after_producer(_producer_stream(obj, kind, have), consumer, dev)
+        p = <CUdeviceptr>mem.ptr
+        _order_tensor(obj, kind, NULL, have, consumer, dev)
         out[0] = p
         return 0
     if PyCapsule_CheckExact(obj):
@@ -590,3 +755,72 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
         return 0
     raise TypeError(f"{type(obj).__name__} is not a device pointer (DeviceBuffer, int address, "
                     "torch/cupy array, or an object with __cuda_array_interface__ / CUDA __dlpack__)")
+
+
+# ------------------------------------------------------- array_of (whole-array consumers: NCCL)
+cdef dict _torch_dtype_names = {}     # torch.dtype -> name ("float32", "bfloat16", ...)
+
+
+cdef str _torch_dtype_name(object d):
+    name = _torch_dtype_names.get(d)
+    if name is None:
+        name = _torch_dtype_names[d] = str(d).rpartition(".")[2]
+    return name
+
+
+cdef int _not_contiguous(object obj) except -1:
+    raise ValueError(f"{type(obj).__name__} is not contiguous; a whole-array operation needs contiguous "
+                     "memory (t.contiguous(), cupy.ascontiguousarray(a))")
+
+
+cdef object array_of(object obj, CUstream consumer, bc_array *out):
+    """See _interop.pxd. Reads only (no driver call on the DeviceBuffer/torch/CuPy
+    paths); order_array() applies the stream rule."""
+    cdef type t = type(obj)
+    cdef int kind
+    cdef DeviceBuffer b
+    cdef const bc_dlpack_exchange_api *api = NULL
+    out.readonly = False
+    if t is DeviceBuffer or isinstance(obj, DeviceBuffer):
+        b = <DeviceBuffer>obj
+        check_usable(b)
+        if b._strided:
+            _not_contiguous(obj)
+        out.kind = FAST_NONE
+        out.ptr, out.nbytes, out.ordinal, out.readonly = b.ptr, b.nbytes, b.device.ordinal, b._readonly
+        return b._dtype
+    kind = _fast_kind(t, &api)
+    if kind == FAST_DLX:                    # size and type: through the named libraries' methods
+        kind = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
+    out.kind = kind
+    if kind == FAST_TORCH:
+        out.ordinal = obj.get_device()
+        if out.ordinal < 0:
+            raise ValueError("the tensor is on the CPU; move it to a GPU first (t.to('cuda'))")
+        if not obj.is_contiguous():
+            _not_contiguous(obj)
+        out.ptr = <CUdeviceptr>obj.data_ptr()
+        out.nbytes = <size_t>obj.numel() * <size_t>obj.element_size()
+        return _torch_dtype_name(obj.dtype)
+    if kind == FAST_CUPY:
+        if not obj.flags.c_contiguous:
+            _not_contiguous(obj)
+        mem = obj.data
+        out.ptr, out.ordinal, out.nbytes = <CUdeviceptr>mem.ptr, mem.device_id, obj.nbytes
+        return obj.dtype.name
+    # Other arrays: through the protocols (DLPack orders the consumer stream itself).
+    b = as_device_buffer(obj, stream=None if consumer == NULL else <size_t>consumer)
+    out.kind = FAST_NONE
+    if b._strided:
+        _not_contiguous(obj)
+    out.ptr, out.nbytes, out.ordinal, out.readonly = b.ptr, b.nbytes, b.device.ordinal, b._readonly
+    return b._dtype
+
+
+cdef int order_array(object obj, const bc_array *a, Device dev, CUstream consumer) except -1:
+    """See _interop.pxd."""
+    if type(obj) is DeviceBuffer or isinstance(obj, DeviceBuffer):
+        note_use(<DeviceBuffer>obj, consumer)
+    elif a.kind == FAST_TORCH or a.kind == FAST_CUPY:
+        _order_tensor(obj, a.kind, NULL, a.ordinal, consumer, dev)
+    return 0

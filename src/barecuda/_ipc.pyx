@@ -47,7 +47,7 @@ from barecuda._abi cimport (
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
 )
 from barecuda._errors cimport (
-    check, bc_state_t, bc_driver_usable, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
+    check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_MAP_FAILED,
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
@@ -55,8 +55,13 @@ from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, pin, unpin
 from barecuda._stream cimport Event
 
-from barecuda._errors import BarecudaError, CudaError, CudaWarning
+from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info
 from barecuda._device import device_count
+
+def _rc_name(rc):
+    """A CUresult for a message: the driver's name and the number."""
+    return f"{error_info(rc)[0]} ({int(rc)})"
+
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -423,19 +428,19 @@ def export_buffer(DeviceBuffer buf not None):
     buf.device.activate()
     host, boot = _machine()
     rc = D.cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, buf.ptr)
-    if rc == 0 and pool != NULL:
+    if rc == CUDA_SUCCESS and pool != NULL:
         require(<const void *>D.cuMemPoolExportPointer, b"cuMemPoolExportPointer", b"IPC of pool memory")
         with nogil:
             rc = D.cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)
-        if rc != 0:
+        if rc != CUDA_SUCCESS:
             raise IpcError(
                 "this buffer comes from a CUDA memory pool that was not created with "
                 "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (a device's default pool -- what cuMemAllocAsync and "
                 "barecuda's default allocator use -- never is), so it cannot be shared with another process "
-                f"(cuMemPoolExportToShareableHandle returned {rc}). Allocate shared buffers from "
+                f"(cuMemPoolExportToShareableHandle returned {_rc_name(rc)}). Allocate shared buffers from "
                 "barecuda.IpcMemoryPool(device) or barecuda.IpcAllocator(device).")
         rc = D.cuMemPoolExportPointer(&pd, buf.ptr)
-        if rc != 0:
+        if rc != CUDA_SUCCESS:
             os.close(fd)
             check(rc, b"cuMemPoolExportPointer")
         h = MemHandle("pool", (<char *>pd.reserved)[:64], 0, buf.nbytes, buf.shape, _dtype_name(buf),
@@ -443,14 +448,15 @@ def export_buffer(DeviceBuffer buf not None):
         h._owns_fd = True
     else:
         rc = D.cuMemGetAddressRange(&base, &rsize, buf.ptr)
-        if rc != 0:
+        if rc != CUDA_SUCCESS:
             raise IpcError(f"0x{buf.ptr:x} is not device memory this process allocated "
-                           f"(cuMemGetAddressRange returned {rc}); only cuMemAlloc and IPC-pool memory can be shared.")
+                           f"(cuMemGetAddressRange returned {_rc_name(rc)}); only cuMemAlloc and IPC-pool memory can be "
+                           "shared.")
         with nogil:
             rc = D.cuIpcGetMemHandle(&mh, base)
-        if rc != 0:
+        if rc != CUDA_SUCCESS:
             raise IpcError(
-                f"cuIpcGetMemHandle refused this buffer (CUDA error {rc}): only memory from cuMemAlloc can be "
+                f"cuIpcGetMemHandle refused this buffer ({_rc_name(rc)}): only memory from cuMemAlloc can be "
                 "shared this way (not managed, host or imported memory). Allocate it from "
                 "barecuda.IpcAllocator(device) or barecuda.IpcMemoryPool(device).")
         h = MemHandle("ipc", (<char *>mh.reserved)[:64], buf.ptr - base, buf.nbytes, buf.shape, _dtype_name(buf),
@@ -479,8 +485,8 @@ def export_event(Event event not None):
     require(<const void *>D.cuIpcGetEventHandle, b"cuIpcGetEventHandle", b"IPC")
     event.device.activate()
     rc = D.cuIpcGetEventHandle(&eh, event.handle)
-    if rc != 0:
-        raise IpcError(f"cuIpcGetEventHandle refused this event (CUDA error {rc}): only events created with "
+    if rc != CUDA_SUCCESS:
+        raise IpcError(f"cuIpcGetEventHandle refused this event ({_rc_name(rc)}): only events created with "
                        "CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING can be shared; make it with "
                        "barecuda.ipc.ipc_event(device).")
     host, boot = _machine()
@@ -699,7 +705,7 @@ def open_event(h, *, device=None):
     dev.activate()
     memcpy(eh.reserved, <char *>h.data, 64)
     rc = D.cuIpcOpenEventHandle(&e, eh)
-    if rc != 0:
+    if rc != CUDA_SUCCESS:
         try:
             check(rc, b"cuIpcOpenEventHandle")
         except CudaError as ex:

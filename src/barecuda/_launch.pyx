@@ -24,7 +24,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.tuple cimport PyTuple_GET_SIZE
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
-from cpython.object cimport PyTypeObject, Py_TYPE
+from cpython.object cimport PyTypeObject, PyObject, Py_TYPE
 
 cdef extern from "Python.h":
     PyTypeObject PyLong_Type
@@ -39,6 +39,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
+from barecuda._interop cimport pointer_batch, pointer_of, tensor_kind
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda cimport _occupancy as occ
@@ -202,16 +203,34 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
         return raise_type(k, p, i, arg)
+    if bc_kind_is_pointer(kind) and tensor_kind(<type><PyObject *>t):
+        return _pack_tensor(k, i, arg, slot, hs)     # torch/CuPy tensors (issue 12)
     return pack_slow(k, p, i, arg, slot, hs)
+
+
+cdef int _pack_tensor(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
+    """A tensor read directly by pointer_of (exact type; device check; stream rule)."""
+    cdef CUdeviceptr addr = 0
+    try:
+        pointer_of(arg, k.device, hs, &addr)
+    except Exception:
+        # the same error again, worded with the kernel and the argument
+        return pack_slow(k, &k.params[i], i, arg, slot, hs)
+    bc_store_int(slot, 8, addr)
+    return 0
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
     cdef Py_ssize_t i
     cdef char *slot
-    for i in range(k.nparams):
-        slot = buf + k.params[i].offset
-        ptrs[i] = slot
-        _pack_one(k, i, args[i], slot, hs)
+    pointer_batch(True)         # one read of torch's/CuPy's current stream per launch
+    try:
+        for i in range(k.nparams):
+            slot = buf + k.params[i].offset
+            ptrs[i] = slot
+            _pack_one(k, i, args[i], slot, hs)
+    finally:
+        pointer_batch(False)
     return 0
 
 

@@ -28,11 +28,10 @@ from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport DeviceBuffer
 from barecuda._stream cimport stream_handle
+from barecuda._interop cimport bc_array, array_of, order_array
 
 from barecuda._errors import BarecudaError
-from barecuda._interop import as_device_buffer
 
 cdef extern from "barecuda/nccl_abi.h" nogil:
     ctypedef struct ncclUniqueId:
@@ -179,7 +178,7 @@ cdef int _raise(int rc, str call, ncclComm_t comm) except -1:
 
 
 cdef inline int _ck(int rc, str call, ncclComm_t comm) except -1:
-    if rc == 0:
+    if rc == ncclSuccess:
         return 0
     return _raise(rc, call, comm)
 
@@ -333,39 +332,39 @@ cdef int _op_for(object op, int nranks) except -1:
     # here as the last float64 of 4099 coming back as garbage); one-rank sum is a plain
     # copy. So one-rank avg is sent as sum, which gives the same values on every version.
     cdef int o = _op_of(op)
-    if o == 4 and nranks == 1:
-        return 0
+    if o == _OPS["avg"] and nranks == 1:
+        return _OPS["sum"]
     return o
 
 
-cdef class _Arg:
-    cdef CUdeviceptr ptr
-    cdef size_t nbytes
-    cdef int ordinal
-    cdef object dtype
-    cdef object keep
+# The collectives, in the order of _CALLS; one helper (Communicator._run) issues all.
+cdef enum:
+    C_ALL_REDUCE = 0
+    C_BROADCAST = 1
+    C_REDUCE = 2
+    C_ALL_GATHER = 3
+    C_REDUCE_SCATTER = 4
+    C_SEND = 5
+    C_RECV = 6
+
+_CALLS = ("ncclAllReduce", "ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclSend",
+          "ncclRecv")
+_METHODS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "send", "recv")
 
 
-cdef _Arg _arg(object obj, str what):
-    cdef _Arg a = _Arg.__new__(_Arg)
-    cdef DeviceBuffer b
-    if type(obj) is DeviceBuffer:
-        b = <DeviceBuffer>obj
-    elif isinstance(obj, DeviceBuffer):
-        b = <DeviceBuffer>obj
-    else:
-        try:
-            b = as_device_buffer(obj)
-        except Exception as e:
-            raise TypeError(f"{what}: expected a DeviceBuffer or a device array (torch/CuPy tensor, "
-                            f"__cuda_array_interface__, DLPack), not {type(obj).__name__}: {e}") from None
-    b._check_open()
-    a.ptr = b.ptr
-    a.nbytes = b.nbytes
-    a.ordinal = b.device.ordinal
-    a.dtype = b.dtype
-    a.keep = b
-    return a
+cdef int _whole(const bc_array *a, str what, int isz) except -1:
+    if a.nbytes % <size_t>isz:
+        raise ValueError(f"{what} has {a.nbytes} bytes, not a whole number of {isz}-byte elements")
+    return 0
+
+
+cdef object _read(object obj, str what, CUstream s, bc_array *a):
+    """The one foreign-array reader (_interop.array_of) for buffer `what`; its dtype name."""
+    try:
+        return array_of(obj, s, a)
+    except TypeError as e:
+        raise TypeError(f"{what}: expected a DeviceBuffer or a device array (torch/CuPy tensor, "
+                        f"__cuda_array_interface__, DLPack), not {type(obj).__name__}: {e}") from None
 
 
 # ------------------------------------------------------------------ unique id
@@ -670,201 +669,146 @@ cdef class Communicator:
                 forget_current()
         return -1
 
-    cdef int _prep(self, _Arg a, str what) except -1:
+    cdef int _check_rank(self, int r, str what) except -1:
+        if not 0 <= r < self.nranks:
+            raise ValueError(f"{what} {r} is outside [0, {self.nranks})")
+        return 0
+
+    cdef int _on_device(self, const bc_array *a, str what) except -1:
         if a.ordinal != self.device.ordinal:
             raise ValueError(f"{what} is on device {a.ordinal}, but this communicator (rank {self.rank}) "
                              f"uses device {self.device.ordinal}")
         return 0
 
-    cdef int _check_root(self, int root) except -1:
-        if not 0 <= root < self.nranks:
-            raise ValueError(f"root {root} is outside [0, {self.nranks})")
-        return 0
-
-    cdef int _check_peer(self, int peer) except -1:
-        if not 0 <= peer < self.nranks:
-            raise ValueError(f"peer {peer} is outside [0, {self.nranks})")
-        return 0
-
-    cdef tuple _type(self, _Arg a, object dtype, str what):
-        dt, isz = _dtype_of(a.dtype if dtype is None else dtype)
-        if a.nbytes % isz:
-            raise ValueError(f"{what} has {a.nbytes} bytes, not a whole number of {isz}-byte elements")
-        return dt, isz
+    cdef object _run(self, int which, object sendbuf, object recvbuf, object op, int root, object stream,
+                     object dtype):
+        """Every collective: read both buffers (one reader, no protocol dict for torch/CuPy),
+        check devices, type, sizes and ranks, then order the stream, then one NCCL call.
+        ``recvbuf`` None: in place (``recv``: the only buffer is ``recvbuf``). Returns
+        the receiving object as given (None for ``send``)."""
+        cdef bc_array sa, ra
+        cdef CUstream s = NULL
+        cdef int rc = 0, o = 0, dti, isz
+        cdef size_t count, n = <size_t>self.nranks
+        cdef bint p2p = which == C_SEND or which == C_RECV
+        name = _METHODS[which]
+        self._open()
+        if which in (C_ALL_REDUCE, C_REDUCE, C_REDUCE_SCATTER):
+            o = _op_for(op, self.nranks)
+        if which == C_BROADCAST or which == C_REDUCE:
+            self._check_rank(root, "root")
+        elif p2p:
+            self._check_rank(root, "peer")
+        if sendbuf is None and recvbuf is None:
+            raise ValueError(f"{name} needs sendbuf or recvbuf")
+        if which == C_BROADCAST and sendbuf is None and self.rank == root:
+            raise ValueError("the root rank must pass sendbuf")
+        stream_handle(stream, &s)
+        swhat, rwhat = ("buf", "buf") if p2p else ("sendbuf", "recvbuf")
+        sdt = _read(sendbuf, swhat, s, &sa) if sendbuf is not None else None
+        rdt = _read(recvbuf, rwhat, s, &ra) if recvbuf is not None and recvbuf is not sendbuf else sdt
+        if recvbuf is None or recvbuf is sendbuf:
+            ra = sa
+        elif sendbuf is None:
+            sa = ra
+            sdt = rdt
+        self._on_device(&sa, swhat)
+        self._on_device(&ra, rwhat)
+        # the buffer whose elements NCCL counts: the smaller one, or the only one
+        by_recv = which in (C_BROADCAST, C_REDUCE_SCATTER, C_RECV)
+        if dtype is None and sdt is not None and rdt is not None and sdt != rdt:
+            raise TypeError(f"{name}: sendbuf is {sdt} but recvbuf is {rdt}; pass dtype= to reinterpret")
+        dt, isz = _dtype_of((rdt if by_recv else sdt) if dtype is None else dtype)
+        _whole(&sa, swhat, isz)
+        _whole(&ra, rwhat, isz)
+        if which == C_ALL_GATHER and ra.nbytes != sa.nbytes * n:
+            raise ValueError(f"all_gather: recvbuf must hold nranks x sendbuf = {n} x {sa.nbytes} bytes, "
+                             f"not {ra.nbytes}")
+        if which == C_REDUCE_SCATTER and sa.nbytes != ra.nbytes * n:
+            raise ValueError(f"reduce_scatter: sendbuf must hold nranks x recvbuf = {n} x {ra.nbytes} bytes, "
+                             f"not {sa.nbytes}")
+        if which <= C_REDUCE and ra.nbytes != sa.nbytes:
+            raise ValueError(f"{name}: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
+        if ra.readonly and which != C_SEND:
+            raise ValueError(f"{name}: {rwhat} is read-only")
+        count = (ra.nbytes if by_recv else sa.nbytes) // <size_t>isz
+        dti = dt
+        # Only now anything is queued: the consumer stream waits for the producers' work.
+        if sendbuf is not None:
+            order_array(sendbuf, &sa, self.device, s)
+        if recvbuf is not None and recvbuf is not sendbuf:
+            order_array(recvbuf, &ra, self.device, s)
+        _bind(self.device)
+        with nogil:
+            if which == C_ALL_REDUCE:
+                rc = NC.ncclAllReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                      <ncclRedOp_t>o, self.comm, s)
+            elif which == C_BROADCAST:
+                rc = NC.ncclBroadcast(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, root,
+                                      self.comm, s)
+            elif which == C_REDUCE:
+                rc = NC.ncclReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                   <ncclRedOp_t>o, root, self.comm, s)
+            elif which == C_ALL_GATHER:
+                rc = NC.ncclAllGather(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                      self.comm, s)
+            elif which == C_REDUCE_SCATTER:
+                rc = NC.ncclReduceScatter(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                          <ncclRedOp_t>o, self.comm, s)
+            elif which == C_SEND:
+                rc = NC.ncclSend(<const void *>sa.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
+            else:
+                rc = NC.ncclRecv(<void *>ra.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
+            forget_current()
+        if rc != ncclSuccess:
+            self._fail(rc, _CALLS[which])
+        if which == C_SEND:
+            return None
+        return sendbuf if recvbuf is None else recvbuf
 
     def all_reduce(self, sendbuf, recvbuf=None, op="sum", *, stream=None, dtype=None):
         """``recvbuf = op(sendbuf of every rank)`` (``ncclAllReduce``). ``recvbuf``
-        None: in place. Both the same size."""
-        cdef CUstream s = NULL
-        cdef int rc, o = _op_for(op, self.nranks)
-        self._open()
-        cdef _Arg sa = _arg(sendbuf, "sendbuf")
-        cdef _Arg ra = sa if recvbuf is None else _arg(recvbuf, "recvbuf")
-        self._prep(sa, "sendbuf")
-        self._prep(ra, "recvbuf")
-        dt, isz = self._type(sa, dtype, "sendbuf")
-        if ra.nbytes != sa.nbytes:
-            raise ValueError(f"all_reduce: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
-        stream_handle(stream, &s)
-        cdef size_t count = sa.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclAllReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
-                                  <ncclRedOp_t>o, self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclAllReduce")
-        return ra.keep
+        None: in place. Both the same size. Returns the receiving buffer."""
+        return self._run(C_ALL_REDUCE, sendbuf, recvbuf, op, 0, stream, dtype)
 
     def broadcast(self, sendbuf, recvbuf=None, int root=0, *, stream=None, dtype=None):
         """Copy ``sendbuf`` of rank ``root`` into ``recvbuf`` of every rank
         (``ncclBroadcast``). ``recvbuf`` None: in place. Off the root, ``sendbuf`` may
         be None when ``recvbuf`` is given."""
-        cdef CUstream s = NULL
-        cdef int rc
-        self._open()
-        self._check_root(root)
-        if sendbuf is None and recvbuf is None:
-            raise ValueError("broadcast needs sendbuf or recvbuf")
-        if sendbuf is None and self.rank == root:
-            raise ValueError("the root rank must pass sendbuf")
-        cdef _Arg ra = _arg(recvbuf if recvbuf is not None else sendbuf, "recvbuf")
-        cdef _Arg sa = ra if sendbuf is None else _arg(sendbuf, "sendbuf")
-        self._prep(sa, "sendbuf")
-        self._prep(ra, "recvbuf")
-        dt, isz = self._type(ra, dtype, "recvbuf")
-        if ra.nbytes != sa.nbytes:
-            raise ValueError(f"broadcast: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
-        stream_handle(stream, &s)
-        cdef size_t count = ra.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclBroadcast(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, root,
-                                  self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclBroadcast")
-        return ra.keep
+        return self._run(C_BROADCAST, sendbuf, recvbuf, None, root, stream, dtype)
 
     def reduce(self, sendbuf, recvbuf=None, op="sum", int root=0, *, stream=None, dtype=None):
         """``recvbuf`` of rank ``root`` = ``op(sendbuf of every rank)`` (``ncclReduce``).
         ``recvbuf`` None: in place; off the root it is not written."""
-        cdef CUstream s = NULL
-        cdef int rc, o = _op_for(op, self.nranks)
-        self._open()
-        self._check_root(root)
-        cdef _Arg sa = _arg(sendbuf, "sendbuf")
-        cdef _Arg ra = sa if recvbuf is None else _arg(recvbuf, "recvbuf")
-        self._prep(sa, "sendbuf")
-        self._prep(ra, "recvbuf")
-        dt, isz = self._type(sa, dtype, "sendbuf")
-        if ra.nbytes != sa.nbytes:
-            raise ValueError(f"reduce: recvbuf has {ra.nbytes} bytes, sendbuf {sa.nbytes}")
-        stream_handle(stream, &s)
-        cdef size_t count = sa.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, <ncclRedOp_t>o,
-                               root, self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclReduce")
-        return ra.keep
+        return self._run(C_REDUCE, sendbuf, recvbuf, op, root, stream, dtype)
 
     def all_gather(self, sendbuf, recvbuf, *, stream=None, dtype=None):
         """``recvbuf`` = the ``sendbuf`` of every rank, concatenated in rank order
         (``ncclAllGather``). ``recvbuf`` is ``nranks`` times larger; in place when
         ``sendbuf`` is the rank-th slice of ``recvbuf``."""
-        cdef CUstream s = NULL
-        cdef int rc
-        self._open()
-        cdef _Arg sa = _arg(sendbuf, "sendbuf")
-        cdef _Arg ra = _arg(recvbuf, "recvbuf")
-        self._prep(sa, "sendbuf")
-        self._prep(ra, "recvbuf")
-        dt, isz = self._type(sa, dtype, "sendbuf")
-        if ra.nbytes != sa.nbytes * <size_t>self.nranks:
-            raise ValueError(f"all_gather: recvbuf must hold nranks x sendbuf = {self.nranks} x {sa.nbytes} bytes, "
-                             f"not {ra.nbytes}")
-        stream_handle(stream, &s)
-        cdef size_t count = sa.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclAllGather(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclAllGather")
-        return ra.keep
+        if recvbuf is None:
+            raise ValueError("all_gather needs recvbuf (nranks times the size of sendbuf)")
+        return self._run(C_ALL_GATHER, sendbuf, recvbuf, None, 0, stream, dtype)
 
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", *, stream=None, dtype=None):
         """Reduce ``sendbuf`` over all ranks and leave slice ``rank`` of the result in
         ``recvbuf`` (``ncclReduceScatter``). ``sendbuf`` is ``nranks`` times larger."""
-        cdef CUstream s = NULL
-        cdef int rc, o = _op_for(op, self.nranks)
-        self._open()
-        cdef _Arg sa = _arg(sendbuf, "sendbuf")
-        cdef _Arg ra = _arg(recvbuf, "recvbuf")
-        self._prep(sa, "sendbuf")
-        self._prep(ra, "recvbuf")
-        dt, isz = self._type(ra, dtype, "recvbuf")
-        if sa.nbytes != ra.nbytes * <size_t>self.nranks:
-            raise ValueError(f"reduce_scatter: sendbuf must hold nranks x recvbuf = {self.nranks} x {ra.nbytes} "
-                             f"bytes, not {sa.nbytes}")
-        stream_handle(stream, &s)
-        cdef size_t count = ra.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclReduceScatter(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
-                                      <ncclRedOp_t>o, self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclReduceScatter")
-        return ra.keep
+        if recvbuf is None:
+            raise ValueError("reduce_scatter needs recvbuf (1/nranks of the size of sendbuf)")
+        return self._run(C_REDUCE_SCATTER, sendbuf, recvbuf, op, 0, stream, dtype)
 
     def send(self, buf, int peer, *, stream=None, dtype=None):
         """Send ``buf`` to rank ``peer`` (``ncclSend``); pair with ``recv`` there, and
         put both directions of an exchange inside one :class:`group`."""
-        cdef CUstream s = NULL
-        cdef int rc
-        self._open()
-        self._check_peer(peer)
-        cdef _Arg a = _arg(buf, "buf")
-        self._prep(a, "buf")
-        dt, isz = self._type(a, dtype, "buf")
-        stream_handle(stream, &s)
-        cdef size_t count = a.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclSend(<const void *>a.ptr, count, <ncclDataType_t>dti, peer, self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclSend")
+        if buf is None:
+            raise ValueError("send needs buf")
+        self._run(C_SEND, buf, buf, None, peer, stream, dtype)
 
     def recv(self, buf, int peer, *, stream=None, dtype=None):
         """Receive into ``buf`` from rank ``peer`` (``ncclRecv``). Returns ``buf``."""
-        cdef CUstream s = NULL
-        cdef int rc
-        self._open()
-        self._check_peer(peer)
-        cdef _Arg a = _arg(buf, "buf")
-        self._prep(a, "buf")
-        dt, isz = self._type(a, dtype, "buf")
-        stream_handle(stream, &s)
-        cdef size_t count = a.nbytes // <size_t>isz
-        cdef int dti = dt
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclRecv(<void *>a.ptr, count, <ncclDataType_t>dti, peer, self.comm, s)
-            forget_current()
-        if rc != 0:
-            self._fail(rc, "ncclRecv")
-        return a.keep
+        if buf is None:
+            raise ValueError("recv needs buf")
+        return self._run(C_RECV, None, buf, None, peer, stream, dtype)
 
     def __repr__(self):
         state = "closed" if self.comm == NULL else f"rank {self.rank}/{self.nranks}"

@@ -127,11 +127,30 @@ cdef int _pack_scalar_obj(object k, const bc_param *p, Py_ssize_t i, object arg,
     return raise_type(k, p, i, arg)
 
 
+cdef int _pack_pointer(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
+    """A pointer slot: the one foreign-array resolver (docs/interop.md), which honours
+    the producer's stream."""
+    cdef CUdeviceptr addr = 0
+    try:
+        pointer_of(arg, k.device, hs, &addr)
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        if bc_kind_flags[p.kind] & BC_F_INT and isinstance(exc, TypeError) and hasattr(type(arg), "__index__"):
+            import operator
+            try:
+                addr = operator.index(arg)
+            except TypeError:
+                pass
+            else:
+                return pack_int(k, p, i, addr, slot)
+        raise type(exc)(f"kernel {sig_text(k)}: argument {i} ({k.signature[i]}): {exc}") from None
+    bc_store_int(slot, 8, addr)
+    return 0
+
+
 cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
     """Everything the fast path in _pack_one does not handle."""
     cdef int kind = p.kind
     cdef int fl = bc_kind_flags[kind]
-    cdef CUdeviceptr addr = 0
     if kind == BC_K_BYTES:
         return _pack_bytes(k, p, i, arg, slot)
     if isinstance(arg, DeviceBuffer):
@@ -175,21 +194,7 @@ cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *
                 return _pack_scalar_obj(k, p, i, arg.value, slot, cat, ctypes.sizeof(arg), raw)
         return raise_type(k, p, i, arg)
     if bc_kind_is_pointer(kind):
-        # The one foreign-array resolver (docs/interop.md): honours the producer's stream.
-        try:
-            pointer_of(arg, k.device, hs, &addr)
-        except (TypeError, ValueError, KeyError, IndexError) as exc:
-            if fl & BC_F_INT and isinstance(exc, TypeError) and hasattr(type(arg), "__index__"):
-                import operator
-                try:
-                    addr = operator.index(arg)
-                except TypeError:
-                    pass
-                else:
-                    return pack_int(k, p, i, addr, slot)
-            raise type(exc)(f"kernel {sig_text(k)}: argument {i} ({k.signature[i]}): {exc}") from None
-        bc_store_int(slot, 8, addr)
-        return 0
+        return _pack_pointer(k, p, i, arg, slot, hs)
     if fl & BC_F_INT and hasattr(type(arg), "__index__"):
         import operator
         return pack_int(k, p, i, operator.index(arg), slot)

@@ -29,6 +29,8 @@ cdef bc_state_t *ST = runtime_state()
 
 cdef extern from "Python.h":
     int PyErr_CheckSignals() except -1
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
+from cpython.weakref cimport PyWeakref_NewRef, PyWeakref_GetObject
 
 cdef extern from "barecuda/bc_wait.h" nogil:
     ctypedef CUresult (*bc_query_fn)(void *handle)
@@ -88,6 +90,46 @@ cdef int _stream_closed_error(Stream s) except -1:
     raise ValueError("stream is closed: a barecuda.Stream cannot be used after close()")
 
 
+# Foreign stream objects seen lately and their handles, so that a torch/CuPy stream
+# or any __cuda_stream__ object passed on every launch is read once (docs/interop.md).
+# An entry holds a weak reference: it never keeps a stream object alive, and a new
+# object at a dead one's address does not match (its weak reference is dead).
+# Objects that take no weak reference are read on every call.
+cdef enum:
+    FS_SLOTS = 8
+cdef PyObject *_fs_obj[FS_SLOTS]        # the object's address (identity key)
+cdef PyObject *_fs_ref[FS_SLOTS]        # owned weak reference to it
+cdef CUstream _fs_handle[FS_SLOTS]
+cdef int _fs_next = 0
+
+
+cdef inline bint _seen_stream(object obj, CUstream *out) noexcept:
+    cdef int i
+    for i in range(FS_SLOTS):
+        if _fs_obj[i] == <PyObject *>obj and PyWeakref_GetObject(<object>_fs_ref[i]) == <PyObject *>obj:
+            out[0] = _fs_handle[i]
+            return True
+    return False
+
+
+cdef int _remember_stream(object obj, CUstream h) except -1:
+    global _fs_next
+    cdef int i = _fs_next
+    cdef PyObject *old
+    try:
+        ref = PyWeakref_NewRef(obj, None)
+    except TypeError:
+        return 0                        # no weak references: not cached
+    old = _fs_ref[i]
+    Py_INCREF(ref)
+    _fs_ref[i] = <PyObject *>ref
+    _fs_obj[i] = <PyObject *>obj
+    _fs_handle[i] = h
+    _fs_next = (i + 1) % FS_SLOTS
+    Py_XDECREF(old)
+    return 0
+
+
 cdef int _foreign_stream(object obj, CUstream *out) except -1:
     """Slow path of stream_handle(): anything that is not None or a Stream.
 
@@ -109,6 +151,8 @@ cdef int _foreign_stream(object obj, CUstream *out) except -1:
         h = obj
         out[0] = <CUstream>h
         return 0
+    if _seen_stream(obj, out):
+        return 0
     proto = getattr(obj, "__cuda_stream__", None)
     if proto is not None:
         value = proto() if callable(proto) else proto
@@ -117,13 +161,17 @@ cdef int _foreign_stream(object obj, CUstream *out) except -1:
             raise TypeError(f"{type(obj).__name__}.__cuda_stream__ must give (version, handle), got {value!r}")
         h = value[1]
         out[0] = <CUstream>h
+        _remember_stream(obj, out[0])
         return 0
-    if type(obj).__module__.startswith("torch"):        # torch.cuda.Stream / ExternalStream
-        value = getattr(obj, "cuda_stream", None)
-        if isinstance(value, int):
-            h = value
-            out[0] = <CUstream>h
-            return 0
+    mod = type(obj).__module__
+    # torch.cuda.Stream / ExternalStream (cuda_stream), cupy.cuda.Stream (ptr)
+    value = getattr(obj, "cuda_stream" if mod.startswith("torch") else "ptr", None) \
+        if mod.startswith(("torch", "cupy")) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        h = value
+        out[0] = <CUstream>h
+        _remember_stream(obj, out[0])
+        return 0
     raise TypeError(f"stream= expects a barecuda.Stream, None, an int CUstream handle or an object with "
                     f"__cuda_stream__, not {type(obj).__name__}")
 

@@ -20,7 +20,7 @@ from barecuda._abi cimport (
     CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED,
     CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED,
 )
-from barecuda._errors cimport check, bc_state_t
+from barecuda._errors cimport check, bc_state_t, CUDA_SUCCESS
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport DeviceBuffer
@@ -228,6 +228,6 @@ def peer_copy_loop(DeviceBuffer dst not None, DeviceBuffer src not None, size_t 
     with nogil:
         for i in range(iters):
             rc = D.cuMemcpyPeerAsync(dst.ptr, dst.ctx, src.ptr, src.ctx, nbytes, s)
-            if rc != 0:
+            if rc != CUDA_SUCCESS:
                 break
     check(rc, b"cuMemcpyPeerAsync")

@@ -19,6 +19,7 @@
  * `name` fail with `result`, and ncclGetLastError return `message`;
  * fakenccl_set_async_error(result) is what ncclCommGetAsyncError reports next;
  * fakenccl_calls(name); fakenccl_live_comms(); fakenccl_aborts();
+ * fakenccl_last_call(out[3]): count, data type and stream of the last collective/send/recv;
  * FAKENCCL_VERSION=22805 sets ncclGetVersion.
  *
  * Build: cc -shared -fPIC -O1 -std=gnu11 -I include tests/fakenccl/fakenccl.c -o libfakenccl.so
@@ -293,6 +294,12 @@ static void run_collective(fn_clique *c, fn_op *ops) {
     }
 }
 
+/* What the last collective or send/recv was given (fakenccl_last_call): the count,
+ * data type and stream barecuda derived from its buffers. */
+static struct { unsigned long long count, dtype, stream; } g_note;
+#define FN_NOTE(cnt, dt, st) do { g_note.count = (cnt); g_note.dtype = (unsigned long long)(dt); \
+                                  g_note.stream = (unsigned long long)(uintptr_t)(st); } while (0)
+
 static ncclResult_t post(ncclComm_t comm, int kind, const void *send, void *recv, size_t count, int dt, int op,
                          int root) {
     fn_clique *c;
@@ -475,28 +482,28 @@ FN_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
 FN_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                      ncclRedOp_t op, ncclComm_t comm, bc_nccl_stream_t stream) {
     FN_ENTER(ncclAllReduce);
-    (void)stream;
+    FN_NOTE(count, datatype, stream);
     FN_RETURN(post(comm, 1, sendbuff, recvbuff, count, datatype, op, 0));
 }
 
 FN_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                      int root, ncclComm_t comm, bc_nccl_stream_t stream) {
     FN_ENTER(ncclBroadcast);
-    (void)stream;
+    FN_NOTE(count, datatype, stream);
     FN_RETURN(post(comm, 2, sendbuff, recvbuff, count, datatype, 0, root));
 }
 
 FN_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op, int root, ncclComm_t comm, bc_nccl_stream_t stream) {
     FN_ENTER(ncclReduce);
-    (void)stream;
+    FN_NOTE(count, datatype, stream);
     FN_RETURN(post(comm, 3, sendbuff, recvbuff, count, datatype, op, root));
 }
 
 FN_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                                      ncclComm_t comm, bc_nccl_stream_t stream) {
     FN_ENTER(ncclAllGather);
-    (void)stream;
+    FN_NOTE(sendcount, datatype, stream);
     FN_RETURN(post(comm, 4, sendbuff, recvbuff, sendcount, datatype, 0, 0));
 }
 
@@ -504,7 +511,7 @@ FN_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, s
                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                          bc_nccl_stream_t stream) {
     FN_ENTER(ncclReduceScatter);
-    (void)stream;
+    FN_NOTE(recvcount, datatype, stream);
     FN_RETURN(post(comm, 5, sendbuff, recvbuff, recvcount, datatype, op, 0));
 }
 
@@ -541,14 +548,14 @@ static ncclResult_t p2p(int is_send, void *buf, size_t count, int dt, int peer, 
 FN_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                 ncclComm_t comm, bc_nccl_stream_t stream) {
     FN_ENTER(ncclSend);
-    (void)stream;
+    FN_NOTE(count, datatype, stream);
     FN_RETURN(p2p(1, (void *)sendbuff, count, datatype, peer, comm));
 }
 
 FN_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                 ncclComm_t comm, bc_nccl_stream_t stream) {
     FN_ENTER(ncclRecv);
-    (void)stream;
+    FN_NOTE(count, datatype, stream);
     FN_RETURN(p2p(0, recvbuff, count, datatype, peer, comm));
 }
 
@@ -592,5 +599,10 @@ FN_EXPORT long long fakenccl_calls(const char *name) {
 }
 
 FN_EXPORT int fakenccl_live_comms(void) { return g_live; }
+FN_EXPORT void fakenccl_last_call(unsigned long long out[3]) {
+    out[0] = g_note.count;
+    out[1] = g_note.dtype;
+    out[2] = g_note.stream;
+}
 FN_EXPORT int fakenccl_aborts(void) { return g_aborts; }
 FN_EXPORT int fakenccl_group_depth(void) { return g_group_depth; }

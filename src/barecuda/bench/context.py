@@ -11,7 +11,7 @@ from typing import Any
 
 from barecuda.bench.harness import why
 
-__all__ = ["PTX", "K0", "K4", "K16", "K4_N", "K4_X", "K16_SIG", "Settings", "Context", "pack_k4", "pack_k16"]
+__all__ = ["PTX", "K0", "K4", "K4P", "K16", "K4_N", "K4_X", "K16_SIG", "Settings", "Context", "pack_k4", "pack_k16"]
 
 # ---------------------------------------------------------------- kernels
 # Hand-written PTX. Each kernel does almost nothing (one thread writes one value) so
@@ -56,6 +56,39 @@ $L_k4_done:
     ret;
 }
 
+.visible .entry bc_k4p(
+    .param .u64 bc_k4p_out,
+    .param .u64 bc_k4p_a,
+    .param .u64 bc_k4p_b,
+    .param .u64 bc_k4p_c
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<4>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<9>;
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    or.b32 %r3, %r1, %r2;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra $L_k4p_done;
+    ld.param.u64 %rd1, [bc_k4p_out];
+    ld.param.u64 %rd2, [bc_k4p_a];
+    ld.param.u64 %rd3, [bc_k4p_b];
+    ld.param.u64 %rd4, [bc_k4p_c];
+    cvta.to.global.u64 %rd5, %rd1;
+    cvta.to.global.u64 %rd6, %rd2;
+    cvta.to.global.u64 %rd7, %rd3;
+    cvta.to.global.u64 %rd8, %rd4;
+    ld.global.f32 %f1, [%rd6];
+    ld.global.f32 %f2, [%rd7];
+    ld.global.f32 %f3, [%rd8];
+    fma.rn.f32 %f1, %f1, %f2, %f3;
+    st.global.f32 [%rd5], %f1;
+$L_k4p_done:
+    ret;
+}
+
 .visible .entry bc_k16(
     .param .u64 bc_k16_p0,
     .param .u32 bc_k16_a1,
@@ -97,6 +130,7 @@ $L_k16_done:
 """
 
 K0, K4, K16 = "bc_k0", "bc_k4", "bc_k16"
+K4P = "bc_k4p"          # four pointers: out = a * b + c (the tensors-on-the-fast-path rows)
 
 # Argument values. Pointers are filled in per library; the scalars are the same
 # everywhere (and their bytes are what the raw C rows pre-pack).
@@ -159,13 +193,14 @@ class Context:
         _baseline.use_device(0)
         # raw: nothing but the driver
         self.raw_mod = _baseline.module_load(self.ptx)
-        self.raw_fn = {k: _baseline.module_get_function(self.raw_mod, k) for k in (K0, K4, K16)}
+        self.raw_fn = {k: _baseline.module_get_function(self.raw_mod, k) for k in (K0, K4, K4P, K16)}
         self.raw_stream = _baseline.stream_create()
         self.raw_ptrs = [_baseline.mem_alloc(4096) for _ in range(6)]
         p = self.raw_ptrs
         self.raw_params = {
             K0: _baseline.ParamBlock(()),
             K4: _baseline.ParamBlock(pack_k4(p[0], p[1])),
+            K4P: _baseline.ParamBlock([struct.pack("<Q", x) for x in p[0:4]]),
             K16: _baseline.ParamBlock(pack_k16(p[0:5])),
         }
         # barecuda objects; what fails leaves its rows n/a with the reason
@@ -178,7 +213,7 @@ class Context:
             self.mem_error = why(e)
         try:
             self.module = bc.Module.from_ptx(PTX)
-            self.kern = {k: self.module.get_kernel(k) for k in (K0, K4, K16)}
+            self.kern = {k: self.module.get_kernel(k) for k in (K0, K4, K4P, K16)}
         except Exception as e:   # noqa: BLE001
             self.launch_error = why(e)
         self.bc_error = self.mem_error or self.launch_error

@@ -18,6 +18,9 @@ Method
 * IPC open cost: a child process exports a buffer from ``IpcAllocator``; this process
   opens and closes it ``n`` times; median of open+close (``cuIpcOpenMemHandle`` +
   ``cuIpcCloseMemHandle`` and barecuda's checks), in microseconds.
+* Tensors on the fast path: ``kernel.launch`` of a 4-pointer kernel with 4 torch tensors
+  (4 CuPy arrays, 4 DeviceBuffers) against raw C with the same 4 pointers, ns per
+  launch and the ratio (the launch rows of launch_rows.tensor_rows, alternated).
 * Peer copy: 256 MiB device 0 -> device 1 on a stream of device 1: barecuda's
   ``DeviceBuffer.copy_from`` (a Python call per copy) against
   ``barecuda._topology.peer_copy_loop`` (``cuMemcpyPeerAsync`` in a C loop), GB/s.
@@ -175,11 +178,40 @@ def peer_copy_rows(nbytes=256 * MiB, iters=10, rounds=5):
                  f"{ours / raw:.3f}x raw C")]
 
 
+def tensor_launch_rows(rounds=15):
+    """The tensors-on-the-fast-path launch rows (launch_rows.tensor_rows: 4 DeviceBuffers,
+    4 torch tensors, 4 CuPy arrays) beside raw C with the same 4 pointers, alternated
+    over ``rounds``; values are ns per launch, notes the ratio to raw C (issue 12's
+    target: torch <= 1.15x). For bench/nccl_compare.py, which runs them in the same job
+    as torch.distributed."""
+    from barecuda.bench.context import Context, K4P
+    from barecuda.bench.harness import c_row, ratios, run_rounds
+    from barecuda.bench.launch_rows import tensor_rows
+    ctx = Context()
+    try:
+        rows = [c_row(ctx.B, "raw4p", "raw C cuLaunchKernel, 4 pointer args", ctx.raw_fn[K4P], 1, 1,
+                      ctx.raw_params[K4P], ctx.raw_stream)] + tensor_rows(ctx)
+        run_rounds(rows, rounds, 10, 0, 0, ctx.B.ctx_sync, label=None)
+        rat = ratios(rows)
+        out = []
+        for r in rows:
+            if r.na:
+                out.append(_row(r.key, r.label, None, "ns/launch", f"n/a: {r.na}"))
+                continue
+            x = (rat.get(r.key) or {}).get("issue")
+            out.append(_row(r.key, r.label, r.result()["issue"], "ns/launch",
+                            f"{x:.3f}x raw C" if x else "reference"))
+        return out
+    finally:
+        ctx.close()
+
+
 def run(quick=False):
     """Every row this machine allows (skipped rows carry the reason in ``note``)."""
     rows = []
     rounds = 3 if quick else 5
     for name, fn in (("allreduce", lambda: allreduce_rows(rounds=rounds)),
+                     ("tensors", lambda: tensor_launch_rows(6 if quick else 15)),
                      ("ipc", lambda: [ipc_open_row(50 if quick else 200)]),
                      ("peer", lambda: peer_copy_rows(rounds=rounds))):
         try:

@@ -12,7 +12,7 @@ import sys
 import threading
 import tracemalloc
 
-from barecuda.bench.context import K0, K4, K16
+from barecuda.bench.context import K0, K4, K4P, K16
 from barecuda.bench.harness import (BATCH, NotAvailable, c_row, compile_loops, median, na_row, now_ns, py_row,
                                     ratios, run_rounds, say, why)
 from barecuda.bench.report import Section, fmt_ns, fmt_x
@@ -22,6 +22,9 @@ ORDER = 10
 BC_LAUNCH_ROWS = [
     ("bc0", "barecuda kernel.launch, 0 args", "raw0"),
     ("bc4", "barecuda kernel.launch, 4 args", "raw4"),
+    ("bc4p", "barecuda kernel.launch, 4 DeviceBuffers", "raw4p"),
+    ("torch4p", "barecuda kernel.launch, 4 torch tensors", "raw4p"),
+    ("cupy4p", "barecuda kernel.launch, 4 CuPy arrays", "raw4p"),
     ("bc16", "barecuda kernel.launch, 16 args", "raw16"),
     ("plan4", "barecuda plan(), 4 args", "raw4"),
     ("all4", f"barecuda launch_all({BATCH} plans), per launch", "raw4"),
@@ -33,6 +36,7 @@ BC_LAUNCH_ROWS = [
 ]
 _LABEL = {k: (label, ref) for k, label, ref in BC_LAUNCH_ROWS}
 K4_STMT = "k.launch(1, 1, o, i, 7, 1.5, stream=s)"
+K4P_STMT = "k.launch(1, 1, a, b, c, d, stream=s)"
 
 
 def gil_switch(bc):
@@ -62,28 +66,58 @@ def _bc_row(key, build):
         return na_row(key, label, ref, why(e))
 
 
+def tensor_rows(ctx, peers=True):
+    """``kernel.launch`` of the 4-pointer kernel with 4 DeviceBuffers, 4 torch tensors
+    and 4 CuPy arrays (issue 12's tensors-on-the-fast-path rows; ref: raw C with the same
+    4 pointers). The torch/CuPy rows launch on that library's stream while it is the
+    library's current stream (``with torch.cuda.stream(s): k.launch(..., stream=s)``),
+    so the stream rule orders nothing and the row measures what reading the tensors
+    costs; each is n/a when the library (with CUDA) is missing or ``--no-peers``."""
+    from barecuda.bench import peers as peer_rows
+    k = ctx.kern[K4P]
+    s = ctx.stream
+    rows = [_bc_row("bc4p", lambda: (K4P_STMT, dict(zip("abcd", ctx.bufs[:4]), k=k, s=s), 1))]
+    for key, build in (("torch4p", peer_rows.torch_tensor_args), ("cupy4p", peer_rows.cupy_array_args)):
+        label, ref = _LABEL[key]
+        if not peers:
+            rows.append(na_row(key, label, ref, "--no-peers: torch and CuPy are not imported"))
+            continue
+        try:
+            args, stream, sync, setup, teardown = build(ctx)
+            r = py_row(key, label, K4P_STMT, dict(zip("abcd", args), k=k, s=stream), sync, ref=ref)
+        except Exception as e:   # noqa: BLE001 -- a missing peer is an n/a row, with the reason
+            rows.append(na_row(key, label, ref, peer_rows.not_installed(e)))
+            continue
+        r.setup, r.teardown = setup, teardown
+        rows.append(r)
+    return rows
+
+
 def build_launch_rows(ctx, peers=True):
     """Every launch row: raw C, barecuda's forms, and (``peers``) the peers'."""
     B, s, bc = ctx.B, ctx.stream, ctx.bc
     rows = [c_row(B, f"raw{n}", f"raw C cuLaunchKernel, {n} args", ctx.raw_fn[k], 1, 1, ctx.raw_params[k],
                   ctx.raw_stream) for k, n in ((K0, 0), (K4, 4), (K16, 16))]
+    rows.append(c_row(B, "raw4p", "raw C cuLaunchKernel, 4 pointer args", ctx.raw_fn[K4P], 1, 1,
+                      ctx.raw_params[K4P], ctx.raw_stream))
     rows.append(c_row(B, "rawex4", "raw C cuLaunchKernelEx (priority), 4 args", ctx.raw_fn[K4], 1, 1,
                       ctx.raw_params[K4], ctx.raw_stream, ex={"priority": 0}))
     if ctx.bc_error:
         rows += [na_row(key, label, ref, ctx.bc_error) for key, label, ref in BC_LAUNCH_ROWS]
     else:
-        rows += _barecuda_rows(ctx, bc, s)
+        rows += _barecuda_rows(ctx, bc, s, peers)
     if peers:
         from barecuda.bench import peers as peer_rows
         rows += peer_rows.launch_rows(ctx)
     return rows
 
 
-def _barecuda_rows(ctx, bc, s):
+def _barecuda_rows(ctx, bc, s, peers=True):
     rows = []
     k4 = ctx.kern[K4]
     rows.append(_bc_row("bc0", lambda: ("k.launch(1, 1, stream=s)", {"k": ctx.kern[K0], "s": s}, 1)))
     rows.append(_bc_row("bc4", lambda: (K4_STMT, k4_ns(ctx), 1)))
+    rows += tensor_rows(ctx, peers)
 
     def bc16():
         a16 = ctx.k16_args()

@@ -16,7 +16,8 @@ from typing import Dict
 from barecuda.bench.context import K4, K4_N, K4_X, PTX
 from barecuda.bench.harness import NotAvailable, Row, py_row, timed_to_sync, why
 
-__all__ = ["installed_versions", "PEER_DISTRIBUTIONS", "launch_rows", "ALLOC_PEERS", "COPY_PEERS", "versions"]
+__all__ = ["installed_versions", "PEER_DISTRIBUTIONS", "launch_rows", "ALLOC_PEERS", "COPY_PEERS", "versions",
+           "torch_tensor_args", "cupy_array_args", "not_installed"]
 
 # Distributions reported by installed_versions(), by import-free metadata lookup.
 PEER_DISTRIBUTIONS = ("cuda-core", "cuda-bindings", "cuda-python", "cupy-cuda13x", "cupy-cuda12x", "cupy",
@@ -43,7 +44,7 @@ def installed_versions(names=PEER_DISTRIBUTIONS):
     return out
 
 
-def _not_installed(e):
+def not_installed(e):
     return ("not installed (" + why(e) + ")") if isinstance(e, ImportError) else why(e)
 
 
@@ -126,6 +127,49 @@ def _torch_row(ctx):
     return "torch.add(a, b, out=c)", {"torch": torch, "a": a, "b": b, "c": c, "ts": ts}, "ts.synchronize()"
 
 
+# ------------------------------------------------------------------ tensors for barecuda's launch
+# (launch_rows.tensor_rows): four 1024-float arrays of the library, its own stream made
+# its current stream around each round, and the sync statement.
+def torch_tensor_args(ctx):
+    """``(args, stream, sync, setup, teardown)``: 4 torch tensors on device 0."""
+    torch = _torch_cuda()
+    ts = torch.cuda.Stream(device=0)
+    with torch.cuda.stream(ts):
+        args = [torch.ones(1024, device="cuda:0") for _ in range(4)]
+    ts.synchronize()
+    before = []
+
+    def setup():
+        before.append(torch.cuda.current_stream(0))
+        torch.cuda.set_stream(ts)
+
+    def teardown():
+        torch.cuda.set_stream(before.pop())
+    ctx.keep.append((args, ts))
+    return args, ts, "s.synchronize()", setup, teardown
+
+
+def cupy_array_args(ctx):
+    """``(args, stream, sync, setup, teardown)``: 4 CuPy arrays on device 0."""
+    import cupy
+    versions["cupy"] = cupy.__version__
+    with cupy.cuda.Device(0):
+        cs = cupy.cuda.Stream(non_blocking=True)
+        with cs:
+            args = [cupy.ones(1024, dtype=cupy.float32) for _ in range(4)]
+        cs.synchronize()
+    before = []
+
+    def setup():
+        before.append(cupy.cuda.get_current_stream())
+        cs.use()
+
+    def teardown():
+        before.pop().use()
+    ctx.keep.append((args, cs))
+    return args, cs, "s.synchronize()", setup, teardown
+
+
 def _make_triton_kernel():
     import triton
     import triton.language as tl
@@ -189,7 +233,7 @@ def launch_rows(ctx):
             rows.append(py_row(key, label, stmt, ns, sync, ref="raw4"))
         except Exception as e:   # noqa: BLE001 -- a peer that cannot run is an n/a row
             r = Row(key, label, "raw4")
-            r.mark_na(_not_installed(e))
+            r.mark_na(not_installed(e))
             rows.append(r)
     return rows
 

@@ -155,14 +155,19 @@ def _measured(doc):
     return out
 
 
+def _row_tolerance(base, b):
+    return float(b.get("tolerance", base.get("tolerance", 0.05)))
+
+
 def compare_baseline(doc, base):
     """Compare a run's ratios with the baseline's.
 
     Returns a list of ``(key, label, measured, baseline, status)``; status is
-    ``"pass"``, ``"FAIL"`` (the ratio to raw C grew by more than the tolerance, 5%
-    unless the file says otherwise) or ``"n/a"`` (the row was not measured).
+    ``"pass"``, ``"FAIL"`` (the ratio to raw C grew by more than the tolerance: the
+    row's ``tolerance``, else the file's, else 5%), ``"n/a"`` (the row was not
+    measured) or ``"skip"`` (not measured, and the row ``needs`` something this
+    machine lacks: a peer library such as torch with CUDA, or CuPy).
     """
-    tol = float(base.get("tolerance", 0.05))
     rows = _measured(doc)
     out = []
     for key, b in base["rows"].items():
@@ -170,8 +175,9 @@ def compare_baseline(doc, base):
         got = (r.get("ratio") or {}).get(b.get("column", "issue")) if r else None
         label = b.get("label") or (r or {}).get("label") or key
         if got is None:
-            out.append((key, label, None, b["ratio"], "n/a"))
+            out.append((key, label, None, b["ratio"], "skip" if b.get("needs") else "n/a"))
         else:
+            tol = _row_tolerance(base, b)
             out.append((key, label, got, b["ratio"], "FAIL" if got > b["ratio"] * (1 + tol) else "pass"))
     return out
 
@@ -182,12 +188,18 @@ def format_baseline(results, base, path):
     s = Section("baseline", f"baseline ({os.path.basename(path)}, ratio to raw C)",
                 [("now", 7), ("stored", 7), ("limit", 7), ("result", 7)])
     for key, label, got, ref, st in results:
-        s.add(label, [fmt_x(got), fmt_x(ref), fmt_x(ref * (1 + tol)), st])
+        lim = ref * (1 + _row_tolerance(base, base["rows"].get(key, {})))
+        if st == "skip":
+            st = f"skip (needs {base['rows'][key]['needs']})"
+        s.add(label, [fmt_x(got), fmt_x(ref), fmt_x(lim), st])
     bad = [f"{k} {g:.3f} vs {r:.3f}" for k, _, g, r, st in results if st == "FAIL"]
     missing = [k for k, _, _, _, st in results if st == "n/a"]
-    summary = (f"baseline: {len(results) - len(bad) - len(missing)} pass, {len(bad)} regressed "
+    skipped = [k for k, _, _, _, st in results if st == "skip"]
+    summary = (f"baseline: {len(results) - len(bad) - len(missing) - len(skipped)} pass, {len(bad)} regressed "
                f"> {tol:.0%}" + (": " + "; ".join(bad) if bad else "")
-               + (f", {len(missing)} not measured ({', '.join(missing)})" if missing else ""))
+               + (f", {len(missing)} not measured ({', '.join(missing)})" if missing else "")
+               + (f", {len(skipped)} skipped ({', '.join(f'{k}: needs ' + base['rows'][k]['needs'] for k in skipped)})"
+                  if skipped else ""))
     s.notes.append(summary)
     return s, summary
 
@@ -212,4 +224,5 @@ def updated_baseline(doc, base=None):
                 out["rows"][key] = dict(b)          # not measured this time: keep the stored figure
             continue
         out["rows"][key] = {"column": col, "ratio": round(got, 3), "label": (r or {}).get("label", b.get("label"))}
+        out["rows"][key].update({k: b[k] for k in ("needs", "tolerance") if k in b})
     return out
