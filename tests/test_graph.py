@@ -578,6 +578,92 @@ def test_capture_records_launches_plans_copies_and_events(fake, vadd, stream):
     assert read(o) == bytes(range(256))
 
 
+def test_captured_kernel_nodes_take_set_arg_with_launchs_checks(fake, ptx, vadd, stream):
+    """Kernel nodes of a captured graph come back as KernelNodes (kernel, dimensions and
+    parameter bytes from the driver) and take exec handles like explicit ones."""
+    a, o = bc.alloc(256), bc.alloc(256)
+    other = bc.Module.from_ptx(ptx.ALL_SCALARS).get_kernel("scalars")
+    plan = vadd.bind(2, 32, a, o, o, 4, stream=stream)
+    with stream.capture() as g:
+        vadd.launch(1, 16, o, a, a, 3, stream=stream, shared_mem=128)
+        plan()
+        o.copy_from(a, stream=stream)
+        other.launch(1, 1, *([1] * len(ptx.ALL_SCALARS_TYPES)), stream=stream)
+        vadd.launch((1, 2), (8, 2), a, a, o, 5, stream=stream)
+    kinds = [n.kind for n in g.nodes()]
+    assert kinds == ["kernel", "kernel", "memcpy", "kernel", "kernel"]
+    ks = g.kernel_nodes()
+    assert [n.kernel for n in ks] == [vadd, vadd, other, vadd]
+    assert [(n.grid, n.block, n.shared_mem) for n in ks] == [
+        ((1, 1, 1), (16, 1, 1), 128), ((2, 1, 1), (32, 1, 1), 0), ((1, 1, 1), (1, 1, 1), 0),
+        ((1, 2, 1), (8, 2, 1), 0)]
+    assert ks[0].args == (None,) * 4                    # the driver keeps bytes, not objects
+    assert g.kernel_nodes() == ks and g.nodes()[0] is ks[0]   # one object per node
+    exe = g.instantiate()
+    h = exe.kernel_node(ks[3])
+    with pytest.raises(OverflowError):
+        h.set_arg(3, -2**31 - 1)
+    with pytest.raises(TypeError):
+        h.set_arg(0, 1.5)
+    h.set_arg(3, 9)
+    h.set_arg(0, o)
+    assert h.args == (o, None, None, 9)
+    hp = exe.kernel_node(ks[1])
+    hp.set_dims(grid=3)
+    exe.launch(stream)
+    launched = [fake.last_launch(b) for b in range(4)]  # newest first
+    assert launched[0].params == vadd_block(o.ptr, a.ptr, o.ptr, 9)
+    assert launched[2].params == vadd_block(a.ptr, o.ptr, o.ptr, 4) and launched[2].grid == (3, 1, 1)
+    assert launched[3].params == vadd_block(o.ptr, a.ptr, a.ptr, 3)
+    ks[0].set_arg(3, 11)                                 # the graph's own node (later instantiations)
+    g.instantiate().launch(stream)
+    assert fake.last_launch(3).params == vadd_block(o.ptr, a.ptr, a.ptr, 11)
+
+
+def test_capture_holds_what_launches_use(fake, vadd, stream):
+    """No keep_alive needed: kernels, arguments and plans launched into a capture live as
+    long as the graph and its executables; a launch on a stream outside the capture
+    is not held."""
+    bufs = [bc.alloc(64) for _ in range(4)]
+    refs = [weakref.ref(b) for b in bufs]
+    side = bc.Stream()
+    plan = vadd.bind(1, 1, bufs[1], bufs[1], bufs[1], 1, stream=stream)
+    with stream.capture() as g:
+        vadd.launch(1, 1, bufs[0], bufs[0], bufs[0], 1, stream=stream)
+        plan()
+        bc.launch_all([vadd.bind(1, 1, bufs[2], bufs[2], bufs[2], 1, stream=stream)])
+        vadd.launch(1, 1, bufs[3], bufs[3], bufs[3], 1, stream=side)   # not captured: runs now
+    del bufs, plan
+    gc.collect()
+    assert [r() is not None for r in refs] == [True, True, True, False]   # bufs[1]: through the plan
+    exe = g.instantiate()
+    del g
+    gc.collect()
+    assert all(r() is not None for r in refs[:3])
+    exe.launch(stream)
+    del exe
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_update_from_a_captured_graph_refreshes_handles(fake, vadd, stream):
+    a, o = bc.alloc(64), bc.alloc(64)
+
+    def cap(out, n):
+        with stream.capture() as g:
+            vadd.launch(1, 16, out, a, a, n, stream=stream)
+            vadd.launch(1, 16, out, out, a, n + 1, stream=stream)
+        return g
+    g1 = cap(o, 1)
+    exe = g1.instantiate()
+    h = exe.kernel_node(g1.kernel_nodes()[1])
+    exe.update(cap(a, 5))
+    h.set_arg(3, 8)                                     # the rest of the block is the update's
+    exe.launch(stream)
+    assert fake.last_launch().params == vadd_block(a.ptr, a.ptr, a.ptr, 8)
+    assert fake.last_launch(1).params == vadd_block(a.ptr, a.ptr, a.ptr, 5)
+
+
 def test_capture_module_function_and_modes(fake, vadd):
     s = bc.Stream()
     for mode in ("global", "thread_local", "relaxed"):
@@ -673,6 +759,32 @@ def test_pool_allocations_in_a_capture_become_graph_memory(fake, vadd):
     assert fake.live("mem") == mem0
 
 
+def test_missing_graph_entry_point_names_the_driver_version(fake_lib_path):
+    """An optional entry point the driver lacks: DriverVersionError with the version from
+    the ABI table (not a hand-typed one), raised before any other driver call."""
+    import os
+    import subprocess
+    import sys
+    code = """
+import barecuda as bc
+from barecuda._loader import symbols
+g = bc.Graph()
+try:
+    g.conditional_handle()
+except bc.DriverVersionError as e:
+    print("ERR", symbols()["cuGraphConditionalHandleCreate"][0], e)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKECUDA_")}
+    env.update(BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_HIDE="cuGraphConditionalHandleCreate")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("ERR ")][0]
+    _, need, msg = line.split(" ", 2)
+    need = int(need)
+    assert "cuGraphConditionalHandleCreate" in msg and "CUDA graphs" in msg
+    assert f"CUDA {need // 1000}.{need % 1000 // 10} driver or newer" in msg
+
+
 # --------------------------------------------------------------- lifetimes
 def test_graph_and_exec_keep_buffers_kernels_and_callables_alive(fake, ptx, stream):
     k = bc.Module.from_ptx(ptx.vadd()).get_kernel("vadd")
@@ -718,6 +830,66 @@ def test_no_reference_cycles_buffers_go_with_the_last_reference(fake, vadd, stre
         assert ref() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("how", ["node", "set_arg", "captured", "keep_alive"])
+def test_closing_a_buffer_a_graph_uses_defers_its_free(fake, vadd, stream, how):
+    """buf.close() while a graph or executable still references the buffer makes the
+    object unusable but leaves the memory allocated (no later allocation gets it, the
+    executable keeps running with it) until the graph and executable are gone."""
+    pool = bc.MemoryPool(0)
+    buf, other = pool.alloc(4096, stream=stream), pool.alloc(4096, stream=stream)
+    ptr = buf.ptr
+    g, n = bc.Graph(), None
+    if how == "captured":
+        with stream.capture() as g:
+            vadd.launch(1, 16, buf, buf, buf, 1, stream=stream)
+    elif how == "keep_alive":
+        g.add_kernel(vadd, 1, 16, other, other, other, 1)
+        g.keep_alive(buf)
+    else:
+        n = g.add_kernel(vadd, 1, 16, buf if how == "node" else other, other, other, 1)
+    exe = g.instantiate()
+    if how == "set_arg":
+        exe.kernel_node(n).set_arg(0, buf)
+    exe.launch(stream)
+    buf.close()
+    with pytest.raises(ValueError, match="closed"):
+        vadd.launch(1, 16, buf, buf, buf, 1, stream=stream)
+    stream.synchronize()
+    again = [pool.alloc(4096, stream=stream) for _ in range(4)]
+    assert ptr not in [b.ptr for b in again]                # still the graph's
+    if how != "keep_alive":
+        exe.launch(stream)
+        assert struct.unpack_from("<Q", fake.last_launch().params, 0)[0] == ptr
+    del again
+    in_use = pool.stats()["in_use"]
+    del g, exe, n
+    gc.collect()
+    assert pool.stats()["in_use"] == in_use - 4096          # freed with the last holder
+
+
+def test_launch_refuses_an_executable_whose_module_was_closed(fake, ptx, stream):
+    mod = bc.Module.from_ptx(ptx.vadd())
+    k = mod.get_kernel("vadd")
+    a = bc.alloc(64)
+    g = bc.Graph()
+    n = g.add_kernel(k, 1, 16, a, a, a, 1)
+    exe = g.instantiate()
+    h = exe.kernel_node(n)
+    with stream.capture() as cg:
+        k.launch(1, 16, a, a, a, 1, stream=stream)
+    cexe = cg.instantiate()
+    exe.launch(stream)
+    cexe.launch(stream)
+    calls = fake.calls("cuGraphLaunch")
+    mod.close()
+    for e in (exe, cexe):
+        with pytest.raises(ValueError, match="module was closed"):
+            e.launch(stream)
+    with pytest.raises(ValueError, match="closed"):
+        h.set_arg(3, 2)
+    assert fake.calls("cuGraphLaunch") == calls
 
 
 def test_child_graph_references_are_held_by_the_parent(fake, vadd):
@@ -843,7 +1015,12 @@ OPS = st.lists(st.one_of(
 ), max_size=60)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Deterministic: the same 100 sequences every run (derandomize, no example database),
+# no time limit and no health check that timing can trip (too_slow under a loaded
+# machine): whether it passes depends only on barecuda and the double.
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
 @given(ops=OPS)
 def test_random_graph_lifetimes_never_free_early_nor_leak(fake, vadd, ops):
     lib = _lib(fake)
@@ -869,31 +1046,34 @@ def test_random_graph_lifetimes_never_free_early_nor_leak(fake, vadd, ops):
                 n = g.add_kernel(vadd, 1, 32, x, y, y, 1)
                 g.add_memset(y, 3, depends_on=n)
                 exe = g.instantiate()
-                execs.append((exe, exe.kernel_node(n), g))
+                execs.append((exe, exe.kernel_node(n), g, False))
                 del g, n, x, y
             elif op[0] == "capture" and bufs:
                 s = streams[op[2]]
                 x = bufs[op[1] % len(bufs)]
-                with s.capture() as g:
+                with s.capture() as g:                  # nothing held by hand: the capture holds x
                     vadd.launch(1, 32, x, x, x, 2, stream=s)
-                g.keep_alive(x)
-                execs.append((g.instantiate(), None, g))
+                exe = g.instantiate()
+                execs.append((exe, exe.kernel_node(g.kernel_nodes()[0]), g, True))
                 del g, x
             elif op[0] == "launch" and execs:
                 execs[op[1] % len(execs)][0].launch(streams[op[2]])
             elif op[0] == "set_arg" and execs and bufs:
-                exe, h, _ = execs[op[1] % len(execs)]
-                if h is not None:
-                    h.set_arg(0, bufs[op[2] % len(bufs)])
+                exe, h, _, _ = execs[op[1] % len(execs)]
+                h.set_arg(0, bufs[op[2] % len(bufs)])
             elif op[0] == "update" and execs and bufs:
-                exe, h, g = execs[op[1] % len(execs)]
-                if h is not None:
-                    z = bufs[op[2] % len(bufs)]
+                exe, h, g, captured = execs[op[1] % len(execs)]
+                z = bufs[op[2] % len(bufs)]
+                if captured:
+                    with streams[op[2] % 3].capture() as g2:
+                        vadd.launch(1, 32, z, z, z, 3, stream=streams[op[2] % 3])
+                else:
                     g2 = bc.Graph()
                     n2 = g2.add_kernel(vadd, 1, 32, z, z, z, 3)
                     g2.add_memset(z, 4, depends_on=n2)
-                    exe.update(g2)
-                    del g2, n2, z
+                    del n2
+                exe.update(g2)
+                del g2, z
             elif op[0] == "drop_buf" and bufs:
                 bufs.pop(op[1] % len(bufs))
             elif op[0] == "drop_exec" and execs:
@@ -905,7 +1085,7 @@ def test_random_graph_lifetimes_never_free_early_nor_leak(fake, vadd, ops):
                     bc.Device(0).synchronize()
                 else:
                     streams[op[1]].synchronize()
-        bufs = execs = exe = h = g = b = s = _ = None
+        bufs = execs = exe = h = g = b = s = _ = captured = None
         gc.collect()
         assert lib.fakecuda_early_frees() == early0
         bc.Device(0).synchronize()

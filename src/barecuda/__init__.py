@@ -67,11 +67,11 @@ __all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", 
             "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
             "ipc", "nccl"]
 
-# CUDA graphs (_graph.pyx)
-from barecuda._graph import (
-    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode,
-    Capture, capture, is_capturing, check_host_errors,
-)
+# CUDA graphs (_graph.pyx, _graph_exec.pyx, _capture.pyx, _host_node.pyx)
+from barecuda._graph import Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle
+from barecuda._host_node import check_host_errors
+from barecuda._graph_exec import GraphExec, ExecKernelNode
+from barecuda._capture import Capture, capture, is_capturing
 __all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
             "Capture", "capture", "is_capturing", "check_host_errors"]
 

@@ -1,4 +1,4 @@
-"""CUDA graphs: capture, explicit graphs, executable graphs and kernel-node handles."""
+"""CUDA graphs: the graph and its nodes (executables: _graph_exec.pxd)."""
 from barecuda._abi cimport (CUgraph, CUgraphExec, CUgraphNode, CUcontext, CUstream,
                             CUDA_KERNEL_NODE_PARAMS_v2, CUgraphConditionalHandle, CUDA_MEMCPY3D,
                             CUDA_MEMSET_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUgraphConditionalNodeType)
@@ -23,6 +23,7 @@ cdef class Graph:
     cdef dict _by_handle            # <size_t>CUgraphNode -> weak reference to its GraphNode
     cdef dict _info                 # <size_t>CUgraphNode -> (index, kind, kernel name or None), for messages
     cdef dict _kernels              # node index -> KernelNode (strong: update refreshes handles from it)
+    cdef dict _funcs                # <size_t>CUfunction -> Kernel launched into it during its capture
     cdef object __weakref__
     cdef readonly bint captured     # made by stream capture
     cdef bint capturing             # the capture that fills it is still running
@@ -35,6 +36,8 @@ cdef class Graph:
     cdef ConditionalNode _add_conditional(self, ConditionalHandle cond, CUgraphConditionalNodeType t,
                                           unsigned int size, str tname, object depends_on)
     cdef str _describe(self, CUgraphNode h)
+    cdef list _enumerate(self)
+    cdef GraphNode _wrap(self, CUgraphNode h)
 
 
 cdef class GraphNode:
@@ -66,41 +69,9 @@ cdef class ConditionalNode(GraphNode):
     cdef readonly str type
 
 
-cdef class GraphExec:
-    cdef CUgraphExec handle
-    cdef readonly Graph graph
-    cdef readonly Device device
-    cdef CUcontext ctx
-    cdef CUstream last              # stream of the latest launch
-    cdef object _last_stream        # ... and its object, kept alive while launches may run on it
-    cdef bint launched
-    cdef bint multi                 # launched on more than one stream
-    cdef list _graphs               # every graph whose nodes this executable may still run (and their
-                                    #   reference snapshots)
-    cdef Graph _source              # the graph whose parameters it runs (its own, or the latest update's)
-    cdef readonly unsigned long long flags
-    cdef dict _params               # node index -> _KernelParams of the nodes that have handles
-
-    cdef int _live(self) except -1
-    cdef void _mark_used(self) noexcept
-    cdef int _refresh_params(self, Graph graph) except -1
-
-
-cdef class _KernelParams:
-    cdef Kernel kernel
-    cdef CUgraphNode node           # the node in the graph the executable was made from
-    cdef char *buf                  # the parameter block pushed to the executable
-    cdef void **ptrs                # kernelParams: one pointer per slot into buf
-    cdef CUDA_KERNEL_NODE_PARAMS_v2 p
-    cdef list vals                  # the value packed in each slot (held: the executable may run it)
-
-    cdef int load(self, KernelNode src, CUgraphNode node) except -1
-
-
-cdef class ExecKernelNode:
-    cdef readonly GraphExec exec
-    cdef readonly KernelNode node
-    cdef _KernelParams st           # shared with the other handles on this node of this executable
-    cdef object __weakref__
-
-    cdef object _set_arg_slow(self, Py_ssize_t index, object value)
+# Append objs to a graph's reference list, pinning DeviceBuffers (their close() defers).
+cdef int hold(list keep, object objs) except -1
+# DriverVersionError naming the version of the optional entry point `name` unless fn is set.
+cdef int need(void *fn, str name) except -1
+# An empty Graph object without a handle, on dev (_capture fills it).
+cdef Graph graph_shell(Device dev)

@@ -23,12 +23,16 @@ cdef int sync_for_closed(CUcontext ctx) except -1
 # "1.5 MiB": byte counts in allocator messages.
 cdef str fmt_bytes(object n)
 
+cdef enum:
+    FROM_GRAPH = 2              # bc_block.from_async of a block allocated during a capture (_graph reads it)
+
 cdef struct bc_block:
     CUdeviceptr ptr
     size_t size                 # rounded size (what the driver gave us)
     size_t requested            # bytes the current user asked for
     int cls
-    int from_async              # 1: cuMemAllocAsync (free with cuMemFreeAsync); 0: cuMemAlloc
+    int from_async              # 1: cuMemAllocAsync (free with cuMemFreeAsync); 0: cuMemAlloc;
+                                #   FROM_GRAPH: allocated during a capture (graph memory)
     CUstream stream             # the stream the block is ordered on
     CUevent event               # recorded lazily on `stream` when another stream wants it
     bc_block *next

@@ -99,8 +99,6 @@ _stream_mod.add_close_hook(_on_stream_close)
 # stream are deferred (reusable only after a context-wide sync). The driver is asked
 # (cuStreamIsCapturing) only while a capture runs, and only in these two paths.
 cdef int _captures = 0
-cdef enum:
-    FROM_GRAPH = 2              # bc_block.from_async: allocated during a capture
 
 
 def _capture_started():

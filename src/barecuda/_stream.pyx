@@ -469,10 +469,10 @@ cdef class Stream:
         ev.record(self)
         return ev
 
-    # -- CUDA graphs (owned by _graph.pyx): capture delegates there
+    # -- CUDA graphs (owned by _capture.pyx): capture delegates there
     def capture(self, mode="global"):
         """``with stream.capture(mode) as graph:`` -- see :func:`barecuda.capture`."""
-        from barecuda._graph import capture
+        from barecuda._capture import capture
         return capture(self, mode)
 
 

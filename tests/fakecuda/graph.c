@@ -49,6 +49,7 @@ struct CUgraphNode_st {
     CUfunction func;
     unsigned int grid[3], block[3], smem;
     unsigned char *params;
+    void **pptrs;                    /* cuGraphKernelNodeGetParams's kernelParams (into params), made on demand */
     /* memcpy / memset / host / events / child */
     CUDA_MEMCPY3D copy;
     CUDA_MEMSET_NODE_PARAMS set;
@@ -159,6 +160,7 @@ static void node_free(CUgraphNode n) {
     if (!n) return;
     free(n->deps);
     free(n->params);
+    free(n->pptrs);
     if (n->child) graph_free(n->child);
     for (i = 0; i < n->nbodies; i++) graph_free(n->bodies[i]);
     free(n->bodies);
@@ -220,6 +222,7 @@ static CUgraphNode node_clone(CUgraph dst, CUgraphNode s, int keep_orig) {
     n->deps = s->ndeps ? malloc((size_t)s->ndeps * sizeof(int)) : NULL;
     if (s->ndeps) memcpy(n->deps, s->deps, (size_t)s->ndeps * sizeof(int));
     n->params = NULL;
+    n->pptrs = NULL;
     if (s->params && pb) {
         n->params = malloc(pb);
         memcpy(n->params, s->params, pb);
@@ -624,6 +627,8 @@ static CUresult store_kernel_params(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS
             memcpy(buf + f->params[i].offset, p->kernelParams[i], f->params[i].size);
     }
     free(n->params);
+    free(n->pptrs);
+    n->pptrs = NULL;
     n->params = buf;
     n->func = f;
     n->grid[0] = p->gridDimX; n->grid[1] = p->gridDimY; n->grid[2] = p->gridDimZ;
@@ -646,10 +651,23 @@ CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, 
     return CUDA_SUCCESS;
 }
 
+/* As the driver: kernelParams points at the node's own copy of each parameter (valid
+ * until the node's parameters change or it is destroyed); ctx is the function's. */
 CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) {
+    CUfunction f;
+    int i;
     FK_ENTER(cuGraphKernelNodeGetParams);
     if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !nodeParams) return CUDA_ERROR_INVALID_VALUE;
+    f = hNode->func;
+    if (f->nparams && !hNode->pptrs) {
+        if (!hNode->params && !(hNode->params = calloc(1, f->param_bytes ? f->param_bytes : 1)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (!(hNode->pptrs = calloc((size_t)f->nparams, sizeof(void *)))) return CUDA_ERROR_OUT_OF_MEMORY;
+        for (i = 0; i < f->nparams; i++) hNode->pptrs[i] = hNode->params + f->params[i].offset;
+    }
     memset(nodeParams, 0, sizeof(*nodeParams));
+    nodeParams->kernelParams = f->nparams ? hNode->pptrs : NULL;
+    nodeParams->ctx = f->mod->ctx;
     nodeParams->func = hNode->func;
     nodeParams->gridDimX = hNode->grid[0]; nodeParams->gridDimY = hNode->grid[1]; nodeParams->gridDimZ = hNode->grid[2];
     nodeParams->blockDimX = hNode->block[0]; nodeParams->blockDimY = hNode->block[1];

@@ -1,0 +1,48 @@
+"""CUDA graphs: executable graphs and kernel-node handles."""
+from barecuda._abi cimport CUgraphExec, CUgraphNode, CUcontext, CUstream, CUDA_KERNEL_NODE_PARAMS_v2
+from barecuda._device cimport Device
+from barecuda._launch cimport Kernel
+from barecuda._graph cimport Graph, KernelNode
+
+
+cdef class GraphExec:
+    cdef CUgraphExec handle
+    cdef readonly Graph graph
+    cdef readonly Device device
+    cdef CUcontext ctx
+    cdef CUstream last              # stream of the latest launch
+    cdef object _last_stream        # ... and its object, kept alive while launches may run on it
+    cdef bint launched
+    cdef bint multi                 # launched on more than one stream
+    cdef list _graphs               # every graph whose nodes this executable may still run (and their
+                                    #   reference snapshots)
+    cdef Graph _source              # the graph whose parameters it runs (its own, or the latest update's)
+    cdef readonly unsigned long long flags
+    cdef dict _params               # node index -> _KernelParams of the nodes that have handles
+    cdef tuple _kernels             # the Kernels it runs (launch refuses when one's module was closed)
+
+    cdef int _live(self) except -1
+    cdef void _mark_used(self) noexcept
+    cdef int _refresh_params(self, Graph graph) except -1
+
+
+cdef class _KernelParams:
+    cdef Kernel kernel
+    cdef CUgraphNode node           # the node in the graph the executable was made from
+    cdef char *buf                  # the parameter block pushed to the executable
+    cdef void **ptrs                # kernelParams: one pointer per slot into buf
+    cdef CUDA_KERNEL_NODE_PARAMS_v2 p
+    cdef list vals                  # the value packed in each slot (held: the executable may run it)
+    cdef char *pinned               # per slot: vals[i] is a DeviceBuffer this object pinned (set_arg)
+
+    cdef int load(self, KernelNode src, CUgraphNode node) except -1
+    cdef void _unpin_all(self) noexcept
+
+
+cdef class ExecKernelNode:
+    cdef readonly GraphExec exec
+    cdef readonly KernelNode node
+    cdef _KernelParams st           # shared with the other handles on this node of this executable
+    cdef object __weakref__
+
+    cdef object _set_arg_slow(self, Py_ssize_t index, object value)
