@@ -219,6 +219,8 @@ def duplicate(DeviceBuffer self, stream):
     self._check_open()
     self._check_contiguous("copy()")
     order_stream(self, &h)            # its Stream may be closed: then the safe one
+    if stream is None:
+        refuse_captured(CAP, h, "DeviceBuffer.copy", _SYNC)   # before allocating the copy
     cdef DeviceBuffer b = new_buffer(self.nbytes, self.device, self._stream, None)
     b._shape, b._dtype, b._itemsize = self._shape, self._dtype, self._itemsize
     _copy_dd(b, self, stream, "DeviceBuffer.copy")
