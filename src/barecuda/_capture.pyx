@@ -119,9 +119,18 @@ cdef int _record_launch(size_t hs, object obj, object args) except -1:
     the arguments, and remember the kernel by its CUfunction (Graph.kernel_nodes)."""
     cdef Capture c
     cdef Kernel k
-    targets = _targets(hs)
+    cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
+    targets = None
+    for c in _active_captures:
+        if <size_t>c.hs == hs:
+            targets = (c,)
+            break
     if targets is None:
-        return 0
+        # Another stream: in a capture only when joined to one (event wait). Which one
+        # is not asked: holding the references in every running capture is safe.
+        if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
+            return 0
+        targets = tuple(_active_captures)
     if isinstance(obj, Kernel):
         k = <Kernel>obj
     else:                               # a LaunchPlan: it holds its arguments itself
@@ -140,7 +149,8 @@ cdef int _record_launch(size_t hs, object obj, object args) except -1:
 
 
 cdef object _targets(size_t hs):
-    """The running captures that work queued on stream hs goes into (a tuple), or None."""
+    """The running captures that work queued on stream hs goes into (a tuple), or None
+    (as _record_launch finds them)."""
     cdef Capture c
     cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
     for c in _active_captures:
