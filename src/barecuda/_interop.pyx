@@ -482,7 +482,8 @@ def as_device_buffer(obj, *, stream=None):
     Accepts a DeviceBuffer (returned as is), anything with ``__dlpack__`` on a CUDA
     device (PyTorch, CuPy, JAX...), anything with ``__cuda_array_interface__``, a
     DLPack capsule, or a CAI dict. The view keeps the producer alive and never frees
-    the memory (a re-import of one of our own buffers holds its owner instead).
+    the memory; when the memory is one of our own buffers' (a re-import, a CAI dict
+    or another library's wrapper describing it), the view also pins that owner.
     ``stream`` is where the view will be used: the producer's pending work is
     ordered before work queued there by the rule of docs/interop.md. Strided
     (non-contiguous) arrays become strided views: usable as kernel pointers, refused
