@@ -445,43 +445,14 @@ def test_item9_stream_synchronize_and_query_from_a_fresh_thread(fake):
 
 
 # ================================================================= item 10: smaller
-@pytest.mark.parametrize("call", ["cuEventRecord", "cuEventCreate"])
-def test_item10_failed_guard_event_keeps_the_pinned_buffer(fake, call):
-    """A failed guard-event record must not let a pinned buffer be freed under its copy
-    (every guard call: tests/test_ownership.py)."""
-    d = bc.alloc(4096)
-    h = bc.PinnedBuffer(4096)
-    s = bc.Stream()
-    fake.fail(call, 999)
-    try:
-        d.copy_from(h, stream=s)
-    except bc.CudaError:
-        pass
-    syncs = fake.calls("cuStreamSynchronize") + fake.calls("cuCtxSynchronize")
-    h.close()
-    # either the copy was waited for before the error, or closing waits now
-    assert fake.calls("cuStreamSynchronize") + fake.calls("cuCtxSynchronize") >= syncs
-
-
+# A failed guard-event record (tests/test_ownership.py::test_failed_guard_event_waits_for_the_copy_before_raising)
+# and trim() keeping the event free list (tests/test_pool_trim.py) are tested where they live.
 def test_item10_event_destroy_failure_is_reported(fake):
     ev = bc.Event()
     fake.fail("cuEventDestroy", 400)
     with pytest.raises(bc.CudaError, match="cuEventDestroy"):
         ev.close()
     ev.close()
-
-
-def test_item10_trim_gives_back_the_event_free_list(fake):
-    pool = bc.MemoryPool(0)
-    s1, s2 = bc.Stream(), bc.Stream()
-    before = fake.live("event")
-    for _ in range(12):
-        bufs = [pool.alloc(4096, stream=s1) for _ in range(8)]
-        del bufs
-        bufs = [pool.alloc(4096, stream=s2) for _ in range(8)]
-        del bufs
-    pool.trim()
-    assert fake.live("event") == before
 
 
 def test_item10_fractional_sizes_are_refused(fake):
