@@ -8,7 +8,8 @@
  * An unordered array with swap-removal: adding and removing cost a few stores (the
  * allocation hot path pays nothing more); the owner keeps its slot number + 1 in a
  * field the table updates when it moves an entry. Finding an address is a linear scan
- * over contiguous entries, done only by imports of foreign-described memory. Live
+ * over contiguous entries (after one envelope test that most foreign memory fails),
+ * done only by imports of foreign-described memory. Live
  * allocations never overlap (one virtual address space), so at most one entry matches.
  * Callers hold the GIL.
  */
@@ -27,6 +28,8 @@ typedef struct {
 typedef struct {
     bc_owner_entry *v;
     ptrdiff_t n, cap;
+    unsigned long long lo, hi;   /* an envelope of every entry since the table was last empty
+                                    (hi 0: empty); foreign memory outside it is not scanned */
 } bc_owners;
 
 /* Room for one more entry; -1 when out of memory (nothing changed). */
@@ -52,6 +55,10 @@ static inline void bc_owners_add(bc_owners *t, unsigned long long p, size_t n, v
     e->obj = obj;
     e->slot = slot;
     *slot = t->n;
+    if (t->hi == 0 || p < t->lo)
+        t->lo = p;
+    if (e->hi > t->hi)
+        t->hi = e->hi;
 }
 
 /* Remove the entry whose index + 1 is *slot (no-op when 0); *slot becomes 0. */
@@ -61,6 +68,8 @@ static inline void bc_owners_remove(bc_owners *t, ptrdiff_t *slot) {
         return;
     *slot = 0;
     t->n--;
+    if (t->n == 0)
+        t->hi = 0;
     if (i != t->n) {
         t->v[i] = t->v[t->n];
         *t->v[i].slot = i + 1;
@@ -81,6 +90,8 @@ static inline void bc_owners_move(bc_owners *t, ptrdiff_t *from, void *obj, ptrd
 /* The entry whose allocation contains address p, or NULL. */
 static inline const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p) {
     ptrdiff_t i;
+    if (p - t->lo >= t->hi - t->lo)                    /* outside the envelope (or empty) */
+        return NULL;
     for (i = 0; i < t->n; i++)
         if (p - t->v[i].lo < t->v[i].hi - t->v[i].lo)   /* lo <= p < hi, in one compare */
             return &t->v[i];
