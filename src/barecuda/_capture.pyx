@@ -186,10 +186,10 @@ cdef int _record_into(Capture c, object obj, Kernel k, object args) except -1:
         t = Py_TYPE(<object>a)
         if t is &PyLong_Type or t is &PyFloat_Type or t is &PyBool_Type or a == <PyObject *>None:
             continue
-        if not _seen_add(&c.seen, <void *>a):
-            continue
-        if not _graph_memory(<object>a):
-            hold(c.keep, (<object>a,))
+        if _seen_has(&c.seen, <void *>a) or _graph_memory(<object>a):
+            continue            # (graph memory is not held, so not in the set: its address may be reused)
+        _seen_add(&c.seen, <void *>a)
+        hold(c.keep, (<object>a,))
     return 0
 
 
@@ -206,7 +206,8 @@ cdef bint _graph_memory(object a):
 
 # ---- the objects a capture already holds: a set of addresses (open addressing, linear
 # probing, grown at half full). Every address in it is of an object in the capture's
-# reference list, alive until that list goes, so an address cannot be reused meanwhile.
+# reference list, alive until that list goes, so an address cannot be reused meanwhile
+# (objects not held, such as graph memory, are never put in it).
 cdef int _seen_init(_seen_t *s) except -1:
     s.slots = <void **>PyMem_Calloc(_SEEN_START, sizeof(void *))
     if s.slots == NULL:
@@ -249,6 +250,15 @@ cdef int _seen_grow(_seen_t *s) except -1:
     s.mask = cap - 1
     PyMem_Free(old)
     return 0
+
+
+cdef inline bint _seen_has(_seen_t *s, void *p) noexcept:
+    cdef size_t j = _seen_slot(<size_t>p, s.mask)
+    while s.slots[j] != NULL:
+        if s.slots[j] == p:
+            return True
+        j = (j + 1) & s.mask
+    return False
 
 
 cdef inline int _seen_add(_seen_t *s, void *p) except -1:
