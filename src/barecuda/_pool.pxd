@@ -11,8 +11,8 @@ cdef extern from "barecuda/bc_sizeclass.h" nogil:
     int bc_size_class(size_t n, size_t *rounded)
 
 
-# (Whether a buffer's Stream was closed, and the stream to name for it: stream_closed,
-# order_stream and free_order in _buffer.pxd.)
+# (Whether a buffer's Stream was closed, and the stream to name for it: stream_closed and
+# order_stream in _buffer.pxd, free_order in _driver_pool.pxd.)
 # Before an ordered free of a buffer whose stream is gone: wait for the context, so
 # that the free, ordered on the null stream, cannot overtake the buffer's work.
 cdef int sync_for_closed(CUcontext ctx) except -1
