@@ -75,7 +75,7 @@ cdef class MemoryPool(Allocator):
     cdef int flush_deferred(self) except -1
     cdef int free_block(self, bc_block *blk, CUstream s) except -1
     cdef void _drop_structures(self) noexcept
-    cdef CUevent _get_event(self) except? NULL
+    cdef CUevent _get_event(self) except NULL
     cdef int _put_event(self, CUevent ev) except -1
     cdef bc_block *_new_block(self, int cls, size_t rounded, size_t size, CUstream s) except NULL
     cdef int _allocate_captured(self, DeviceBuffer buf, size_t size, CUstream s) except -1   # CUDA graphs

@@ -256,7 +256,7 @@ cdef class MemoryPool(Allocator):
         self.last = c
         return c
 
-    cdef CUevent _get_event(self) except? NULL:
+    cdef CUevent _get_event(self) except NULL:
         cdef CUevent ev = NULL
         if self.nevents:
             self.nevents -= 1
