@@ -117,6 +117,31 @@ cdef inline int check_usable(DeviceBuffer b) except -1:
     return 0
 
 
+# ---- stream capture: copies and memsets (_capture.pyx fills the slot while a barecuda
+# capture runs; NULL otherwise). hook(s, a, b): a copy or memset about to be queued on
+# stream s uses a and b (DeviceBuffer, PinnedBuffer or None); when s is in a capture the
+# captured graph holds them (returns 1), else returns 0. Modules cache the slot's address
+# at import: outside captures a copy pays one load and compare.
+ctypedef int (*capture_use_t)(CUstream s, object a, object b) except -1
+cdef capture_use_t *capture_use_slot() noexcept nogil
+# Slow path of refuse_captured: raises when s is capturing.
+cdef int _refuse_captured(CUstream s, str op, str what) except -1
+
+cdef inline int captured_use(capture_use_t *slot, CUstream s, object a, object b) except -1:
+    """1 when s is in a barecuda capture (the graph now holds a and b), else 0."""
+    if slot[0] == NULL:
+        return 0
+    return slot[0](s, a, b)
+
+cdef inline int refuse_captured(capture_use_t *slot, CUstream s, str op, str what) except -1:
+    """Before any driver call: CudaStreamCaptureError naming `op` when a barecuda capture
+    runs and s is capturing (`what`: why the operation cannot be captured). The capture
+    is left valid and the stream usable."""
+    if slot[0] == NULL:
+        return 0
+    return _refuse_captured(s, op, what)
+
+
 # ---- helpers for the sibling modules (_interop, _copy, _host, _managed, _pool)
 # The allocator bc.alloc/empty/... use for `ordinal` (created on first use).
 cdef Allocator default_allocator(int ordinal)

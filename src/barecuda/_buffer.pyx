@@ -32,7 +32,7 @@ import threading
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, device_at, current_device
 from barecuda._stream cimport Stream, stream_handle
@@ -93,6 +93,26 @@ cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except 
 cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra):
     return make_error(rc, call.decode(),
                       f"requested {nbytes} bytes ({nbytes / 2**20:.1f} MiB) on device {dev.ordinal}{extra}")
+
+
+# ------------------------------------------------------------ stream capture
+# The copies' and memsets' capture recorder (_capture.pyx sets it while a barecuda
+# capture runs): see _buffer.pxd, capture_use_t.
+cdef capture_use_t _capture_use = NULL
+
+
+cdef capture_use_t *capture_use_slot() noexcept nogil:
+    return &_capture_use
+
+
+cdef int _refuse_captured(CUstream s, str op, str what) except -1:
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    if D.cuStreamIsCapturing == NULL or D.cuStreamIsCapturing(s, &st) != 0 or st == CU_STREAM_CAPTURE_STATUS_NONE:
+        return 0
+    raise make_error(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, op,
+                     f"{what} cannot be captured: its stream (0x{<size_t>s:x}) is capturing. Nothing was "
+                     "queued and the capture goes on; copies in a capture are device to device or "
+                     "between device and pinned memory (PinnedBuffer), on stream=the capturing stream")
 
 
 # ---------------------------------------------------------------- allocators
@@ -747,6 +767,11 @@ cdef class DeviceBuffer:
         count = self.nbytes // (w // 8)
         if count == 0:
             return self
+        if _capture_use != NULL:
+            if stream is None:
+                _refuse_captured(s, "DeviceBuffer.memset", "a memset without stream= (complete on return)")
+            else:
+                _capture_use(s, self, None)
         set_current(self.ctx)
         p = self.ptr
         if w == 8:

@@ -15,7 +15,7 @@ from barecuda._errors cimport check, bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
-from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL
+from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot
 from barecuda._pool cimport bc_block, FROM_GRAPH
 from barecuda._launch cimport Kernel, set_capture_hook
 from barecuda._graph cimport Graph, need, graph_shell, hold
@@ -76,6 +76,7 @@ cdef class Capture:
         _pool._capture_started()
         _active_captures.append(self)
         set_capture_hook(_record_launch)
+        capture_use_slot()[0] = _record_use
         return self.graph
 
     def __exit__(self, exc_type, exc, tb):
@@ -88,6 +89,7 @@ cdef class Capture:
         _active_captures.remove(self)
         if not _active_captures:
             set_capture_hook(NULL)
+            capture_use_slot()[0] = NULL
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
         _pool._capture_ended()
@@ -144,6 +146,37 @@ cdef int _record_launch(size_t hs, object obj, object args) except -1:
             hold(c.graph._keep, args)
         c.graph._funcs[<size_t>k.func] = k
     return 0
+
+
+cdef object _targets(size_t hs):
+    """The running captures that work queued on stream hs goes into (a tuple), or None
+    (as _record_launch finds them)."""
+    cdef Capture c
+    cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
+    for c in _active_captures:
+        if <size_t>c.hs == hs:
+            return (c,)
+    # Another stream: in a capture only when joined to one (event wait). Which one
+    # is not asked: holding the references in every running capture is safe.
+    if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
+        return None
+    return tuple(_active_captures)
+
+
+cdef int _record_use(CUstream hs, object a, object b) except -1:
+    """The copies' and memsets' capture hook (_buffer.pxd, capture_use_t), set while a
+    capture runs: a copy or memset on a capturing stream makes its graph hold both
+    sides (DeviceBuffers pinned, PinnedBuffers pinned: their close() defers the free),
+    except graph memory (the graph owns it). 1 when hs is in a capture, else 0."""
+    cdef Capture c
+    targets = _targets(<size_t>hs)
+    if targets is None:
+        return 0
+    objs = [o for o in (a, b) if o is not None and not _graph_memory(o)]
+    if objs:
+        for c in targets:
+            hold(c.graph._keep, objs)
+    return 1
 
 
 cdef bint _graph_memory(object a):

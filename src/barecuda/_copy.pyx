@@ -19,11 +19,19 @@ from barecuda._stream cimport stream_handle
 from barecuda._staging cimport staged_htod, staged_dtoh
 from barecuda._dtype cimport np_module, resolve_dtype, nbytes_of
 from barecuda._buffer cimport (DeviceBuffer, new_buffer, resolve_device, stream_after, note_use,
-                               checked_size, order_stream)
+                               checked_size, order_stream, capture_use_t, capture_use_slot, captured_use,
+                               refuse_captured)
 from barecuda._host cimport PinnedBuffer, get_host, find_pinned
 from barecuda._interop cimport as_device
 
 cdef bc_driver_t *D = driver_table()
+# Stream capture (see _buffer.pxd): a copy queued on a capturing stream makes the graph
+# hold both sides; one that cannot be captured (synchronous, pageable host memory) is
+# refused before any driver call. NULL outside barecuda captures.
+cdef capture_use_t *CAP = capture_use_slot()
+
+_SYNC = "a copy without stream= (complete on return)"
+_PAGEABLE = "a copy to or from pageable host memory (staged, complete on return)"
 
 
 cdef int _sync(CUstream s) except -1:
@@ -33,7 +41,7 @@ cdef int _sync(CUstream s) except -1:
     return check(rc, b"cuStreamSynchronize")
 
 
-cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
+cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream, str op) except -1:
     cdef CUstream s = NULL
     cdef CUstream ss = NULL
     cdef CUresult rc
@@ -51,6 +59,10 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
     if stream is None:
         order_stream(dst, &s)
         order_stream(src, &ss)
+        refuse_captured(CAP, s, op, _SYNC)
+        refuse_captured(CAP, ss, op, _SYNC)
+    else:
+        captured_use(CAP, s, dst, src)
     set_current(dst.ctx)
     if stream is None and ss != s:
         stream_after(s, ss, dst.ctx)
@@ -70,14 +82,16 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream) except -1:
     return 0
 
 
-cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host,
+cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host, str op,
                     bint fresh=False) except -1:
     """Host (buffer protocol) <-> device. ``to_host``: dev -> host (writable), complete
     on return unless host is a PinnedBuffer and a stream is given (then asynchronous).
     Otherwise host -> dev: synchronous without a stream, else ordered on it (host
     memory may be reused on return: pageable bytes are staged). ``fresh``: host was
-    just allocated by us and never touched (see staged_dtoh)."""
+    just allocated by us and never touched (see staged_dtoh). ``op`` names the public
+    operation in errors."""
     cdef Py_buffer view
+    cdef bint captured = False
     cdef CUcontext ctx = dev.ctx
     cdef PinnedBuffer p
     cdef CUstream s = NULL
@@ -109,31 +123,38 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host,
             p = find_pinned(host) if stream is not None else None
             if p is not None:
                 # Page-locked destination on a stream: a true asynchronous copy.
+                captured = captured_use(CAP, s, dev, p)
                 with nogil:
                     rc = D.cuMemcpyDtoHAsync(hp, dptr, n, s)
                 check(rc, b"cuMemcpyDtoHAsync")
             else:
                 # Complete on return (staged through pinned chunks when large).
+                refuse_captured(CAP, s, op, _SYNC if find_pinned(host) is not None else _PAGEABLE)
                 with nogil:
                     staged_dtoh(hp, dptr, n, s, ctx, fresh)
                 return 0
         else:
             p = find_pinned(host)
             if p is not None:
+                if stream is None:
+                    refuse_captured(CAP, s, op, _SYNC)
+                else:
+                    captured = captured_use(CAP, s, dev, p)
                 with nogil:
                     rc = D.cuMemcpyHtoDAsync(dptr, hp, n, s)
                 check(rc, b"cuMemcpyHtoDAsync")
             else:
                 # Pageable memory: staged through pinned chunks (plain path below the
                 # threshold); returns once host may be reused, the DMAs ordered on s.
+                refuse_captured(CAP, s, op, _PAGEABLE)
                 with nogil:
                     staged_htod(dptr, hp, n, s, ctx)
             if stream is None:
                 _sync(s)
                 return 0
         note_use(dev, s)
-        if p is not None:
-            p.note_async_use(s)
+        if p is not None and not captured:
+            p.note_async_use(s)         # (a captured copy's graph holds p instead)
     finally:
         PyBuffer_Release(&view)
     return 0
@@ -153,9 +174,9 @@ def copy_into(DeviceBuffer self, src, stream):
     """DeviceBuffer.copy_from."""
     cdef DeviceBuffer d = as_device(src, stream)
     if d is not None:
-        _copy_dd(self, d, stream)
+        _copy_dd(self, d, stream, "DeviceBuffer.copy_from")
     else:
-        _copy_host(self, src, stream, False)
+        _copy_host(self, src, stream, False, "DeviceBuffer.copy_from")
 
 
 def copy_out(DeviceBuffer self, dst, stream):
@@ -165,15 +186,15 @@ def copy_out(DeviceBuffer self, dst, stream):
         # uninitialised (no memset: every byte is written by the copy, and the
         # staging threads fault the pages in in parallel)
         dst = PyByteArray_FromStringAndSize(NULL, <Py_ssize_t>self.nbytes)
-        _copy_host(self, dst, stream, True, True)
+        _copy_host(self, dst, stream, True, "DeviceBuffer.copy_to", True)
         if stream is not None:
             _sync_on(stream)
         return dst
     cdef DeviceBuffer d = as_device(dst, stream)
     if d is not None:
-        _copy_dd(d, self, stream)
+        _copy_dd(d, self, stream, "DeviceBuffer.copy_to")
     else:
-        _copy_host(self, dst, stream, True)
+        _copy_host(self, dst, stream, True, "DeviceBuffer.copy_to")
     return dst
 
 
@@ -186,7 +207,7 @@ def to_numpy(DeviceBuffer self, stream):
     except TypeError:
         raise TypeError(f"numpy has no dtype {self._dtype!r}; use .view('uint8') first") from None
     out = np.empty(self.shape, dtype=dt)
-    _copy_host(self, out, stream, True, True)
+    _copy_host(self, out, stream, True, "DeviceBuffer.to_numpy", True)
     if stream is not None:
         _sync_on(stream)
     return out
@@ -198,9 +219,11 @@ def duplicate(DeviceBuffer self, stream):
     self._check_open()
     self._check_contiguous("copy()")
     order_stream(self, &h)            # its Stream may be closed: then the safe one
+    if stream is None:
+        refuse_captured(CAP, h, "DeviceBuffer.copy", _SYNC)   # before allocating the copy
     cdef DeviceBuffer b = new_buffer(self.nbytes, self.device, self._stream, None)
     b._shape, b._dtype, b._itemsize = self._shape, self._dtype, self._itemsize
-    _copy_dd(b, self, stream)
+    _copy_dd(b, self, stream, "DeviceBuffer.copy")
     return b
 
 
@@ -211,6 +234,7 @@ def to_device(obj, *, stream=None, device=None, allocator=None):
     until the stream reaches the copy)."""
     cdef Py_buffer view
     cdef DeviceBuffer b
+    cdef CUstream s = NULL
     cdef int i
     d = as_device(obj, stream)
     if d is not None:
@@ -218,7 +242,7 @@ def to_device(obj, *, stream=None, device=None, allocator=None):
         d._check_contiguous("to_device()")
         b = new_buffer(d.nbytes, device if device is not None else d.device, stream, allocator)
         b._shape, b._dtype, b._itemsize = d._shape, d._dtype, d._itemsize
-        _copy_dd(b, d, stream)
+        _copy_dd(b, d, stream, "to_device")
         return b
     try:
         PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
@@ -245,11 +269,14 @@ def to_device(obj, *, stream=None, device=None, allocator=None):
             key, itemsize = resolve_dtype(dt)
         if key is None or nbytes_of(shape, itemsize) != nbytes:
             key, itemsize, shape = "uint8", 1, (nbytes,)
+    if stream is not None and CAP[0] != NULL and find_pinned(obj) is None:
+        stream_handle(stream, &s)       # refused before the allocation as well
+        refuse_captured(CAP, s, "to_device", _PAGEABLE)
     b = new_buffer(nbytes, device, stream, allocator)
     b._shape = shape
     b._dtype = key
     b._itemsize = itemsize
-    _copy_host(b, obj, stream, False)
+    _copy_host(b, obj, stream, False, "to_device")
     return b
 
 
@@ -349,6 +376,30 @@ cdef int _pick_stream(_Side d, _Side sr, object stream, CUstream *s) except -1:
     return 0
 
 
+cdef int _capture_sides(_Side d, _Side sr, object stream, str op) except -1:
+    """While a barecuda capture runs (CAP set), before any driver call: refuse a pitched
+    copy that cannot be captured (no stream=, or a pageable host side) on a capturing
+    stream; else, when its stream is in a capture, make the graph hold both sides (the
+    device buffers, the PinnedBuffers under host sides)."""
+    cdef CUstream s = NULL
+    cdef object a, b
+    if stream is None:
+        if d.dev is not None:
+            order_stream(d.dev, &s)
+            refuse_captured(CAP, s, op, _SYNC)
+        if sr.dev is not None:
+            order_stream(sr.dev, &s)
+            refuse_captured(CAP, s, op, _SYNC)
+        return 0
+    stream_handle(stream, &s)
+    a = d.dev if d.dev is not None else find_pinned(d.keep)
+    b = sr.dev if sr.dev is not None else find_pinned(sr.keep)
+    if a is None or b is None:
+        refuse_captured(CAP, s, op, _PAGEABLE)
+    captured_use(CAP, s, a, b)
+    return 0
+
+
 cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s) except -1:
     """Synchronous without a stream; else both device sides are noted as used on it."""
     if stream is None:
@@ -379,9 +430,12 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     cdef size_t sx = checked_size(src_x, "src_x"), sy = checked_size(src_y, "src_y")
     _check_extent(d, "dst", dx, dy, 0, dp, _add(h, dy, "dst"), w, h, 1)
     _check_extent(sr, "src", sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
-    _pick_stream(d, sr, stream, &s)
     if w == 0 or h == 0:
+        _pick_stream(d, sr, stream, &s)
         return
+    if CAP[0] != NULL:
+        _capture_sides(d, sr, stream, "copy_2d")
+    _pick_stream(d, sr, stream, &s)
     memset(&c, 0, sizeof(c))
     c.srcXInBytes = sx
     c.srcY = sy
@@ -427,9 +481,12 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     sx, sy, szp = [checked_size(v, "src_pos") for v in src_pos]
     _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
     _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
-    _pick_stream(d, sr, stream, &s)
     if w == 0 or h == 0 or dz == 0:
+        _pick_stream(d, sr, stream, &s)
         return
+    if CAP[0] != NULL:
+        _capture_sides(d, sr, stream, "copy_3d")
+    _pick_stream(d, sr, stream, &s)
     memset(&c, 0, sizeof(c))
     c.srcXInBytes, c.srcY, c.srcZ = sx, sy, szp
     c.srcMemoryType = sr.mtype

@@ -32,7 +32,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Event
 from barecuda._buffer cimport DeviceBuffer, pin, unpin, KIND_CLOSED
-from barecuda._host cimport PinnedBuffer
+from barecuda._host cimport PinnedBuffer, hold_host
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._host_node cimport _HostCall, host_trampoline
 from barecuda._errors import make_error, CudaWarning
@@ -219,8 +219,8 @@ cdef class _Pin:
 
 
 cdef int hold(list keep, object objs) except -1:
-    """Append objs to keep, each open DeviceBuffer with a _Pin (a closed one is left to the
-    caller's own check)."""
+    """Append objs to keep, each open DeviceBuffer with a _Pin and each open PinnedBuffer
+    with its pin (hold_host) (a closed one is left to the caller's own check)."""
     cdef _Pin p
     for o in objs:
         keep.append(o)
@@ -229,6 +229,8 @@ cdef int hold(list keep, object objs) except -1:
             pin(<DeviceBuffer>o)
             p.buf = <DeviceBuffer>o
             keep.append(p)
+        elif type(o) is PinnedBuffer and not (<PinnedBuffer>o)._closed:
+            keep.append(hold_host(<PinnedBuffer>o))
     return 0
 
 

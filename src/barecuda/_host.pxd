@@ -24,6 +24,9 @@ cdef class PinnedBuffer:
     cdef Py_ssize_t _strides[1]
     cdef CUevent _last_use          # recorded after async copies that used this memory
     cdef PinnedAllocator _pool      # pinned cache the block goes back to (None: cuMemFreeHost)
+    cdef Py_ssize_t _pins           # graphs holding it (hold_host); close() defers the free while > 0
+    cdef bint _free_pending         # closed while pinned: the last unpin frees
+    cdef bint _graph_held           # a graph held it once: the free waits for the context first
     cdef object __weakref__
 
     cdef int note_async_use(self, CUstream s) except -1
@@ -31,6 +34,10 @@ cdef class PinnedBuffer:
     cdef int _free(self) except -1
 
 
+# A small object that pins p while it lives (graphs hold one per PinnedBuffer a node
+# copies to or from): p.close() then defers the free to the last holder, and the free
+# waits for the context (a launched graph may still copy). Raises ValueError if p is closed.
+cdef object hold_host(PinnedBuffer p)
 # A PinnedBuffer over memory a pinned cache owns (given back to `pool` on close).
 cdef PinnedBuffer pinned_from_block(void *p, size_t n, Device dev, CUdeviceptr dptr, unsigned int flags,
                                     PinnedAllocator pool)

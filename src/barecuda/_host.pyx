@@ -149,6 +149,16 @@ cdef class PinnedBuffer:
         self.ptr = NULL
         self._last_use = NULL
         set_current(self.ctx)
+        if self._graph_held and p != NULL:
+            # A graph copied to or from it: a launch of it may still run (its executables
+            # are gone, the work need not be). Graph launches record no event here.
+            self._graph_held = False
+            with nogil:
+                rc = D.cuCtxSynchronize()
+            if rc != 0:
+                if ev != NULL:
+                    D.cuEventDestroy(ev)
+                check(rc, b"cuCtxSynchronize")
         if self._pool is not None and p != NULL:
             # Back to its pinned pool, which reuses it once `ev` has completed.
             pool = self._pool
@@ -235,6 +245,11 @@ cdef class PinnedBuffer:
         if self._exports > 0:
             raise BufferError(f"PinnedBuffer has {self._exports} exported view(s) "
                               "(memoryview / numpy array); delete them first")
+        if self._pins > 0:
+            # A graph copies to or from it: unusable from now on, freed by the last holder.
+            self._closed = True
+            self._free_pending = True
+            return
         if self.ptr == NULL:
             self.nbytes_ = 0
             self._shape[0] = 0
@@ -261,15 +276,15 @@ cdef class PinnedBuffer:
 
     @property
     def ptr(self):
-        """Host address as an int."""
-        return <size_t>self.ptr
+        """Host address as an int (0 once closed)."""
+        return 0 if self._closed else <size_t>self.ptr
 
     @property
     def nbytes(self):
-        return self.nbytes_
+        return 0 if self._closed else self.nbytes_
 
     def __len__(self):
-        return self.nbytes_
+        return 0 if self._closed else self.nbytes_
 
     @property
     def mapped(self):
@@ -295,6 +310,48 @@ def pinned_empty(shape, dtype="uint8", *, device=None, portable=True, mapped=Fal
     nbytes = nbytes_of(shp, itemsize)
     p = PinnedBuffer(nbytes, device=device, portable=portable, mapped=mapped, write_combined=write_combined)
     return np.frombuffer(p, dtype=np.dtype(key), count=nbytes // itemsize).reshape(shp)
+
+
+@cython.final
+@cython.freelist(8)
+cdef class _HostHold:
+    """One pin on a PinnedBuffer, released when this object goes (see hold_host)."""
+    cdef PinnedBuffer buf
+
+    def __dealloc__(self):
+        cdef PinnedBuffer b = self.buf
+        if b is None:
+            return
+        self.buf = None
+        b._pins -= 1
+        if b._pins == 0 and b._free_pending:
+            b._free_pending = False
+            try:
+                if bc_driver_usable(ST):
+                    b._free()
+            except BaseException as e:
+                try:
+                    warnings.warn(f"deferred free of PinnedBuffer ({b.nbytes_} bytes) failed: {e}", CudaWarning)
+                except BaseException:
+                    pass
+            finally:
+                b.ptr = NULL
+                b.nbytes_ = 0
+                b._shape[0] = 0
+
+    def __repr__(self):
+        return f"<barecuda pin on {self.buf!r}>"
+
+
+cdef object hold_host(PinnedBuffer p):
+    cdef _HostHold h
+    if p._closed:
+        raise ValueError("PinnedBuffer is closed (use after close())")
+    h = _HostHold.__new__(_HostHold)
+    p._pins += 1
+    p._graph_held = True
+    h.buf = p
+    return h
 
 
 cdef PinnedBuffer pinned_from_block(void *p, size_t n, Device dev, CUdeviceptr dptr, unsigned int flags,

@@ -27,9 +27,12 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_IN
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
+from barecuda._buffer cimport capture_use_t, capture_use_slot, captured_use, refuse_captured
+from barecuda._host cimport find_pinned
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
+cdef capture_use_t *CAP = capture_use_slot()     # stream capture (see _buffer.pxd)
 
 cdef extern from "barecuda/bc_staging.h" nogil:
     ctypedef struct bc_staging_config:
@@ -166,6 +169,12 @@ def copy_htod(dev_ptr, host_obj, stream=None, *, device=None):
     cdef CUcontext ctx = NULL
     _context_for(stream, device, &ctx)
     stream_handle(stream, &h)
+    if CAP[0] != NULL:
+        p = find_pinned(host_obj)
+        if p is None:
+            refuse_captured(CAP, h, "copy_htod", "a copy from pageable host memory (staged, complete on return)")
+        else:
+            captured_use(CAP, h, p, None)       # dev_ptr is an address: the caller keeps it alive
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS)
     try:
         with nogil:
@@ -201,6 +210,7 @@ def copy_dtoh(host_obj, dev_ptr, stream=None, *, device=None, fresh=False):
     cdef CUcontext ctx = NULL
     _context_for(stream, device, &ctx)
     stream_handle(stream, &h)
+    refuse_captured(CAP, h, "copy_dtoh", "a copy to host memory that completes on return")
     PyObject_GetBuffer(host_obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
     try:
         with nogil:

@@ -20,7 +20,7 @@
  *   it back when the graph and every executable made from it are destroyed.
  * - Launch (cuGraphLaunch) replays the nodes in order: kernels go through the same
  *   validation and launch log as cuLaunchKernel (and the pending-work model), copies and
- *   memsets run with range checks, event-record nodes record, host nodes are called
+ *   memsets run with range checks (host sides must be live page-locked memory), event-record nodes record, host nodes are called
  *   after the replay, outside the lock. Disabled nodes are skipped.
  * - Conditionals: handles hold a value (reset to the default at each launch with
  *   CU_GRAPH_COND_ASSIGN_DEFAULT). Kernels do not run here, so no kernel can end a
@@ -952,6 +952,11 @@ typedef struct fk_replay {
 
 static CUresult replay_graph(CUgraph g, fk_replay *rp);
 
+static int host_locked(const void *p) {
+    fk_alloc *a = find_alloc((uintptr_t)p);
+    return a && (a->kind == MK_HOST_ALLOC || a->kind == MK_HOST_REG);
+}
+
 static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
     CUresult rc = CUDA_SUCCESS;
     unsigned int b;
@@ -974,6 +979,11 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
         const CUDA_MEMCPY3D *c = &n->copy;
+        /* A graph copies host memory by DMA: it must still be page-locked (a freed
+           PinnedBuffer, or pageable memory a capture let through, is an error here). */
+        if ((c->srcMemoryType == CU_MEMORYTYPE_HOST && !host_locked(c->srcHost)) ||
+            (c->dstMemoryType == CU_MEMORYTYPE_HOST && !host_locked(c->dstHost)))
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "graph copy with host memory that is not (or no longer) page-locked");
         return copy3d(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes, c->srcY, c->srcZ, c->srcPitch,
                       c->srcHeight, c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes, c->dstY, c->dstZ,
                       c->dstPitch, c->dstHeight, c->WidthInBytes, c->Height, c->Depth);
