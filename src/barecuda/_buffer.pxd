@@ -121,10 +121,8 @@ cdef inline int order_stream(DeviceBuffer b, CUstream *out) except -1:
     out[0] = b.stream_handle
     return 0
 
-# For an allocator's stream-ordered free of b (cuMemFreeAsync): the stream to order it
-# on (order_stream), after waiting for the whole context when b's Stream was closed or
-# work on another stream used it (used_elsewhere).
-cdef int free_order(DeviceBuffer b, CUstream *out) except -1
+# (An allocator's free of driver memory: free_order / free_async / free_sync in
+# _driver_pool.pxd.)
 
 cdef inline int check_usable(DeviceBuffer b) except -1:
     """Raise unless b may be used as a kernel argument / copy side (not closed)."""
