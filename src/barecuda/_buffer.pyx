@@ -1,11 +1,13 @@
 """Device memory: DeviceBuffer, allocation, memset, and the ownership protocol.
 
 Owns: DeviceBuffer (memory on one device, ordered on one stream), its views and
-slices, the Allocator interface and the plain driver allocator behind it, the
-default-allocator registry, alloc/empty/zeros, memset, the dtype table, and
-pin/unpin/owner_of/note_use (the ownership protocol other modules use; see
-docs/errors.md, "Ownership"). Copies live in _copy, DLPack/CAI in _interop, pinned
-host memory in _host, managed and pitched memory in _managed.
+slices, the Allocator interface, the default-allocator registry, alloc/empty/zeros,
+memset, and pin/unpin/owner_of/note_use (the ownership protocol other modules use;
+see docs/errors.md, "Ownership"). The allocators that leave caching to the driver
+(DriverAllocator, DriverMemoryPool) and their free rule (free_order) live in
+_driver_pool, the caching allocator in _pool, dtypes in _dtype, copies in _copy,
+DLPack/CAI in _interop, pinned host memory in _host, managed and pitched memory in
+_managed.
 
 Lifetime rules:
 - Memory is allocated stream-ordered (cuMemAllocAsync on the buffer's stream, or
@@ -30,8 +32,7 @@ import threading
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED,
-                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, device_at, current_device
 from barecuda._stream cimport Stream, stream_handle
@@ -41,6 +42,7 @@ from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
+cdef bc_owners _owners           # every owner's live allocation, for view_at (GIL held)
 
 cdef enum:
     MAX_DEVICES = 256
@@ -129,69 +131,6 @@ cdef class Allocator:
         return new_buffer(checked_size(nbytes, "nbytes"), self.device, stream, self)
 
 
-@cython.final
-cdef class DriverAllocator(Allocator):
-    """Allocates straight from the driver: ``cuMemAllocAsync`` on the buffer's stream
-    (the device's default memory pool), or ``cuMemAlloc`` where the driver or device
-    has no memory pools. Frees with ``cuMemFreeAsync`` on the buffer's stream, after
-    ``cuCtxSynchronize`` when the buffer was used on another stream."""
-    cdef bint use_async
-
-    def __cinit__(self, device=None):
-        cdef Device dev = resolve_device(device, None)
-        self.device = dev
-        self.ctx = dev.ctx
-        self.use_async = D.cuMemAllocAsync != NULL and D.cuMemFreeAsync != NULL
-
-    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
-        cdef CUdeviceptr p = 0
-        cdef CUresult rc
-        b.ptr = 0
-        b.nbytes = size
-        if size == 0:
-            b._kind = KIND_SYNC
-            return 0
-        set_current(self.ctx)
-        if self.use_async:
-            with nogil:
-                rc = D.cuMemAllocAsync(&p, size, s)
-            if rc == CUDA_ERROR_NOT_SUPPORTED:     # no memory pools here
-                self.use_async = False
-            else:
-                if rc != 0:
-                    raise oom_error(rc, b"cuMemAllocAsync", size, self.device, "")
-                b.ptr = p
-                b._kind = KIND_ASYNC
-                return 0
-        with nogil:
-            rc = D.cuMemAlloc(&p, size)
-        if rc != 0:
-            raise oom_error(rc, b"cuMemAlloc", size, self.device, "")
-        b.ptr = p
-        b._kind = KIND_SYNC
-        return 0
-
-    cdef int deallocate(self, DeviceBuffer b) except -1:
-        cdef CUdeviceptr p = b.ptr
-        cdef CUstream s = NULL
-        cdef CUresult rc = 0
-        b.ptr = 0
-        if p == 0:
-            return 0
-        set_current(b.ctx)
-        if b._kind == KIND_ASYNC:
-            free_order(b, &s)
-            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
-        else:
-            with nogil:          # cuMemFree synchronizes the device itself
-                rc = D.cuMemFree(p)
-            check(rc, b"cuMemFree")
-        return 0
-
-    def __repr__(self):
-        return f"<barecuda.DriverAllocator device={self.device.ordinal} async={bool(self.use_async)}>"
-
-
 cdef PyObject *_default_alloc[MAX_DEVICES]
 memset(_default_alloc, 0, sizeof(_default_alloc))
 cdef list _default_alloc_refs = [None] * MAX_DEVICES
@@ -212,7 +151,7 @@ cdef Allocator _make_default(int ordinal):
     with _alloc_lock:
         if _default_alloc[ordinal] == NULL:
             dev = device_at(ordinal)
-            a = _default_factory(dev) if _default_factory is not None else DriverAllocator(dev)
+            a = _default_factory(dev) if _default_factory is not None else _driver_allocator(dev)
             if not isinstance(a, Allocator):
                 raise TypeError("the default allocator factory must return a barecuda Allocator")
             _default_alloc_refs[ordinal] = a
@@ -236,12 +175,18 @@ def set_allocator(allocator, device=None):
         raise TypeError(f"expected a barecuda Allocator, not {type(allocator).__name__}")
     o = (<Allocator>allocator).device.ordinal if allocator is not None else resolve_device(device, None).ordinal
     if allocator is None:
-        allocator = DriverAllocator(o)
+        allocator = _driver_allocator(o)
     with _alloc_lock:
         prev = _default_alloc_refs[o]
         _default_alloc_refs[o] = allocator
         _default_alloc[o] = <PyObject *>allocator
     return prev
+
+
+cdef object _driver_allocator(object device):
+    """A plain DriverAllocator (in _driver_pool, which cimports this module) for device."""
+    from barecuda._driver_pool import DriverAllocator
+    return DriverAllocator(device)
 
 
 def _set_default_allocator_factory(factory):
@@ -266,6 +211,8 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     else:
         dev = resolve_device(device, stream)
         a = default_allocator(dev.ordinal)
+    if bc_owners_reserve(&_owners):
+        raise MemoryError()
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
     b.device = dev
     b.ctx = dev.ctx
@@ -274,11 +221,15 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     a.allocate(b, nbytes, h)
     b._allocator = a
     b.root_stream = h
+    if b.ptr != 0:
+        bc_owners_add(&_owners, b.ptr, b.nbytes, <void *>b, &b._reg)
     return b
 
 
 cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, object stream, int kind,
                         object allocator):
+    if bc_owners_reserve(&_owners):
+        raise MemoryError()
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
     b.ptr = p
     b.nbytes = nbytes
@@ -289,6 +240,8 @@ cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, ob
     b._stream = stream
     b._kind = kind
     b._allocator = allocator
+    if p != 0:
+        bc_owners_add(&_owners, p, nbytes, <void *>b, &b._reg)
     return b
 
 
@@ -306,12 +259,29 @@ cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream
     v._owner = owner
     v._kind = KIND_VIEW
     if root is not None:
-        pin(root)              # root (a view or the owner) must be open; the owner is pinned
-        root = owner_of(root)
-        v._root = root
-        v.root_stream = root.root_stream
-        v.use_flag = &root.used_elsewhere
-        v._readonly = root._readonly
+        _attach(v, pin(root))  # root (a view or the owner) must be open; the owner is pinned
+    return v
+
+
+cdef inline void _attach(DeviceBuffer v, DeviceBuffer o) noexcept:
+    """v (a new view) depends on owner o, pinned for it."""
+    v._root = o
+    v.root_stream = o.root_stream
+    v.use_flag = &o.used_elsewhere
+    v._readonly = o._readonly
+
+
+cdef DeviceBuffer view_at(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
+                          object producer):
+    """See _buffer.pxd."""
+    cdef const bc_owner_entry *e = bc_owners_find(&_owners, ptr)
+    if e != NULL and nbytes > e.hi - ptr:
+        raise BufferError(f"the imported array [0x{ptr:x}, +{nbytes} bytes) runs past the end of the "
+                          f"barecuda allocation it lies in ([0x{e.lo:x}, +{e.hi - e.lo} bytes))")
+    cdef DeviceBuffer v = make_view(ptr, nbytes, dev, h, stream, producer, None)
+    if e != NULL:
+        (<DeviceBuffer>e.obj)._pins += 1
+        _attach(v, <DeviceBuffer>e.obj)
     return v
 
 
@@ -334,21 +304,6 @@ cdef int _order_on_safe_stream(DeviceBuffer b, CUstream *out) except -1:
         b.root_stream = NULL
     b.use_flag[0] = 1
     out[0] = NULL
-    return 0
-
-
-cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
-    """See _buffer.pxd."""
-    cdef CUresult rc
-    if stream_closed(b):
-        return _order_on_safe_stream(b, out)      # waits for the context
-    out[0] = b.stream_handle
-    if b.used_elsewhere:
-        # Queued work on some other stream may still use it: wait for everything.
-        set_current(b.ctx)
-        with nogil:
-            rc = D.cuCtxSynchronize()
-        check(rc, b"cuCtxSynchronize")
     return 0
 
 
@@ -411,6 +366,7 @@ cdef int _deferred_free(DeviceBuffer o) except -1:
         return 0
     if not bc_driver_usable(ST):
         o._allocator = None
+        bc_owners_remove(&_owners, &o._reg)
         return 0
     o._kind = o._free_kind
     o.ptr = o._free_ptr
@@ -513,6 +469,7 @@ cdef class DeviceBuffer:
         self._kind = b._kind
         self._block = b._block
         self._owner = None
+        bc_owners_move(&_owners, &b._reg, <void *>self, &self._reg)
         b._allocator = None
         b.ptr = 0
         b._block = NULL
@@ -520,6 +477,7 @@ cdef class DeviceBuffer:
 
     def __dealloc__(self):
         cdef DeviceBuffer root = self._root
+        bc_owners_remove(&_owners, &self._reg)     # (the free below, or a leak)
         if root is not None:
             # A view: its owner outlives this line (we hold it); let it go (a closed
             # view released its pin in close() and only kept the reference).
@@ -542,6 +500,7 @@ cdef class DeviceBuffer:
                           CudaWarning)
 
     cdef int _release(self) except -1:
+        bc_owners_remove(&_owners, &self._reg)
         alloc = self._allocator
         self._allocator = None
         if alloc is not None:
@@ -607,6 +566,7 @@ cdef class DeviceBuffer:
                 else:
                     self._allocator = None
         finally:
+            bc_owners_remove(&_owners, &self._reg)
             self._kind = KIND_CLOSED
             self.ptr = 0
             self._owner = None
@@ -699,8 +659,9 @@ cdef class DeviceBuffer:
 
     @property
     def owner(self):
-        """What a view keeps alive: the owning DeviceBuffer of a view/slice of our
-        memory, the producer of an import; None for memory this buffer owns."""
+        """What a view keeps alive: the owning DeviceBuffer of a view, slice or import
+        of our memory (an import also keeps its producer), the producer of a foreign
+        import; None for memory this buffer owns."""
         return self._root if self._root is not None else self._owner
 
     def __repr__(self):
