@@ -535,3 +535,87 @@ def test_fast_path_is_by_exact_type(fake, k2, monkeypatch):
         pass
     with pytest.raises(TypeError, match="not a device pointer"):
         k2.launch(1, 1, Sub(4096, 0), 0)
+
+
+def _cupy_with_descriptors(monkeypatch, current_stream, counts):
+    """A stand-in cupy whose ndarray.data is a property and whose MemoryPointer keeps
+    ptr/device_id in slots (data descriptors, as CuPy's C-level attributes are): the
+    reader calls the descriptors it found once per class, never getattr."""
+    mod = types.ModuleType("cupy")
+    mod.cuda = types.SimpleNamespace(stream=types.SimpleNamespace(get_current_stream_ptr=lambda: current_stream))
+    monkeypatch.setitem(sys.modules, "cupy", mod)
+
+    class MemoryPointer:
+        __slots__ = ("ptr", "device_id")
+
+        def __init__(self, ptr, device_id):
+            self.ptr, self.device_id = ptr, device_id
+
+    class ndarray:
+        def __init__(self, ptr, device):
+            self._mem = MemoryPointer(ptr, device)
+            self.__dict__["data"] = "an instance attribute loses to the class's data descriptor"
+
+        @property
+        def data(self):
+            counts["data"] += 1
+            return self._mem
+
+        def __getattribute__(self, name):
+            if name == "data":
+                counts["getattr"] += 1
+            return object.__getattribute__(self, name)
+    ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"
+    return ndarray
+
+
+def test_cupy_read_through_its_classes_data_descriptors(fake, k2, monkeypatch):
+    s = bc.Stream()
+    counts = {"data": 0, "getattr": 0}
+    cls = _cupy_with_descriptors(monkeypatch, s.handle_int, counts)
+    b = bc.alloc(64)
+    a1, a2 = cls(b.ptr + 8, 0), cls(b.ptr + 24, 0)
+    k2.launch(1, 1, a1, a2, stream=s)
+    assert _packed_ptrs(fake) == (b.ptr + 8, b.ptr + 24)
+    assert counts == {"data": 2, "getattr": 0}       # the property, called by the reader itself
+    k2.bind(1, 1, a2, a1, stream=s)()
+    assert _packed_ptrs(fake) == (b.ptr + 24, b.ptr + 8)
+    n = fake.launch_count()
+    with pytest.raises(ValueError, match=r"device 1.*device 0"):
+        k2.launch(1, 1, a1, cls(b.ptr, 1), stream=s)
+    assert fake.launch_count() == n
+
+
+def test_cupy_current_stream_through_its_c_function(fake, k2, monkeypatch):
+    """CuPy 14's get_current_stream_ptr is a cdef function: barecuda calls it through its
+    stream module's __pyx_capi__ capsule (named by its C signature), once per launch."""
+    import ctypes as C
+    producer, s = bc.Stream(), bc.Stream()
+    ph, sh = producer.handle_int, s.handle_int       # what barecuda keeps refers to no Stream
+    cls = _fake_library(monkeypatch, "cupy", 0)
+    calls = []
+
+    @C.CFUNCTYPE(C.c_ssize_t)
+    def current():
+        calls.append(1)
+        return ph
+    new = C.PYFUNCTYPE(C.py_object, C.c_void_p, C.c_void_p, C.c_void_p)(("PyCapsule_New", C.pythonapi))
+    name = C.create_string_buffer(b"intptr_t (void)")
+    stream_mod = types.SimpleNamespace(
+        __pyx_capi__={"get_current_stream_ptr": new(C.cast(current, C.c_void_p), C.addressof(name), None)},
+        get_current_stream_ptr=lambda: pytest.fail("the Python function was called"))
+    monkeypatch.setattr(sys.modules["cupy"].cuda, "stream", stream_mod)
+    b = bc.alloc(64)
+    before = _driver_counts(fake)
+    k2.launch(1, 1, cls(b.ptr, 0), cls(b.ptr + 8, 0), stream=s)
+    assert len(calls) == 1 and _delta(fake, before)["cuStreamWaitEvent"] == 1
+    assert _packed_ptrs(fake) == (b.ptr, b.ptr + 8)
+    calls_at = len(calls)
+    other = C.create_string_buffer(b"int (void)")              # not CuPy's signature
+    cls2 = _fake_library(monkeypatch, "cupy", 0)                # a new class: looked up again
+    monkeypatch.setattr(sys.modules["cupy"].cuda, "stream", types.SimpleNamespace(
+        __pyx_capi__={"get_current_stream_ptr": new(C.cast(current, C.c_void_p), C.addressof(other), None)},
+        get_current_stream_ptr=lambda: sh))
+    before = _driver_counts(fake)
+    k2.launch(1, 1, cls2(b.ptr, 0), cls2(b.ptr, 0), stream=s)   # the Python function: our stream
+    assert len(calls) == calls_at and _delta(fake, before)["cuStreamWaitEvent"] == 0

@@ -10,13 +10,19 @@ from barecuda._buffer cimport DeviceBuffer
 # TypeError/ValueError (wrong device: names both devices) before any work is queued.
 cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1
 
-# Non-zero for the exact classes pointer_of reads directly (torch/CuPy tensors).
-cdef int tensor_kind(type t) except -1
-
-# The packer calls pointer_batch(True) before a launch's first argument and
-# pointer_batch(False) after its last (also on error): inside, the torch/CuPy current
-# stream is read once per launch instead of once per tensor.
-cdef void pointer_batch(bint open) noexcept
+# pointer_of's reader of torch/CuPy tensors (the exact classes it recognises), for the
+# launch packer: 1 and *out set (stream rule applied), 0 when obj is not such a tensor
+# (nothing done), -2 when it is one but not on `dev` (nothing done: pointer_of raises
+# the error), -1 with an exception set (from the library, or ordering the streams).
+# memo: one launch's memo of the libraries' current streams (the packer keeps it on its
+# C stack, source = NULL before the first argument): the first tensor of a library and
+# device reads the library's current stream and orders `consumer` after it, the others
+# skip both. NULL: every tensor does both.
+ctypedef struct bc_stream_memo:
+    const void *source              # the library (its exchange API, or its kind); NULL: none yet
+    int ordinal
+cdef int tensor_pointer(object obj, Device dev, CUstream consumer, bc_stream_memo *memo,
+                        CUdeviceptr *out) except -1
 
 # DeviceBuffer for a DeviceBuffer or a device array (CAI / CUDA DLPack); None for anything else.
 cdef DeviceBuffer as_device(object obj, object stream)

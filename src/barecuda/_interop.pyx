@@ -15,8 +15,10 @@ cimport cython
 from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer,
                                 PyCapsule_SetName, PyCapsule_CheckExact)
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.object cimport PyTypeObject, Py_TYPE
 from libc.stdlib cimport calloc, free
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, intptr_t
+from cpython.exc cimport PyErr_Occurred
 import sys
 
 from barecuda._abi cimport *
@@ -31,8 +33,6 @@ from barecuda._buffer cimport (DeviceBuffer, make_view, view_at, resolve_device,
 
 cdef extern from "Python.h":
     int Py_IsInitialized() nogil
-    ctypedef struct PyThreadState
-    PyThreadState *PyThreadState_Get() noexcept
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -541,6 +541,11 @@ cdef int _nfast = 0
 # an instance of their class exists).
 cdef object _torch_stream_fn = None
 cdef object _cupy_stream_fn = None
+# CuPy's `cdef intptr_t get_current_stream_ptr() except? -1` (cupy/cuda/stream.pxd),
+# by the signature Cython names its __pyx_capi__ capsule with
+ctypedef intptr_t (*_cupy_stream_ptr_t)() noexcept
+cdef const char *_CUPY_STREAM_SIG = b"intptr_t (void)"
+cdef _cupy_stream_ptr_t _cupy_stream_c = NULL
 
 
 cdef inline int _fast_kind(type t, const bc_dlpack_exchange_api **api) except -1:
@@ -550,11 +555,6 @@ cdef inline int _fast_kind(type t, const bc_dlpack_exchange_api **api) except -1
             api[0] = _fast_apis[i]
             return _fast_kinds[i]
     return _fast_kind_slow(t, api)
-
-
-cdef int tensor_kind(type t) except -1:
-    cdef const bc_dlpack_exchange_api *api
-    return _fast_kind(t, &api)
 
 
 cdef object _exchange_capsule(type t, bint named):
@@ -571,7 +571,7 @@ cdef object _exchange_capsule(type t, bint named):
 
 
 cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
-    global _nfast, _torch_stream_fn, _cupy_stream_fn
+    global _nfast, _torch_stream_fn, _cupy_stream_fn, _cupy_stream_c
     cdef int k
     api[0] = NULL
     e = _fast_cache.get(t)
@@ -588,6 +588,7 @@ cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
             _torch_stream_fn = None
         elif k == FAST_CUPY:
             _cupy_stream_fn = None
+            _cupy_stream_c = NULL
         if _nfast < FAST_SLOTS:
             _fast_types[_nfast] = <PyObject *>t
             _fast_kinds[_nfast] = k
@@ -599,14 +600,68 @@ cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
     return <int>e[0]
 
 
+# CuPy arrays: a.data (a MemoryPointer) and its .ptr and .device_id, read through the
+# classes' own data descriptors (C-level properties in CuPy), found once per class: a
+# getter call each, no attribute lookup per array. A class whose attribute is not a
+# data descriptor (an instance attribute) is read with getattr. The classes seen last
+# are remembered with their descriptors (read into locals first: a getter could run
+# Python code that lets another thread replace them).
+cdef object _nd_class = None            # the last CuPy array class seen, its 'data' descriptor
+cdef object _nd_data = None
+cdef object _mp_class = None            # the last MemoryPointer class seen, its descriptors
+cdef object _mp_ptr = None
+cdef object _mp_dev = None
+cdef object _MISSING = object()
+
+
+cdef object _data_descriptor(type t, str name):
+    """The data descriptor `name` resolves to on instances of t (as attribute lookup finds
+    it: first in the MRO, a descriptor with __set__ wins over instance attributes), or None."""
+    for base in t.__mro__:
+        d = vars(base).get(name, _MISSING)
+        if d is not _MISSING:
+            dt = <PyTypeObject *>Py_TYPE(d)
+            return d if dt.tp_descr_get != NULL and dt.tp_descr_set != NULL else None
+    return None
+
+
+cdef inline object _get(object obj, object descr, str name):
+    """obj.<name>: through descr (its class's data descriptor) unless None."""
+    if descr is not None:
+        return (<PyTypeObject *>Py_TYPE(descr)).tp_descr_get(descr, obj, type(obj))
+    return getattr(obj, name)
+
+
+cdef int _cupy_read(object obj, CUdeviceptr *ptr, int *ordinal) except -1:
+    """A CuPy array's address and device (obj.data.ptr, obj.data.device_id)."""
+    global _nd_class, _nd_data, _mp_class, _mp_ptr, _mp_dev
+    cdef object d
+    if type(obj) is _nd_class:
+        d = _nd_data
+    else:
+        d = _data_descriptor(type(obj), "data")
+        _nd_class, _nd_data = type(obj), d
+    mem = _get(obj, d, "data")
+    if type(mem) is _mp_class:
+        dp, dd = _mp_ptr, _mp_dev
+    else:
+        dp, dd = _data_descriptor(type(mem), "ptr"), _data_descriptor(type(mem), "device_id")
+        _mp_class, _mp_ptr, _mp_dev = type(mem), dp, dd
+    ordinal[0] = _get(mem, dd, "device_id")
+    ptr[0] = <CUdeviceptr>_get(mem, dp, "ptr")
+    return 0
+
+
 cdef int _wrong_device(object obj, int have, Device dev) except -1:
     raise ValueError(f"{type(obj).__name__} is on device {have} but it is used on device "
                      f"{dev.ordinal}; move it first (e.g. t.to('cuda:{dev.ordinal}'))")
 
 
 cdef object _stream_fn(object obj, int kind):
-    """The function giving the library's current raw stream (torch: of a device)."""
-    global _torch_stream_fn, _cupy_stream_fn
+    """The function giving the library's current raw stream (torch: of a device). For
+    CuPy, its C function get_current_stream_ptr (a cdef function, not callable from
+    Python in CuPy 14: exported in its stream module's __pyx_capi__) where it has one."""
+    global _torch_stream_fn, _cupy_stream_fn, _cupy_stream_c
     mod = sys.modules.get(type(obj).__module__.partition(".")[0])
     if kind == FAST_TORCH:
         f = getattr(getattr(mod, "_C", None), "_cuda_getCurrentRawStream", None)
@@ -614,51 +669,56 @@ cdef object _stream_fn(object obj, int kind):
             f = lambda ordinal: mod.cuda.current_stream(ordinal).cuda_stream
         _torch_stream_fn = f
     else:
-        f = getattr(getattr(mod.cuda, "stream", None), "get_current_stream_ptr", None)
-        if f is None:
-            get = mod.cuda.get_current_stream
-            f = lambda: get().ptr
+        smod = getattr(mod.cuda, "stream", None)
+        cap = getattr(smod, "__pyx_capi__", {}).get("get_current_stream_ptr")
+        if cap is not None and PyCapsule_IsValid(cap, _CUPY_STREAM_SIG):
+            _cupy_stream_c = <_cupy_stream_ptr_t>PyCapsule_GetPointer(cap, _CUPY_STREAM_SIG)
+            f = cap                         # kept alive with the pointer
+        else:
+            _cupy_stream_c = NULL
+            f = getattr(smod, "get_current_stream_ptr", None)
+            if f is None:
+                get = mod.cuda.get_current_stream
+                f = lambda: get().ptr
         _cupy_stream_fn = f
     return f
 
 
 # One launch's tensors of one library and device share that library's current stream:
-# between the arguments of one launch no user code runs that could switch it. So
-# inside a launch (the packer opens this window with pointer_batch) the first such
-# tensor reads the current stream and orders the consumer after it, and the others
-# skip both. Outside the window, and on any other thread, every tensor does both.
-cdef PyThreadState *_memo_thread = NULL
-cdef const void *_memo_source = NULL     # the library (its exchange API, or its kind)
-cdef int _memo_ordinal = -1
-cdef CUstream _memo_consumer = NULL
-
-
-cdef void pointer_batch(bint open) noexcept:
-    global _memo_thread, _memo_source
-    _memo_thread = PyThreadState_Get() if open else NULL
-    _memo_source = NULL
+# between the arguments of one launch no user code runs that could switch it. So the
+# packer keeps a bc_stream_memo on its C stack for one launch's arguments: the first
+# such tensor reads the current stream and orders the consumer after it, the others
+# skip both. Without a memo (bind, set_arg, copies) every tensor does both.
 
 
 cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
     """The library's current stream on `ordinal` (where its pending work on obj is queued)."""
+    cdef intptr_t c
     if kind == FAST_TORCH:
         f = _torch_stream_fn if _torch_stream_fn is not None else _stream_fn(obj, kind)
         h = f(ordinal)
     else:
         f = _cupy_stream_fn if _cupy_stream_fn is not None else _stream_fn(obj, kind)
+        if _cupy_stream_c != NULL:
+            c = _cupy_stream_c()
+            if c == -1 and PyErr_Occurred():        # its `except? -1`
+                return NULL
+            return <CUstream>c
         h = f()
     return <CUstream><size_t>h
 
 
+cdef inline const void *_source(int kind, const bc_dlpack_exchange_api *api) noexcept:
+    """What a memo entry names: the library (its exchange API, or its kind)."""
+    return <const void *>api if api != NULL else <const void *><size_t>kind
+
+
 cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, int ordinal, CUstream consumer,
-                       Device dev) except -1:
+                       Device dev, bc_stream_memo *memo) except -1:
     """The stream rule for a tensor read directly, once per launch (see above)."""
-    global _memo_source, _memo_ordinal, _memo_consumer
-    cdef PyThreadState *me = PyThreadState_Get()
-    cdef const void *source = <const void *>api if api != NULL else <const void *><size_t>kind
+    cdef const void *source = _source(kind, api)
     cdef void *h = NULL
-    if (_memo_thread == me and _memo_source == source and _memo_ordinal == ordinal
-            and _memo_consumer == consumer):
+    if memo != NULL and memo.source == source and memo.ordinal == ordinal:
         return 0
     if api != NULL:
         if api.current_work_stream(kDLCUDA, ordinal, &h) != 0:
@@ -666,8 +726,9 @@ cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, 
         _order_after_producer(<CUstream>h, consumer, dev)
     else:
         _order_after_producer(_producer_stream(obj, kind, ordinal), consumer, dev)
-    if _memo_thread == me:              # still this thread's window (the library may run Python code)
-        _memo_source, _memo_ordinal, _memo_consumer = source, ordinal, consumer
+    if memo != NULL:
+        memo.source = source
+        memo.ordinal = ordinal
     return 0
 
 
@@ -693,14 +754,66 @@ cdef int _torch_device(object obj, Device dev) except -1:
     return have
 
 
-cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1:
-    """See _interop.pxd and docs/interop.md."""
-    cdef type t = type(obj)
+cdef int tensor_pointer(object obj, Device dev, CUstream consumer, bc_stream_memo *memo,
+                        CUdeviceptr *out) except -1:
+    """See _interop.pxd."""
     cdef int kind
     cdef int have
     cdef CUdeviceptr p
-    cdef DLTensor *tensor
     cdef DLTensor dl
+    cdef const bc_dlpack_exchange_api *api = NULL
+    kind = _fast_kind(type(obj), &api)
+    if kind == FAST_DLX:
+        if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
+            return -1                       # the library set the exception
+        have = dl.device.device_id
+        if (dl.device.device_type != kDLCUDA and dl.device.device_type != kDLCUDAManaged) or have != dev.ordinal:
+            return -2
+        if memo == NULL or memo.source != <const void *>api or memo.ordinal != have:
+            _order_tensor(obj, kind, api, have, consumer, dev, memo)
+        out[0] = <CUdeviceptr>dl.data + dl.byte_offset
+        return 1
+    if kind == FAST_TORCH:
+        have = obj.get_device()
+        if have != dev.ordinal:
+            return -2
+        p = <CUdeviceptr>obj.data_ptr()
+    elif kind == FAST_CUPY:
+        _cupy_read(obj, &p, &have)
+        if have != dev.ordinal:
+            return -2
+    else:
+        return 0
+    if memo == NULL or memo.source != _source(kind, NULL) or memo.ordinal != have:
+        _order_tensor(obj, kind, NULL, have, consumer, dev, memo)
+    out[0] = p
+    return 1
+
+
+cdef int _tensor_refused(object obj, int kind, const bc_dlpack_exchange_api *api, Device dev) except -1:
+    """Raise the error tensor_pointer's -2 stands for (a tensor not on `dev`)."""
+    cdef DLTensor dl
+    cdef CUdeviceptr p
+    cdef int have
+    if kind == FAST_DLX:
+        if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
+            return -1
+        if dl.device.device_type != kDLCUDA and dl.device.device_type != kDLCUDAManaged:
+            _not_on_gpu(obj, dl.device.device_type, dev)
+        have = dl.device.device_id
+    elif kind == FAST_TORCH:
+        have = _torch_device(obj, dev)
+    else:
+        _cupy_read(obj, &p, &have)
+    return _wrong_device(obj, have, dev)
+
+
+cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out) except -1:
+    """See _interop.pxd and docs/interop.md."""
+    cdef type t = type(obj)
+    cdef int r
+    cdef CUdeviceptr p
+    cdef DLTensor *tensor
     cdef const bc_dlpack_exchange_api *api = NULL
     cdef void *mt = NULL
     cdef bint versioned = False
@@ -716,33 +829,11 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
             raise ValueError(f"a device address must be in [0, 2**64), got {obj}")
         out[0] = <CUdeviceptr>obj
         return 0
-    kind = _fast_kind(t, &api)
-    if kind == FAST_DLX:
-        if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
-            return -1                       # the library set the exception
-        have = dl.device.device_id
-        if dl.device.device_type != kDLCUDA and dl.device.device_type != kDLCUDAManaged:
-            _not_on_gpu(obj, dl.device.device_type, dev)
-        if have != dev.ordinal:
-            _wrong_device(obj, have, dev)
-        _order_tensor(obj, kind, api, have, consumer, dev)
-        out[0] = <CUdeviceptr>dl.data + dl.byte_offset
+    r = tensor_pointer(obj, dev, consumer, NULL, out)
+    if r == 1:
         return 0
-    if kind == FAST_TORCH:
-        have = _torch_device(obj, dev)
-        p = <CUdeviceptr>obj.data_ptr()
-        _order_tensor(obj, kind, NULL, have, consumer, dev)
-        out[0] = p
-        return 0
-    if kind == FAST_CUPY:
-        mem = obj.data                      # cupy MemoryPointer: .ptr and .device_id, no Device object
-        have = mem.device_id
-        if have != dev.ordinal:
-            _wrong_device(obj, have, dev)
-        p = <CUdeviceptr>mem.ptr
-        _order_tensor(obj, kind, NULL, have, consumer, dev)
-        out[0] = p
-        return 0
+    if r == -2:
+        return _tensor_refused(obj, _fast_kind(t, &api), api, dev)
     if PyCapsule_CheckExact(obj):
         raise TypeError("a DLPack capsule cannot be a kernel argument (it would be consumed); "
                         "pass the array, or as_device_buffer(capsule)")
@@ -820,8 +911,8 @@ cdef object array_of(object obj, CUstream consumer, bc_array *out):
     if kind == FAST_CUPY:
         if not obj.flags.c_contiguous:
             _not_contiguous(obj)
-        mem = obj.data
-        out.ptr, out.ordinal, out.nbytes = <CUdeviceptr>mem.ptr, mem.device_id, obj.nbytes
+        _cupy_read(obj, &out.ptr, &out.ordinal)
+        out.nbytes = obj.nbytes
         return obj.dtype.name
     # Other arrays: through the protocols (DLPack orders the consumer stream itself).
     b = as_device_buffer(obj, stream=None if consumer == NULL else <size_t>consumer)
@@ -837,5 +928,5 @@ cdef int order_array(object obj, const bc_array *a, Device dev, CUstream consume
     if type(obj) is DeviceBuffer or isinstance(obj, DeviceBuffer):
         note_use(<DeviceBuffer>obj, consumer)
     elif a.kind == FAST_TORCH or a.kind == FAST_CUPY:
-        _order_tensor(obj, a.kind, NULL, a.ordinal, consumer, dev)
+        _order_tensor(obj, a.kind, NULL, a.ordinal, consumer, dev, NULL)
     return 0

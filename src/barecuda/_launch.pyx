@@ -39,7 +39,7 @@ from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._launch_config cimport LaunchConfig, parse_dims, validate_config, config_rec
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
-from barecuda._interop cimport pointer_batch, pointer_of, tensor_kind
+from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda._signature cimport *
 from barecuda._pack cimport *
 from barecuda cimport _occupancy as occ
@@ -188,12 +188,15 @@ cdef int _launch_failed(Kernel k, CUresult rc, str call, const bc_launch_rec *r)
 
 
 # ------------------------------------------------------------------ packing (fast path)
-cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
-    """Pack argument i into slot. Exact-type checks, most frequent first."""
+cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs,
+                          bc_stream_memo *memo) except -1:
+    """Pack argument i into slot. Exact-type checks, most frequent first. memo: the
+    launch's memo of the tensor libraries' current streams (NULL outside a launch)."""
     cdef const bc_param *p = &k.params[i]
     cdef int kind = p.kind
     cdef int ovf = 0
     cdef long long x
+    cdef CUdeviceptr addr
     # A borrowed type pointer: no reference count traffic per argument.
     cdef PyTypeObject *t = Py_TYPE(arg)
     if t is <PyTypeObject *>DeviceBuffer:
@@ -219,34 +222,25 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
             bc_store_int(slot, p.size, 1 if arg is True else 0)
             return 0
         return raise_type(k, p, i, arg)
-    if bc_kind_is_pointer(kind) and tensor_kind(<type><PyObject *>t):
-        return _pack_tensor(k, i, arg, slot, hs)     # torch/CuPy tensors (issue 12)
+    if bc_kind_is_pointer(kind):
+        # torch/CuPy tensors (issue 12); anything else (0), or a tensor on another
+        # device (-2: pointer_of words the error with the kernel and the argument), goes
+        # to the slow path
+        if tensor_pointer(arg, k.device, hs, memo, &addr) == 1:
+            bc_store_int(slot, 8, addr)
+            return 0
     return pack_slow(k, p, i, arg, slot, hs)
-
-
-cdef int _pack_tensor(Kernel k, Py_ssize_t i, object arg, char *slot, CUstream hs) except -1:
-    """A tensor read directly by pointer_of (exact type; device check; stream rule)."""
-    cdef CUdeviceptr addr = 0
-    try:
-        pointer_of(arg, k.device, hs, &addr)
-    except Exception:
-        # the same error again, worded with the kernel and the argument
-        return pack_slow(k, &k.params[i], i, arg, slot, hs)
-    bc_store_int(slot, 8, addr)
-    return 0
 
 
 cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
     cdef Py_ssize_t i
     cdef char *slot
-    pointer_batch(True)         # one read of torch's/CuPy's current stream per launch
-    try:
-        for i in range(k.nparams):
-            slot = buf + k.params[i].offset
-            ptrs[i] = slot
-            _pack_one(k, i, args[i], slot, hs)
-    finally:
-        pointer_batch(False)
+    cdef bc_stream_memo memo        # one read of torch's/CuPy's current stream per launch
+    memo.source = NULL
+    for i in range(k.nparams):
+        slot = buf + k.params[i].offset
+        ptrs[i] = slot
+        _pack_one(k, i, args[i], slot, hs, &memo)
     return 0
 
 
@@ -258,7 +252,7 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
     # The packed bytes hold values and addresses only: nothing needs to outlive the
     # call here, so `keep` stays as given (the caller keeps its argument objects, and
     # pins DeviceBuffers: _buffer.hold/pin).
-    return _pack_one(k, i, value, dst + k.params[i].offset, s)
+    return _pack_one(k, i, value, dst + k.params[i].offset, s, NULL)
 
 
 # --------------------------------------------------------- grid / block / smem
@@ -711,7 +705,8 @@ cdef class LaunchPlan:
         cdef Py_ssize_t i
         for i in range(self.kernel.nparams):
             self.ptrs[i] = self.buf + self.kernel.params[i].offset
-            _pack_one(self.kernel, i, self._args[i], self.buf + self.kernel.params[i].offset, self.rec.stream)
+            _pack_one(self.kernel, i, self._args[i], self.buf + self.kernel.params[i].offset, self.rec.stream,
+                      NULL)
         self._pinned = [None] * self.kernel.nparams
         for i in range(self.kernel.nparams):
             self._pin(i, self._args[i])
@@ -764,7 +759,7 @@ cdef class LaunchPlan:
         ensure_driver(ST)
         if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
             _raise_stream_closed(-1)
-        _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
+        _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream, NULL)
         self._pin(i, value)
         self._args[i] = value
 

@@ -32,9 +32,24 @@ cdef extern from "barecuda/bc_pack.h" nogil:
     uint16_t bc_double_to_half(double d)
     uint32_t bc_align_up(uint32_t v, uint32_t a)
 
-cdef extern from "Python.h":
+cdef extern from *:
+    """
+    /* PyLong_AsLongLongAndOverflow, with the value of an exact compact int (any int
+     * that fits in one 30-bit digit: most arguments) read inline on CPython 3.12+. */
+    #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_LIMITED_API)
+    static inline long long bc_as_ll(PyObject *o, int *overflow) {
+        if (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+            *overflow = 0;
+            return (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+        }
+        return PyLong_AsLongLongAndOverflow(o, overflow);
+    }
+    #else
+    #define bc_as_ll PyLong_AsLongLongAndOverflow
+    #endif
+    """
     # No exception is possible for an exact int, so no error check is generated.
-    long long _bc_as_ll "PyLong_AsLongLongAndOverflow"(object o, int *overflow)
+    long long _bc_as_ll "bc_as_ll"(object o, int *overflow)
 
 
 cdef inline bint float_ok(int kind) noexcept nogil:
