@@ -537,12 +537,10 @@ cdef PyObject *_fast_types[FAST_SLOTS]
 cdef int _fast_kinds[FAST_SLOTS]
 cdef const bc_dlpack_exchange_api *_fast_apis[FAST_SLOTS]
 cdef int _nfast = 0
-# The libraries' "current stream" functions, looked up once (their modules are loaded:
-# an instance of their class exists).
+# The libraries' "current stream" functions, looked up once (their modules are loaded).
 cdef object _torch_stream_fn = None
 cdef object _cupy_stream_fn = None
-# CuPy's `cdef intptr_t get_current_stream_ptr() except? -1` (cupy/cuda/stream.pxd),
-# by the signature Cython names its __pyx_capi__ capsule with
+# CuPy's `cdef intptr_t get_current_stream_ptr() except? -1`, by its __pyx_capi__ signature
 ctypedef intptr_t (*_cupy_stream_ptr_t)() noexcept
 cdef const char *_CUPY_STREAM_SIG = b"intptr_t (void)"
 cdef _cupy_stream_ptr_t _cupy_stream_c = NULL
@@ -587,8 +585,7 @@ cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
         if k == FAST_TORCH:
             _torch_stream_fn = None
         elif k == FAST_CUPY:
-            _cupy_stream_fn = None
-            _cupy_stream_c = NULL
+            _cupy_stream_fn, _cupy_stream_c = None, NULL
         if _nfast < FAST_SLOTS:
             _fast_types[_nfast] = <PyObject *>t
             _fast_kinds[_nfast] = k
@@ -600,33 +597,24 @@ cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
     return <int>e[0]
 
 
-# CuPy arrays: a.data (a MemoryPointer) and its .ptr and .device_id, read through the
-# classes' own data descriptors (C-level properties in CuPy), found once per class: a
-# getter call each, no attribute lookup per array. A class whose attribute is not a
-# data descriptor (an instance attribute) is read with getattr. The classes seen last
-# are remembered with their descriptors (read into locals first: a getter could run
-# Python code that lets another thread replace them).
-cdef object _nd_class = None            # the last CuPy array class seen, its 'data' descriptor
-cdef object _nd_data = None
-cdef object _mp_class = None            # the last MemoryPointer class seen, its descriptors
-cdef object _mp_ptr = None
-cdef object _mp_dev = None
-cdef object _MISSING = object()
+# CuPy arrays: a.data (a MemoryPointer), its .ptr and .device_id, through the classes'
+# data descriptors (C-level properties in CuPy), found once per class: a getter call
+# each, no attribute lookup. Not a data descriptor (an instance attribute): getattr.
+cdef tuple _nd = (None, None)           # the CuPy array class seen last, its 'data' descriptor
+cdef tuple _mp = (None, None, None)     # the MemoryPointer class seen last, its ptr, device_id
 
 
 cdef object _data_descriptor(type t, str name):
-    """The data descriptor `name` resolves to on instances of t (as attribute lookup finds
-    it: first in the MRO, a descriptor with __set__ wins over instance attributes), or None."""
+    """The data descriptor `name` resolves to on instances of t (first in the MRO), or None."""
     for base in t.__mro__:
-        d = vars(base).get(name, _MISSING)
-        if d is not _MISSING:
+        if name in vars(base):
+            d = vars(base)[name]
             dt = <PyTypeObject *>Py_TYPE(d)
             return d if dt.tp_descr_get != NULL and dt.tp_descr_set != NULL else None
     return None
 
 
 cdef inline object _get(object obj, object descr, str name):
-    """obj.<name>: through descr (its class's data descriptor) unless None."""
     if descr is not None:
         return (<PyTypeObject *>Py_TYPE(descr)).tp_descr_get(descr, obj, type(obj))
     return getattr(obj, name)
@@ -634,21 +622,15 @@ cdef inline object _get(object obj, object descr, str name):
 
 cdef int _cupy_read(object obj, CUdeviceptr *ptr, int *ordinal) except -1:
     """A CuPy array's address and device (obj.data.ptr, obj.data.device_id)."""
-    global _nd_class, _nd_data, _mp_class, _mp_ptr, _mp_dev
-    cdef object d
-    if type(obj) is _nd_class:
-        d = _nd_data
-    else:
-        d = _data_descriptor(type(obj), "data")
-        _nd_class, _nd_data = type(obj), d
-    mem = _get(obj, d, "data")
-    if type(mem) is _mp_class:
-        dp, dd = _mp_ptr, _mp_dev
-    else:
-        dp, dd = _data_descriptor(type(mem), "ptr"), _data_descriptor(type(mem), "device_id")
-        _mp_class, _mp_ptr, _mp_dev = type(mem), dp, dd
-    ordinal[0] = _get(mem, dd, "device_id")
-    ptr[0] = <CUdeviceptr>_get(mem, dp, "ptr")
+    global _nd, _mp
+    nd, mp = _nd, _mp                   # locals: a getter may run code that replaces them
+    if type(obj) is not nd[0]:
+        nd = _nd = (type(obj), _data_descriptor(type(obj), "data"))
+    mem = _get(obj, nd[1], "data")
+    if type(mem) is not mp[0]:
+        mp = _mp = (type(mem), _data_descriptor(type(mem), "ptr"), _data_descriptor(type(mem), "device_id"))
+    ordinal[0] = _get(mem, mp[2], "device_id")
+    ptr[0] = <CUdeviceptr>_get(mem, mp[1], "ptr")
     return 0
 
 
@@ -658,9 +640,8 @@ cdef int _wrong_device(object obj, int have, Device dev) except -1:
 
 
 cdef object _stream_fn(object obj, int kind):
-    """The function giving the library's current raw stream (torch: of a device). For
-    CuPy, its C function get_current_stream_ptr (a cdef function, not callable from
-    Python in CuPy 14: exported in its stream module's __pyx_capi__) where it has one."""
+    """The function giving the library's current raw stream (torch: of a device); CuPy's
+    C get_current_stream_ptr (cdef in CuPy 14: its module's __pyx_capi__) where it has one."""
     global _torch_stream_fn, _cupy_stream_fn, _cupy_stream_c
     mod = sys.modules.get(type(obj).__module__.partition(".")[0])
     if kind == FAST_TORCH:
@@ -684,13 +665,6 @@ cdef object _stream_fn(object obj, int kind):
     return f
 
 
-# One launch's tensors of one library and device share that library's current stream:
-# between the arguments of one launch no user code runs that could switch it. So the
-# packer keeps a bc_stream_memo on its C stack for one launch's arguments: the first
-# such tensor reads the current stream and orders the consumer after it, the others
-# skip both. Without a memo (bind, set_arg, copies) every tensor does both.
-
-
 cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
     """The library's current stream on `ordinal` (where its pending work on obj is queued)."""
     cdef intptr_t c
@@ -708,15 +682,12 @@ cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
     return <CUstream><size_t>h
 
 
-cdef inline const void *_source(int kind, const bc_dlpack_exchange_api *api) noexcept:
-    """What a memo entry names: the library (its exchange API, or its kind)."""
-    return <const void *>api if api != NULL else <const void *><size_t>kind
-
-
 cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, int ordinal, CUstream consumer,
                        Device dev, bc_stream_memo *memo) except -1:
-    """The stream rule for a tensor read directly, once per launch (see above)."""
-    cdef const void *source = _source(kind, api)
+    """The stream rule for a tensor read directly. One launch's tensors of a library and
+    device share its current stream (no user code runs between one launch's arguments):
+    with the packer's memo (bc_stream_memo, _interop.pxd) only the first orders."""
+    cdef const void *source = <const void *>api if api != NULL else <const void *><size_t>kind
     cdef void *h = NULL
     if memo != NULL and memo.source == source and memo.ordinal == ordinal:
         return 0
@@ -775,36 +746,35 @@ cdef int tensor_pointer(object obj, Device dev, CUstream consumer, bc_stream_mem
         return 1
     if kind == FAST_TORCH:
         have = obj.get_device()
-        if have != dev.ordinal:
-            return -2
-        p = <CUdeviceptr>obj.data_ptr()
+        p = <CUdeviceptr>obj.data_ptr() if have == dev.ordinal else 0
     elif kind == FAST_CUPY:
         _cupy_read(obj, &p, &have)
-        if have != dev.ordinal:
-            return -2
     else:
         return 0
-    if memo == NULL or memo.source != _source(kind, NULL) or memo.ordinal != have:
+    if have != dev.ordinal:
+        return -2
+    if memo == NULL or memo.source != <const void *><size_t>kind or memo.ordinal != have:
         _order_tensor(obj, kind, NULL, have, consumer, dev, memo)
     out[0] = p
     return 1
 
 
-cdef int _tensor_refused(object obj, int kind, const bc_dlpack_exchange_api *api, Device dev) except -1:
+cdef int _tensor_refused(object obj, Device dev) except -1:
     """Raise the error tensor_pointer's -2 stands for (a tensor not on `dev`)."""
     cdef DLTensor dl
     cdef CUdeviceptr p
-    cdef int have
-    if kind == FAST_DLX:
+    cdef const bc_dlpack_exchange_api *api = NULL
+    cdef int have, kind = _fast_kind(type(obj), &api)
+    if kind == FAST_TORCH:
+        have = _torch_device(obj, dev)      # raises for the CPU and another device
+    elif kind == FAST_CUPY:
+        _cupy_read(obj, &p, &have)
+    else:
         if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
             return -1
         if dl.device.device_type != kDLCUDA and dl.device.device_type != kDLCUDAManaged:
             _not_on_gpu(obj, dl.device.device_type, dev)
         have = dl.device.device_id
-    elif kind == FAST_TORCH:
-        have = _torch_device(obj, dev)
-    else:
-        _cupy_read(obj, &p, &have)
     return _wrong_device(obj, have, dev)
 
 
@@ -814,7 +784,6 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
     cdef int r
     cdef CUdeviceptr p
     cdef DLTensor *tensor
-    cdef const bc_dlpack_exchange_api *api = NULL
     cdef void *mt = NULL
     cdef bint versioned = False
     if t is DeviceBuffer:
@@ -830,10 +799,8 @@ cdef int pointer_of(object obj, Device dev, CUstream consumer, CUdeviceptr *out)
         out[0] = <CUdeviceptr>obj
         return 0
     r = tensor_pointer(obj, dev, consumer, NULL, out)
-    if r == 1:
-        return 0
-    if r == -2:
-        return _tensor_refused(obj, _fast_kind(t, &api), api, dev)
+    if r != 0:
+        return 0 if r == 1 else _tensor_refused(obj, dev)
     if PyCapsule_CheckExact(obj):
         raise TypeError("a DLPack capsule cannot be a kernel argument (it would be consumed); "
                         "pass the array, or as_device_buffer(capsule)")
