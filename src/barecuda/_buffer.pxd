@@ -63,7 +63,7 @@ cdef class Allocator:
     cdef int deallocate(self, DeviceBuffer b) except -1
 
 
-# ---- ownership (INTERFACES.md)
+# ---- ownership (docs/errors.md, "Ownership"; docs/architecture.md, "One owner per allocation")
 cdef inline DeviceBuffer owner_of(DeviceBuffer b):
     """The allocation owner (b itself for an owner or a foreign import)."""
     if b._root is not None:

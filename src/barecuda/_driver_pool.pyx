@@ -10,16 +10,15 @@ allocators follow are in _pool.pyx; the Allocator interface in _buffer.pyx.
 """
 cimport cython
 from libc.string cimport memset
-import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, resolve_device, oom_error,
                                stream_closed, _order_on_safe_stream)
 from barecuda._pool cimport fmt_bytes
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -176,7 +175,7 @@ cdef class DriverMemoryPool(Allocator):
         if self.pool != NULL and self.owned and bc_driver_usable(ST):
             rc = D.cuMemPoolDestroy(self.pool)
             if rc != 0:
-                warnings.warn(f"cuMemPoolDestroy failed: {make_error(rc, 'cuMemPoolDestroy')}", CudaWarning)
+                warn_destroy_failed(rc, b"cuMemPoolDestroy", "DriverMemoryPool.__dealloc__")
         self.pool = NULL
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
