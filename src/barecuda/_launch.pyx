@@ -53,9 +53,9 @@ cdef bc_state_t *ST = runtime_state()
 # The one GIL switch for every launch path (Kernel.launch, plans, plan lists).
 cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
 
-# Set by _graph while a barecuda capture runs (else NULL: one pointer compare per launch):
-# called as hook(stream handle, kernel or plan, args or None) by every launch path, so that
-# the captured graph holds what its kernel nodes use (see _graph.pyx, Capture).
+# Set by _capture while a barecuda capture runs (else NULL: one pointer compare per launch):
+# called as hook(stream handle, kernel or plan, its Kernel, its arguments) by every launch
+# path, so that the captured graph holds what its kernel nodes use (see _capture.pyx).
 cdef capture_hook_t _capture_hook = NULL
 
 
@@ -494,7 +494,7 @@ cdef class Kernel:
         _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
         stream_handle(stream, &r.stream)
         if _capture_hook != NULL:
-            _capture_hook(<size_t>r.stream, self, args)
+            _capture_hook(<size_t>r.stream, self, self, args)
         if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
             return _launch_heap(self, args, &r)
         _pack_args(self, args, sbuf, sptrs, r.stream)
@@ -521,7 +521,7 @@ cdef class Kernel:
             _raise_count(self, PyTuple_GET_SIZE(args))
         _config_rec(self, config, &r)
         if _capture_hook != NULL:
-            _capture_hook(<size_t>r.stream, self, args)
+            _capture_hook(<size_t>r.stream, self, self, args)
         big = self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS
         if big:
             buf = <char *>PyMem_Malloc(self.argbytes)
@@ -800,13 +800,13 @@ cdef class LaunchPlan:
     def __call__(self):
         """Launch. No packing, no validation beyond the kernel being alive."""
         if _capture_hook != NULL:
-            _capture_hook(<size_t>self.rec.stream, self, None)
+            _capture_hook(<size_t>self.rec.stream, self, self.kernel, self._args)
         _issue(self.kernel, &self.rec)
 
     def launch(self):
         """Same as calling the plan."""
         if _capture_hook != NULL:
-            _capture_hook(<size_t>self.rec.stream, self, None)
+            _capture_hook(<size_t>self.rec.stream, self, self.kernel, self._args)
         _issue(self.kernel, &self.rec)
 
     @cython.binding(False)      # a plain method descriptor: CPython calls it straight (no CyFunction)
@@ -900,7 +900,8 @@ cdef class PlanList:
         cdef Py_ssize_t bad
         if _capture_hook != NULL:
             for p in self._plans:
-                _capture_hook(<size_t>(<LaunchPlan>p).rec.stream, p, None)
+                _capture_hook(<size_t>(<LaunchPlan>p).rec.stream, p, (<LaunchPlan>p).kernel,
+                              (<LaunchPlan>p)._args)
         bad = _issue_recs(self.recs, self.n, &rc)
         if bad >= 0:
             _batch_failed(self._plans[bad], bad, rc)
@@ -937,7 +938,7 @@ def launch_all(plans):
     for i in range(n):
         p = <LaunchPlan>plans[i]
         if _capture_hook != NULL:
-            _capture_hook(<size_t>p.rec.stream, p, None)
+            _capture_hook(<size_t>p.rec.stream, p, p.kernel, p._args)
         rp = &p.rec
         if _issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)
