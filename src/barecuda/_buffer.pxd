@@ -33,6 +33,8 @@ cdef class DeviceBuffer:
     cdef bint _free_pending         # (owner) closed while pinned: unpin frees
     cdef int _free_kind             # (owner) _kind before a deferred close (the allocator reads it)
     cdef CUdeviceptr _free_ptr      # (owner) ptr before a deferred close (ptr reads 0 once closed)
+    cdef bint _graph_alloc          # (owner) DriverAllocator memory allocated on a capturing stream: a graph
+                                    #   allocation (the graph owns it; captures do not hold it)
     cdef bint _readonly             # imported read-only: writes refuse
     cdef bint _strided              # non-contiguous import: pointer use only
     cdef object _allocator          # allocator the memory goes back to, None for views
@@ -128,6 +130,11 @@ ctypedef int (*capture_use_t)(CUstream s, object a, object b) except -1
 cdef capture_use_t *capture_use_slot() noexcept nogil
 # Slow path of refuse_captured: raises when s is capturing.
 cdef int _refuse_captured(CUstream s, str op, str what) except -1
+
+# When the last barecuda capture has ended: free what DriverAllocator deferred during
+# the captures (a context synchronization, then cuMemFree). Never raises: failures
+# become CudaWarning.
+cdef void flush_capture_frees() noexcept
 
 cdef inline int captured_use(capture_use_t *slot, CUstream s, object a, object b) except -1:
     """1 when s is in a barecuda capture (the graph now holds a and b), else 0."""

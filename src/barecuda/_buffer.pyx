@@ -104,6 +104,49 @@ cdef capture_use_t *capture_use_slot() noexcept nogil:
     return &_capture_use
 
 
+cdef list _after_capture = []       # (context, address, async) DriverAllocator frees deferred during captures
+
+
+cdef bint _is_capturing(CUstream s) noexcept:
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    if s == NULL or D.cuStreamIsCapturing == NULL or D.cuStreamIsCapturing(s, &st) != 0:
+        return False
+    return st != CU_STREAM_CAPTURE_STATUS_NONE
+
+
+cdef void flush_capture_frees() noexcept:
+    cdef CUresult rc
+    cdef CUcontext ctx
+    cdef CUdeviceptr dp
+    global _after_capture
+    if not _after_capture or not bc_driver_usable(ST):
+        return
+    todo = _after_capture
+    _after_capture = []
+    try:
+        synced = set()
+        for c, p, is_async in todo:
+            ctx = <CUcontext><size_t>c
+            set_current(ctx)
+            if c not in synced:        # work queued before the capture may still use them
+                synced.add(c)
+                with nogil:
+                    rc = D.cuCtxSynchronize()
+                check(rc, b"cuCtxSynchronize")
+            dp = <CUdeviceptr><size_t>p
+            if is_async:
+                check(D.cuMemFreeAsync(dp, NULL), b"cuMemFreeAsync")
+            else:
+                with nogil:
+                    rc = D.cuMemFree(dp)
+                check(rc, b"cuMemFree")
+    except BaseException as e:
+        try:
+            warnings.warn(f"freeing device memory deferred during a stream capture failed: {e}", CudaWarning)
+        except BaseException:
+            pass
+
+
 cdef int _refuse_captured(CUstream s, str op, str what) except -1:
     cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
     if D.cuStreamIsCapturing == NULL or D.cuStreamIsCapturing(s, &st) != 0 or st == CU_STREAM_CAPTURE_STATUS_NONE:
@@ -162,11 +205,19 @@ cdef class DriverAllocator(Allocator):
                     raise oom_error(rc, b"cuMemAllocAsync", size, self.device, "")
                 b.ptr = p
                 b._kind = KIND_ASYNC
+                # On a capturing stream: a graph allocation node (freed by a free node,
+                # or by cuMemFreeAsync after the capture), not memory the capture holds.
+                b._graph_alloc = _capture_use != NULL and _is_capturing(s)
                 return 0
+        # cuMemAlloc is not stream ordered: during a global (or this thread's
+        # thread-local) capture the driver refuses it and invalidates the capture; in a
+        # relaxed one it is ordinary memory that the graph holds when its work uses it.
         with nogil:
             rc = D.cuMemAlloc(&p, size)
         if rc != 0:
-            raise oom_error(rc, b"cuMemAlloc", size, self.device, "")
+            raise oom_error(rc, b"cuMemAlloc", size, self.device,
+                            " (cuMemAlloc during a stream capture needs mode='relaxed', or a memory pool)"
+                            if rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED else "")
         b.ptr = p
         b._kind = KIND_SYNC
         return 0
@@ -177,6 +228,19 @@ cdef class DriverAllocator(Allocator):
         cdef CUresult rc = 0
         b.ptr = 0
         if p == 0:
+            return 0
+        if _capture_use != NULL:
+            if b._graph_alloc and not stream_closed(b):
+                # Graph memory: cuMemFreeAsync in stream order (a free node when its
+                # stream is still capturing); no context synchronization in a capture.
+                set_current(b.ctx)
+                check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+                return 0
+            # A capture runs: cuMemFree, cuMemFreeAsync of memory that is not a graph
+            # allocation on a capturing stream (only graph allocations have free nodes),
+            # on the legacy stream, or after a context synchronization would fail or
+            # invalidate it. Freed when the last capture ends.
+            _after_capture.append((<size_t>b.ctx, <size_t>p, b._kind == KIND_ASYNC))
             return 0
         set_current(b.ctx)
         if b._kind == KIND_ASYNC:

@@ -15,7 +15,7 @@ from barecuda._errors cimport check, bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
-from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot
+from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot, flush_capture_frees
 from barecuda._pool cimport bc_block, FROM_GRAPH
 from barecuda._launch cimport Kernel, set_capture_hook
 from barecuda._graph cimport Graph, need, graph_shell, hold
@@ -93,6 +93,8 @@ cdef class Capture:
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
         _pool._capture_ended()
+        if not _active_captures:
+            flush_capture_frees()
         if exc_type is not None:
             # Discard the partial graph; the block's exception propagates.
             if g != NULL:
@@ -187,6 +189,8 @@ cdef bint _graph_memory(object a):
     if type(a) is not DeviceBuffer:
         return False
     o = owner_of(<DeviceBuffer>a)
+    if o._graph_alloc:                  # DriverAllocator's graph allocations
+        return True
     return o._kind == KIND_POOL and o._block != NULL and (<bc_block *>o._block).from_async == FROM_GRAPH
 
 
