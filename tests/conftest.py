@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 
 import pytest
 
@@ -35,8 +34,10 @@ FAKE_DEPS = (*FAKE_SRCS, *glob.glob(os.path.join(FAKE_DIR, "*.h")),
              os.path.join(REPO, "include", "barecuda", "cuda_errors.h"))
 CFLAGS = ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-std=gnu11", "-pthread"]
 
-if TESTS not in sys.path:  # for `from fakecuda import ptx`
+if TESTS not in sys.path:  # for `from fakecuda import ptx` and `from _helpers import ...`
     sys.path.insert(0, TESTS)
+
+from _helpers import FakeCuda  # noqa: E402  (shared helpers live in tests/_helpers.py)
 
 # Prefer the installed / in-place package; fall back to the source tree.
 if importlib.util.find_spec("barecuda") is None:
@@ -84,19 +85,6 @@ def _build(target, extra=()):
 
 
 _BUILD_ERROR = _build(FAKE_LIB) or _build(FAKE_LIB_NOGPA, ["-DFAKECUDA_NO_GPA"])
-
-
-def join_all(threads, timeout=120.0):
-    """Join every thread within `timeout` seconds in all, then fail the test (instead
-    of hanging it) if one is still running. Threads given here should be daemons, so
-    that one stuck on a wait cannot hold the interpreter at exit either. Every test
-    that waits on a thread does it through this, or with its own timeout."""
-    import time
-    end = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, end - time.monotonic()))
-    alive = [t.name for t in threads if t.is_alive()]
-    assert not alive, f"threads still running after {timeout} s: {alive}"
 
 
 def pytest_addoption(parser):
@@ -156,120 +144,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 # --------------------------------------------------------------------- fixtures
-@dataclass(frozen=True)
-class Launch:
-    """One launch as the fake driver recorded it."""
-    name: str
-    grid: tuple
-    block: tuple
-    shared: int
-    stream: int            # the CUstream handle value (0 for the NULL stream)
-    params: bytes          # the parameter buffer, exactly as the kernel would see it
-    kind: str              # "kernel", "cooperative" or "ex"
-    cluster: tuple
-    cooperative: bool
-    priority: int
-    programmatic_serialization: int
-    num_attrs: int
-    used_extra: bool       # parameters came through `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER)
-
-
-class FakeCuda:
-    """ctypes view of the fake driver's control API (state shared with barecuda's copy)."""
-
-    KINDS = ("kernel", "cooperative", "ex")
-
-    def __init__(self, path):
-        self.path = path
-        lib = self.lib = ctypes.CDLL(path)
-        c_uint_p = ctypes.POINTER(ctypes.c_uint)
-        c_int_p = ctypes.POINTER(ctypes.c_int)
-        sigs = {
-            "fakecuda_reset": (ctypes.c_int, []),
-            "fakecuda_fail": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
-            "fakecuda_calls": (ctypes.c_longlong, [ctypes.c_char_p]),
-            "fakecuda_version_requested": (ctypes.c_int, [ctypes.c_char_p]),
-            "fakecuda_live": (ctypes.c_int, [ctypes.c_char_p]),
-            "fakecuda_mem_used": (ctypes.c_longlong, [ctypes.c_int]),
-            "fakecuda_launch_count": (ctypes.c_longlong, []),
-            "fakecuda_last_launch": (ctypes.c_int, [
-                ctypes.c_int, ctypes.c_char_p, ctypes.c_int, c_uint_p, c_uint_p,
-                ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_int]),
-            "fakecuda_last_launch_ex": (ctypes.c_int, [
-                ctypes.c_int, c_int_p, c_uint_p, c_int_p, c_int_p, c_int_p, c_int_p, c_int_p]),
-            "fakecuda_set_attribute": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_int]),
-            "fakecuda_current_device": (ctypes.c_int, [c_int_p]),
-            "fakecuda_last_reason": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
-        }
-        for name, (restype, argtypes) in sigs.items():
-            fn = getattr(lib, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-
-    def reset(self):
-        self.lib.fakecuda_reset()
-
-    def fail(self, symbol, code, after=0, times=1):
-        """Make call number after+1 (from now) of `symbol` return `code`, `times` times (-1: forever)."""
-        if self.lib.fakecuda_fail(symbol.encode(), int(code), int(after), int(times)) != 0:
-            raise KeyError(f"the fake driver has no entry point {symbol!r}")
-
-    def calls(self, symbol):
-        n = self.lib.fakecuda_calls(symbol.encode())
-        if n < 0:
-            raise KeyError(f"the fake driver has no entry point {symbol!r}")
-        return n
-
-    def version_requested(self, symbol):
-        return self.lib.fakecuda_version_requested(symbol.encode())
-
-    def live(self, kind):
-        n = self.lib.fakecuda_live(kind.encode())
-        if n < 0:
-            raise KeyError(f"unknown kind {kind!r}")
-        return n
-
-    def mem_used(self, dev=0):
-        return self.lib.fakecuda_mem_used(dev)
-
-    def launch_count(self):
-        return self.lib.fakecuda_launch_count()
-
-    def set_attribute(self, dev, attr, value):
-        if self.lib.fakecuda_set_attribute(dev, int(attr), value) != 0:
-            raise ValueError(f"bad device {dev} or attribute {attr}")
-
-    def last_reason(self):
-        """Why the fake last rejected a launch ("" if it did not since the reset)."""
-        buf = ctypes.create_string_buffer(256)
-        self.lib.fakecuda_last_reason(buf, 256)
-        return buf.value.decode()
-
-    def current_device(self):
-        d = ctypes.c_int(-1)
-        return d.value if self.lib.fakecuda_current_device(ctypes.byref(d)) else None
-
-    def last_launch(self, back=0):
-        name = ctypes.create_string_buffer(256)
-        dims = (ctypes.c_uint * 6)()
-        shared = ctypes.c_uint()
-        stream = ctypes.c_void_p()
-        n = self.lib.fakecuda_last_launch(back, name, 256, dims, ctypes.byref(shared), ctypes.byref(stream),
-                                          None, 0)
-        if n < 0:
-            raise IndexError(f"no launch {back} back (launch count {self.launch_count()})")
-        params = ctypes.create_string_buffer(max(n, 1))
-        self.lib.fakecuda_last_launch(back, None, 0, None, None, None, params, n)
-        kind, coop, prio, serial, nattrs, extra = (ctypes.c_int() for _ in range(6))
-        cluster = (ctypes.c_uint * 3)()
-        self.lib.fakecuda_last_launch_ex(back, ctypes.byref(kind), cluster, ctypes.byref(coop), ctypes.byref(prio),
-                                         ctypes.byref(serial), ctypes.byref(nattrs), ctypes.byref(extra))
-        return Launch(name=name.value.decode(), grid=tuple(dims[:3]), block=tuple(dims[3:]), shared=shared.value,
-                      stream=stream.value or 0, params=params.raw[:n], kind=self.KINDS[kind.value],
-                      cluster=tuple(cluster), cooperative=bool(coop.value), priority=prio.value,
-                      programmatic_serialization=serial.value, num_attrs=nattrs.value, used_extra=bool(extra.value))
-
-
 @pytest.fixture(scope="session")
 def fake_lib_path():
     """Path of the fake driver library (built at session start)."""

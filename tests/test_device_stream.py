@@ -1,6 +1,7 @@
 """Device, Stream and Event: on the driver test double (CPU) and on a real GPU."""
 import _thread
 import gc
+import os
 import pickle
 import threading
 import time
@@ -8,7 +9,8 @@ import time
 import pytest
 
 import barecuda as bc
-from barecuda import _device
+from barecuda import _device, _stream
+from _helpers import DriverCalls, run_child
 
 NOT_READY = 600
 
@@ -245,9 +247,6 @@ def test_gpu_torch_current_context_is_shared():
 
 def test_default_device_follows_the_users_choice_not_internal_switches(fake_lib_path, tmp_path):
     """Two fake devices, in a fresh interpreter (the double reads its device count at load)."""
-    import os
-    import subprocess
-    import sys
     code = r'''
 import threading, barecuda as bc
 assert bc.device_count() == 2
@@ -260,43 +259,11 @@ t = threading.Thread(target=lambda: seen.append(bc.Device().ordinal)); t.start()
 assert seen == [0], seen               # the choice is per thread
 print("ok")
 '''
-    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_DEVICES="2")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    out = run_child(code, fake_lib_path, FAKECUDA_DEVICES=2)
+    assert out.strip() == "ok", out
 
 
 # ------------------------------------------------------- issue 13 item 3, issue 9 items 8-10
-import os
-import re
-import signal
-import subprocess
-import sys
-import warnings
-
-from barecuda import _stream
-
-_ABI_H = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "include", "barecuda", "cuda_abi.h")
-
-
-def _all_driver_symbols(fake):
-    """Every cu* entry point the double knows (the names in cuda_abi.h it counts)."""
-    with open(_ABI_H) as f:
-        names = sorted(set(re.findall(r"\b(cu[A-Z]\w+)", f.read())))
-    out = []
-    for n in names:
-        try:
-            fake.calls(n)
-        except KeyError:
-            continue
-        out.append(n)
-    assert len(out) > 50
-    return out
-
-
-def _total_calls(fake, names):
-    return sum(fake.calls(n) for n in names)
-
 
 def _in_thread(fn, timeout=30):
     """Run fn() on a fresh thread (no context bound there yet); re-raise its error."""
@@ -418,12 +385,12 @@ def test_closed_stream_refuses_every_method_before_the_driver(fake, ptx):
 def test_closed_stream_makes_no_driver_call(fake):
     s = bc.Stream()
     s.close()
-    names = _all_driver_symbols(fake)
-    before = _total_calls(fake, names)
+    driver = DriverCalls(fake)
+    before = driver.total()
     for call in (s.synchronize, s.query, s.record, lambda: s.priority):
         with pytest.raises(ValueError, match="stream is closed"):
             call()
-    assert _total_calls(fake, names) == before
+    assert driver.total() == before
 
 
 def test_event_close_raises_on_failure_and_refuses_afterwards(fake):
@@ -510,24 +477,11 @@ def test_close_hooks_run_before_the_stream_is_destroyed(fake):
         _stream.add_close_hook(42)
 
 
-def _child_path(tests):
-    """PYTHONPATH for a child: the tests (for conftest's FakeCuda) and the barecuda
-    this test imported (installed wheel or in-place build)."""
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))
-    extra = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join([tests, pkg_parent] + extra)
-
-
 _FORK_CHILD = r'''
-import gc, os, re, sys, warnings
+import gc, os, warnings
 import barecuda as bc
-from conftest import FakeCuda
-fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
-names = []
-for n in sorted(set(re.findall(r"\b(cu[A-Z]\w+)", open(sys.argv[1]).read()))):
-    if fake.lib.fakecuda_calls(n.encode()) >= 0:
-        names.append(n)
-total = lambda: sum(fake.lib.fakecuda_calls(n.encode()) for n in names)
+from _helpers import DriverCalls, in_fork
+probe = DriverCalls(os.environ["BARECUDA_LIBCUDA"])
 
 d = bc.Device(0)
 s = bc.Stream(priority=-1)
@@ -537,13 +491,12 @@ e1 = s.record()
 e2 = s.record()
 e2.synchronize()
 _ = d.name
-r, wfd = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
-    fails = []
-    before = total()
-    calls = {
+
+
+def child():
+    global s, s2, w, e1, e2
+    before = probe.total()
+    fails = probe.refusals({
         "Stream.synchronize": s.synchronize, "Stream.synchronize(timeout)": lambda: s.synchronize(timeout=1),
         "Stream.synchronize_blocking": s.synchronize_blocking, "Stream.query": s.query,
         "Stream.wait(event)": lambda: s.wait(e1), "Stream.wait(stream)": lambda: s.wait(s2),
@@ -556,39 +509,18 @@ if pid == 0:
         "Device.can_access_peer": lambda: d.can_access_peer(0), "Device.enable_peer_access": lambda: d.enable_peer_access(0),
         "Device.stream_priority_range": d.stream_priority_range, "Device.context_handle": d.context_handle,
         "Device.name": lambda: d.name, "Device.__enter__": d.__enter__,
-    }
-    for name, call in calls.items():
-        try:
-            call()
-        except bc.ForkedProcessError as e:
-            if "spawn" not in str(e):
-                fails.append(f"{name}: message does not name spawn: {e}")
-        except BaseException as e:
-            fails.append(f"{name}: {type(e).__name__}: {e}")
-        else:
-            fails.append(f"{name}: returned normally")
+    })
     repr(d); repr(s); repr(e1)          # reprs stay usable and call nothing
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         del s, s2, w, e1, e2
         gc.collect()
-    after = total()
-    if after != before:
-        fails.append(f"{after - before} driver call(s) in the child")
-    os.write(wfd, "\n".join(fails).encode())
-    os.close(wfd)
-    os._exit(0)
-os.close(wfd)
-chunks = []
-while True:
-    b = os.read(r, 65536)
-    if not b:
-        break
-    chunks.append(b)
-_, status = os.waitpid(pid, 0)
-out = b"".join(chunks).decode()
-assert status == 0, status
-print(out if out else "ok")
+    if probe.total() != before:
+        fails.append(f"{probe.total() - before} driver call(s) in the child")
+    return "\n".join(fails)
+
+
+print(in_fork(child) or "ok")
 '''
 
 
@@ -597,18 +529,13 @@ def test_forked_child_refuses_every_stream_event_and_device_method(fake_lib_path
     """In a fresh interpreter (the fork must not copy pytest's threads): objects made
     before fork raise ForkedProcessError naming spawn, with zero driver calls, and
     their destructors leak silently."""
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path,
-               PYTHONPATH=_child_path(tests))
-    r = subprocess.run([sys.executable, "-c", _FORK_CHILD, _ABI_H], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=tests)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok", r.stdout
+    out = run_child(_FORK_CHILD, fake_lib_path)
+    assert out.strip() == "ok", out
 
 
 _DEVICE_SCOPE = r'''
 import threading, barecuda as bc
-from conftest import FakeCuda
+from _helpers import FakeCuda
 import os
 fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
 assert bc.device_count() == 2
@@ -636,9 +563,5 @@ print("ok")
 
 
 def test_device_is_a_context_manager_that_restores_the_previous_device(fake_lib_path):
-    tests = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_DEVICES="2",
-               PYTHONPATH=_child_path(tests))
-    r = subprocess.run([sys.executable, "-c", _DEVICE_SCOPE], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=tests)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    out = run_child(_DEVICE_SCOPE, fake_lib_path, FAKECUDA_DEVICES=2)
+    assert out.strip() == "ok", out

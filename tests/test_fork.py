@@ -6,23 +6,18 @@ pools, graphs, modules -- raises ForkedProcessError naming ``spawn``, with zero 
 calls (the double's call counters); destructors leak silently. Streams, events and
 devices: tests/test_device_stream.py. The child runs in a fresh interpreter, so the
 fork does not copy pytest's threads."""
-import os
-import subprocess
 import sys
 
 import pytest
 
-import barecuda as bc
+from _helpers import run_child
 
 _CHILD = r'''
-import gc, os, re, sys, warnings
+import gc, os, warnings
 import barecuda as bc
-from conftest import FakeCuda
+from _helpers import DriverCalls, in_fork
 from fakecuda import ptx
-fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
-names = [n for n in sorted(set(re.findall(r"\b(cu[A-Z]\w+)", open(sys.argv[1]).read())))
-         if fake.lib.fakecuda_calls(n.encode()) >= 0]
-total = lambda: sum(fake.lib.fakecuda_calls(n.encode()) for n in names)
+probe = DriverCalls(os.environ["BARECUDA_LIBCUDA"])
 
 m = bc.Module.from_ptx(ptx.VADD)
 k = m.get_kernel("vadd")
@@ -41,13 +36,12 @@ node = g.add_kernel(k, 1, 32, b, b, b, 1)
 exe = g.instantiate()
 cfg = bc.LaunchConfig(1, 32, stream=s)
 glob = bc.Module.from_ptx(ptx.WITH_GLOBALS).get_global("counter")
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
-    fails = []
-    before = total()
-    calls = {
+
+
+def child():
+    global k, m, s, b, c, v, pool, pp, plan, plans, pin, managed, g, node, exe, cfg, glob
+    before = probe.total()
+    fails = probe.refusals({
         "Kernel.launch": lambda: k.launch(1, 32, b, b, b, 1, stream=s),
         "Kernel.launch (default stream)": lambda: k.launch(1, 32, b, b, b, 1),
         "Kernel.launch_config": lambda: k.launch_config(cfg, b, b, b, 1),
@@ -75,51 +69,22 @@ if pid == 0:
         "GraphExec.launch": exe.launch, "KernelNode.set_arg": lambda: node.set_arg(0, c),
         "DeviceBuffer.close": c.close, "view.close": v.close, "PinnedBuffer.close": pin.close,
         "Module.close": m.close,
-    }
-    for name, call in calls.items():
-        n0 = total()
-        try:
-            call()
-        except bc.ForkedProcessError as e:
-            if "spawn" not in str(e):
-                fails.append(f"{name}: the message does not name spawn: {e}")
-        except BaseException as e:
-            fails.append(f"{name}: {type(e).__name__}: {e}")
-        else:
-            fails.append(f"{name}: returned normally")
-        if total() != n0:
-            fails.append(f"{name}: {total() - n0} driver call(s)")
+    })
     repr(b); repr(plan); repr(pool); pool.stats()        # bookkeeping stays readable, calls nothing
     with warnings.catch_warnings():
         warnings.simplefilter("error")                    # destructors leak silently
         del k, m, s, b, c, v, pool, pp, plan, plans, pin, managed, g, node, exe, cfg, glob
         gc.collect()
-    if total() != before:
-        fails.append(f"{total() - before} driver call(s) in the child in all")
-    os.write(w, "\n".join(fails).encode())
-    os.close(w)
-    os._exit(0)
-os.close(w)
-out = b""
-while True:
-    chunk = os.read(r, 65536)
-    if not chunk:
-        break
-    out += chunk
-_, status = os.waitpid(pid, 0)
-assert status == 0, status
-print(out.decode() or "ok")
+    if probe.total() != before:
+        fails.append(f"{probe.total() - before} driver call(s) in the child in all")
+    return "\n".join(fails)
+
+
+print(in_fork(child) or "ok")
 '''
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="os.fork semantics tested on Linux")
 def test_forked_child_refuses_every_method_with_zero_driver_calls(fake_lib_path):
-    tests = os.path.dirname(os.path.abspath(__file__))
-    abi_h = os.path.join(os.path.dirname(tests), "include", "barecuda", "cuda_abi.h")
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))   # the barecuda under test
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, PYTHONPATH=os.pathsep.join([tests, pkg_parent] + extra))
-    r = subprocess.run([sys.executable, "-c", _CHILD, abi_h], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=tests)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok", r.stdout
+    out = run_child(_CHILD, fake_lib_path)
+    assert out.strip() == "ok", out

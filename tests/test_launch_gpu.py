@@ -15,7 +15,7 @@ np = pytest.importorskip("numpy")
 
 import barecuda as bc
 from barecuda import LaunchConfig, Module
-from conftest import join_all
+from _helpers import join_all
 
 gpu = pytest.mark.gpu
 RNG = np.random.default_rng()

@@ -3,20 +3,16 @@
 Every case runs against the fake driver (tests/fakecuda) or against no driver at all,
 whatever --gpu says: the environment of the child process decides.
 """
-import json
-import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
-import barecuda
-
-PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(barecuda.__file__)))
+from _helpers import result_of, run_child
 
 PRELUDE = """\
 import json, os, sys
+from _helpers import in_fork
 def out(**kw):
     print("RESULT " + json.dumps(kw))
 """
@@ -24,16 +20,7 @@ def out(**kw):
 
 def run_py(code, lib, **env_extra):
     """Run `code` in a fresh interpreter with BARECUDA_LIBCUDA=lib; return what it out()-ed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKECUDA_", "BARECUDA_"))}
-    env["PYTHONPATH"] = PKG_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["BARECUDA_LIBCUDA"] = lib
-    env.update({k: str(v) for k, v in env_extra.items()})
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, f"child printed no result:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return result_of(run_child(PRELUDE + textwrap.dedent(code), lib, **env_extra))
 
 
 EXPECT_FAILURE = """
@@ -226,31 +213,17 @@ def test_fork_after_load_raises_in_child(fake_lib_path):
     r = run_py("""
         import barecuda
         barecuda.driver_version()
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(rfd)
+        def child():
             res = {"forked": barecuda._loader._state()["forked"]}
             try:
                 barecuda._loader.load()
                 res["raised"] = None
             except Exception as e:
                 res.update(raised=type(e).__name__, msg=str(e))
-            os.write(wfd, json.dumps(res).encode())
-            os.close(wfd)
-            os._exit(0)
-        os.close(wfd)
-        data = b""
-        while True:
-            chunk = os.read(rfd, 65536)
-            if not chunk:
-                break
-            data += chunk
-        _, status = os.waitpid(pid, 0)
-        out(child=json.loads(data.decode()), status=status,
+            return json.dumps(res)
+        out(child=json.loads(in_fork(child)),
             parent_forked=barecuda._loader._state()["forked"], parent_v=barecuda.driver_version())
     """, fake_lib_path)
-    assert r["status"] == 0
     child = r["child"]
     assert child["forked"] is True
     assert child["raised"] == "ForkedProcessError"
@@ -262,20 +235,13 @@ def test_fork_after_load_raises_in_child(fake_lib_path):
 def test_fork_before_load_is_fine(fake_lib_path):
     r = run_py("""
         import barecuda
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(rfd)
+        def child():
             try:
                 res = {"v": barecuda.driver_version(), "available": barecuda.is_available()}
             except Exception as e:
                 res = {"raised": repr(e)}
-            os.write(wfd, json.dumps(res).encode())
-            os._exit(0)
-        os.close(wfd)
-        data = os.read(rfd, 65536)
-        os.waitpid(pid, 0)
-        out(child=json.loads(data.decode()))
+            return json.dumps(res)
+        out(child=json.loads(in_fork(child)))
     """, fake_lib_path)
     assert r["child"] == {"v": [13, 0], "available": True}
 

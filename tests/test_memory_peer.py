@@ -1,15 +1,11 @@
 """Device.enable_peer_access / disable_peer_access on the driver double with two
 devices (a child process: FAKECUDA_DEVICES is read when the double loads)."""
-import os
-import subprocess
-import sys
-
-import barecuda as bc
+from _helpers import run_child
 
 _CHILD = r'''
 import ctypes, os
 import barecuda as bc
-from conftest import FakeCuda
+from _helpers import FakeCuda
 fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
 lib = fake.lib
 lib.cuCtxDisablePeerAccess.argtypes = [ctypes.c_void_p]
@@ -35,12 +31,5 @@ print("ok")
 
 
 def test_disable_undoes_enable(fake_lib_path):
-    tests = os.path.dirname(os.path.abspath(__file__))
-    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))
-    extra = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path, FAKECUDA_DEVICES="2",
-               PYTHONPATH=os.pathsep.join([tests, pkg_parent] + extra))
-    r = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=tests)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok", r.stdout
+    out = run_child(_CHILD, fake_lib_path, FAKECUDA_DEVICES=2)
+    assert out.strip() == "ok", out

@@ -7,11 +7,7 @@ x 3, 3 threads) so that every copy goes round the pipeline many times and every
 memcpy is split between threads.
 """
 import ctypes
-import json
-import os
-import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
@@ -21,7 +17,7 @@ np = pytest.importorskip("numpy")
 import barecuda as bc
 from barecuda import _staging as st
 from barecuda import CudaError
-from conftest import join_all
+from _helpers import join_all, result_of, run_child
 
 CHUNK = 4096
 SIZES = [0, 1, 7, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5, 5 * CHUNK + 4093, (1 << 20) + 3]
@@ -409,12 +405,12 @@ def test_zero_bytes_makes_no_driver_call(fake, small_chunks, mem):
 # ------------------------------------------------------------------ fork
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="os.fork semantics tested on Linux")
 def test_forked_child_never_touches_the_stager(fake_lib_path):
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))
-    code = textwrap.dedent("""
+    code = """
         import json, os, sys
         import numpy as np
         import barecuda as bc
         from barecuda import _staging as st
+        from _helpers import in_fork
         st.configure_staging(chunk_bytes=4096, chunks=3, threads=3, threshold=0, min_piece=1, min_part=1)
         bc.Device(0).set_current()
         import ctypes
@@ -423,9 +419,7 @@ def test_forked_child_never_touches_the_stager(fake_lib_path):
         assert lib.cuMemAlloc(ctypes.byref(p), ctypes.c_size_t(20000)) == 0
         src = np.random.default_rng().integers(0, 256, 20000, dtype=np.uint8)
         st.copy_htod(p.value, src)                 # parent: threads and chunks exist
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+        def child():
             res = {}
             try:
                 st.copy_htod(p.value, src)
@@ -434,30 +428,20 @@ def test_forked_child_never_touches_the_stager(fake_lib_path):
                 res["raised"] = type(e).__name__
             res["config"] = st.configure_staging(threads=2)["threads"]
             res["stagers"] = st.stats()["stagers"]
-            os.write(wfd, json.dumps(res).encode())
-            os._exit(0)                            # (atexit not run: like multiprocessing)
-        os.close(wfd)
-        data = os.read(rfd, 65536)
-        _, status = os.waitpid(pid, 0)
+            return json.dumps(res)
+        data = in_fork(child)
         out = np.empty(20000, np.uint8)
         st.copy_dtoh(out, p.value)                 # the parent's stager still works
-        print("RESULT " + json.dumps({"child": json.loads(data), "status": status,
-                                      "ok": out.tobytes() == src.tobytes()}))
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKECUDA_", "BARECUDA_"))}
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["BARECUDA_LIBCUDA"] = fake_lib_path
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    r = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
-    assert r["status"] == 0 and r["ok"]
+        print("RESULT " + json.dumps({"child": json.loads(data), "ok": out.tobytes() == src.tobytes()}))
+    """
+    r = result_of(run_child(code, fake_lib_path, timeout=60))
+    assert r["ok"]
     assert r["child"] == {"raised": "ForkedProcessError", "config": 2, "stagers": 0}
 
 
 def test_exit_releases_when_the_driver_is_usable(fake_lib_path):
     """A process that staged copies exits cleanly (chunks and threads torn down at exit)."""
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))
-    code = textwrap.dedent("""
+    code = """
         import os, ctypes
         import numpy as np
         import barecuda as bc
@@ -471,13 +455,8 @@ def test_exit_releases_when_the_driver_is_usable(fake_lib_path):
         lib.fakecuda_live.restype = ctypes.c_int
         st._on_exit()                              # what atexit runs (again, harmlessly, at exit)
         print("LIVE", lib.fakecuda_live(b"host_mem"), lib.fakecuda_live(b"event"))
-    """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKECUDA_", "BARECUDA_"))}
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["BARECUDA_LIBCUDA"] = fake_lib_path
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    assert "LIVE 0 0" in proc.stdout
+    """
+    assert "LIVE 0 0" in run_child(code, fake_lib_path, timeout=60)
 
 
 @pytest.mark.parametrize("nt", [False, True], ids=["memcpy", "streaming_stores"])

@@ -19,7 +19,7 @@ import pytest
 
 import barecuda as bc
 from barecuda import _launch, _staging
-from conftest import join_all
+from _helpers import join_all
 
 THREADS = 32
 ITERATIONS = 500

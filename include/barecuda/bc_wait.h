@@ -16,13 +16,14 @@
  * Queued GPU work is never cancelled; an interrupted or timed-out wait just stops
  * waiting.
  *
- * Portable C99 plus the platform clock (clock_gettime / QueryPerformanceCounter): it
- * compiles with GCC, Clang and MSVC.
+ * Portable C99 plus the package's clock (bc_clock.h) and a platform nap: it compiles
+ * with GCC, Clang and MSVC.
  */
 #ifndef BARECUDA_BC_WAIT_H
 #define BARECUDA_BC_WAIT_H
 
-#include "barecuda/cuda_abi.h"
+#include "barecuda/cuda_abi.h"    /* and cuda_errors.h: CUDA_ERROR_NOT_READY */
+#include "barecuda/bc_clock.h"   /* bc_now_ns: the package's one clock */
 #ifdef _WIN32
 #include <windows.h>
 #else
@@ -34,19 +35,10 @@
 #define BC_WAIT_SIGNAL_NS 50000000LL  /* signal check every 50 ms */
 #define BC_WAIT_TIMESLICE (-1)        /* not a CUresult: "check signals and call again" */
 #define BC_WAIT_DEADLINE (-2)         /* not a CUresult: "the deadline passed, still not ready" */
-#define BC_NOT_READY 600
 
+/* Deadlines and slices are read on the package's one clock (bc_clock.h). */
 static inline long long bc_wait_now_ns(void) {
-#ifdef _WIN32
-    LARGE_INTEGER f, c;
-    QueryPerformanceFrequency(&f);
-    QueryPerformanceCounter(&c);
-    return (long long)((double)c.QuadPart * 1e9 / (double)f.QuadPart);
-#else
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-#endif
+    return (long long)bc_now_ns();
 }
 
 static inline void bc_wait_nap(void) {
@@ -71,7 +63,7 @@ static inline CUresult bc_wait_slice_until(bc_query_fn query, void *handle, int 
     CUresult rc;
     for (;;) {
         rc = query(handle);
-        if (rc != BC_NOT_READY) return rc;
+        if (rc != CUDA_ERROR_NOT_READY) return rc;
         now = bc_wait_now_ns();
         if (deadline_ns && now >= deadline_ns) return (CUresult)BC_WAIT_DEADLINE;
         if (now - start >= BC_WAIT_SIGNAL_NS) return (CUresult)BC_WAIT_TIMESLICE;

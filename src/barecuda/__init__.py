@@ -16,7 +16,7 @@ from barecuda._loader import is_available, driver_version, driver_path
 
 from barecuda._device import Device, device_count
 from barecuda._stream import Stream, Event
-from barecuda._buffer import DeviceBuffer, Allocator, DriverAllocator, alloc, empty, zeros, get_allocator, set_allocator
+from barecuda._buffer import DeviceBuffer, Allocator, alloc, empty, zeros, get_allocator, set_allocator
 from barecuda._interop import as_device_buffer
 from barecuda._copy import to_device, copy_2d, copy_3d
 from barecuda._host import PinnedBuffer, PinnedAllocator, pinned_empty, register_host, HostRegistration
@@ -25,7 +25,7 @@ from barecuda._module import Module, Global
 from barecuda._launch import Kernel, LaunchPlan, PlanList, launch_all
 from barecuda._launch_config import LaunchConfig
 from barecuda._pool import MemoryPool, memory_stats, trim_memory
-from barecuda._driver_pool import DriverMemoryPool
+from barecuda._driver_pool import DriverAllocator, DriverMemoryPool
 from barecuda._pinned_pool import PinnedMemoryPool
 
 

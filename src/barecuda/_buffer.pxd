@@ -33,8 +33,8 @@ cdef class DeviceBuffer:
     cdef bint _free_pending         # (owner) closed while pinned: unpin frees
     cdef int _free_kind             # (owner) _kind before a deferred close (the allocator reads it)
     cdef CUdeviceptr _free_ptr      # (owner) ptr before a deferred close (ptr reads 0 once closed)
-    cdef bint _graph_alloc          # (owner) DriverAllocator memory allocated on a capturing stream: a graph
-                                    #   allocation (the graph owns it; captures do not hold it)
+    cdef bint _graph_alloc          # (owner) driver memory allocated on a capturing stream (_driver_pool): a
+                                    #   graph allocation (the graph owns it; captures do not hold it)
     cdef bint _readonly             # imported read-only: writes refuse
     cdef bint _strided              # non-contiguous import: pointer use only
     cdef object _allocator          # allocator the memory goes back to, None for views
@@ -109,10 +109,8 @@ cdef inline int order_stream(DeviceBuffer b, CUstream *out) except -1:
     out[0] = b.stream_handle
     return 0
 
-# For an allocator's stream-ordered free of b (cuMemFreeAsync): the stream to order it
-# on (order_stream), after waiting for the whole context when b's Stream was closed or
-# work on another stream used it (used_elsewhere).
-cdef int free_order(DeviceBuffer b, CUstream *out) except -1
+# (An allocator's free of driver memory: free_order / free_async / free_sync in
+# _driver_pool.pxd.)
 
 cdef inline int check_usable(DeviceBuffer b) except -1:
     """Raise unless b may be used as a kernel argument / copy side (not closed)."""
@@ -130,11 +128,6 @@ ctypedef int (*capture_use_t)(CUstream s, object a, object b) except -1
 cdef capture_use_t *capture_use_slot() noexcept nogil
 # Slow path of refuse_captured: raises when s is capturing.
 cdef int _refuse_captured(CUstream s, str op, str what) except -1
-
-# When the last barecuda capture has ended: free what DriverAllocator deferred during
-# the captures (a context synchronization, then cuMemFree). Never raises: failures
-# become CudaWarning.
-cdef void flush_capture_frees() noexcept
 
 cdef inline int captured_use(capture_use_t *slot, CUstream s, object a, object b) except -1:
     """1 when s is in a barecuda capture (the graph now holds a and b), else 0."""

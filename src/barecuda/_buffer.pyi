@@ -13,10 +13,6 @@ class Allocator:
     def alloc(self, nbytes: int, *, stream: _StreamLike = None) -> DeviceBuffer: ...
 
 @final
-class DriverAllocator(Allocator):
-    def __new__(cls, device: _DeviceLike = None) -> "DriverAllocator": ...
-
-@final
 class DeviceBuffer:
     def __init__(self, nbytes: int, *, device: _DeviceLike = None, stream: _StreamLike = None) -> None: ...
     @property

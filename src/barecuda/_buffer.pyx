@@ -1,11 +1,13 @@
 """Device memory: DeviceBuffer, allocation, memset, and the ownership protocol.
 
 Owns: DeviceBuffer (memory on one device, ordered on one stream), its views and
-slices, the Allocator interface and the plain driver allocator behind it, the
-default-allocator registry, alloc/empty/zeros, memset, the dtype table, and
-pin/unpin/owner_of/note_use (the ownership protocol other modules use; see
-docs/errors.md, "Ownership"). Copies live in _copy, DLPack/CAI in _interop, pinned
-host memory in _host, managed and pitched memory in _managed.
+slices, the Allocator interface, the default-allocator registry, alloc/empty/zeros,
+memset, and pin/unpin/owner_of/note_use (the ownership protocol other modules use;
+see docs/errors.md, "Ownership"). The allocators that leave caching to the driver
+(DriverAllocator, DriverMemoryPool) and their free rule (free_order) live in
+_driver_pool, the caching allocator in _pool, dtypes in _dtype, copies in _copy,
+DLPack/CAI in _interop, pinned host memory in _host, managed and pitched memory in
+_managed.
 
 Lifetime rules:
 - Memory is allocated stream-ordered (cuMemAllocAsync on the buffer's stream, or
@@ -30,8 +32,7 @@ import threading
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED,
-                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, device_at, current_device
 from barecuda._stream cimport Stream, stream_handle
@@ -104,49 +105,6 @@ cdef capture_use_t *capture_use_slot() noexcept nogil:
     return &_capture_use
 
 
-cdef list _after_capture = []       # (context, address, async) DriverAllocator frees deferred during captures
-
-
-cdef bint _is_capturing(CUstream s) noexcept:
-    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
-    if s == NULL or D.cuStreamIsCapturing == NULL or D.cuStreamIsCapturing(s, &st) != 0:
-        return False
-    return st != CU_STREAM_CAPTURE_STATUS_NONE
-
-
-cdef void flush_capture_frees() noexcept:
-    cdef CUresult rc
-    cdef CUcontext ctx
-    cdef CUdeviceptr dp
-    global _after_capture
-    if not _after_capture or not bc_driver_usable(ST):
-        return
-    todo = _after_capture
-    _after_capture = []
-    try:
-        synced = set()
-        for c, p, is_async in todo:
-            ctx = <CUcontext><size_t>c
-            set_current(ctx)
-            if c not in synced:        # work queued before the capture may still use them
-                synced.add(c)
-                with nogil:
-                    rc = D.cuCtxSynchronize()
-                check(rc, b"cuCtxSynchronize")
-            dp = <CUdeviceptr><size_t>p
-            if is_async:
-                check(D.cuMemFreeAsync(dp, NULL), b"cuMemFreeAsync")
-            else:
-                with nogil:
-                    rc = D.cuMemFree(dp)
-                check(rc, b"cuMemFree")
-    except BaseException as e:
-        try:
-            warnings.warn(f"freeing device memory deferred during a stream capture failed: {e}", CudaWarning)
-        except BaseException:
-            pass
-
-
 cdef int _refuse_captured(CUstream s, str op, str what) except -1:
     cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
     if D.cuStreamIsCapturing == NULL or D.cuStreamIsCapturing(s, &st) != 0 or st == CU_STREAM_CAPTURE_STATUS_NONE:
@@ -172,90 +130,6 @@ cdef class Allocator:
         return new_buffer(checked_size(nbytes, "nbytes"), self.device, stream, self)
 
 
-@cython.final
-cdef class DriverAllocator(Allocator):
-    """Allocates straight from the driver: ``cuMemAllocAsync`` on the buffer's stream
-    (the device's default memory pool), or ``cuMemAlloc`` where the driver or device
-    has no memory pools. Frees with ``cuMemFreeAsync`` on the buffer's stream, after
-    ``cuCtxSynchronize`` when the buffer was used on another stream."""
-    cdef bint use_async
-
-    def __cinit__(self, device=None):
-        cdef Device dev = resolve_device(device, None)
-        self.device = dev
-        self.ctx = dev.ctx
-        self.use_async = D.cuMemAllocAsync != NULL and D.cuMemFreeAsync != NULL
-
-    cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
-        cdef CUdeviceptr p = 0
-        cdef CUresult rc
-        b.ptr = 0
-        b.nbytes = size
-        if size == 0:
-            b._kind = KIND_SYNC
-            return 0
-        set_current(self.ctx)
-        if self.use_async:
-            with nogil:
-                rc = D.cuMemAllocAsync(&p, size, s)
-            if rc == CUDA_ERROR_NOT_SUPPORTED:     # no memory pools here
-                self.use_async = False
-            else:
-                if rc != 0:
-                    raise oom_error(rc, b"cuMemAllocAsync", size, self.device, "")
-                b.ptr = p
-                b._kind = KIND_ASYNC
-                # On a capturing stream: a graph allocation node (freed by a free node,
-                # or by cuMemFreeAsync after the capture), not memory the capture holds.
-                b._graph_alloc = _capture_use != NULL and _is_capturing(s)
-                return 0
-        # cuMemAlloc is not stream ordered: during a global (or this thread's
-        # thread-local) capture the driver refuses it and invalidates the capture; in a
-        # relaxed one it is ordinary memory that the graph holds when its work uses it.
-        with nogil:
-            rc = D.cuMemAlloc(&p, size)
-        if rc != 0:
-            raise oom_error(rc, b"cuMemAlloc", size, self.device,
-                            " (cuMemAlloc during a stream capture needs mode='relaxed', or a memory pool)"
-                            if rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED else "")
-        b.ptr = p
-        b._kind = KIND_SYNC
-        return 0
-
-    cdef int deallocate(self, DeviceBuffer b) except -1:
-        cdef CUdeviceptr p = b.ptr
-        cdef CUstream s = NULL
-        cdef CUresult rc = 0
-        b.ptr = 0
-        if p == 0:
-            return 0
-        if _capture_use != NULL:
-            if b._graph_alloc and not stream_closed(b):
-                # Graph memory: cuMemFreeAsync in stream order (a free node when its
-                # stream is still capturing); no context synchronization in a capture.
-                set_current(b.ctx)
-                check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
-                return 0
-            # A capture runs: cuMemFree, cuMemFreeAsync of memory that is not a graph
-            # allocation on a capturing stream (only graph allocations have free nodes),
-            # on the legacy stream, or after a context synchronization would fail or
-            # invalidate it. Freed when the last capture ends.
-            _after_capture.append((<size_t>b.ctx, <size_t>p, b._kind == KIND_ASYNC))
-            return 0
-        set_current(b.ctx)
-        if b._kind == KIND_ASYNC:
-            free_order(b, &s)
-            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
-        else:
-            with nogil:          # cuMemFree synchronizes the device itself
-                rc = D.cuMemFree(p)
-            check(rc, b"cuMemFree")
-        return 0
-
-    def __repr__(self):
-        return f"<barecuda.DriverAllocator device={self.device.ordinal} async={bool(self.use_async)}>"
-
-
 cdef PyObject *_default_alloc[MAX_DEVICES]
 memset(_default_alloc, 0, sizeof(_default_alloc))
 cdef list _default_alloc_refs = [None] * MAX_DEVICES
@@ -276,7 +150,7 @@ cdef Allocator _make_default(int ordinal):
     with _alloc_lock:
         if _default_alloc[ordinal] == NULL:
             dev = device_at(ordinal)
-            a = _default_factory(dev) if _default_factory is not None else DriverAllocator(dev)
+            a = _default_factory(dev) if _default_factory is not None else _driver_allocator(dev)
             if not isinstance(a, Allocator):
                 raise TypeError("the default allocator factory must return a barecuda Allocator")
             _default_alloc_refs[ordinal] = a
@@ -300,12 +174,18 @@ def set_allocator(allocator, device=None):
         raise TypeError(f"expected a barecuda Allocator, not {type(allocator).__name__}")
     o = (<Allocator>allocator).device.ordinal if allocator is not None else resolve_device(device, None).ordinal
     if allocator is None:
-        allocator = DriverAllocator(o)
+        allocator = _driver_allocator(o)
     with _alloc_lock:
         prev = _default_alloc_refs[o]
         _default_alloc_refs[o] = allocator
         _default_alloc[o] = <PyObject *>allocator
     return prev
+
+
+cdef object _driver_allocator(object device):
+    """A plain DriverAllocator (in _driver_pool, which cimports this module) for device."""
+    from barecuda._driver_pool import DriverAllocator
+    return DriverAllocator(device)
 
 
 def _set_default_allocator_factory(factory):
@@ -398,21 +278,6 @@ cdef int _order_on_safe_stream(DeviceBuffer b, CUstream *out) except -1:
         b.root_stream = NULL
     b.use_flag[0] = 1
     out[0] = NULL
-    return 0
-
-
-cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
-    """See _buffer.pxd."""
-    cdef CUresult rc
-    if stream_closed(b):
-        return _order_on_safe_stream(b, out)      # waits for the context
-    out[0] = b.stream_handle
-    if b.used_elsewhere:
-        # Queued work on some other stream may still use it: wait for everything.
-        set_current(b.ctx)
-        with nogil:
-            rc = D.cuCtxSynchronize()
-        check(rc, b"cuCtxSynchronize")
     return 0
 
 

@@ -6,6 +6,10 @@ from barecuda._buffer import Allocator
 _DeviceLike = Union[Device, int, None]
 
 @final
+class DriverAllocator(Allocator):
+    def __new__(cls, device: _DeviceLike = None) -> "DriverAllocator": ...
+
+@final
 class DriverMemoryPool(Allocator):
     def __new__(cls, device: _DeviceLike = None, *, release_threshold: Optional[int] = None,
                  limit: Optional[int] = None, default: bool = False) -> "DriverMemoryPool": ...

@@ -52,7 +52,8 @@ from barecuda._errors cimport (
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, hold, free_order
+from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, hold
+from barecuda._driver_pool cimport free_async, free_sync
 from barecuda._stream cimport Event
 
 from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info
@@ -190,16 +191,7 @@ cdef class IpcAllocator(Allocator):
         return 0
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
-        cdef CUdeviceptr p = b.ptr
-        cdef CUresult rc
-        b.ptr = 0
-        if p == 0:
-            return 0
-        set_current(b.ctx)
-        with nogil:                 # cuMemFree waits for the device itself
-            rc = D.cuMemFree(p)
-        check(rc, b"cuMemFree")
-        return 0
+        return free_sync(b)
 
     def __repr__(self):
         return f"<barecuda.IpcAllocator device={self.device.ordinal}>"
@@ -264,15 +256,7 @@ cdef class IpcMemoryPool(Allocator):
         return 0
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
-        cdef CUdeviceptr p = b.ptr
-        cdef CUstream s = NULL
-        b.ptr = 0
-        if p == 0:
-            return 0
-        set_current(b.ctx)
-        free_order(b, &s)
-        check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
-        return 0
+        return free_async(b)
 
     def __repr__(self):
         return f"<barecuda.IpcMemoryPool device={self.device.ordinal} 0x{<size_t>self.pool:x}>"

@@ -14,6 +14,7 @@ from barecuda._stream cimport stream_handle
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport (DeviceBuffer, Allocator, adopt, resolve_device, oom_error, checked_size,
                                note_use, order_stream, KIND_MANAGED, KIND_SYNC)
+from barecuda._driver_pool cimport free_sync
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -34,21 +35,16 @@ cdef class _WaitingFreeAllocator(Allocator):
         raise TypeError("use managed_empty() / alloc_pitch()")
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
-        cdef CUdeviceptr p = b.ptr
         cdef CUstream s = NULL
         cdef CUresult rc
-        b.ptr = 0
-        if p == 0:
+        if b.ptr == 0:
             return 0
         set_current(b.ctx)
         order_stream(b, &s)
         with nogil:
             rc = D.cuCtxSynchronize() if b.used_elsewhere else D.cuStreamSynchronize(s)
         check(rc, b"cuCtxSynchronize" if b.used_elsewhere else b"cuStreamSynchronize")
-        with nogil:
-            rc = D.cuMemFree(p)
-        check(rc, b"cuMemFree")
-        return 0
+        return free_sync(b)
 
 
 cdef object _waiting_allocators = {}

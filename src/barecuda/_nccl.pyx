@@ -582,32 +582,29 @@ cdef class Communicator:
             raise ValueError("operation on a closed or aborted Communicator")
         return 0
 
-    def close(self):
-        """``ncclCommDestroy`` (waits for this rank's queued operations). Idempotent."""
+    cdef int _end(self, bint abort) except -1:
+        """close() / abort(): forget the handle first (so a failure cannot be retried on a
+        half-destroyed communicator), then ncclCommAbort or ncclCommDestroy on its device."""
         cdef ncclComm_t c = self.comm
         cdef int rc
         if c == NULL:
-            return
+            return 0
         self.comm = NULL
         _bind(self.device)
         with nogil:
-            rc = NC.ncclCommDestroy(c)
+            rc = NC.ncclCommAbort(c) if abort else NC.ncclCommDestroy(c)
             forget_current()
-        _ck(rc, "ncclCommDestroy", NULL)
+        _ck(rc, "ncclCommAbort" if abort else "ncclCommDestroy", NULL)
+        return 0
+
+    def close(self):
+        """``ncclCommDestroy`` (waits for this rank's queued operations). Idempotent."""
+        self._end(False)
 
     def abort(self):
         """``ncclCommAbort``: drop the communicator at once, without waiting for the
         other ranks or queued work (use after an error). Idempotent."""
-        cdef ncclComm_t c = self.comm
-        cdef int rc
-        if c == NULL:
-            return
-        self.comm = NULL
-        _bind(self.device)
-        with nogil:
-            rc = NC.ncclCommAbort(c)
-            forget_current()
-        _ck(rc, "ncclCommAbort", NULL)
+        self._end(True)
 
     def __enter__(self):
         return self

@@ -11,8 +11,8 @@ cdef extern from "barecuda/bc_sizeclass.h" nogil:
     int bc_size_class(size_t n, size_t *rounded)
 
 
-# (Whether a buffer's Stream was closed, and the stream to name for it: stream_closed,
-# order_stream and free_order in _buffer.pxd.)
+# (Whether a buffer's Stream was closed, and the stream to name for it: stream_closed and
+# order_stream in _buffer.pxd, free_order in _driver_pool.pxd.)
 # Before an ordered free of a buffer whose stream is gone: wait for the context, so
 # that the free, ordered on the null stream, cannot overtake the buffer's work.
 cdef int sync_for_closed(CUcontext ctx) except -1
@@ -75,7 +75,7 @@ cdef class MemoryPool(Allocator):
     cdef int flush_deferred(self) except -1
     cdef int free_block(self, bc_block *blk, CUstream s) except -1
     cdef void _drop_structures(self) noexcept
-    cdef CUevent _get_event(self) except? NULL
+    cdef CUevent _get_event(self) except NULL
     cdef int _put_event(self, CUevent ev) except -1
     cdef bc_block *_new_block(self, int cls, size_t rounded, size_t size, CUstream s) except NULL
     cdef int _allocate_captured(self, DeviceBuffer buf, size_t size, CUstream s) except -1   # CUDA graphs

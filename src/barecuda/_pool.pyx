@@ -33,7 +33,7 @@ MemoryPool, how it works:
   so nothing is ever ordered on a destroyed stream. A live buffer that outlives its
   closed Stream is freed the same safe way when it goes: a MemoryPool block is
   deferred; a driver-ordered free (cuMemFreeAsync) waits for the context and is
-  ordered on the null stream instead (sync_for_closed below; _buffer.pxd's
+  ordered on the null stream instead (sync_for_closed below; _driver_pool.pxd's
   free_order for the other allocators).
 
 The hot path (cached block, same stream) is a few C operations with the GIL held:
@@ -256,7 +256,7 @@ cdef class MemoryPool(Allocator):
         self.last = c
         return c
 
-    cdef CUevent _get_event(self) except? NULL:
+    cdef CUevent _get_event(self) except NULL:
         cdef CUevent ev = NULL
         if self.nevents:
             self.nevents -= 1

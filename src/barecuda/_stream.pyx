@@ -19,7 +19,7 @@ import time
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device
 from barecuda._errors import CudaWarning, make_error
@@ -38,9 +38,6 @@ cdef extern from "barecuda/bc_wait.h" nogil:
     long long bc_wait_now_ns()
     int BC_WAIT_TIMESLICE
     int BC_WAIT_DEADLINE
-
-cdef enum:
-    _NOT_READY = 600      # CUDA_ERROR_NOT_READY
 
 
 cdef int wait_until(_query_fn query, void *handle, const char *call, double timeout, object what) except -1:
@@ -441,7 +438,7 @@ cdef class Stream:
         cdef CUresult rc = D.cuStreamQuery(self.handle)
         if rc == 0:
             return True
-        if rc == _NOT_READY:
+        if rc == CUDA_ERROR_NOT_READY:
             return False
         check(rc, b"cuStreamQuery")
 
@@ -581,7 +578,7 @@ cdef class Event:
         cdef CUresult rc = D.cuEventQuery(self.handle)
         if rc == 0:
             return True
-        if rc == _NOT_READY:
+        if rc == CUDA_ERROR_NOT_READY:
             return False
         check(rc, b"cuEventQuery")
 
