@@ -432,10 +432,12 @@ def plain_alloc(fake):
     return al
 
 
-def test_driver_allocations_on_the_capturing_stream_are_graph_memory(fake, da, vadd):
-    """cuMemAllocAsync on the capturing stream is a graph allocation node: the capture
-    does not hold the buffer, so dropping it in the capture makes a free node and the
-    executable can be relaunched."""
+@pytest.mark.parametrize("kind", ["driver", "driver_pool"])
+def test_driver_allocations_on_the_capturing_stream_are_graph_memory(fake, vadd, kind):
+    """cuMemAllocAsync (cuMemAllocFromPoolAsync) on the capturing stream is a graph
+    allocation node: the capture does not hold the buffer, so dropping it in the
+    capture makes a free node and the executable can be relaunched."""
+    da = bc.DriverAllocator(0) if kind == "driver" else bc.DriverMemoryPool(0)
     s = bc.Stream()
     a = bc.alloc(64, stream=s, allocator=da)
     write(a.ptr, bytes(range(64)))
