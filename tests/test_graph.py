@@ -646,6 +646,82 @@ def test_capture_holds_what_launches_use(fake, vadd, stream):
     assert all(r() is None for r in refs)
 
 
+def test_capture_holds_every_value_a_reused_plan_launched(fake, vadd, stream):
+    """A capture holds each object once however often it is launched, but a plan's
+    values are held as they were at each launch: a plan re-set between two captured
+    launches leaves the graph holding both buffers (and their memory allocated after
+    close()), not only the plan."""
+    pool = bc.MemoryPool(0)
+    b1, b2, b3 = (pool.alloc(4096, stream=stream) for _ in range(3))
+    p1, p2 = b1.ptr, b2.ptr
+    plan = vadd.bind(1, 16, b1, b1, b1, 1, stream=stream)
+    with stream.capture() as g:
+        for _ in range(40):
+            plan()
+        for i in range(3):
+            plan.set_arg(i, b2)
+        plan()
+        for _ in range(40):
+            vadd.launch(1, 16, b1, b1, b1, 2, stream=stream)
+    for i in range(3):
+        plan.set_arg(i, b3)                         # the plan no longer holds b1 or b2
+    b1.close()
+    b2.close()
+    exe = g.instantiate()
+    exe.launch(stream)
+    assert fake.last_launch().params == vadd_block(p1, p1, p1, 2)
+    assert fake.last_launch(40).params == vadd_block(p2, p2, p2, 1)
+    assert fake.last_launch(41).params == vadd_block(p1, p1, p1, 1)
+    stream.synchronize()
+    again = [pool.alloc(4096, stream=stream) for _ in range(6)]
+    assert not {p1, p2} & {b.ptr for b in again}   # still the graph's
+    in_use = pool.stats()["in_use"]
+    del g, exe
+    gc.collect()
+    assert pool.stats()["in_use"] == in_use - 2 * 4096
+
+
+def test_executables_hold_what_the_graph_gained_since_an_earlier_instantiation(fake, vadd, stream):
+    """Instantiate and update reuse the graph's reference snapshot while the graph is
+    unchanged; a node re-set on the graph, or a node added to a conditional body, makes
+    the next one take a new snapshot: once the graph is closed, each executable holds
+    what the graph referenced at its instantiation or latest update."""
+    a = bc.alloc(64)
+    z, w = bc.alloc(64), bc.alloc(64)
+    zp, wp = z.ptr, w.ptr
+    refs = [weakref.ref(z), weakref.ref(w)]
+    g = bc.Graph()
+    node = g.add_kernel(vadd, 1, 16, a, a, a, 1)
+    cond = g.add_if(g.conditional_handle(default=1), depends_on=node)
+    cond.bodies[0].add_kernel(vadd, 1, 16, a, a, a, 2)
+    exe = g.instantiate()
+    exe.update(g)                                   # the same snapshot again
+    node.set_arg(0, z)                              # the graph now references z ...
+    exe.update(g)                                   # ... and so does the executable
+    exe1 = g.instantiate()
+    cond.bodies[0].add_kernel(vadd, 1, 16, w, w, w, 3)   # a body gains w after exe1
+    exe2 = g.instantiate()
+    g.close()                                       # executables now hold only their snapshots
+    del z, w, g, node, cond
+    gc.collect()
+    assert [r() is not None for r in refs] == [True, True]
+    n0 = fake.launch_count()
+    exe2.launch(stream)
+    assert fake.launch_count() - n0 == 3
+    assert fake.last_launch().params == vadd_block(wp, wp, wp, 3)
+    del exe2
+    gc.collect()
+    assert [r() is not None for r in refs] == [True, False]   # nothing else held w
+    del exe1
+    gc.collect()
+    assert refs[0]() is not None                    # exe's update took z
+    exe.launch(stream)
+    assert fake.last_launch(1).params == vadd_block(zp, a.ptr, a.ptr, 1)
+    del exe
+    gc.collect()
+    assert refs[0]() is None
+
+
 def test_update_from_a_captured_graph_refreshes_handles(fake, vadd, stream):
     a, o = bc.alloc(64), bc.alloc(64)
 
@@ -757,6 +833,36 @@ def test_pool_allocations_in_a_capture_become_graph_memory(fake, vadd):
     del exe, g
     gc.collect()
     assert fake.live("mem") == mem0
+
+
+def test_a_buffer_made_at_a_dropped_graph_buffers_address_is_held(fake, vadd):
+    """The capture holds each object once, by address, but graph memory is not held: a
+    buffer object made later in the capture where a dropped graph-memory buffer object
+    was (CPython reuses the memory of freed objects) is held like any other."""
+    s = bc.Stream()
+    pool = bc.MemoryPool(0)
+    big = pool.alloc(4096, stream=s)
+    ref = weakref.ref(big)
+    reused = False
+    with s.capture() as g:
+        for _ in range(50):
+            tmp = pool.alloc(256, stream=s)                  # graph memory: not held
+            vadd.launch(1, 1, tmp, tmp, tmp, 1, stream=s)
+            where = id(tmp)
+            del tmp                                          # a free node; the object goes
+            view = big[0:256]                                # a view holds big's allocation
+            reused = id(view) == where
+            vadd.launch(1, 1, view, view, view, 2, stream=s)
+            if reused:
+                break
+    if not reused:
+        pytest.skip("CPython did not reuse an object's address in this run")
+    del view, big
+    gc.collect()
+    assert ref() is not None                                 # the graph holds the view
+    del g
+    gc.collect()
+    assert ref() is None
 
 
 def test_missing_graph_entry_point_names_the_driver_version(fake_lib_path):
@@ -880,6 +986,11 @@ def test_launch_refuses_an_executable_whose_module_was_closed(fake, ptx, stream)
     with stream.capture() as cg:
         k.launch(1, 16, a, a, a, 1, stream=stream)
     cexe = cg.instantiate()
+    exe.launch(stream)
+    cexe.launch(stream)
+    other = bc.Module.from_ptx(ptx.vadd())
+    other.get_kernel("vadd")
+    other.close()                                       # another module's kernel went: these still launch
     exe.launch(stream)
     cexe.launch(stream)
     calls = fake.calls("cuGraphLaunch")

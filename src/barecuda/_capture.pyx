@@ -9,6 +9,17 @@ CUfunction so that ``Graph.kernel_nodes`` can map captured kernel nodes back to 
 The caching allocator's capture path (graph memory) is in ``_pool.pyx``.
 """
 cimport cython
+from libc.string cimport memset
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.ref cimport PyObject
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.object cimport PyTypeObject, Py_TYPE
+
+cdef extern from "Python.h":
+    PyTypeObject PyLong_Type
+    PyTypeObject PyFloat_Type
+    PyTypeObject PyBool_Type
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
@@ -24,6 +35,14 @@ from barecuda._errors import make_error
 from barecuda import _pool
 
 cdef bc_driver_t *D = driver_table()
+
+cdef struct _seen_t:
+    void **slots            # NULL or an address; mask + 1 of them (a power of two)
+    size_t mask
+    size_t n
+
+cdef enum:
+    _SEEN_START = 64        # first size of a capture's address set
 cdef bc_state_t *ST = runtime_state()
 
 _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL, "thread_local": CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
@@ -46,6 +65,8 @@ cdef class Capture:
     cdef int mode
     cdef Graph graph
     cdef bint active
+    cdef list keep                  # the graph's reference list the recorder appends to
+    cdef _seen_t seen               # addresses of the objects the recorder put in keep
 
     def __cinit__(self, stream, mode="global"):
         if mode not in _MODES:
@@ -61,6 +82,9 @@ cdef class Capture:
         self.mode = _MODES[mode]
         self.active = False
 
+    def __dealloc__(self):
+        _seen_free(&self.seen)
+
     def __enter__(self):
         cdef Device dev = (<Stream>self.stream).device if isinstance(self.stream, Stream) else device_of(None)
         if self.active:
@@ -72,6 +96,9 @@ cdef class Capture:
         self.graph.captured = True
         self.graph.capturing = True
         self.graph._keep.append(self.stream)
+        self.keep = self.graph._keep
+        _seen_free(&self.seen)
+        _seen_init(&self.seen)
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
         _pool._capture_started()
@@ -88,6 +115,8 @@ cdef class Capture:
         self.active = False
         self.graph.capturing = False
         _active_captures.remove(self)
+        self.keep = None
+        _seen_free(&self.seen)
         if not _active_captures:
             set_capture_hook(NULL)
             capture_use_slot()[0] = NULL
@@ -116,38 +145,56 @@ cdef class Capture:
 cdef list _active_captures = []     # Capture objects running now (any thread)
 
 
-cdef int _record_launch(size_t hs, object obj, object args) except -1:
+cdef int _record_launch(size_t hs, object obj, Kernel k, object args) except -1:
     """The launch paths' capture hook (_launch.set_capture_hook), set while a capture
     runs: a launch on a capturing stream makes its graph hold the kernel (or plan) and
     the arguments, and remember the kernel by its CUfunction (Graph.kernel_nodes)."""
-    cdef Capture c
-    cdef Kernel k
+    cdef Py_ssize_t i
     cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
-    targets = None
-    for c in _active_captures:
-        if <size_t>c.hs == hs:
-            targets = (c,)
-            break
-    if targets is None:
-        # Another stream: in a capture only when joined to one (event wait). Which one
-        # is not asked: holding the references in every running capture is safe.
-        if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
-            return 0
-        targets = tuple(_active_captures)
-    if isinstance(obj, Kernel):
-        k = <Kernel>obj
-    else:                               # a LaunchPlan: it holds its arguments itself
-        k = obj.kernel
-        args = obj.args
-    if args:
-        args = [a for a in args if not _graph_memory(a)]
-    for c in targets:
-        c.graph._keep.append(obj)
-        if obj is not k:
-            c.graph._keep.append(k)
-        if args:
-            hold(c.graph._keep, args)
-        c.graph._funcs[<size_t>k.func] = k
+    for i in range(PyList_GET_SIZE(_active_captures)):
+        if <size_t>(<Capture>PyList_GET_ITEM(_active_captures, i)).hs == hs:
+            return _record_into(<Capture>PyList_GET_ITEM(_active_captures, i), obj, k, args)
+    # Another stream: in a capture only when joined to one (event wait). Which one is not
+    # asked: holding the references in every running capture is safe.
+    if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
+        return 0
+    for c in tuple(_active_captures):
+        _record_into(<Capture>c, obj, k, args)
+    return 0
+
+
+cdef int _record_into(Capture c, object obj, Kernel k, object args) except -1:
+    """Make c's graph hold obj (a Kernel or a LaunchPlan), its kernel and the arguments
+    that can reference memory. Each object is held (and a buffer pinned) once per
+    capture: the graph holds it until it goes, whatever the number of launches that use
+    it; ints, floats, bools and None hold nothing and are skipped."""
+    cdef Py_ssize_t i, n
+    cdef PyObject *a
+    cdef PyTypeObject *t
+    if c.graph._keep is not c.keep:     # the graph was closed during the capture: a new list
+        _seen_reset(&c.seen)
+        c.keep = c.graph._keep
+    if _seen_add(&c.seen, <void *>obj):
+        c.keep.append(obj)
+        if <object>k is not obj:
+            if _seen_add(&c.seen, <void *>k):
+                c.keep.append(k)
+                c.graph._funcs[<size_t>k.func] = k
+        else:
+            c.graph._funcs[<size_t>k.func] = k
+    if type(args) is tuple:
+        n = PyTuple_GET_SIZE(args)
+    else:
+        n = PyList_GET_SIZE(args)        # a plan's argument list
+    for i in range(n):
+        a = PyTuple_GET_ITEM(args, i) if type(args) is tuple else PyList_GET_ITEM(args, i)
+        t = Py_TYPE(<object>a)
+        if t is &PyLong_Type or t is &PyFloat_Type or t is &PyBool_Type or a == <PyObject *>None:
+            continue
+        if _seen_has(&c.seen, <void *>a) or _graph_memory(<object>a):
+            continue            # (graph memory is not held, so not in the set: its address may be reused)
+        _seen_add(&c.seen, <void *>a)
+        hold(c.keep, (<object>a,))
     return 0
 
 
@@ -193,6 +240,77 @@ cdef bint _graph_memory(object a):
     if o._graph_alloc:                  # driver allocators' graph allocations (_driver_pool)
         return True
     return o._kind == KIND_POOL and o._block != NULL and (<bc_block *>o._block).from_async == FROM_GRAPH
+
+
+# ---- the objects a capture already holds: a set of addresses (open addressing, linear
+# probing, grown at half full). Every address in it is of an object in the capture's
+# reference list, alive until that list goes, so an address cannot be reused meanwhile
+# (objects not held, such as graph memory, are never put in it).
+cdef int _seen_init(_seen_t *s) except -1:
+    s.slots = <void **>PyMem_Calloc(_SEEN_START, sizeof(void *))
+    if s.slots == NULL:
+        raise MemoryError()
+    s.mask = _SEEN_START - 1
+    s.n = 0
+    return 0
+
+
+cdef void _seen_free(_seen_t *s) noexcept:
+    PyMem_Free(s.slots)
+    s.slots = NULL
+    s.mask = 0
+    s.n = 0
+
+
+cdef void _seen_reset(_seen_t *s) noexcept:
+    if s.slots != NULL:
+        memset(s.slots, 0, (s.mask + 1) * sizeof(void *))
+    s.n = 0
+
+
+cdef inline size_t _seen_slot(size_t p, size_t mask) noexcept nogil:
+    return ((p >> 4) * <size_t>0x9E3779B97F4A7C15ULL >> 20) & mask
+
+
+cdef int _seen_grow(_seen_t *s) except -1:
+    cdef size_t cap = (s.mask + 1) * 2, i, j
+    cdef void **old = s.slots
+    cdef void **new = <void **>PyMem_Calloc(cap, sizeof(void *))
+    if new == NULL:
+        raise MemoryError()
+    for i in range(s.mask + 1):
+        if old[i] != NULL:
+            j = _seen_slot(<size_t>old[i], cap - 1)
+            while new[j] != NULL:
+                j = (j + 1) & (cap - 1)
+            new[j] = old[i]
+    s.slots = new
+    s.mask = cap - 1
+    PyMem_Free(old)
+    return 0
+
+
+cdef inline bint _seen_has(_seen_t *s, void *p) noexcept:
+    cdef size_t j = _seen_slot(<size_t>p, s.mask)
+    while s.slots[j] != NULL:
+        if s.slots[j] == p:
+            return True
+        j = (j + 1) & s.mask
+    return False
+
+
+cdef inline int _seen_add(_seen_t *s, void *p) except -1:
+    """1 when p was not in the set (now it is), 0 when it was."""
+    cdef size_t j = _seen_slot(<size_t>p, s.mask)
+    while s.slots[j] != NULL:
+        if s.slots[j] == p:
+            return 0
+        j = (j + 1) & s.mask
+    s.slots[j] = p
+    s.n += 1
+    if 2 * s.n > s.mask:
+        _seen_grow(s)
+    return 1
 
 
 def capture(stream, mode="global"):

@@ -27,9 +27,19 @@ cdef class Graph:
     cdef object __weakref__
     cdef readonly bint captured     # made by stream capture
     cdef bint capturing             # the capture that fills it is still running
+    # _take_refs()'s snapshot of _keep, flat (reused while _keep is unchanged: it only grows,
+    # so the same list at the same length holds the same objects)
+    cdef tuple _refs                # every object the nodes reference (nested lists unrolled)
+    cdef tuple _refs_kernels        # the distinct Kernels among them
+    cdef tuple _refs_buffers        # the distinct DeviceBuffers among them
+    cdef list _refs_of              # the _keep list the snapshot was taken from ...
+    cdef Py_ssize_t _refs_len       # ... and its length then
+    cdef bint _nested               # _keep holds the live lists of conditional bodies (they grow
+                                    #   on their own: the snapshot is taken afresh each time)
 
     cdef int _live(self) except -1
     cdef int _adopt(self, object node) except -1
+    cdef int _take_refs(self) except -1
     cdef list _snapshot(self)
     cdef GraphNode _add_simple(self, str kind, object depends_on, tuple refs, CUDA_MEMCPY3D *cp,
                                CUDA_MEMSET_NODE_PARAMS *sp, CUDA_HOST_NODE_PARAMS *hp, object obj)

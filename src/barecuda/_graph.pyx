@@ -21,6 +21,7 @@ cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uintptr_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.list cimport PyList_GET_SIZE
 
 import os
 import warnings
@@ -303,6 +304,8 @@ cdef class Graph:
         self._info = {}
         self._kernels = {}
         self._funcs = {}
+        self._refs = None
+        self._refs_of = None
         self.captured = False
         if token is _TOKEN or device is _TOKEN:
             return
@@ -338,6 +341,10 @@ cdef class Graph:
         self._info = {}
         self._kernels = {}
         self._funcs = {}
+        self._refs = None
+        self._refs_kernels = None
+        self._refs_buffers = None
+        self._refs_of = None
 
     def __repr__(self):
         state = "closed" if self.handle == NULL else f"{len(self._nodes)} nodes added"
@@ -376,17 +383,33 @@ cdef class Graph:
         self._live()
         hold(self._keep, objs)
 
-    cdef list _snapshot(self):
-        """Every object the graph references, flat (nested _keep lists of bodies and children unrolled)."""
+    cdef int _take_refs(self) except -1:
+        """Fill _refs/_refs_kernels/_refs_buffers with what the graph references now
+        (executables hold these tuples). Kept while _keep is unchanged, so instantiating
+        or updating from the same graph again shares one snapshot."""
+        cdef list keep = self._keep
+        if (self._refs is not None and self._refs_of is keep and PyList_GET_SIZE(keep) == self._refs_len
+                and not self._nested):
+            return 0
         out = []
-        todo = [self._keep]
+        todo = [keep]
         while todo:
             for o in todo.pop():
                 if type(o) is list:
                     todo.append(o)
                 else:
                     out.append(o)
-        return out
+        self._refs = tuple(out)
+        self._refs_kernels = tuple({id(o): o for o in out if type(o) is Kernel}.values())
+        self._refs_buffers = tuple({id(o): o for o in out if type(o) is DeviceBuffer}.values())
+        self._refs_of = keep
+        self._refs_len = PyList_GET_SIZE(keep)
+        return 0
+
+    cdef list _snapshot(self):
+        """Every object the graph references, flat (nested _keep lists of bodies and children unrolled)."""
+        self._take_refs()
+        return list(self._refs)
 
     # ----------------------------------------------------------- node builders
     def add_kernel(self, Kernel kernel not None, grid, block, *args, shared_mem=0, depends_on=None):
@@ -670,6 +693,7 @@ cdef class Graph:
             b.ctx = self.ctx
             b._parent = self        # the body's handle lives as long as this graph
             self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
+            self._nested = True
             out.append(b)
         n = ConditionalNode.__new__(ConditionalNode, _TOKEN)
         n.handle = h

@@ -14,8 +14,9 @@ cdef class GraphExec:
     cdef object _last_stream        # ... and its object, kept alive while launches may run on it
     cdef bint launched
     cdef bint multi                 # launched on more than one stream
-    cdef list _graphs               # every graph whose nodes this executable may still run (and their
-                                    #   reference snapshots)
+    cdef list _graphs               # the graph it came from and the latest update's
+    cdef tuple _refs                # what the graph it runs referenced (Graph._refs: a shared snapshot)
+    cdef tuple _bufs                # the DeviceBuffers among _refs (marked used when they go)
     cdef Graph _source              # the graph whose parameters it runs (its own, or the latest update's)
     cdef readonly unsigned long long flags
     cdef dict _params               # node index -> _KernelParams of the nodes that have handles
@@ -23,6 +24,8 @@ cdef class GraphExec:
 
     cdef int _live(self) except -1
     cdef void _mark_used(self) noexcept
+    cdef void _mark_params(self) noexcept
+    cdef int _hold_refs(self, Graph graph) except -1
     cdef int _refresh_params(self, Graph graph) except -1
 
 

@@ -98,18 +98,13 @@ def _instantiate(Graph g, upload, unsigned long long flags):
     e.device = g.device
     e.ctx = g.ctx
     e.flags = flags
-    e._graphs = [g, g._snapshot()]
-    e._kernels = _kernels_in(e._graphs[1])
+    e._graphs = [g]
+    e._hold_refs(g)
     e._source = g
     if upload is not None:
         e._last_stream = upload
         e.last = hs
     return e
-
-
-cdef tuple _kernels_in(list refs):
-    """The distinct Kernels among a graph's references (the executable checks them at launch)."""
-    return tuple(dict.fromkeys([o for o in refs if type(o) is Kernel]))
 
 
 cdef int _raise_unloaded(Kernel k) except -1:
@@ -118,7 +113,7 @@ cdef int _raise_unloaded(Kernel k) except -1:
                      "instantiate a graph of kernels from a loaded module)")
 
 
-@cython.no_gc_clear     # __dealloc__ needs _graphs (to mark buffers used) even when a collected cycle held it
+@cython.no_gc_clear     # __dealloc__ needs _bufs and _params (to mark buffers used) even when a collected cycle held it
 cdef class GraphExec:
     """An executable graph (from :meth:`Graph.instantiate`).
 
@@ -152,15 +147,25 @@ cdef class GraphExec:
     cdef void _mark_used(self) noexcept:
         """Buffers this executable used are about to lose a reference: make their free
         wait for the launch streams."""
+        if self.launched and self._bufs is not None:
+            _mark_list(self._bufs, self.last, self.multi)
+        self._mark_params()
+
+    cdef void _mark_params(self) noexcept:
+        """_mark_used for the values kernel-node handles set (an update replaces them)."""
         cdef _KernelParams st
-        if not self.launched or self._graphs is None:
-            return
-        for item in self._graphs:
-            if isinstance(item, list):
-                _mark_list(<list>item, self.last, self.multi)
-        if self._params:
+        if self.launched and self._params:
             for st in self._params.values():
                 _mark_list(st.vals, self.last, self.multi)
+
+    cdef int _hold_refs(self, Graph graph) except -1:
+        """Hold what graph references now (its snapshot, shared with other executables
+        of the unchanged graph)."""
+        graph._take_refs()
+        self._refs = graph._refs
+        self._bufs = graph._refs_buffers
+        self._kernels = graph._refs_kernels
+        return 0
 
     def close(self):
         """Destroy the executable now (launched work still completes). Idempotent."""
@@ -170,6 +175,8 @@ cdef class GraphExec:
             check(D.cuGraphExecDestroy(self.handle), b"cuGraphExecDestroy")
         self.handle = NULL
         self._graphs = []
+        self._refs = None
+        self._bufs = None
         self._params = {}
         self._kernels = ()
         self._last_stream = None
@@ -261,9 +268,14 @@ cdef class GraphExec:
             raise make_error(rc, "cuGraphExecUpdate", f"{where} of the new graph cannot update the executable: {why}")
         # Earlier launches may still run with the old parameters: their buffers are marked
         # as used on the launch stream(s) before these references go (stream-ordered free).
-        self._mark_used()
-        self._graphs = [self.graph, graph, graph._snapshot()]
-        self._kernels = _kernels_in(self._graphs[2])
+        # From the same unchanged graph again, the snapshot is the same: nothing goes.
+        graph._take_refs()
+        if graph._refs is not self._refs:
+            self._mark_used()
+        else:
+            self._mark_params()
+        self._graphs = [self.graph, graph]
+        self._hold_refs(graph)
         self._source = graph
         self._refresh_params(graph)
 
@@ -320,8 +332,9 @@ cdef class GraphExec:
         return bool(on)
 
 
-cdef void _mark_list(list items, CUstream last, bint multi) noexcept:
-    """DeviceBuffers in items were used by launches on `last` (and on other streams when multi)."""
+cdef void _mark_list(object items, CUstream last, bint multi) noexcept:
+    """DeviceBuffers in items (a list or tuple) were used by launches on `last` (and on
+    other streams when multi)."""
     cdef DeviceBuffer b
     for o in items:
         if type(o) is DeviceBuffer:
@@ -367,27 +380,29 @@ cdef class _KernelParams:
         """Take src's kernel, dimensions and parameter block; `node` is the handle the
         executable knows the node by."""
         cdef Kernel k = src.kernel
-        cdef char *buf = <char *>PyMem_Realloc(self.buf, max(k.argbytes, 1))
+        cdef char *buf
         cdef Py_ssize_t i
-        if buf == NULL:
-            raise MemoryError()
-        self.buf = buf
-        buf = <char *>PyMem_Realloc(self.ptrs, max(k.nparams, 1) * sizeof(void *))
-        if buf == NULL:
-            raise MemoryError()
-        self.ptrs = <void **>buf
         self._unpin_all()               # the values set_arg put here go (already marked used)
-        buf = <char *>PyMem_Realloc(self.pinned, max(k.nparams, 1))
-        if buf == NULL:
-            raise MemoryError()
-        self.pinned = buf
-        memset(self.pinned, 0, max(k.nparams, 1))
+        if k is not self.kernel:        # (the same kernel again, after an update: same sizes)
+            buf = <char *>PyMem_Realloc(self.buf, max(k.argbytes, 1))
+            if buf == NULL:
+                raise MemoryError()
+            self.buf = buf
+            buf = <char *>PyMem_Realloc(self.ptrs, max(k.nparams, 1) * sizeof(void *))
+            if buf == NULL:
+                raise MemoryError()
+            self.ptrs = <void **>buf
+            buf = <char *>PyMem_Realloc(self.pinned, max(k.nparams, 1))
+            if buf == NULL:
+                raise MemoryError()
+            self.pinned = buf
+            memset(self.pinned, 0, max(k.nparams, 1))
+            for i in range(k.nparams):
+                self.ptrs[i] = self.buf + k.params[i].offset
+            self.kernel = k
         memcpy(self.buf, src.buf, max(k.argbytes, 1))
-        for i in range(k.nparams):
-            self.ptrs[i] = self.buf + k.params[i].offset
         self.p = src.p
         self.p.kernelParams = self.ptrs if k.nparams > 0 else NULL
-        self.kernel = k
         self.node = node
         self.vals = list(src._vals)
         return 0

@@ -40,9 +40,10 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
 # parse it into out_grid/out_block; raises ValueError/TypeError with a 'Fix:' hint.
 cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
                     unsigned int out_grid[3], unsigned int out_block[3]) except -1
-# _graph's capture recorder (NULL: none): every launch path calls hook(stream handle,
-# kernel or plan, args or None) before issuing while it is set.
-ctypedef int (*capture_hook_t)(size_t stream, object obj, object args) except -1
+# _capture's recorder (NULL: none): every launch path calls hook(stream handle, kernel or
+# plan, its Kernel, its arguments: the launch's tuple or the plan's list) before issuing
+# while it is set.
+ctypedef int (*capture_hook_t)(size_t stream, object obj, Kernel k, object args) except -1
 cdef void set_capture_hook(capture_hook_t hook) noexcept
 # Called by Module.close(): later launches of k raise instead of using a dead handle.
 cdef void invalidate_kernel(Kernel k) noexcept
