@@ -161,6 +161,8 @@ def main(argv=None):
     for name, fb, fr, n in rows:
         if want and not any(w in name for w in want):
             continue
+        if name.startswith("floor") and not hasattr(raw, "noop"):
+            continue                # a build from before RawChain.noop
         fb(max(n // 10, 1))
         fr(max(n // 10, 1))
         s.synchronize()

@@ -27,11 +27,10 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot
-from barecuda._pool cimport bc_block, FROM_GRAPH
+from barecuda._pool cimport bc_block, FROM_GRAPH, capture_started, capture_ended
 from barecuda._launch cimport Kernel, set_capture_hook
 from barecuda._graph cimport Graph, need, graph_shell, hold
 from barecuda._errors import make_error
-from barecuda import _pool
 
 cdef bc_driver_t *D = driver_table()
 
@@ -100,7 +99,7 @@ cdef class Capture:
         _seen_init(&self.seen)
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
-        _pool._capture_started()
+        capture_started()
         _active_captures.append(self)
         set_capture_hook(_record_launch)
         capture_use_slot()[0] = _record_use
@@ -121,7 +120,7 @@ cdef class Capture:
             capture_use_slot()[0] = NULL
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
-        _pool._capture_ended()
+        capture_ended()
         if exc_type is not None:
             # Discard the partial graph; the block's exception propagates.
             if g != NULL:
