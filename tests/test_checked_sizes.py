@@ -138,20 +138,26 @@ def test_global_write_offset(fake, ptx, offset):
 
 
 # ------------------------------------------------------------ foreign layouts
+FOREIGN = 1 << 40          # an address no allocation of ours (nor the double's heap) holds
+
+
 @pytest.mark.parametrize("v", BIG)
 def test_cai_shape_and_strides(fake, v):
     """nbytes of an imported layout is computed without wrapping: a shape or a stride
-    whose span does not fit in 63 bits is refused."""
+    whose span does not fit in 63 bits is refused. (Foreign memory: a span this large at
+    one of our buffers' addresses runs past its end, BufferError.)"""
     b = bc.alloc(4096)
-    one = {"data": (b.ptr, False), "shape": (v,), "typestr": "<f4", "version": 3}
+    one = {"data": (FOREIGN, False), "shape": (v,), "typestr": "<f4", "version": 3}
     if v * 4 < FITS:
         assert bc.as_device_buffer(one).nbytes == v * 4
+        with pytest.raises(BufferError, match="runs past the end"):
+            bc.as_device_buffer(dict(one, data=(b.ptr, False)))
     else:
         with pytest.raises(OverflowError):
             bc.as_device_buffer(one)
     with pytest.raises(OverflowError):
         bc.as_device_buffer(dict(one, shape=(v, v)))
-    strided = {"data": (b.ptr, False), "shape": (2, 2), "strides": (v, 4), "typestr": "<f4", "version": 3}
+    strided = {"data": (FOREIGN, False), "shape": (2, 2), "strides": (v, 4), "typestr": "<f4", "version": 3}
     if v + 8 < FITS:                                # last element at v + 4, 4 bytes long
         assert bc.as_device_buffer(strided).nbytes == v + 8
     else:

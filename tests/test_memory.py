@@ -4,6 +4,7 @@ The double keeps "device" memory in host RAM (CUdeviceptr == host address), so e
 copy direction can be checked byte for byte against numpy / bytes computed here.
 """
 import gc
+import weakref
 import random
 import subprocess
 import sys
@@ -380,7 +381,11 @@ def test_cai_import_is_a_zero_copy_view(fake):
     prod = Producer(src)
     v = bc.as_device_buffer(prod)
     assert v.ptr == src.ptr and v.shape == (50,) and v.dtype == np.float32 and v.is_view
-    assert v.owner is prod
+    assert v.owner is src           # the memory is ours: the import pins its owner (docs/errors.md)
+    kept = weakref.ref(prod)
+    del prod
+    gc.collect()
+    assert kept() is not None       # ... and still keeps the producer alive
     np.testing.assert_array_equal(v.to_numpy(), a)
     before = fake.live("mem")
     del v

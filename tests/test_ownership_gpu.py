@@ -2,8 +2,9 @@
 runs this file under compute-sanitizer memcheck: the parent process must make no
 memory error (the subprocesses run unsanitized: --target-processes application-only).
 
-- use after close (item 1): views, plans, re-imports and closed streams, each checked
-  against numpy on fresh random data;
+- use after close (item 1): views, plans, re-imports, imports of our memory by
+  address (a hand-made CAI dict, a foreign CAI/DLPack wrapper) and closed streams,
+  each checked against numpy on fresh random data;
 - a sticky error (illegal address) raised in a subprocess leaves the parent's context
   working;
 - a pinned buffer dropped while its asynchronous copy is in flight (both directions,
@@ -156,6 +157,26 @@ def test_plan_launch_after_its_argument_was_closed(vadd, rng):
     del plan, junk
     gc.collect()
     _check_context_works(vadd, rng)
+
+
+@pytest.mark.parametrize("how", ["cai_dict_by_hand", "foreign_cai", "foreign_dlpack", "foreign_dlpack_capsule"])
+def test_import_of_our_memory_by_address_holds_it_after_the_owners_close(vadd, rng, how):
+    """A CAI dict built by hand, or another library's CAI/DLPack wrapper of our buffer,
+    pins the owner: after p.close() a new allocation never gets that memory, and a
+    kernel writing through the import lands in it (compared with numpy)."""
+    from test_issue9_items import IMPORTS
+    n = 1 << 16
+    p = bc.to_device(np.zeros(n, np.float32))
+    w = IMPORTS[how](p)
+    assert w.owner is p
+    p.close()
+    want_q = fresh(n, "float32", rng)
+    q = bc.to_device(want_q)
+    assert q.ptr != w.ptr
+    a, c = fresh(n, "float32", rng), fresh(n, "float32", rng)
+    _vadd(vadd, w, bc.to_device(a), bc.to_device(c), n)
+    np.testing.assert_array_equal(w.to_numpy(), a + c)
+    np.testing.assert_array_equal(q.to_numpy(), want_q)
 
 
 def test_closed_buffer_and_stream_are_refused_and_the_context_stays_healthy(vadd, rng):

@@ -436,7 +436,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("sync"), st.integers(0, 4)),         # 4: the whole context
     st.tuples(st.just("trim")),
     # dependants of an allocation: launches through them must hold the owner's free
-    st.tuples(st.just("derive"), st.integers(0, 31), st.sampled_from(["view", "slice", "dlpack", "cai"])),
+    st.tuples(st.just("derive"), st.integers(0, 31), st.sampled_from(["view", "slice", "dlpack", "cai", "cai_dict"])),
     st.tuples(st.just("close"), st.integers(0, 31)),
     # close a stream with blocks cached or live buffers ordered on it (a new one takes its place)
     st.tuples(st.just("sclose"), st.integers(0, 3)),
@@ -460,6 +460,8 @@ def _derive(b, how):
         return b[0:max(4, b.nbytes // 2)]
     if how == "dlpack":
         return bc.as_device_buffer(b.__dlpack__(stream=-1))
+    if how == "cai_dict":           # our memory described by address only: resolved to its owner
+        return bc.as_device_buffer({"data": (b.ptr, False), "shape": (b.nbytes,), "typestr": "|u1", "version": 3})
     return bc.DeviceBuffer.from_cuda_array_interface(b)
 
 
@@ -468,7 +470,7 @@ def _derive(b, how):
 # the owner goes and its memory is freed or handed out again on the owner's stream.
 # (These fail at once if note_use marks the dependant instead of the owner.)
 _SEEDED = [[("alloc", 0, 4096), ("derive", 0, how), ("launch", 1, 1), ("del", 1), ("close", 0),
-            ("alloc", 0, 4096)] for how in ("view", "slice", "dlpack", "cai")] + [
+            ("alloc", 0, 4096)] for how in ("view", "slice", "dlpack", "cai", "cai_dict")] + [
     [("alloc", 0, 4096), ("derive", 0, "view"), ("bind", 1, 1), ("plan", 0), ("pdel", 0), ("del", 1),
      ("close", 0), ("alloc", 0, 4096)],
     [("alloc", 0, 4096), ("bind", 0, 1), ("plan", 0), ("close", 0), ("pdel", 0), ("alloc", 0, 4096)],

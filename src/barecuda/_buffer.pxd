@@ -4,9 +4,22 @@ Fields other modules read: ptr, nbytes, used_elsewhere (an owner's), device, ctx
 A buffer's stream is read only through order_stream() (never stream_handle/_stream
 directly): its Stream may have been closed since. Dependants (views, slices, plans, graph nodes, IPC and DLPack exports)
 hold the allocation OWNER through pin()/unpin(); see docs/errors.md, "Ownership"."""
+from libc.stddef cimport ptrdiff_t
 from barecuda._abi cimport CUdeviceptr, CUstream, CUcontext, CUevent
 from barecuda._device cimport Device
 from barecuda._stream cimport Stream
+
+cdef extern from "barecuda/bc_owners.h" nogil:     # the table behind view_at (_buffer.pyx only)
+    ctypedef struct bc_owner_entry:
+        unsigned long long lo, hi
+        void *obj
+    ctypedef struct bc_owners:
+        pass
+    int bc_owners_reserve(bc_owners *t)
+    void bc_owners_add(bc_owners *t, unsigned long long p, size_t n, void *obj, ptrdiff_t *slot)
+    void bc_owners_remove(bc_owners *t, ptrdiff_t *slot)
+    void bc_owners_move(bc_owners *t, ptrdiff_t *frm, void *obj, ptrdiff_t *to)
+    const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p)
 
 # DeviceBuffer._kind
 cdef enum:
@@ -42,6 +55,7 @@ cdef class DeviceBuffer:
     cdef int _kind                  # see the enum above
     cdef void *_block               # allocator's bookkeeping for this block (caching allocator)
     cdef size_t _itemsize
+    cdef ptrdiff_t _reg             # (owner) its slot + 1 in the table of live allocations, else 0
     cdef object __weakref__
 
     cdef int _release(self) except -1
@@ -154,6 +168,14 @@ cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, ob
 # foreign producer `owner` (kept alive).
 cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
                             object owner, DeviceBuffer root)
+# make_view of memory that a producer describes by address (a CAI dict, a foreign DLPack
+# capsule; `producer` is kept alive). When [ptr, ptr+nbytes) lies in a live allocation
+# of ours, the view pins its owner like any view (even an owner closed with its free
+# deferred: that memory is still alive); one that starts inside it and runs past its
+# end raises BufferError. Only the lifetime changes: the ordering stays the producer's
+# (docs/interop.md's one rule). Linear in the number of live allocations.
+cdef DeviceBuffer view_at(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
+                          object producer)
 cdef Device resolve_device(object device, object stream)
 cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1
 cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra)

@@ -42,6 +42,7 @@ from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
+cdef bc_owners _owners           # every owner's live allocation, for view_at (GIL held)
 
 cdef enum:
     MAX_DEVICES = 256
@@ -210,6 +211,8 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     else:
         dev = resolve_device(device, stream)
         a = default_allocator(dev.ordinal)
+    if bc_owners_reserve(&_owners):
+        raise MemoryError()
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
     b.device = dev
     b.ctx = dev.ctx
@@ -218,11 +221,15 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     a.allocate(b, nbytes, h)
     b._allocator = a
     b.root_stream = h
+    if b.ptr != 0:
+        bc_owners_add(&_owners, b.ptr, b.nbytes, <void *>b, &b._reg)
     return b
 
 
 cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, object stream, int kind,
                         object allocator):
+    if bc_owners_reserve(&_owners):
+        raise MemoryError()
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
     b.ptr = p
     b.nbytes = nbytes
@@ -233,6 +240,8 @@ cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, ob
     b._stream = stream
     b._kind = kind
     b._allocator = allocator
+    if p != 0:
+        bc_owners_add(&_owners, p, nbytes, <void *>b, &b._reg)
     return b
 
 
@@ -250,12 +259,29 @@ cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream
     v._owner = owner
     v._kind = KIND_VIEW
     if root is not None:
-        pin(root)              # root (a view or the owner) must be open; the owner is pinned
-        root = owner_of(root)
-        v._root = root
-        v.root_stream = root.root_stream
-        v.use_flag = &root.used_elsewhere
-        v._readonly = root._readonly
+        _attach(v, pin(root))  # root (a view or the owner) must be open; the owner is pinned
+    return v
+
+
+cdef inline void _attach(DeviceBuffer v, DeviceBuffer o) noexcept:
+    """v (a new view) depends on owner o, pinned for it."""
+    v._root = o
+    v.root_stream = o.root_stream
+    v.use_flag = &o.used_elsewhere
+    v._readonly = o._readonly
+
+
+cdef DeviceBuffer view_at(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
+                          object producer):
+    """See _buffer.pxd."""
+    cdef const bc_owner_entry *e = bc_owners_find(&_owners, ptr)
+    if e != NULL and nbytes > e.hi - ptr:
+        raise BufferError(f"the imported array [0x{ptr:x}, +{nbytes} bytes) runs past the end of the "
+                          f"barecuda allocation it lies in ([0x{e.lo:x}, +{e.hi - e.lo} bytes))")
+    cdef DeviceBuffer v = make_view(ptr, nbytes, dev, h, stream, producer, None)
+    if e != NULL:
+        (<DeviceBuffer>e.obj)._pins += 1
+        _attach(v, <DeviceBuffer>e.obj)
     return v
 
 
@@ -340,6 +366,7 @@ cdef int _deferred_free(DeviceBuffer o) except -1:
         return 0
     if not bc_driver_usable(ST):
         o._allocator = None
+        bc_owners_remove(&_owners, &o._reg)
         return 0
     o._kind = o._free_kind
     o.ptr = o._free_ptr
@@ -442,6 +469,7 @@ cdef class DeviceBuffer:
         self._kind = b._kind
         self._block = b._block
         self._owner = None
+        bc_owners_move(&_owners, &b._reg, <void *>self, &self._reg)
         b._allocator = None
         b.ptr = 0
         b._block = NULL
@@ -449,6 +477,7 @@ cdef class DeviceBuffer:
 
     def __dealloc__(self):
         cdef DeviceBuffer root = self._root
+        bc_owners_remove(&_owners, &self._reg)     # (the free below, or a leak)
         if root is not None:
             # A view: its owner outlives this line (we hold it); let it go (a closed
             # view released its pin in close() and only kept the reference).
@@ -471,6 +500,7 @@ cdef class DeviceBuffer:
                           CudaWarning)
 
     cdef int _release(self) except -1:
+        bc_owners_remove(&_owners, &self._reg)
         alloc = self._allocator
         self._allocator = None
         if alloc is not None:
@@ -536,6 +566,7 @@ cdef class DeviceBuffer:
                 else:
                     self._allocator = None
         finally:
+            bc_owners_remove(&_owners, &self._reg)
             self._kind = KIND_CLOSED
             self.ptr = 0
             self._owner = None
@@ -628,8 +659,9 @@ cdef class DeviceBuffer:
 
     @property
     def owner(self):
-        """What a view keeps alive: the owning DeviceBuffer of a view/slice of our
-        memory, the producer of an import; None for memory this buffer owns."""
+        """What a view keeps alive: the owning DeviceBuffer of a view, slice or import
+        of our memory (an import also keeps its producer), the producer of a foreign
+        import; None for memory this buffer owns."""
         return self._root if self._root is not None else self._owner
 
     def __repr__(self):

@@ -26,7 +26,7 @@ from barecuda._device cimport Device, activate_device, device_at
 from barecuda._stream cimport stream_handle
 from barecuda._dlpack cimport *
 from barecuda._dtype cimport resolve_dtype, typestr_of, nbytes_of, dtype_info, dtype_from_dlpack
-from barecuda._buffer cimport (DeviceBuffer, make_view, resolve_device, stream_after, pin, unpin,
+from barecuda._buffer cimport (DeviceBuffer, make_view, view_at, resolve_device, stream_after, pin, unpin,
                                check_usable, note_use, order_stream)
 
 cdef extern from "Python.h":
@@ -269,8 +269,11 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     nbytes, est = _layout(shape, strides, itemsize, False)
     dev_obj = device_at(t.device.device_id)
     ours = _our_export(mt, versioned)
-    cdef DeviceBuffer v = make_view(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner,
-                                    ours)
+    cdef DeviceBuffer v
+    if ours is not None:
+        v = make_view(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner, ours)
+    else:
+        v = view_at(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner)
     v._shape = shape
     v._dtype = name
     v._itemsize = itemsize
@@ -351,13 +354,13 @@ cdef DeviceBuffer _from_cai(object obj, object stream):
     o = _ordinal_of_ptr(p)
     dev = resolve_device(None if o < 0 else o, stream)
     _cai_wait(cai, h, dev.ctx)
-    cdef DeviceBuffer v = make_view(p, nbytes, dev, h, stream, obj, None)
+    cdef DeviceBuffer v = view_at(p, nbytes, dev, h, stream, obj)
     v._shape = shape
     v._dtype = key
     v._itemsize = itemsize
     v._strides = est
     v._strided = est is not None
-    v._readonly = data is not None and len(data) > 1 and bool(data[1])
+    v._readonly = v._readonly or (data is not None and len(data) > 1 and bool(data[1]))
     return v
 
 
@@ -479,7 +482,8 @@ def as_device_buffer(obj, *, stream=None):
     Accepts a DeviceBuffer (returned as is), anything with ``__dlpack__`` on a CUDA
     device (PyTorch, CuPy, JAX...), anything with ``__cuda_array_interface__``, a
     DLPack capsule, or a CAI dict. The view keeps the producer alive and never frees
-    the memory (a re-import of one of our own buffers holds its owner instead).
+    the memory; when the memory is one of our own buffers' (a re-import, a CAI dict
+    or another library's wrapper describing it), the view also pins that owner.
     ``stream`` is where the view will be used: the producer's pending work is
     ordered before work queued there by the rule of docs/interop.md. Strided
     (non-contiguous) arrays become strided views: usable as kernel pointers, refused
