@@ -146,16 +146,13 @@ cdef int _record_launch(size_t hs, object obj, Kernel k, object args) except -1:
     runs: a launch on a capturing stream makes its graph hold the kernel (or plan) and
     the arguments, and remember the kernel by its CUfunction (Graph.kernel_nodes)."""
     cdef Py_ssize_t i
-    cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
-    for i in range(PyList_GET_SIZE(_active_captures)):
+    for i in range(PyList_GET_SIZE(_active_captures)):     # the common case, with no tuple made
         if <size_t>(<Capture>PyList_GET_ITEM(_active_captures, i)).hs == hs:
             return _record_into(<Capture>PyList_GET_ITEM(_active_captures, i), obj, k, args)
-    # Another stream: in a capture only when joined to one (event wait). Which one is not
-    # asked: holding the references in every running capture is safe.
-    if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
-        return 0
-    for c in tuple(_active_captures):
-        _record_into(<Capture>c, obj, k, args)
+    targets = _targets(hs)              # another stream, joined to a capture or not
+    if targets is not None:
+        for c in targets:
+            _record_into(<Capture>c, obj, k, args)
     return 0
 
 
@@ -196,7 +193,7 @@ cdef int _record_into(Capture c, object obj, Kernel k, object args) except -1:
 
 cdef object _targets(size_t hs):
     """The running captures that work queued on stream hs goes into (a tuple), or None
-    (as _record_launch finds them)."""
+    (_record_launch and _record_use)."""
     cdef Capture c
     cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
     for c in _active_captures:
