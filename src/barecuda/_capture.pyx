@@ -27,6 +27,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot
+from barecuda._driver_pool cimport flush_capture_frees
 from barecuda._pool cimport bc_block, FROM_GRAPH, capture_started, capture_ended
 from barecuda._launch cimport Kernel, set_capture_hook
 from barecuda._graph cimport Graph, need, graph_shell, hold
@@ -121,6 +122,8 @@ cdef class Capture:
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
         capture_ended()
+        if not _active_captures:
+            flush_capture_frees()
         if exc_type is not None:
             # Discard the partial graph; the block's exception propagates.
             if g != NULL:
@@ -230,6 +233,8 @@ cdef bint _graph_memory(object a):
     if type(a) is not DeviceBuffer:
         return False
     o = owner_of(<DeviceBuffer>a)
+    if o._graph_alloc:                  # driver allocators' graph allocations (_driver_pool)
+        return True
     return o._kind == KIND_POOL and o._block != NULL and (<bc_block *>o._block).from_async == FROM_GRAPH
 
 
