@@ -412,3 +412,120 @@ def test_random_captured_copy_lifetimes_never_free_early_nor_leak(fake, ops):
     devs = pins = execs = exe = checks = s = b = p = None
     settle()
     assert (fake.live("mem"), fake.live("host_mem")) == g0
+
+
+# ------------------------------ DriverAllocator (BARECUDA_ALLOCATOR=driver) in a capture
+@pytest.fixture
+def vadd(fake, ptx):
+    return bc.Module.from_ptx(ptx.vadd()).get_kernel("vadd")
+
+
+@pytest.fixture
+def plain_alloc(fake):
+    """A DriverAllocator on plain cuMemAlloc, as where the driver has no memory pools:
+    its first cuMemAllocAsync answers CUDA_ERROR_NOT_SUPPORTED."""
+    al = bc.DriverAllocator(0)
+    fake.fail("cuMemAllocAsync", 801)
+    b = bc.alloc(16, allocator=al)
+    assert fake.calls("cuMemAlloc") >= 1
+    del b
+    return al
+
+
+@pytest.mark.parametrize("kind", ["driver", "driver_pool"])
+def test_driver_allocations_on_the_capturing_stream_are_graph_memory(fake, vadd, kind):
+    """cuMemAllocAsync (cuMemAllocFromPoolAsync) on the capturing stream is a graph
+    allocation node: the capture does not hold the buffer, so dropping it in the
+    capture makes a free node and the executable can be relaunched."""
+    da = bc.DriverAllocator(0) if kind == "driver" else bc.DriverMemoryPool(0)
+    s = bc.Stream()
+    a = bc.alloc(64, stream=s, allocator=da)
+    write(a.ptr, bytes(range(64)))
+    with s.capture() as g:
+        t = bc.alloc(64, stream=s, allocator=da)
+        t.copy_from(a, stream=s)
+        vadd.launch(1, 16, t, t, t, 16, stream=s)
+        a.copy_from(t, stream=s)
+        ref = weakref.ref(t)
+        del t
+        assert ref() is None                             # not held: freed in the graph
+    assert [x.kind for x in g.nodes()] == ["mem_alloc", "memcpy", "kernel", "memcpy", "mem_free"]
+    exe = g.instantiate()
+    for _ in range(2):
+        exe.launch(s)
+        s.synchronize()
+
+
+def test_driver_frees_during_a_capture_wait_for_its_end(fake, da, plain_alloc):
+    """Buffers dropped while a capture runs -- on the capturing stream, on the legacy
+    stream, from cuMemAlloc -- are not freed inside it (cuMemFreeAsync of memory that
+    is not a graph allocation, cuMemFree and context synchronizations would fail or
+    invalidate the capture): they are freed when the capture ends."""
+    s = bc.Stream()
+    settle()
+    m0 = fake.live("mem")
+    bufs = [bc.alloc(64, stream=s, allocator=da), bc.alloc(64, allocator=da),
+            bc.alloc(64, allocator=plain_alloc), bc.alloc(64, stream=s, allocator=plain_alloc)]
+    used = bc.alloc(64, stream=bc.Stream(), allocator=da)
+    used.copy_from(bufs[0], stream=s)                    # used elsewhere: its free syncs the context
+    bufs.append(used)
+    del used
+    frees = fake.calls("cuMemFreeAsync"), fake.calls("cuMemFree"), fake.calls("cuCtxSynchronize")
+    with s.capture(mode="global") as g:
+        del bufs                                         # no warning (pytest makes them errors)
+        gc.collect()
+        assert fake.live("mem") == m0 + 5
+        assert (fake.calls("cuMemFreeAsync"), fake.calls("cuMemFree"), fake.calls("cuCtxSynchronize")) == frees
+    assert g.num_nodes() == 0                            # and the capture stayed valid
+    assert fake.live("mem") == m0                        # freed at its end
+    assert fake.calls("cuCtxSynchronize") == frees[2] + 1
+
+
+@pytest.mark.parametrize("mode", ["global", "thread_local"])
+def test_cuMemAlloc_in_a_strict_capture_is_refused(fake, plain_alloc, mode):
+    s = bc.Stream()
+    with pytest.raises(bc.CudaStreamCaptureError, match="relaxed") as info:
+        with s.capture(mode=mode):
+            bc.alloc(64, stream=s, allocator=plain_alloc)
+    assert info.value.call == "cuMemAlloc"
+    assert not bc.is_capturing(s)
+    bc.alloc(64, stream=s, allocator=plain_alloc).memset(1, stream=s)   # usable again
+    s.synchronize()
+
+
+def test_cuMemAlloc_in_a_relaxed_capture_lives_as_long_as_the_graph(fake, da, plain_alloc, vadd):
+    """cuMemAlloc in a relaxed capture is ordinary memory, not a graph node: the graph
+    holds it through the work that uses it, so an executable relaunched after the
+    caller dropped (or closed) it still finds it, and it is freed with the last of
+    the graph and its executables."""
+    s = bc.Stream()
+    settle()
+    m0 = fake.live("mem")
+    a = bc.alloc(64, stream=s, allocator=da)
+    write(a.ptr, bytes(range(64)))
+    with s.capture(mode="relaxed") as g:
+        t = bc.alloc(64, stream=s, allocator=plain_alloc)
+        u = bc.alloc(64, stream=s, allocator=plain_alloc)
+        t.copy_from(a, stream=s)
+        vadd.launch(1, 16, u, t, t, 16, stream=s)
+        u.memset(7, stream=s)
+        a.copy_from(t, stream=s)
+        refs = [weakref.ref(t), weakref.ref(u)]
+        u.close()
+        del t, u
+    assert [x.kind for x in g.nodes()] == ["memcpy", "kernel", "memset", "memcpy"]
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    exe = g.instantiate()
+    del g
+    gc.collect()
+    for _ in range(3):
+        write(a.ptr, bytes(range(64)))
+        exe.launch(s)                                    # fails on freed memory
+        s.synchronize()
+        assert read(a.ptr, 64) == bytes(range(64))
+    assert fake.live("mem") == m0 + 3
+    del exe
+    settle()
+    assert all(r() is None for r in refs)
+    assert fake.live("mem") == m0 + 1

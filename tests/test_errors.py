@@ -3,6 +3,7 @@
 The reference is include/barecuda/cuda_errors.h parsed here with a regular expression,
 independently of the Cython code that compiles the same table.
 """
+import gc
 import os
 import pickle
 import re
@@ -256,3 +257,22 @@ def test_out_of_memory_from_a_real_call_path(fake):
     with pytest.raises(MemoryError) as ei:
         Device(0).mem_info()
     assert isinstance(ei.value, barecuda.CudaOutOfMemoryError) and ei.value.call == "cuMemGetInfo"
+
+
+# Destructors never raise (docs/errors.md): a failed destroy call becomes a CudaWarning
+# naming the call, the object's destructor and the driver's error.
+@pytest.mark.parametrize("call, make", [
+    ("cuMemHostUnregister", lambda: barecuda.register_host(bytearray(4096))),
+    ("cuMemPoolDestroy", lambda: barecuda.DriverMemoryPool(0)),
+    ("cuEventDestroy", lambda: barecuda.Event()),
+])
+def test_destructor_failure_warns_with_the_call_the_object_and_the_error(fake, call, make):
+    obj = make()
+    owner = type(obj).__name__
+    fake.fail(call, 400)                       # CUDA_ERROR_INVALID_HANDLE
+    with pytest.warns(barecuda.CudaWarning) as rec:
+        del obj
+        gc.collect()
+    msgs = [str(w.message) for w in rec]
+    assert any(m.startswith(f"{call} in {owner}.__dealloc__: ") and "CUDA_ERROR_INVALID_HANDLE" in m
+               for m in msgs), msgs

@@ -46,6 +46,8 @@ cdef class DeviceBuffer:
     cdef bint _free_pending         # (owner) closed while pinned: unpin frees
     cdef int _free_kind             # (owner) _kind before a deferred close (the allocator reads it)
     cdef CUdeviceptr _free_ptr      # (owner) ptr before a deferred close (ptr reads 0 once closed)
+    cdef bint _graph_alloc          # (owner) driver memory allocated on a capturing stream (_driver_pool): a
+                                    #   graph allocation (the graph owns it; captures do not hold it)
     cdef bint _readonly             # imported read-only: writes refuse
     cdef bint _strided              # non-contiguous import: pointer use only
     cdef object _allocator          # allocator the memory goes back to, None for views
@@ -77,7 +79,7 @@ cdef class Allocator:
     cdef int deallocate(self, DeviceBuffer b) except -1
 
 
-# ---- ownership (INTERFACES.md)
+# ---- ownership (docs/errors.md, "Ownership"; docs/architecture.md, "One owner per allocation")
 cdef inline DeviceBuffer owner_of(DeviceBuffer b):
     """The allocation owner (b itself for an owner or a foreign import)."""
     if b._root is not None:

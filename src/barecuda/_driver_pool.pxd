@@ -16,8 +16,17 @@ cdef class DriverMemoryPool(Allocator):
 cdef int free_order(DeviceBuffer b, CUstream *out) except -1
 # An allocator's deallocate for memory the driver hands out stream-ordered
 # (cuMemAllocAsync, cuMemAllocFromPoolAsync): takes b.ptr (leaves 0) and frees it with
-# cuMemFreeAsync on free_order's stream. Nothing to do for b.ptr == 0.
+# cuMemFreeAsync on free_order's stream. Nothing to do for b.ptr == 0. While a
+# barecuda capture runs: a graph allocation is freed in its stream's order (a free node
+# when that stream captures), anything else after the last capture ends.
 cdef int free_async(DeviceBuffer b) except -1
 # The same for memory from cuMemAlloc: cuMemFree (which waits for the device) without
-# the GIL.
+# the GIL; after the last capture ends while a barecuda capture runs.
 cdef int free_sync(DeviceBuffer b) except -1
+# b gets stream-ordered memory on s: mark it a graph allocation (_graph_alloc) when s is
+# capturing in a barecuda capture (then captures do not hold it).
+cdef void note_graph_alloc(DeviceBuffer b, CUstream s) noexcept
+# When the last barecuda capture has ended (_capture): the frees free_async/free_sync
+# put aside during the captures, after one context synchronization. Never raises:
+# failures become CudaWarning.
+cdef void flush_capture_frees() noexcept

@@ -13,19 +13,71 @@ from libc.string cimport memset
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED
+from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED,
+                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed)
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, resolve_device, oom_error,
-                               stream_closed, _order_on_safe_stream)
+                               stream_closed, _order_on_safe_stream, capture_use_t, capture_use_slot)
 from barecuda._pool cimport fmt_bytes
 from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
+# Non-NULL while a barecuda capture runs (_buffer.pxd, capture_use_t): then graph
+# allocations are marked and the frees of other memory wait for the captures' end.
+cdef capture_use_t *CAP = capture_use_slot()
 
 
 # ------------------------------------------------------------------ freeing
+# While a barecuda capture runs, driver memory that is not a graph allocation is not
+# freed: cuMemFree is an unsafe call (it invalidates global captures), cuMemFreeAsync in
+# a capture must name a graph allocation (and on the legacy stream it would join a
+# blocking capturing stream), and frees that first synchronize the context invalidate
+# every capture. Such frees wait in _after_capture until the last capture ends.
+cdef list _after_capture = []       # (context, address, async) frees deferred during captures (free_async/free_sync)
+
+
+cdef bint _is_capturing(CUstream s) noexcept:
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    if s == NULL or D.cuStreamIsCapturing == NULL or D.cuStreamIsCapturing(s, &st) != 0:
+        return False
+    return st != CU_STREAM_CAPTURE_STATUS_NONE
+
+
+cdef void flush_capture_frees() noexcept:
+    cdef CUresult rc
+    cdef CUcontext ctx
+    cdef CUdeviceptr dp
+    global _after_capture
+    if not _after_capture or not bc_driver_usable(ST):
+        return
+    todo = _after_capture
+    _after_capture = []
+    try:
+        synced = set()
+        for c, p, is_async in todo:
+            ctx = <CUcontext><size_t>c
+            set_current(ctx)
+            if c not in synced:        # work queued before the capture may still use them
+                synced.add(c)
+                with nogil:
+                    rc = D.cuCtxSynchronize()
+                check(rc, b"cuCtxSynchronize")
+            dp = <CUdeviceptr><size_t>p
+            if is_async:
+                check(D.cuMemFreeAsync(dp, NULL), b"cuMemFreeAsync")
+            else:
+                with nogil:
+                    rc = D.cuMemFree(dp)
+                check(rc, b"cuMemFree")
+    except BaseException as e:
+        try:
+            warnings.warn(f"freeing device memory deferred during a stream capture failed: {e}", CudaWarning)
+        except BaseException:
+            pass
+
+
 cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
     """See _driver_pool.pxd."""
     cdef CUresult rc
@@ -41,12 +93,26 @@ cdef int free_order(DeviceBuffer b, CUstream *out) except -1:
     return 0
 
 
+cdef void note_graph_alloc(DeviceBuffer b, CUstream s) noexcept:
+    """See _driver_pool.pxd."""
+    b._graph_alloc = CAP[0] != NULL and _is_capturing(s)
+
+
 cdef int free_async(DeviceBuffer b) except -1:
     """See _driver_pool.pxd."""
     cdef CUdeviceptr p = b.ptr
     cdef CUstream s = NULL
     b.ptr = 0
     if p == 0:
+        return 0
+    if CAP[0] != NULL:
+        if b._graph_alloc and not stream_closed(b):
+            # Graph memory: in stream order (a free node while its stream still
+            # captures), without the context synchronization of free_order.
+            set_current(b.ctx)
+            check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
+            return 0
+        _after_capture.append((<size_t>b.ctx, <size_t>p, True))
         return 0
     set_current(b.ctx)
     free_order(b, &s)
@@ -60,6 +126,9 @@ cdef int free_sync(DeviceBuffer b) except -1:
     cdef CUresult rc
     b.ptr = 0
     if p == 0:
+        return 0
+    if CAP[0] != NULL:
+        _after_capture.append((<size_t>b.ctx, <size_t>p, False))
         return 0
     set_current(b.ctx)
     with nogil:                  # cuMemFree synchronizes the device itself
@@ -102,11 +171,17 @@ cdef class DriverAllocator(Allocator):
                     raise oom_error(rc, b"cuMemAllocAsync", size, self.device, "")
                 b.ptr = p
                 b._kind = KIND_ASYNC
+                note_graph_alloc(b, s)      # on a capturing stream: a graph allocation node
                 return 0
+        # cuMemAlloc is not stream ordered: during a global (or this thread's
+        # thread-local) capture the driver refuses it and invalidates the capture; in a
+        # relaxed one it is ordinary memory that the graph holds when its work uses it.
         with nogil:
             rc = D.cuMemAlloc(&p, size)
         if rc != 0:
-            raise oom_error(rc, b"cuMemAlloc", size, self.device, "")
+            raise oom_error(rc, b"cuMemAlloc", size, self.device,
+                            " (cuMemAlloc during a stream capture needs mode='relaxed', or a memory pool)"
+                            if rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED else "")
         b.ptr = p
         b._kind = KIND_SYNC
         return 0
@@ -176,7 +251,7 @@ cdef class DriverMemoryPool(Allocator):
         if self.pool != NULL and self.owned and bc_driver_usable(ST):
             rc = D.cuMemPoolDestroy(self.pool)
             if rc != 0:
-                warnings.warn(f"cuMemPoolDestroy failed: {make_error(rc, 'cuMemPoolDestroy')}", CudaWarning)
+                warn_destroy_failed(rc, b"cuMemPoolDestroy", "DriverMemoryPool.__dealloc__")
         self.pool = NULL
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
@@ -196,6 +271,7 @@ cdef class DriverMemoryPool(Allocator):
                              f"requested {size} bytes ({fmt_bytes(size)}) on device {self.device.ordinal}; "
                              f"pool stats: {self.stats()}")
         b.ptr = p
+        note_graph_alloc(b, s)
         self.n_allocs += 1
         return 0
 

@@ -122,6 +122,10 @@ cdef extern from "barecuda/cuda_errors.h" nogil:
 
 cdef int raise_cuda_error(CUresult rc, const char *call) except -1 with gil
 cdef int register_state(bc_state_t *st) except -1
+# A destructor's driver call returned rc != 0: a CudaWarning "call in where: <the
+# error>" (docs/errors.md: destructors never raise). Raises only what warnings.warn
+# raises (a warnings filter set to "error"), exactly as a warnings.warn there would.
+cdef int warn_destroy_failed(CUresult rc, const char *call, str where) except -1
 
 cdef inline int check(CUresult rc, const char *call) except -1 nogil:
     """Return 0 when rc is CUDA_SUCCESS, otherwise raise the matching CudaError."""

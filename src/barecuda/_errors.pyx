@@ -8,6 +8,7 @@ exception. The names and descriptions of every CUresult come from our own table
 the same names from _errors.pxd.
 """
 import enum
+import warnings
 
 from barecuda._abi cimport CUresult, bc_error_info, bc_error_lookup, bc_error_table, BC_ERROR_TABLE_LEN
 
@@ -246,6 +247,13 @@ def all_error_codes():
 def make_error(code, call="", detail=None):
     """Build (not raise) the exception for ``code`` failing in ``call``."""
     return error_class(code)(code, call, detail)
+
+
+cdef int warn_destroy_failed(CUresult rc, const char *call, str where) except -1:
+    """See _errors.pxd."""
+    name = call.decode()
+    warnings.warn(f"{name} in {where}: {make_error(rc, name)}", CudaWarning)
+    return 0
 
 
 cdef int raise_cuda_error(CUresult rc, const char *call) except -1 with gil:

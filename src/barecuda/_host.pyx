@@ -12,12 +12,12 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTI
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport resolve_device, oom_error, checked_size
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -387,7 +387,7 @@ cdef class HostRegistration:
             set_current(self.ctx)
             rc = D.cuMemHostUnregister(self.view.buf)
             if rc != 0:
-                warnings.warn(f"cuMemHostUnregister failed: {make_error(rc, 'cuMemHostUnregister')}", CudaWarning)
+                warn_destroy_failed(rc, b"cuMemHostUnregister", "HostRegistration.__dealloc__")
         if self.has_view:
             PyBuffer_Release(&self.view)
 

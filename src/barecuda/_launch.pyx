@@ -2,8 +2,8 @@
 
 Owns: ``Kernel`` (a CUfunction with its parameter layout and limits), argument
 packing (C, driven by a per-kernel table of parameter descriptors computed once),
-the launch geometry checks, validation of a ``LaunchConfig`` (_launch_config.pyx)
-against a kernel, ``LaunchPlan`` (arguments packed once, launched many times),
+the launch geometry checks (a ``LaunchConfig``'s too; the rest of its validation is
+_launch_config.validate_config), ``LaunchPlan`` (arguments packed once, launched many times),
 ``PlanList`` and ``launch_all`` (many plans issued from one C loop). Function
 attributes and occupancy: _occupancy.pyx; slow-path packing: _pack.pyx; signatures:
 _signature.pyx.
@@ -37,7 +37,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
     symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
-from barecuda._launch_config cimport LaunchConfig, parse_dims
+from barecuda._launch_config cimport LaunchConfig, parse_dims, validate_config, config_rec
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._interop cimport pointer_batch, pointer_of, tensor_kind
 from barecuda._signature cimport *
@@ -158,8 +158,17 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
     return k
 
 
+cdef size_t _kernels_closed = 0     # how many times a kernel was invalidated (kernels_closed())
+
+
 cdef void invalidate_kernel(Kernel k) noexcept:
+    global _kernels_closed
     k.func = NULL
+    _kernels_closed += 1
+
+
+cdef const size_t *kernels_closed() noexcept:
+    return &_kernels_closed
 
 
 # ------------------------------------------------------------------ errors
@@ -637,70 +646,13 @@ cdef inline int _issue_now(Kernel k, bc_launch_rec *r) except -1:
     return 0
 
 
-cdef int _dev_attr(Kernel k, int code) except? -1:
-    cdef int v = 0
-    check(D.cuDeviceGetAttribute(&v, <CUdevice_attribute>code, k.device.handle), b"cuDeviceGetAttribute")
-    return v
-
-
-cdef int _validate_config(Kernel k, LaunchConfig c) except -1:
-    """Checks that need the kernel and device; the driver is not asked to launch."""
-    cdef unsigned int j
-    cdef int nb = 0, v = 0
-    _check_limits(k, c.grid_, c.block_, c.smem, &c.smem)
-    g = c.grid
-    threads = int(c.block_[0]) * c.block_[1] * c.block_[2]
-    if c.nattrs:
-        require(<const void *>D.cuLaunchKernelEx, b"cuLaunchKernelEx",
-                b"LaunchConfig with cluster/cooperative/priority/programmatic attributes")
-    if c.has_cluster:
-        major = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-        minor = _dev_attr(k, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-        if major < 9 or not _dev_attr(k, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH):
-            raise ValueError(f"device {k.device.ordinal} (compute capability {major}.{minor}) does not "
-                             "support thread block clusters (needs 9.0 or newer)")
-        cl = c.cluster
-        for j in range(3):
-            if c.grid_[j] % c.cluster_[j]:
-                raise ValueError(f"grid {g} is not divisible by cluster {cl} (dimension {'xyz'[j]})")
-        size = int(c.cluster_[0]) * c.cluster_[1] * c.cluster_[2]      # Python ints: no wrap
-        check(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, k.func),
-              b"cuFuncGetAttribute")
-        if size > 16 or (size > 8 and not v):
-            hint = ("" if size > 16 else "; allow up to 16 with "
-                    "kernel.set_attribute('non_portable_cluster_size_allowed', 1)")
-            raise ValueError(f"cluster {cl} has {size} blocks; the maximum is "
-                             f"{16 if v else 8}{hint}")
-    if c.cooperative:
-        if not _dev_attr(k, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH):
-            raise ValueError(f"device {k.device.ordinal} does not support cooperative launches")
-        check(D.cuOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k.func, <int>threads, c.smem),
-              b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
-        sms = _dev_attr(k, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        blocks = int(c.grid_[0]) * c.grid_[1] * c.grid_[2]             # Python ints: no wrap
-        if blocks > nb * sms:
-            raise ValueError(f"cooperative launch of {blocks} blocks exceeds co-residency for kernel "
-                             f"{k.name!r}: at most {nb} blocks of {threads} threads per SM x {sms} SMs = "
-                             f"{nb * sms} blocks")
-    c._validated = k.func
-    return 0
-
-
 cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
-    """Fill r (all but params) from a config, validating it for k once."""
+    """Fill r (all but params) from a config, validated for k once: the geometry against
+    the kernel's limits here, the rest by _launch_config.validate_config."""
     if c._validated != k.func:
-        _validate_config(k, c)
-    r.pfunc = &k.func
-    r.ctx = k.ctx
-    memcpy(r.grid, c.grid_, sizeof(r.grid))
-    memcpy(r.block, c.block_, sizeof(r.block))
-    r.smem = c.smem
-    stream_handle(c.stream, &r.stream)
-    r.stream_closed = <int *>&(<Stream>c.stream).closed if type(c.stream) is Stream else NULL
-    r.params = NULL
-    r.nattrs = c.nattrs
-    memcpy(r.attrs, c.attrs, sizeof(r.attrs))
-    return 0
+        _check_limits(k, c.grid_, c.block_, c.smem, &c.smem)
+        validate_config(c, k.func, k.device, k.name)
+    return config_rec(c, &k.func, k.ctx, r)
 
 
 # ------------------------------------------------------------------ plans

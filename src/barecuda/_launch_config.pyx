@@ -2,14 +2,21 @@
 
 Owns: ``LaunchConfig`` (what ``cuLaunchKernelEx`` can be told about one launch:
 clusters, cooperative launch, priority, programmatic serialization), the parsing
-of grid/block/cluster dimensions. Validating a config against a kernel
-and a device lives with the kernel, in _launch.
+of grid/block/cluster dimensions, the validation of a config against a kernel and its
+device (``validate_config``; the geometry against the kernel's limits is checked by
+_launch first) and the launch record a config gives (``config_rec``).
 """
 cimport cython
-from libc.string cimport memset
+from libc.string cimport memset, memcpy
 
 from barecuda._abi cimport *
-from barecuda._stream cimport stream_handle
+from barecuda._errors cimport check
+from barecuda._loader cimport driver_table, require
+from barecuda._device cimport Device
+from barecuda._stream cimport Stream, stream_handle
+from barecuda._pack cimport bc_launch_rec
+
+cdef bc_driver_t *D = driver_table()
 
 
 cdef int parse_dims(object obj, unsigned int out[3], str what) except -1:
@@ -130,3 +137,67 @@ cdef class LaunchConfig:
         if self.programmatic_serialization:
             parts.append("programmatic_serialization=True")
         return f"LaunchConfig({', '.join(parts)})"
+
+
+# --------------------------------------------------------- validation against a kernel
+cdef int _dev_attr(Device device, int code) except? -1:
+    cdef int v = 0
+    check(D.cuDeviceGetAttribute(&v, <CUdevice_attribute>code, device.handle), b"cuDeviceGetAttribute")
+    return v
+
+
+cdef int validate_config(LaunchConfig c, CUfunction func, Device device, str name) except -1:
+    """See _launch_config.pxd."""
+    cdef unsigned int j
+    cdef int nb = 0, v = 0
+    g = c.grid
+    threads = int(c.block_[0]) * c.block_[1] * c.block_[2]
+    if c.nattrs:
+        require(<const void *>D.cuLaunchKernelEx, b"cuLaunchKernelEx",
+                b"LaunchConfig with cluster/cooperative/priority/programmatic attributes")
+    if c.has_cluster:
+        major = _dev_attr(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        minor = _dev_attr(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        if major < 9 or not _dev_attr(device, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH):
+            raise ValueError(f"device {device.ordinal} (compute capability {major}.{minor}) does not "
+                             "support thread block clusters (needs 9.0 or newer)")
+        cl = c.cluster
+        for j in range(3):
+            if c.grid_[j] % c.cluster_[j]:
+                raise ValueError(f"grid {g} is not divisible by cluster {cl} (dimension {'xyz'[j]})")
+        size = int(c.cluster_[0]) * c.cluster_[1] * c.cluster_[2]      # Python ints: no wrap
+        check(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, func),
+              b"cuFuncGetAttribute")
+        if size > 16 or (size > 8 and not v):
+            hint = ("" if size > 16 else "; allow up to 16 with "
+                    "kernel.set_attribute('non_portable_cluster_size_allowed', 1)")
+            raise ValueError(f"cluster {cl} has {size} blocks; the maximum is "
+                             f"{16 if v else 8}{hint}")
+    if c.cooperative:
+        if not _dev_attr(device, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH):
+            raise ValueError(f"device {device.ordinal} does not support cooperative launches")
+        check(D.cuOccupancyMaxActiveBlocksPerMultiprocessor(&nb, func, <int>threads, c.smem),
+              b"cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        sms = _dev_attr(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+        blocks = int(c.grid_[0]) * c.grid_[1] * c.grid_[2]             # Python ints: no wrap
+        if blocks > nb * sms:
+            raise ValueError(f"cooperative launch of {blocks} blocks exceeds co-residency for kernel "
+                             f"{name!r}: at most {nb} blocks of {threads} threads per SM x {sms} SMs = "
+                             f"{nb * sms} blocks")
+    c._validated = func
+    return 0
+
+
+cdef int config_rec(LaunchConfig c, const CUfunction *pfunc, CUcontext ctx, bc_launch_rec *r) except -1:
+    """See _launch_config.pxd."""
+    r.pfunc = pfunc
+    r.ctx = ctx
+    memcpy(r.grid, c.grid_, sizeof(r.grid))
+    memcpy(r.block, c.block_, sizeof(r.block))
+    r.smem = c.smem
+    stream_handle(c.stream, &r.stream)
+    r.stream_closed = <int *>&(<Stream>c.stream).closed if type(c.stream) is Stream else NULL
+    r.params = NULL
+    r.nattrs = c.nattrs
+    memcpy(r.attrs, c.attrs, sizeof(r.attrs))
+    return 0

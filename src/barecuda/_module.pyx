@@ -16,7 +16,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
     symbol_version_text
 from barecuda._device cimport Device, device_of
@@ -187,8 +187,7 @@ cdef class Module:
                 set_current(self.ctx)
                 rc = D.cuModuleUnload(self.handle)
                 if rc != 0:
-                    warnings.warn(f"cuModuleUnload in Module.__dealloc__: {make_error(rc, 'cuModuleUnload')}",
-                                  CudaWarning)
+                    warn_destroy_failed(rc, b"cuModuleUnload", "Module.__dealloc__")
             except Exception as exc:
                 warnings.warn(f"Module.__dealloc__: {exc}", CudaWarning)
         self.handle = NULL

@@ -20,7 +20,7 @@ from libc.string cimport strlen
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, require
 from barecuda._device cimport Device, device_of
 from barecuda._module cimport Module
@@ -696,7 +696,7 @@ cdef class Library:
             rc = D.cuLibraryUnload(self.handle)
             if rc != CUDA_SUCCESS:
                 try:
-                    warnings.warn(f"cuLibraryUnload in Library.__dealloc__ failed: {rc}", CudaWarning)
+                    warn_destroy_failed(rc, b"cuLibraryUnload", "Library.__dealloc__")
                 except Exception:
                     pass
         self.handle = NULL

@@ -82,7 +82,10 @@ bc_staging_init()
 
 
 # ------------------------------------------------------------------ C entry points
-cdef int _prepare(CUcontext *ctx) except -1 nogil:
+cdef int _prepare(size_t n, CUcontext *ctx, bc_stager **stager) except -1 nogil:
+    """Bind the copy's context (the current one when *ctx is NULL) and choose its path:
+    *stager is the context's stager for a copy of n bytes at or over the threshold,
+    else NULL (the driver's plain path)."""
     if not (ST.loaded and not ST.forked):
         with gil:
             ensure_driver(ST)
@@ -92,6 +95,7 @@ cdef int _prepare(CUcontext *ctx) except -1 nogil:
             check(CUDA_ERROR_INVALID_CONTEXT, b"cuCtxGetCurrent")   # nothing current
     else:
         set_current(ctx[0])
+    stager[0] = bc_stager_for(ctx[0]) if n >= bc_staging_threshold() else NULL
     return 0
 
 
@@ -102,9 +106,7 @@ cdef int staged_htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream
     cdef bc_stager *s = NULL
     if n == 0:
         return 0
-    _prepare(&ctx)
-    if n >= bc_staging_threshold():
-        s = bc_stager_for(ctx)
+    _prepare(n, &ctx, &s)
     if s != NULL:
         rc = bc_stager_htod(D, s, dst, src, n, stream, &call)
     else:
@@ -119,9 +121,7 @@ cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
     cdef bc_stager *s = NULL
     if n == 0:
         return 0
-    _prepare(&ctx)
-    if n >= bc_staging_threshold():
-        s = bc_stager_for(ctx)
+    _prepare(n, &ctx, &s)
     if s != NULL:
         rc = bc_stager_dtoh(D, s, dst, src, n, stream, fresh, &call)
     else:

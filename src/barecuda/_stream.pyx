@@ -19,10 +19,10 @@ import time
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -207,6 +207,8 @@ cdef Stream as_stream(object obj, Device device):
 _close_hooks = []
 _close_hooks_lock = threading.Lock()
 
+cdef object _capture_fn = None      # barecuda._capture.capture, once Stream.capture first ran
+
 
 def add_close_hook(hook):
     """Register ``hook(handle: int)``, called when a barecuda-created stream is about to
@@ -309,8 +311,7 @@ cdef class Stream:
             # The driver defers the destruction until queued work is done.
             rc = D.cuStreamDestroy(self.handle)
             if rc != 0:
-                warnings.warn(f"cuStreamDestroy in Stream.__dealloc__: {make_error(rc, 'cuStreamDestroy')}",
-                              CudaWarning)
+                warn_destroy_failed(rc, b"cuStreamDestroy", "Stream.__dealloc__")
         except Exception as e:
             warnings.warn(f"Stream.__dealloc__: {e!r}", CudaWarning)
         self.handle = NULL
@@ -469,8 +470,11 @@ cdef class Stream:
     # -- CUDA graphs (owned by _capture.pyx): capture delegates there
     def capture(self, mode="global"):
         """``with stream.capture(mode) as graph:`` -- see :func:`barecuda.capture`."""
-        from barecuda._capture import capture
-        return capture(self, mode)
+        global _capture_fn
+        if _capture_fn is None:     # _capture cimports this module: imported on first use, once
+            from barecuda._capture import capture
+            _capture_fn = capture
+        return _capture_fn(self, mode)
 
 
 cdef int _run_close_hooks(size_t handle) except -1:
@@ -532,8 +536,7 @@ cdef class Event:
             set_current(self.ctx)
             rc = D.cuEventDestroy(self.handle)
             if rc != 0:
-                warnings.warn(f"cuEventDestroy in Event.__dealloc__: {make_error(rc, 'cuEventDestroy')}",
-                              CudaWarning)
+                warn_destroy_failed(rc, b"cuEventDestroy", "Event.__dealloc__")
         except Exception as e:
             warnings.warn(f"Event.__dealloc__: {e!r}", CudaWarning)
         self.handle = NULL
