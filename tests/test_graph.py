@@ -722,6 +722,28 @@ def test_executables_hold_what_the_graph_gained_since_an_earlier_instantiation(f
     assert refs[0]() is None
 
 
+def test_a_list_given_to_keep_alive_is_read_at_each_instantiation(fake, vadd):
+    """keep_alive(list): what the list holds when an executable is made is what the
+    executable holds once the graph is closed (a list that grew since is read again)."""
+    a, y = bc.alloc(64), bc.alloc(64)
+    ref = weakref.ref(y)
+    held = [a]
+    g = bc.Graph()
+    g.add_kernel(vadd, 1, 16, a, a, a, 1)
+    g.keep_alive(held)
+    exe1 = g.instantiate()
+    held.append(y)
+    exe2 = g.instantiate()
+    g.close()
+    del held, y, g
+    gc.collect()
+    assert ref() is not None
+    del exe2
+    gc.collect()
+    assert ref() is None                            # exe1 was made before y was in the list
+    del exe1
+
+
 def test_update_from_a_captured_graph_refreshes_handles(fake, vadd, stream):
     a, o = bc.alloc(64), bc.alloc(64)
 

@@ -8,8 +8,6 @@ hand, another library's DLPack capsule or CAI wrapper of our buffer) pin the own
 import contextlib
 import ctypes
 import gc
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -19,6 +17,7 @@ import pytest
 np = pytest.importorskip("numpy")
 import barecuda as bc
 from barecuda._signature import parse_ptx_signatures
+from _helpers import run_child
 from test_pool_stream_close import pending  # noqa: F401 -- the double's pending-work model (a fixture)
 
 
@@ -360,66 +359,47 @@ def test_item7_parser_is_fast_on_the_issues_inputs(text):
 
 # ================================================================== item 8: fork
 _FORK_CHILD = r'''
-import os, re, sys, warnings, gc
+import gc, os, warnings
 import barecuda as bc
-from conftest import FakeCuda
+from _helpers import DriverCalls, in_fork
 from fakecuda import ptx
-fake = FakeCuda(os.environ["BARECUDA_LIBCUDA"])
-names = [n for n in sorted(set(re.findall(r"\b(cu[A-Z]\w+)", open(sys.argv[1]).read())))
-         if fake.lib.fakecuda_calls(n.encode()) >= 0]
-total = lambda: sum(fake.lib.fakecuda_calls(n.encode()) for n in names)
+probe = DriverCalls(os.environ["BARECUDA_LIBCUDA"])
 k = bc.Module.from_ptx(ptx.VADD).get_kernel("vadd")
 s = bc.Stream()
 ev = bc.Event()
 b = bc.alloc(4096, stream=s)
 plan = k.bind(1, 32, b, b, b, 1, stream=s)
-pid = os.fork()
-if pid == 0:
-    fails = []
-    n0 = total()
+
+
+def child():
+    global k, s, ev, b, plan
+    before = probe.total()
     # the issue's list: launch, plans, launch_all, Stream.synchronize/query,
     # Event.record/synchronize, memset; constructors and copies
-    for name, call in {"Kernel.launch": lambda: k.launch(1, 32, b, b, b, 1, stream=s), "plan()": plan,
-                       "launch_all": lambda: bc.launch_all([plan]), "Stream.synchronize": s.synchronize,
-                       "Stream.query": s.query, "Event.record": lambda: ev.record(s),
-                       "Event.synchronize": ev.synchronize, "memset": lambda: b.memset(0),
-                       "Stream()": bc.Stream, "alloc": lambda: bc.alloc(16), "copy": lambda: b.copy_from(bytes(4096)),
-                       "close": b.close}.items():
-        try:
-            call()
-            fails.append(name + ": returned normally")
-        except bc.ForkedProcessError as e:
-            if "spawn" not in str(e):
-                fails.append(name + ": message does not name spawn")
-        except BaseException as e:
-            fails.append(f"{name}: {type(e).__name__}: {e}")
+    fails = probe.refusals({
+        "Kernel.launch": lambda: k.launch(1, 32, b, b, b, 1, stream=s), "plan()": plan,
+        "launch_all": lambda: bc.launch_all([plan]), "Stream.synchronize": s.synchronize, "Stream.query": s.query,
+        "Event.record": lambda: ev.record(s), "Event.synchronize": ev.synchronize, "memset": lambda: b.memset(0),
+        "Stream()": bc.Stream, "alloc": lambda: bc.alloc(16), "copy": lambda: b.copy_from(bytes(4096)),
+        "close": b.close})
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         del k, s, ev, b, plan
         gc.collect()                  # destructors leak silently
-    if total() != n0:
-        fails.append(f"{total() - n0} driver calls in the child")
-    sys.stdout.write("\n".join(fails) or "ok")
-    sys.stdout.flush()
-    os._exit(0)
-_, status = os.waitpid(pid, 0)
-assert status == 0
+    if probe.total() != before:
+        fails.append(f"{probe.total() - before} driver call(s) in the child in all")
+    return "\n".join(fails)
+
+
+print(in_fork(child) or "ok")
 '''
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="os.fork semantics tested on Linux")
 def test_item8_every_entry_point_of_the_issue_refuses_in_a_fork_child(fake_lib_path):
     """More entry points: tests/test_fork.py, tests/test_device_stream.py."""
-    tests = os.path.dirname(os.path.abspath(__file__))
-    abi_h = os.path.join(os.path.dirname(tests), "include", "barecuda", "cuda_abi.h")
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(bc.__file__)))
-    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path,
-               PYTHONPATH=os.pathsep.join([tests, pkg] + [p for p in os.environ.get("PYTHONPATH", "").split(
-                   os.pathsep) if p]))
-    r = subprocess.run([sys.executable, "-c", _FORK_CHILD, abi_h], env=env, capture_output=True, text=True,
-                       timeout=120, cwd=tests)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "ok", r.stdout
+    out = run_child(_FORK_CHILD, fake_lib_path)
+    assert out.strip() == "ok", out
 
 
 # ======================================================== item 9: fresh threads

@@ -19,6 +19,8 @@ Rows:
               every node of a launched graph, so a long chain would hide the overhead)
   set_arg     ``h.set_arg(3, int)`` vs cuGraphExecKernelNodeSetParams, and with a
               DeviceBuffer: the same buffer re-set, and two buffers alternating
+  floor       the same Python loops calling a C method of the same shape that does
+              nothing (RawChain.noop): no Python-level row can cost less than raw + this
 """
 import argparse
 import os
@@ -124,6 +126,21 @@ def main(argv=None):
             h.set_arg(2, x)
         return now() - t0
 
+    def floor_set_arg(n):
+        t0 = now()
+        for i in range(n):
+            raw.noop(3, i & 31)
+        return now() - t0
+
+    def floor_launch(n):
+        t0 = now()
+        for _ in range(n):
+            raw.noop(s)
+        return now() - t0
+
+    def zero(n):
+        return 0
+
     cap_n, upd_n = max(reps // 2000, 2), max(reps // 100, 10)
     rows = [
         # name, bc(n), raw(n), n per sample
@@ -134,6 +151,8 @@ def main(argv=None):
         ("set_arg(3, int)", bc_set_int, lambda n: raw.setparams(n), reps),
         ("set_arg(2, same buffer)", bc_set_same_buf, lambda n: raw.setparams(n), reps),
         ("set_arg(2, two buffers alternating)", bc_set_two_bufs, lambda n: raw.setparams(n), reps),
+        ("floor: loop + no-op C call (noop(3, i&31))", floor_set_arg, zero, reps),
+        ("floor: loop + no-op C call (noop(s))", floor_launch, zero, reps),
     ]
     print("barecuda overhead on the DRIVER DOUBLE (tests/fakecuda), ns per operation; not GPU figures")
     print(f"(best of {opts.repeat} alternated samples each; the overhead is barecuda - raw C)")
@@ -142,6 +161,8 @@ def main(argv=None):
     for name, fb, fr, n in rows:
         if want and not any(w in name for w in want):
             continue
+        if name.startswith("floor") and not hasattr(raw, "noop"):
+            continue                # a build from before RawChain.noop
         fb(max(n // 10, 1))
         fr(max(n // 10, 1))
         s.synchronize()

@@ -28,11 +28,10 @@ from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot
 from barecuda._driver_pool cimport flush_capture_frees
-from barecuda._pool cimport bc_block, FROM_GRAPH
+from barecuda._pool cimport bc_block, FROM_GRAPH, capture_started, capture_ended
 from barecuda._launch cimport Kernel, set_capture_hook
 from barecuda._graph cimport Graph, need, graph_shell, hold
 from barecuda._errors import make_error
-from barecuda import _pool
 
 cdef bc_driver_t *D = driver_table()
 
@@ -101,7 +100,7 @@ cdef class Capture:
         _seen_init(&self.seen)
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
-        _pool._capture_started()
+        capture_started()
         _active_captures.append(self)
         set_capture_hook(_record_launch)
         capture_use_slot()[0] = _record_use
@@ -122,7 +121,7 @@ cdef class Capture:
             capture_use_slot()[0] = NULL
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
-        _pool._capture_ended()
+        capture_ended()
         if not _active_captures:
             flush_capture_frees()
         if exc_type is not None:
@@ -150,16 +149,13 @@ cdef int _record_launch(size_t hs, object obj, Kernel k, object args) except -1:
     runs: a launch on a capturing stream makes its graph hold the kernel (or plan) and
     the arguments, and remember the kernel by its CUfunction (Graph.kernel_nodes)."""
     cdef Py_ssize_t i
-    cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
-    for i in range(PyList_GET_SIZE(_active_captures)):
+    for i in range(PyList_GET_SIZE(_active_captures)):     # the common case, with no tuple made
         if <size_t>(<Capture>PyList_GET_ITEM(_active_captures, i)).hs == hs:
             return _record_into(<Capture>PyList_GET_ITEM(_active_captures, i), obj, k, args)
-    # Another stream: in a capture only when joined to one (event wait). Which one is not
-    # asked: holding the references in every running capture is safe.
-    if hs == 0 or D.cuStreamIsCapturing(<CUstream>hs, &status) != 0 or status == CU_STREAM_CAPTURE_STATUS_NONE:
-        return 0
-    for c in tuple(_active_captures):
-        _record_into(<Capture>c, obj, k, args)
+    targets = _targets(hs)              # another stream, joined to a capture or not
+    if targets is not None:
+        for c in targets:
+            _record_into(<Capture>c, obj, k, args)
     return 0
 
 
@@ -200,7 +196,7 @@ cdef int _record_into(Capture c, object obj, Kernel k, object args) except -1:
 
 cdef object _targets(size_t hs):
     """The running captures that work queued on stream hs goes into (a tuple), or None
-    (as _record_launch finds them)."""
+    (_record_launch and _record_use)."""
     cdef Capture c
     cdef CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE
     for c in _active_captures:

@@ -34,8 +34,8 @@ cdef class Graph:
     cdef tuple _refs_buffers        # the distinct DeviceBuffers among them
     cdef list _refs_of              # the _keep list the snapshot was taken from ...
     cdef Py_ssize_t _refs_len       # ... and its length then
-    cdef bint _nested               # _keep holds the live lists of conditional bodies (they grow
-                                    #   on their own: the snapshot is taken afresh each time)
+    cdef bint _nested               # _keep holds lists (conditional bodies', child graphs', a user's
+                                    #   in keep_alive), which may grow on their own: no reuse
 
     cdef int _live(self) except -1
     cdef int _adopt(self, object node) except -1

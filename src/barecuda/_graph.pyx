@@ -393,12 +393,15 @@ cdef class Graph:
             return 0
         out = []
         todo = [keep]
+        nested = False
         while todo:
             for o in todo.pop():
                 if type(o) is list:
                     todo.append(o)
+                    nested = True
                 else:
                     out.append(o)
+        self._nested = nested
         self._refs = tuple(out)
         self._refs_kernels = tuple({id(o): o for o in out if type(o) is Kernel}.values())
         self._refs_buffers = tuple({id(o): o for o in out if type(o) is DeviceBuffer}.values())
@@ -693,7 +696,6 @@ cdef class Graph:
             b.ctx = self.ctx
             b._parent = self        # the body's handle lives as long as this graph
             self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
-            self._nested = True
             out.append(b)
         n = ConditionalNode.__new__(ConditionalNode, _TOKEN)
         n.handle = h

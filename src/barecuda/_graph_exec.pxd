@@ -21,11 +21,14 @@ cdef class GraphExec:
     cdef readonly unsigned long long flags
     cdef dict _params               # node index -> _KernelParams of the nodes that have handles
     cdef tuple _kernels             # the Kernels it runs (launch refuses when one's module was closed)
+    cdef size_t _kernels_seen       # _launch.kernels_closed() when _kernels were last found alive
+    cdef bint _kernels_ok           # ... (False: check at the next launch)
 
     cdef int _live(self) except -1
     cdef void _mark_used(self) noexcept
     cdef void _mark_params(self) noexcept
     cdef int _hold_refs(self, Graph graph) except -1
+    cdef int _check_kernels(self) except -1
     cdef int _refresh_params(self, Graph graph) except -1
 
 

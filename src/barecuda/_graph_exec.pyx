@@ -32,7 +32,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable
 from barecuda._loader cimport driver_table, runtime_state, set_current
 from barecuda._stream cimport stream_handle, wait_interruptible, _query_fn
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
-from barecuda._launch cimport Kernel, pack_arg, check_dims
+from barecuda._launch cimport Kernel, pack_arg, check_dims, kernels_closed
 from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
 from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
 from barecuda._graph cimport Graph, GraphNode, KernelNode, need
@@ -43,6 +43,7 @@ from barecuda._host_node import check_host_errors
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 cdef Py_ssize_t *_nerr = pending_host_errors()      # host-node exceptions stored (_host_node.pyx)
+cdef const size_t *_closed = kernels_closed()       # kernels invalidated so far (_launch.pyx)
 
 _TOKEN = object()
 
@@ -165,6 +166,20 @@ cdef class GraphExec:
         self._refs = graph._refs
         self._bufs = graph._refs_buffers
         self._kernels = graph._refs_kernels
+        self._kernels_ok = False
+        return 0
+
+    cdef int _check_kernels(self) except -1:
+        """Raise if a kernel this executable runs lost its module; else remember that
+        they were all alive at the current kernels_closed() count (launch checks one
+        number, not every kernel, until a module is closed somewhere)."""
+        cdef size_t seen = _closed[0]
+        cdef Py_ssize_t i
+        for i in range(PyTuple_GET_SIZE(self._kernels)):
+            if (<Kernel>PyTuple_GET_ITEM(self._kernels, i)).func == NULL:
+                _raise_unloaded(<Kernel>PyTuple_GET_ITEM(self._kernels, i))
+        self._kernels_seen = seen
+        self._kernels_ok = True
         return 0
 
     def close(self):
@@ -194,6 +209,7 @@ cdef class GraphExec:
         """The ``CUgraphExec`` as an int."""
         return <size_t>self.handle
 
+    @cython.binding(False)      # a plain method descriptor: CPython calls it straight (no CyFunction)
     def launch(self, stream=None):
         """Launch the graph on ``stream`` (default: the legacy default stream).
 
@@ -202,14 +218,12 @@ cdef class GraphExec:
         cdef CUstream hs = NULL
         cdef CUresult rc
         cdef CUgraphExec x = self.handle
-        cdef Py_ssize_t i
         if x == NULL:
             self._live()
         if _nerr[0]:
             check_host_errors()
-        for i in range(PyTuple_GET_SIZE(self._kernels)):     # a few kernels: one compare each
-            if (<Kernel>PyTuple_GET_ITEM(self._kernels, i)).func == NULL:
-                _raise_unloaded(<Kernel>PyTuple_GET_ITEM(self._kernels, i))
+        if not self._kernels_ok or self._kernels_seen != _closed[0]:
+            self._check_kernels()
         stream_handle(stream, &hs)
         set_current(self.ctx)
         rc = D.cuGraphLaunch(x, hs)
@@ -593,6 +607,8 @@ cdef class ExecKernelNode:
 cdef inline int _replace_val(GraphExec x, _KernelParams st, Py_ssize_t index, object value) except -1:
     """st.vals[index] = value (index checked by the caller), after the push."""
     cdef PyObject *old = PyList_GET_ITEM(st.vals, index)
+    if old == <PyObject *>value:        # the same object again (a buffer re-set): its pin stays
+        return 0
     if (st.pinned[index] or Py_TYPE(<object>old) is <PyTypeObject *>DeviceBuffer
             or Py_TYPE(value) is not &PyLong_Type):
         return _replace_buffer_val(x, st, index, value)

@@ -47,3 +47,6 @@ ctypedef int (*capture_hook_t)(size_t stream, object obj, Kernel k, object args)
 cdef void set_capture_hook(capture_hook_t hook) noexcept
 # Called by Module.close(): later launches of k raise instead of using a dead handle.
 cdef void invalidate_kernel(Kernel k) noexcept
+# A counter invalidate_kernel increments: holders of many kernels (executable graphs)
+# re-check theirs only when it moved.
+cdef const size_t *kernels_closed() noexcept

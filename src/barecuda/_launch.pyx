@@ -158,8 +158,17 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
     return k
 
 
+cdef size_t _kernels_closed = 0     # how many times a kernel was invalidated (kernels_closed())
+
+
 cdef void invalidate_kernel(Kernel k) noexcept:
+    global _kernels_closed
     k.func = NULL
+    _kernels_closed += 1
+
+
+cdef const size_t *kernels_closed() noexcept:
+    return &_kernels_closed
 
 
 # ------------------------------------------------------------------ errors

@@ -93,7 +93,7 @@ from barecuda import _stream as _stream_mod
 _stream_mod.add_close_hook(_on_stream_close)
 
 # -- CUDA graphs (_graph.pyx): stream capture hook. While a barecuda capture runs
-# (_graph.Capture calls _capture_started/_capture_ended), allocations on a capturing
+# (_capture.Capture calls capture_started/capture_ended), allocations on a capturing
 # stream bypass the cache: they are cuMemAllocAsync (graph allocation nodes) and their
 # frees cuMemFreeAsync, so no cached block is handed to captured work and no block the
 # graph allocated is reused by the cache; blocks freed during a capture on the capturing
@@ -102,12 +102,12 @@ _stream_mod.add_close_hook(_on_stream_close)
 cdef int _captures = 0
 
 
-def _capture_started():
+cdef void capture_started() noexcept:
     global _captures
     _captures += 1
 
 
-def _capture_ended():
+cdef void capture_ended() noexcept:
     global _captures
     if _captures > 0:
         _captures -= 1

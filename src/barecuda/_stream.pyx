@@ -207,6 +207,8 @@ cdef Stream as_stream(object obj, Device device):
 _close_hooks = []
 _close_hooks_lock = threading.Lock()
 
+cdef object _capture_fn = None      # barecuda._capture.capture, once Stream.capture first ran
+
 
 def add_close_hook(hook):
     """Register ``hook(handle: int)``, called when a barecuda-created stream is about to
@@ -468,8 +470,11 @@ cdef class Stream:
     # -- CUDA graphs (owned by _capture.pyx): capture delegates there
     def capture(self, mode="global"):
         """``with stream.capture(mode) as graph:`` -- see :func:`barecuda.capture`."""
-        from barecuda._capture import capture
-        return capture(self, mode)
+        global _capture_fn
+        if _capture_fn is None:     # _capture cimports this module: imported on first use, once
+            from barecuda._capture import capture
+            _capture_fn = capture
+        return _capture_fn(self, mode)
 
 
 cdef int _run_close_hooks(size_t handle) except -1:

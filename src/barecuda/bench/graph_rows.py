@@ -12,6 +12,12 @@ threads) in which 3 arguments change every step, run as: eager ``kernel.launch``
 graph + 3 ``ExecKernelNode.set_arg``, raw C graph + 3
 ``cuGraphExecKernelNodeSetParams``, raw C eager launches, PyTorch eager (100 small
 in-place adds), and a PyTorch CUDA graph re-captured every step.
+
+The launch-issue and ``set_arg`` groups carry a ``floor`` row: the same Python loop
+calling a C method of the same shape that does nothing (``RawChain.noop``, no driver
+call). A Python-level row cannot cost less than its raw C row plus that floor, so
+``x`` of the barecuda row minus ``x`` of the floor row is what barecuda itself adds
+beyond the call.
 """
 import statistics
 
@@ -128,6 +134,20 @@ def build_rows(bc, now_ns, reps=200):
             h0.set_arg(3, i & 31)
         return (now_ns() - t0) / (reps * 10)
 
+    # The floor under the two Python-level rows above: the same loop calling a C method of
+    # the same shape that does nothing (RawChain.noop), no driver call.
+    def floor_set_arg():
+        t0 = now_ns()
+        for i in range(reps * 10):
+            raw.noop(3, i & 31)
+        return (now_ns() - t0) / (reps * 10)
+
+    def floor_issue():
+        t0 = now_ns()
+        for _ in range(reps):
+            raw.noop(s)
+        return (now_ns() - t0) / reps
+
     def bc_update():
         t0 = now_ns()
         for _ in range(reps):
@@ -190,10 +210,12 @@ def build_rows(bc, now_ns, reps=200):
             _Row("bc_replay", "barecuda exe.launch, per node", "raw_replay", bc_replay)]),
         ("launch issue (ns)", [
             _Row("raw_issue", "raw C cuGraphLaunch issue", None, lambda: raw.issue(sh, reps) / reps),
-            _Row("bc_issue", "barecuda exe.launch issue", "raw_issue", bc_issue)]),
+            _Row("bc_issue", "barecuda exe.launch issue", "raw_issue", bc_issue),
+            _Row("floor_issue", "floor: the Python loop + a no-op C call", "raw_issue", floor_issue)]),
         ("kernel-node set_arg (ns)", [
             _Row("raw_setp", "raw C cuGraphExecKernelNodeSetParams", None, lambda: raw.setparams(reps * 10) / (reps * 10)),
-            _Row("bc_setarg", "barecuda node.set_arg", "raw_setp", bc_set_arg)]),
+            _Row("bc_setarg", "barecuda node.set_arg", "raw_setp", bc_set_arg),
+            _Row("floor_setarg", "floor: the Python loop + a no-op C call", "raw_setp", floor_set_arg)]),
         ("whole-graph update, 100 nodes (ns)", [
             _Row("raw_update", "raw C cuGraphExecUpdate", None, lambda: raw.update(reps) / reps),
             _Row("bc_update", "barecuda exe.update", "raw_update", bc_update)]),
