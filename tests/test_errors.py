@@ -265,6 +265,7 @@ def test_out_of_memory_from_a_real_call_path(fake):
     ("cuMemHostUnregister", lambda: barecuda.register_host(bytearray(4096))),
     ("cuMemPoolDestroy", lambda: barecuda.DriverMemoryPool(0)),
     ("cuEventDestroy", lambda: barecuda.Event()),
+    ("cuGraphDestroy", lambda: barecuda.Graph()),
 ])
 def test_destructor_failure_warns_with_the_call_the_object_and_the_error(fake, call, make):
     obj = make()

@@ -24,11 +24,10 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.list cimport PyList_GET_SIZE
 
 import os
-import warnings
 import weakref
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Event
@@ -36,7 +35,7 @@ from barecuda._buffer cimport DeviceBuffer, pin, unpin, KIND_CLOSED
 from barecuda._host cimport PinnedBuffer, hold_host
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda._host_node cimport _HostCall, host_trampoline
-from barecuda._errors import make_error, CudaWarning
+from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -323,9 +322,8 @@ cdef class Graph:
     def __dealloc__(self):
         if self.owned and self.handle != NULL and bc_driver_usable(ST):
             rc = D.cuGraphDestroy(self.handle)
-            if rc != 0:
-                warnings.warn(f"cuGraphDestroy in Graph.__dealloc__: {make_error(rc, 'cuGraphDestroy')}",
-                              CudaWarning)
+            if rc != CUDA_SUCCESS:
+                warn_destroy_failed(rc, b"cuGraphDestroy", "Graph.__dealloc__")
         self.handle = NULL
 
     def close(self):

@@ -25,10 +25,9 @@ from cpython.object cimport PyTypeObject, Py_TYPE
 cdef extern from "Python.h":
     PyTypeObject PyLong_Type
 
-import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, set_current
 from barecuda._stream cimport stream_handle, wait_interruptible, _query_fn
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
@@ -37,7 +36,7 @@ from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
 from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
 from barecuda._graph cimport Graph, GraphNode, KernelNode, need
 from barecuda._host_node cimport pending_host_errors
-from barecuda._errors import make_error, CudaWarning
+from barecuda._errors import make_error
 from barecuda._host_node import check_host_errors
 
 cdef bc_driver_t *D = driver_table()
@@ -140,9 +139,8 @@ cdef class GraphExec:
         if self.handle != NULL and bc_driver_usable(ST):
             self._mark_used()
             rc = D.cuGraphExecDestroy(self.handle)
-            if rc != 0:
-                warnings.warn(f"cuGraphExecDestroy in GraphExec.__dealloc__: "
-                              f"{make_error(rc, 'cuGraphExecDestroy')}", CudaWarning)
+            if rc != CUDA_SUCCESS:
+                warn_destroy_failed(rc, b"cuGraphExecDestroy", "GraphExec.__dealloc__")
         self.handle = NULL
 
     cdef void _mark_used(self) noexcept:
