@@ -4,6 +4,7 @@ from barecuda._device cimport Device
 from barecuda._launch cimport Kernel
 from barecuda._graph cimport Graph, KernelNode
 from barecuda._pack cimport bc_param
+from cpython.ref cimport PyObject
 
 
 cdef class GraphExec:
@@ -58,15 +59,21 @@ cdef class ExecKernelNode:
     cdef object _set_arg_slow(self, Py_ssize_t index, object value)
 
 
+ctypedef struct _arg_slot:
+    PyObject *st                    # the node's _KernelParams (held by ArgUpdate._nodes)
+    Py_ssize_t index                # the parameter index
+    Py_ssize_t node                 # position of the node in ArgUpdate._nodes
+    unsigned long long saved        # the bytes the slot held before set() (1, 2, 4 or 8-byte slots)
+
+
 cdef class ArgUpdate:
     cdef readonly GraphExec exec
     cdef tuple _handles             # ExecKernelNode per slot
     cdef tuple _nodes               # _KernelParams per touched node, in order of first use
     cdef Py_ssize_t n               # slots
-    cdef Py_ssize_t *index          # per slot: the parameter index
-    cdef Py_ssize_t *node           # per slot: position in _nodes
-    cdef unsigned long long *saved  # per slot: the bytes it held (slots of at most 8 bytes)
-    cdef list _saved_big            # per slot: the bytes it held (larger slots), else None
+    cdef _arg_slot *slots
+    cdef list _saved_big            # per slot: the bytes it held when it is not a 1/2/4/8-byte slot
+    cdef bint _any_big              # _saved_big holds something
 
     cdef int _pack_slow(self, Py_ssize_t i, _KernelParams st, Py_ssize_t index, object value) except -1
     cdef int _restore(self, Py_ssize_t upto, Py_ssize_t first_node) except -1

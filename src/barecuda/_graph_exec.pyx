@@ -351,10 +351,8 @@ cdef class GraphExec:
         pos = {}                        # id(_KernelParams) -> position in nodes
         seen = set()
         u = ArgUpdate.__new__(ArgUpdate, _TOKEN)
-        u.index = <Py_ssize_t *>PyMem_Malloc(max(n, 1) * sizeof(Py_ssize_t))
-        u.node = <Py_ssize_t *>PyMem_Malloc(max(n, 1) * sizeof(Py_ssize_t))
-        u.saved = <unsigned long long *>PyMem_Malloc(max(n, 1) * sizeof(unsigned long long))
-        if u.index == NULL or u.node == NULL or u.saved == NULL:
+        u.slots = <_arg_slot *>PyMem_Malloc(max(n, 1) * sizeof(_arg_slot))
+        if u.slots == NULL:
             raise MemoryError()
         for i in range(n):
             pair = slots[i]
@@ -381,8 +379,10 @@ cdef class GraphExec:
             if j == len(nodes):
                 nodes.append(h.st)
             handles.append(h)
-            u.index[i] = ix
-            u.node[i] = j
+            u.slots[i].st = <PyObject *>h.st
+            u.slots[i].index = ix
+            u.slots[i].node = j
+            u.slots[i].saved = 0
         u.exec = self
         u.n = n
         u._handles = tuple(handles)
@@ -757,17 +757,12 @@ cdef class ArgUpdate:
     def __cinit__(self, token=None):
         if token is not _TOKEN:
             raise TypeError("argument updates come from GraphExec.prepare_args()")
-        self.index = NULL
-        self.node = NULL
-        self.saved = NULL
+        self.slots = NULL
         self.n = 0
 
     def __dealloc__(self):
-        PyMem_Free(self.index)
-        PyMem_Free(self.node)
-        PyMem_Free(self.saved)
-        self.index = self.node = NULL
-        self.saved = NULL
+        PyMem_Free(self.slots)
+        self.slots = NULL
 
     def __len__(self):
         return self.n
@@ -778,7 +773,7 @@ cdef class ArgUpdate:
     @property
     def slots(self):
         """The ``(ExecKernelNode, index)`` pairs, in the order ``set`` takes values."""
-        return tuple((self._handles[i], self.index[i]) for i in range(self.n))
+        return tuple((self._handles[i], self.slots[i].index) for i in range(self.n))
 
     @cython.binding(False)      # a plain method descriptor (see ExecKernelNode.set_arg)
     def set(self, *values):
@@ -792,53 +787,54 @@ cdef class ArgUpdate:
             A failed ``cuGraphExecKernelNodeSetParams``: see the class docstring for
             what state remains.
         """
+        # The nodes' blocks are read through borrowed pointers (self._nodes holds them):
+        # no reference counting per slot.
         cdef Py_ssize_t i = 0, j, nn
-        cdef Py_ssize_t index
-        cdef _KernelParams st
+        cdef _arg_slot *sl
+        cdef PyObject *stp
+        cdef const bc_param *p
         cdef CUresult rc
-        cdef CUgraphExec x = self.exec.handle
+        cdef CUgraphExec x
         if PyTuple_GET_SIZE(values) != self.n:
             raise TypeError(f"this update sets {self.n} slots, got {PyTuple_GET_SIZE(values)} values")
-        if x == NULL:
+        if self.exec.handle == NULL:
             self.exec._live()
         try:
             while i < self.n:
-                st = <_KernelParams>PyTuple_GET_ITEM(self._nodes, self.node[i])
-                index = self.index[i]
-                if st.seen == _closed[0] and <size_t>index < <size_t>st.nparams and _word(st.params[index].size):
-                    self.saved[i] = _load_slot(st.buf + st.params[index].offset, st.params[index].size)
-                    _pack_fast(st, index, <object>PyTuple_GET_ITEM(values, i), self.exec.last)
+                sl = &self.slots[i]
+                stp = sl.st
+                if ((<_KernelParams>stp).seen == _closed[0] and <size_t>sl.index < <size_t>(<_KernelParams>stp).nparams
+                        and _word((<_KernelParams>stp).params[sl.index].size)):
+                    p = &(<_KernelParams>stp).params[sl.index]
+                    sl.saved = _load_slot((<_KernelParams>stp).buf + p.offset, p.size)
+                    _pack_fast(<_KernelParams>stp, sl.index, <object>PyTuple_GET_ITEM(values, i), self.exec.last)
                 else:
-                    self._pack_slow(i, st, index, <object>PyTuple_GET_ITEM(values, i))
+                    self._pack_slow(i, <_KernelParams>stp, sl.index, <object>PyTuple_GET_ITEM(values, i))
                 i += 1
+            x = self.exec.handle            # (a packer may have run Python code: look again)
+            if x == NULL:
+                self.exec._live()
+            set_current(self.exec.ctx)
         except BaseException:
             self._restore(i, 0)
             raise
-        x = self.exec.handle           # (a packer may have run Python code: look again)
-        if x == NULL:
-            self._restore(self.n, 0)
-            self.exec._live()
         nn = PyTuple_GET_SIZE(self._nodes)
-        try:
-            set_current(self.exec.ctx)
-        except BaseException:
-            self._restore(self.n, 0)
-            raise
         for j in range(nn):
-            st = <_KernelParams>PyTuple_GET_ITEM(self._nodes, j)
-            rc = D.cuGraphExecKernelNodeSetParams(x, st.node, &st.p)
+            stp = PyTuple_GET_ITEM(self._nodes, j)
+            rc = D.cuGraphExecKernelNodeSetParams(x, (<_KernelParams>stp).node, &(<_KernelParams>stp).p)
             if rc != 0:
                 self._restore(self.n, j)
                 self._commit(values, j)
                 raise make_error(rc, "cuGraphExecKernelNodeSetParams",
-                                 f"pushing kernel node #{self._node_index(j)} ({st.kernel.name!r}; "
-                                 f"node {j + 1} of {nn} in this update; the ones before it were set)")
+                                 f"pushing kernel node #{self._node_index(j)} "
+                                 f"({(<_KernelParams>stp).kernel.name!r}; node {j + 1} of {nn} in this update; "
+                                 "the ones before it were set)")
         self._commit(values, nn)
 
     cdef int _pack_slow(self, Py_ssize_t i, _KernelParams st, Py_ssize_t index, object value) except -1:
         """Slot i after a module close somewhere, an update that changed the node's kernel,
-        or a slot over 8 bytes (structs): launch's packer, which raises on a closed module
-        or a bad index."""
+        or a slot that is not 1, 2, 4 or 8 bytes (structs): launch's packer, which raises
+        on a closed module or a bad index."""
         cdef Kernel k = st.kernel
         cdef uint32_t size
         if k.func == NULL or <size_t>index >= <size_t>st.nparams:
@@ -846,9 +842,10 @@ cdef class ArgUpdate:
         st.seen = _closed[0]
         size = st.params[index].size
         if _word(size):
-            self.saved[i] = _load_slot(st.buf + st.params[index].offset, size)
+            self.slots[i].saved = _load_slot(st.buf + st.params[index].offset, size)
         else:
             self._saved_big[i] = (st.buf + st.params[index].offset)[:size]
+            self._any_big = True
         try:
             pack_arg(k, index, value, st.buf, self.exec.last, _NO_KEEP)
         except BaseException:
@@ -858,40 +855,45 @@ cdef class ArgUpdate:
 
     cdef int _restore(self, Py_ssize_t upto, Py_ssize_t first_node) except -1:
         """Put back the bytes slots [0, upto) held, for slots of nodes >= first_node (last
-        packed first)."""
-        cdef Py_ssize_t i, index
+        packed first: the restored state of each slot is the one before its packing)."""
+        cdef Py_ssize_t i
+        cdef _arg_slot *sl
         cdef _KernelParams st
         cdef const bc_param *p
         for i in range(upto - 1, -1, -1):
-            if self.node[i] < first_node:
+            sl = &self.slots[i]
+            if sl.node < first_node:
                 continue
-            st = <_KernelParams>PyTuple_GET_ITEM(self._nodes, self.node[i])
-            index = self.index[i]
-            if <size_t>index >= <size_t>st.nparams:
+            st = <_KernelParams>sl.st
+            if <size_t>sl.index >= <size_t>st.nparams:
                 continue
-            p = &st.params[index]
+            p = &st.params[sl.index]
             big = self._saved_big[i]
             if big is not None:
                 memcpy(st.buf + p.offset, <char *>big, p.size)
                 self._saved_big[i] = None
-            else:
-                bc_store_int(st.buf + p.offset, p.size, self.saved[i])
+            elif _word(p.size):
+                bc_store_int(st.buf + p.offset, p.size, sl.saved)
         return 0
 
     cdef int _commit(self, tuple values, Py_ssize_t nodes_done) except -1:
         """The values of slots whose node was pushed (position < nodes_done) now belong
         to it (held, buffers pinned; replaced buffers marked used)."""
         cdef Py_ssize_t i
-        for i in range(self.n):
-            if self.node[i] < nodes_done:
+        cdef _arg_slot *sl
+        if self._any_big:
+            for i in range(self.n):
                 self._saved_big[i] = None
-                _replace_val(self.exec, <_KernelParams>PyTuple_GET_ITEM(self._nodes, self.node[i]),
-                             self.index[i], <object>PyTuple_GET_ITEM(values, i))
+            self._any_big = False
+        for i in range(self.n):
+            sl = &self.slots[i]
+            if sl.node < nodes_done:
+                _replace_val(self.exec, <_KernelParams>sl.st, sl.index, <object>PyTuple_GET_ITEM(values, i))
         return 0
 
     cdef Py_ssize_t _node_index(self, Py_ssize_t j):
         cdef Py_ssize_t i
         for i in range(self.n):
-            if self.node[i] == j:
+            if self.slots[i].node == j:
                 return (<ExecKernelNode>self._handles[i]).node.index
         return -1
