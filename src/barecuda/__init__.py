@@ -16,7 +16,8 @@ from barecuda._loader import is_available, driver_version, driver_path
 
 from barecuda._device import Device, device_count
 from barecuda._stream import Stream, Event
-from barecuda._buffer import DeviceBuffer, Allocator, alloc, empty, zeros, get_allocator, set_allocator
+from barecuda._buffer import DeviceBuffer, Allocator, alloc, empty, zeros
+from barecuda._allocators import get_allocator, set_allocator
 from barecuda._interop import as_device_buffer
 from barecuda._copy import to_device, copy_2d, copy_3d
 from barecuda._host import PinnedBuffer, PinnedAllocator, pinned_empty, register_host, HostRegistration

@@ -15,10 +15,10 @@ from libc.string cimport memset
 from barecuda._abi cimport *
 from barecuda._errors cimport check
 from barecuda._loader cimport driver_table, set_current
-from barecuda._stream cimport stream_handle
+from barecuda._stream cimport stream_handle, resolve_device, stream_after
 from barecuda._staging cimport staged_htod, staged_dtoh
 from barecuda._dtype cimport np_module, resolve_dtype, nbytes_of
-from barecuda._buffer cimport (DeviceBuffer, new_buffer, resolve_device, stream_after, note_use,
+from barecuda._buffer cimport (DeviceBuffer, new_buffer, note_use,
                                checked_size, order_stream, capture_use_t, capture_use_slot, captured_use,
                                refuse_captured)
 from barecuda._host cimport PinnedBuffer, get_host, find_pinned
