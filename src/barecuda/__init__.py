@@ -16,7 +16,8 @@ from barecuda._loader import is_available, driver_version, driver_path
 
 from barecuda._device import Device, device_count
 from barecuda._stream import Stream, Event
-from barecuda._buffer import DeviceBuffer, Allocator, alloc, empty, zeros, get_allocator, set_allocator
+from barecuda._buffer import DeviceBuffer, Allocator, alloc, empty, zeros
+from barecuda._allocators import get_allocator, set_allocator
 from barecuda._interop import as_device_buffer
 from barecuda._copy import to_device, copy_2d, copy_3d
 from barecuda._host import PinnedBuffer, PinnedAllocator, pinned_empty, register_host, HostRegistration
@@ -70,9 +71,9 @@ __all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", 
 # CUDA graphs (_graph.pyx, _graph_exec.pyx, _capture.pyx, _host_node.pyx)
 from barecuda._graph import Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle
 from barecuda._host_node import check_host_errors
-from barecuda._graph_exec import GraphExec, ExecKernelNode
+from barecuda._graph_exec import GraphExec, ExecKernelNode, ArgUpdate
 from barecuda._capture import Capture, capture, is_capturing
-__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
+__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode", "ArgUpdate",
             "Capture", "capture", "is_capturing", "check_host_errors"]
 
 # staging settings (core)

@@ -161,8 +161,9 @@ cdef inline int refuse_captured(capture_use_t *slot, CUstream s, str op, str wha
 
 
 # ---- helpers for the sibling modules (_interop, _copy, _host, _managed, _pool)
-# The allocator bc.alloc/empty/... use for `ordinal` (created on first use).
-cdef Allocator default_allocator(int ordinal)
+# (The allocator bc.alloc/empty/... use for a device: default_allocator in _allocators.pxd.
+# The device a (device=, stream=) pair names, made current, and the order between two
+# streams: resolve_device and stream_after in _stream.pxd.)
 # A fresh DeviceBuffer of nbytes on (device, stream) from `allocator` (None: default).
 cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object allocator)
 # An owner DeviceBuffer over memory from some allocator (managed, pitched...).
@@ -180,8 +181,6 @@ cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream
 # (docs/interop.md's one rule). Linear in the number of live allocations.
 cdef DeviceBuffer view_at(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
                           object producer)
-cdef Device resolve_device(object device, object stream)
-cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1
 cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra)
 cdef size_t checked_size(object n, str what) except? 0
 

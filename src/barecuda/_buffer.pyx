@@ -1,13 +1,15 @@
 """Device memory: DeviceBuffer, allocation, memset, and the ownership protocol.
 
 Owns: DeviceBuffer (memory on one device, ordered on one stream), its views and
-slices, the Allocator interface, the default-allocator registry, alloc/empty/zeros,
-memset, and pin/unpin/owner_of/note_use (the ownership protocol other modules use;
-see docs/errors.md, "Ownership"). The allocators that leave caching to the driver
-(DriverAllocator, DriverMemoryPool) and their free rule (free_order) live in
-_driver_pool, the caching allocator in _pool, dtypes in _dtype, copies in _copy,
-DLPack/CAI in _interop, pinned host memory in _host, managed and pitched memory in
-_managed.
+slices, the Allocator interface, alloc/empty/zeros, memset, and
+pin/unpin/owner_of/note_use (the ownership protocol other modules use; see
+docs/errors.md, "Ownership"). Elsewhere: each device's default allocator
+(get_allocator, set_allocator) in _allocators; the device a (device=, stream=) pair
+names and the order between streams (resolve_device, stream_after) in _stream; the
+allocators that leave caching to the driver (DriverAllocator, DriverMemoryPool) and
+their free rule (free_order) in _driver_pool, the caching allocator in _pool, dtypes
+in _dtype, copies in _copy, DLPack/CAI in _interop, pinned host memory in _host,
+managed and pitched memory in _managed.
 
 Lifetime rules:
 - Memory is allocated stream-ordered (cuMemAllocAsync on the buffer's stream, or
@@ -25,17 +27,15 @@ Lifetime rules:
   once interpreter shutdown began or in a forked child: they leak instead.
 """
 cimport cython
-from cpython.ref cimport PyObject
-from libc.string cimport memset
 import operator
-import threading
 import warnings
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
-from barecuda._device cimport Device, device_of, device_at, current_device
-from barecuda._stream cimport Stream, stream_handle
+from barecuda._device cimport Device
+from barecuda._stream cimport Stream, stream_handle, resolve_device
+from barecuda._allocators cimport default_allocator
 from barecuda._dlpack cimport kDLCUDA
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of, public_dtype
 from barecuda._errors import CudaWarning, make_error
@@ -43,52 +43,6 @@ from barecuda._errors import CudaWarning, make_error
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 cdef bc_owners _owners           # every owner's live allocation, for view_at (GIL held)
-
-cdef enum:
-    MAX_DEVICES = 256
-
-
-
-# ------------------------------------------------------------------ devices
-cdef Device resolve_device(object device, object stream):
-    """The Device for (device, stream), made current on this thread (one Device object
-    per ordinal: _device's cache)."""
-    cdef Device dev
-    if device is None:
-        if stream is not None and type(stream) is Stream:
-            dev = (<Stream>stream).device
-        else:
-            dev = current_device()
-    elif type(device) is Device:
-        dev = device_at((<Device>device).ordinal)
-    elif isinstance(device, int) and not isinstance(device, bool):
-        dev = device_at(device)
-    else:
-        dev = device_at(device_of(device).ordinal)
-    dev.activate()
-    return dev
-
-
-cdef CUstream _norm_stream(CUstream s) noexcept nogil:
-    """The legacy default stream has two spellings (NULL and CU_STREAM_LEGACY)."""
-    return CU_STREAM_LEGACY if s == NULL else s
-
-
-cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1:
-    """Make later work on `waiter` wait for everything queued on `producer` so far."""
-    cdef CUevent ev = NULL
-    cdef CUresult rc
-    if _norm_stream(waiter) == _norm_stream(producer):
-        return 0
-    set_current(ctx)
-    check(D.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), b"cuEventCreate")
-    rc = D.cuEventRecord(ev, producer)
-    if rc == 0:
-        rc = D.cuStreamWaitEvent(waiter, ev, 0)
-    D.cuEventDestroy(ev)       # deferred by the driver until the event completes
-    if rc != 0:
-        check(rc, b"cuStreamWaitEvent")
-    return 0
 
 
 cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra):
@@ -131,70 +85,6 @@ cdef class Allocator:
         return new_buffer(checked_size(nbytes, "nbytes"), self.device, stream, self)
 
 
-cdef PyObject *_default_alloc[MAX_DEVICES]
-memset(_default_alloc, 0, sizeof(_default_alloc))
-cdef list _default_alloc_refs = [None] * MAX_DEVICES
-_alloc_lock = threading.Lock()
-_default_factory = None
-
-
-cdef Allocator default_allocator(int ordinal):
-    cdef PyObject *a = _default_alloc[ordinal] if 0 <= ordinal < MAX_DEVICES else NULL
-    if a != NULL:
-        return <Allocator>a
-    return _make_default(ordinal)
-
-
-cdef Allocator _make_default(int ordinal):
-    if not 0 <= ordinal < MAX_DEVICES:
-        raise ValueError(f"device ordinal {ordinal} out of range")
-    with _alloc_lock:
-        if _default_alloc[ordinal] == NULL:
-            dev = device_at(ordinal)
-            a = _default_factory(dev) if _default_factory is not None else _driver_allocator(dev)
-            if not isinstance(a, Allocator):
-                raise TypeError("the default allocator factory must return a barecuda Allocator")
-            _default_alloc_refs[ordinal] = a
-            _default_alloc[ordinal] = <PyObject *>a
-    return <Allocator>_default_alloc[ordinal]
-
-
-def get_allocator(device=None):
-    """The allocator ``alloc``/``empty``/``to_device`` use on ``device`` by default."""
-    ensure_driver(ST)
-    return default_allocator(resolve_device(device, None).ordinal)
-
-
-def set_allocator(allocator, device=None):
-    """Make ``allocator`` the default for its device (``None`` restores the plain
-    driver allocator on ``device``). Buffers allocated before keep their allocator.
-    Returns the previous one."""
-    cdef int o
-    ensure_driver(ST)
-    if allocator is not None and not isinstance(allocator, Allocator):
-        raise TypeError(f"expected a barecuda Allocator, not {type(allocator).__name__}")
-    o = (<Allocator>allocator).device.ordinal if allocator is not None else resolve_device(device, None).ordinal
-    if allocator is None:
-        allocator = _driver_allocator(o)
-    with _alloc_lock:
-        prev = _default_alloc_refs[o]
-        _default_alloc_refs[o] = allocator
-        _default_alloc[o] = <PyObject *>allocator
-    return prev
-
-
-cdef object _driver_allocator(object device):
-    """A plain DriverAllocator (in _driver_pool, which cimports this module) for device."""
-    from barecuda._driver_pool import DriverAllocator
-    return DriverAllocator(device)
-
-
-def _set_default_allocator_factory(factory):
-    """Used by barecuda._pool: build each device's default allocator with factory(Device)."""
-    global _default_factory
-    _default_factory = factory
-
-
 cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object allocator):
     cdef CUstream h = NULL
     cdef Device dev
@@ -210,7 +100,7 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
         dev.activate()
     else:
         dev = resolve_device(device, stream)
-        a = default_allocator(dev.ordinal)
+        a = <Allocator>default_allocator(dev.ordinal)
     if bc_owners_reserve(&_owners):
         raise MemoryError()
     cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)

@@ -17,9 +17,10 @@ from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_ERROR_N
                               CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed)
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, resolve_device, oom_error,
+from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, oom_error,
                                stream_closed, _order_on_safe_stream, capture_use_t, capture_use_slot)
 from barecuda._pool cimport fmt_bytes
+from barecuda._stream cimport resolve_device
 from barecuda._errors import CudaWarning, make_error
 
 cdef bc_driver_t *D = driver_table()

@@ -16,7 +16,8 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, warn_destroy_
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
-from barecuda._buffer cimport resolve_device, oom_error, checked_size
+from barecuda._buffer cimport oom_error, checked_size
+from barecuda._stream cimport resolve_device
 from barecuda._errors import CudaWarning
 
 cdef bc_driver_t *D = driver_table()

@@ -25,10 +25,10 @@ from barecuda._abi cimport *
 from barecuda._errors cimport bc_state_t, CUDA_SUCCESS
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver
 from barecuda._device cimport Device, activate_device, device_at
-from barecuda._stream cimport stream_handle
+from barecuda._stream cimport stream_handle, resolve_device, stream_after
 from barecuda._dlpack cimport *
 from barecuda._dtype cimport resolve_dtype, typestr_of, nbytes_of, dtype_info, dtype_from_dlpack
-from barecuda._buffer cimport (DeviceBuffer, make_view, view_at, resolve_device, stream_after, pin, unpin,
+from barecuda._buffer cimport (DeviceBuffer, make_view, view_at, pin, unpin,
                                check_usable, note_use, order_stream)
 
 cdef extern from "Python.h":

@@ -10,9 +10,9 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._stream cimport stream_handle
+from barecuda._stream cimport stream_handle, resolve_device
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of
-from barecuda._buffer cimport (DeviceBuffer, Allocator, adopt, resolve_device, oom_error, checked_size,
+from barecuda._buffer cimport (DeviceBuffer, Allocator, adopt, oom_error, checked_size,
                                note_use, order_stream, KIND_MANAGED, KIND_SYNC)
 from barecuda._driver_pool cimport free_sync
 

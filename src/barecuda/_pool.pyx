@@ -52,7 +52,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_POOL, stream_closed, order_stream
 from barecuda._errors import CudaWarning, make_error
-from barecuda import _buffer
+from barecuda import _allocators
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -712,14 +712,14 @@ cdef class MemoryPool(Allocator):
 
 def memory_stats(device=None):
     """Statistics of the default allocator of ``device`` (see MemoryPool.stats)."""
-    a = _buffer.get_allocator(device)
+    a = _allocators.get_allocator(device)
     f = getattr(a, "stats", None)
     return f() if f is not None else {}
 
 
 def trim_memory(device=None):
     """Give the default allocator's cached memory back to the driver."""
-    a = _buffer.get_allocator(device)
+    a = _allocators.get_allocator(device)
     f = getattr(a, "trim", None)
     if f is not None:
         f()
@@ -732,4 +732,4 @@ def _default_pool(dev):
 # BARECUDA_ALLOCATOR=driver turns the cache off (every buffer straight from the
 # driver), for debugging memory errors.
 if os.environ.get("BARECUDA_ALLOCATOR", "cache").lower() != "driver":
-    _buffer._set_default_allocator_factory(_default_pool)
+    _allocators._set_default_allocator_factory(_default_pool)

@@ -43,3 +43,11 @@ cdef inline int stream_handle(object obj, CUstream *out) except -1:
         out[0] = (<Stream>obj).handle
         return 0
     return _foreign_stream(obj, out)
+
+# -- for the memory modules
+# The Device for (device, stream): device None -> the stream's device (a barecuda Stream)
+# or the current device; int or Device -> _device's cached Device. Made current on this thread.
+cdef Device resolve_device(object device, object stream)
+# Later work on `waiter` waits for everything queued on `producer` so far (nothing when
+# they are the same stream; NULL and CU_STREAM_LEGACY are the same stream).
+cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1

@@ -21,7 +21,7 @@ import warnings
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
-from barecuda._device cimport Device, device_of, activate_device
+from barecuda._device cimport Device, device_of, activate_device, device_at, current_device
 from barecuda._errors import CudaWarning
 
 cdef bc_driver_t *D = driver_table()
@@ -198,6 +198,51 @@ cdef Stream as_stream(object obj, Device device):
         return _wrap_stream(NULL, device, None)
     _foreign_stream(obj, &h)
     return _wrap_stream(h, device, obj)
+
+
+# ------------------------------------------- where memory work runs, and its order
+# For the memory modules (_buffer, _allocators, _copy, _interop, _host, _managed,
+# _driver_pool): the device a (device=, stream=) pair names, and cross-stream order.
+cdef Device resolve_device(object device, object stream):
+    """The Device for (device, stream), made current on this thread (one Device object
+    per ordinal: _device's cache)."""
+    cdef Device dev
+    if device is None:
+        if stream is not None and type(stream) is Stream:
+            dev = (<Stream>stream).device
+        else:
+            dev = current_device()
+    elif type(device) is Device:
+        dev = device_at((<Device>device).ordinal)
+    elif isinstance(device, int) and not isinstance(device, bool):
+        dev = device_at(device)
+    else:
+        dev = device_at(device_of(device).ordinal)
+    dev.activate()
+    return dev
+
+
+cdef CUstream _norm_stream(CUstream s) noexcept nogil:
+    """The legacy default stream has two spellings (NULL and CU_STREAM_LEGACY)."""
+    return CU_STREAM_LEGACY if s == NULL else s
+
+
+cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except -1:
+    """Make later work on `waiter` wait for everything queued on `producer` so far."""
+    cdef CUevent ev = NULL
+    cdef CUresult rc
+    if _norm_stream(waiter) == _norm_stream(producer):
+        return 0
+    set_current(ctx)
+    check(D.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), b"cuEventCreate")
+    rc = D.cuEventRecord(ev, producer)
+    if rc == 0:
+        rc = D.cuStreamWaitEvent(waiter, ev, 0)
+    D.cuEventDestroy(ev)       # deferred by the driver until the event completes
+    if rc != 0:
+        check(rc, b"cuStreamWaitEvent")
+    return 0
+
 
 
 # Callables run by Stream.close() (and by the destructor) with the CUstream as an int,

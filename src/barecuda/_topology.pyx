@@ -27,7 +27,7 @@ from barecuda._buffer cimport DeviceBuffer
 from barecuda._stream cimport stream_handle
 
 from barecuda._device import device_count
-from barecuda._buffer import get_allocator
+from barecuda._allocators import get_allocator
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()

@@ -1,0 +1,9 @@
+from typing import Optional, Union
+
+from barecuda._buffer import Allocator
+from barecuda._device import Device
+
+_DeviceLike = Union[Device, int, None]
+
+def get_allocator(device: _DeviceLike = None) -> Allocator: ...
+def set_allocator(allocator: Optional[Allocator], device: _DeviceLike = None) -> Optional[Allocator]: ...
