@@ -248,12 +248,9 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     cdef int i
     cdef void *mt = NULL
     cdef bint versioned = False
-    cdef DeviceBuffer ours
-    ensure_driver(ST)
-    if stream is not None:
-        stream_handle(stream, &h)
-    if type(obj) is DeviceBuffer:
-        return _reimport(<DeviceBuffer>obj, h, stream)
+    cdef DeviceBuffer ours, v = _import_start(obj, stream, &h)
+    if v is not None:
+        return v
     cap = obj if PyCapsule_CheckExact(obj) else _dl_capsule(obj, h)
     owner = _DLPackOwner.__new__(_DLPackOwner)
     t = _dl_tensor(cap, &mt, &versioned, True)
@@ -269,20 +266,36 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     nbytes, est = _layout(shape, strides, itemsize, False)
     dev_obj = device_at(t.device.device_id)
     ours = _our_export(mt, versioned)
-    cdef DeviceBuffer v
     if ours is not None:
         v = make_view(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner, ours)
     else:
         v = view_at(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner)
-    v._shape = shape
-    v._dtype = name
-    v._itemsize = itemsize
-    v._strides = est
-    v._strided = est is not None
+    _set_layout(v, shape, name, itemsize, est)
     if versioned and ((<DLManagedTensorVersioned *>mt).flags & DLPACK_FLAG_BITMASK_READ_ONLY):
         v._readonly = True
     owner.producer = obj if not PyCapsule_CheckExact(obj) else None   # producer stays alive too
     return v
+
+
+cdef DeviceBuffer _import_start(object obj, object stream, CUstream *h):
+    """The start of a DLPack or CAI import: fork check, the consumer stream into h, and
+    a re-import of one of our own buffers (returned; None for any other object)."""
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, h)
+    if type(obj) is DeviceBuffer:
+        return _reimport(<DeviceBuffer>obj, h[0], stream)
+    return None
+
+
+cdef inline int _set_layout(DeviceBuffer v, tuple shape, object dtype, size_t itemsize, object est) except -1:
+    """An import's element layout (est: element strides of a strided import, else None)."""
+    v._shape = shape
+    v._dtype = dtype
+    v._itemsize = itemsize
+    v._strides = est
+    v._strided = est is not None
+    return 0
 
 
 cdef DeviceBuffer _reimport(DeviceBuffer b, CUstream h, object stream):
@@ -338,11 +351,9 @@ cdef object _cai_dict(object obj):
 cdef DeviceBuffer _from_cai(object obj, object stream):
     cdef CUstream h = NULL
     cdef CUdeviceptr p
-    ensure_driver(ST)
-    if stream is not None:
-        stream_handle(stream, &h)
-    if type(obj) is DeviceBuffer:
-        return _reimport(<DeviceBuffer>obj, h, stream)
+    cdef DeviceBuffer v = _import_start(obj, stream, &h)
+    if v is not None:
+        return v
     cai = _cai_dict(obj)
     data = cai["data"]
     p = data[0] if data is not None and data[0] is not None else 0
@@ -354,12 +365,8 @@ cdef DeviceBuffer _from_cai(object obj, object stream):
     o = _ordinal_of_ptr(p)
     dev = resolve_device(None if o < 0 else o, stream)
     _cai_wait(cai, h, dev.ctx)
-    cdef DeviceBuffer v = view_at(p, nbytes, dev, h, stream, obj)
-    v._shape = shape
-    v._dtype = key
-    v._itemsize = itemsize
-    v._strides = est
-    v._strided = est is not None
+    v = view_at(p, nbytes, dev, h, stream, obj)
+    _set_layout(v, shape, key, itemsize, est)
     v._readonly = v._readonly or (data is not None and len(data) > 1 and bool(data[1]))
     return v
 
