@@ -402,6 +402,193 @@ def test_kernel_node_of_another_graph_is_refused(fake, vadd):
         g1.instantiate().kernel_node(n2)
 
 
+# ------------------------------------------- batched argument updates (ArgUpdate)
+def _chain(vadd, bufs, n=3):
+    """n vadd nodes in a chain (the double replays them in order), each on bufs."""
+    g = bc.Graph()
+    prev, nodes = None, []
+    o, a, b = bufs
+    for i in range(n):
+        prev = g.add_kernel(vadd, 1, 16, o, a, b, 10 + i, depends_on=prev)
+        nodes.append(prev)
+    return g, nodes
+
+
+def _node_blocks(fake, exe, stream, n=3):
+    """The parameter block of each node as the double runs the executable."""
+    exe.launch(stream)
+    return [fake.last_launch(n - 1 - i).params for i in range(n)]
+
+
+def test_arg_update_sets_every_slot_with_one_push_per_node(fake, vadd, stream):
+    o, a, b, o2, a2 = (bc.alloc(64) for _ in range(5))
+    g, nodes = _chain(vadd, (o, a, b))
+    exe = g.instantiate()
+    h0, h1 = exe.kernel_node(nodes[0]), exe.kernel_node(nodes[1])
+    upd = exe.prepare_args([(h0, 3), (h1, 0), (h0, 0), (nodes[2], 3), (nodes[2], 1)])
+    assert len(upd) == 5 and upd.exec is exe
+    assert [(h.node.index, i) for h, i in upd.slots] == [(0, 3), (1, 0), (0, 0), (2, 3), (2, 1)]
+    before = fake.calls("cuGraphExecKernelNodeSetParams")
+    upd.set(5, o2, a2, 2**32 - 1, a2)
+    assert fake.calls("cuGraphExecKernelNodeSetParams") == before + 3        # nodes, not slots
+    assert _node_blocks(fake, exe, stream) == [vadd_block(a2.ptr, a.ptr, b.ptr, 5),
+                                               vadd_block(o2.ptr, a.ptr, b.ptr, 11),
+                                               vadd_block(o.ptr, a2.ptr, b.ptr, 2**32 - 1)]
+    assert h0.args == (a2, a, b, 5) and h1.args == (o2, a, b, 11)
+    assert exe.kernel_node(nodes[2]).args == (o, a2, b, 2**32 - 1)
+    h1.set_arg(3, 7)                         # handles and the update share the block
+    upd.set(6, o, o, 1, a)
+    assert _node_blocks(fake, exe, stream) == [vadd_block(o.ptr, a.ptr, b.ptr, 6),
+                                               vadd_block(o.ptr, a.ptr, b.ptr, 7),
+                                               vadd_block(o.ptr, a.ptr, b.ptr, 1)]
+    g.instantiate().launch(stream)           # the graph itself is unchanged
+    assert fake.last_launch(0).params == vadd_block(o.ptr, a.ptr, b.ptr, 12)
+
+
+def test_arg_update_refuses_bad_values_before_the_driver(fake, vadd, stream):
+    o, a, b = (bc.alloc(64) for _ in range(3))
+    g, nodes = _chain(vadd, (o, a, b))
+    exe = g.instantiate()
+    upd = exe.prepare_args([(nodes[0], 3), (nodes[1], 0), (nodes[2], 3)])
+    ref = _node_blocks(fake, exe, stream)
+    dead = bc.alloc(64)
+    dead.close()
+    before = fake.calls("cuGraphExecKernelNodeSetParams")
+    for values, exc in [((1, a, 2**32), OverflowError), ((1, a, "x"), TypeError), ((1, 3.5, 1), TypeError),
+                        ((1, dead, 1), ValueError), ((-2**31 - 1, a, 1), OverflowError), ((1, a), TypeError),
+                        ((1, a, 1, 1), TypeError)]:
+        with pytest.raises(exc):
+            upd.set(*values)
+        assert fake.calls("cuGraphExecKernelNodeSetParams") == before, values
+        assert _node_blocks(fake, exe, stream) == ref, values
+        assert exe.kernel_node(nodes[0]).args[3] == 10 and exe.kernel_node(nodes[1]).args[0] is o
+    vadd.module.close()
+    with pytest.raises(ValueError, match="closed"):
+        upd.set(1, a, 1)
+    exe.close()
+    with pytest.raises(ValueError, match="closed"):
+        upd.set(1, a, 1)
+    assert fake.calls("cuGraphExecKernelNodeSetParams") == before
+
+
+def test_arg_update_driver_failure_keeps_pushed_nodes_and_restores_the_rest(fake, vadd, stream):
+    o, a, b, n1 = (bc.alloc(64) for _ in range(4))
+    g, nodes = _chain(vadd, (o, a, b))
+    exe = g.instantiate()
+    upd = exe.prepare_args([(nodes[0], 3), (nodes[1], 0), (nodes[1], 3), (nodes[2], 3)])
+    ref = weakref.ref(n1)
+    fake.fail("cuGraphExecKernelNodeSetParams", 1, after=1)      # the second node's push fails
+    with pytest.raises(bc.CudaInvalidValueError, match="node #1"):
+        upd.set(20, n1, 21, 22)
+    h0, h1, h2 = (exe.kernel_node(n) for n in nodes)
+    assert h0.args[3] == 20 and h1.args == (o, a, b, 11) and h2.args[3] == 12
+    del n1
+    gc.collect()
+    assert ref() is None                     # not held: the executable never got it
+    h1.set_arg(1, b)                         # pushes node 1's whole block: the old values
+    assert _node_blocks(fake, exe, stream) == [vadd_block(o.ptr, a.ptr, b.ptr, 20),
+                                               vadd_block(o.ptr, b.ptr, b.ptr, 11),
+                                               vadd_block(o.ptr, a.ptr, b.ptr, 12)]
+
+
+def test_arg_update_holds_the_buffers_it_sets(fake, vadd, stream):
+    o, a, b = (bc.alloc(64) for _ in range(3))
+    g, nodes = _chain(vadd, (o, a, b), n=2)
+    exe = g.instantiate()
+    upd = exe.prepare_args([(nodes[0], 0), (nodes[1], 2)])
+    new = bc.alloc(64)
+    ptr, ref = new.ptr, weakref.ref(new)
+    upd.set(new, new)
+    exe.launch(stream)
+    del new, upd
+    gc.collect()
+    assert ref() is not None
+    exe.launch(stream)
+    assert fake.last_launch(1).params == vadd_block(ptr, a.ptr, b.ptr, 10)
+    exe.prepare_args([(nodes[0], 0), (nodes[1], 2)]).set(o, b)
+    stream.synchronize()
+    gc.collect()
+    assert ref() is None                     # replaced everywhere: gone
+
+
+def test_prepare_args_refuses_bad_slots(fake, vadd):
+    o = bc.alloc(64)
+    g, nodes = _chain(vadd, (o, o, o), n=2)
+    exe, other = g.instantiate(), g.instantiate()
+    g2, nodes2 = _chain(vadd, (o, o, o), n=1)
+    for slots, exc, msg in [
+        ([(nodes[0], 4)], IndexError, "out of range"),
+        ([(nodes[0], -1)], IndexError, "out of range"),
+        ([(nodes[0], 1), (exe.kernel_node(nodes[0]), 1)], ValueError, "twice"),
+        ([(other.kernel_node(nodes[0]), 1)], ValueError, "another executable"),
+        ([(nodes2[0], 1)], ValueError, "another graph"),
+        ([(nodes[0], "1")], TypeError, None),
+        ([nodes[0]], TypeError, "pair"),
+        ([(o, 1)], TypeError, "ExecKernelNode"),
+    ]:
+        with pytest.raises(exc, match=msg):
+            exe.prepare_args(slots)
+    assert len(exe.prepare_args([])) == 0
+    exe.prepare_args([]).set()
+    with pytest.raises(TypeError):
+        bc.ArgUpdate()
+
+
+def test_arg_update_follows_an_update_of_the_executable(fake, vadd, stream):
+    o, a, b = (bc.alloc(64) for _ in range(3))
+    g, nodes = _chain(vadd, (o, a, b), n=2)
+    exe = g.instantiate()
+    upd = exe.prepare_args([(nodes[1], 3)])
+    g2, _ = _chain(vadd, (b, b, b), n=2)
+    exe.update(g2)
+    upd.set(99)
+    assert _node_blocks(fake, exe, stream, 2) == [vadd_block(b.ptr, b.ptr, b.ptr, 10),
+                                                  vadd_block(b.ptr, b.ptr, b.ptr, 99)]
+
+
+ARG_VALUES = st.one_of(st.sampled_from(SCALAR_VALUES), st.integers(-2**64, 2**64), st.floats(allow_nan=False))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_arg_update_matches_set_arg_one_by_one(fake, ptx, stream, data):
+    """Random slots of two nodes of every scalar type, random values: the batch gives
+    the executable the bytes that set_arg, slot by slot, gives a twin executable, or
+    refuses with set_arg's exception and changes nothing."""
+    k = bc.Module.from_ptx(ptx.ALL_SCALARS).get_kernel("scalars")
+    nargs = len(ptx.ALL_SCALARS_TYPES)
+    g = bc.Graph()
+    n0 = g.add_kernel(k, 1, 1, *([1] * nargs))
+    n1 = g.add_kernel(k, 1, 1, *([2] * nargs), depends_on=n0)
+    slots = data.draw(st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(0, nargs - 1)),
+                               min_size=1, max_size=8, unique=True))
+    values = data.draw(st.lists(ARG_VALUES, min_size=len(slots), max_size=len(slots)))
+    exe, twin = g.instantiate(), g.instantiate()
+    nodes = (n0, n1)
+    upd = exe.prepare_args([(nodes[n], i) for n, i in slots])
+    ref = _node_blocks(fake, exe, stream, 2)
+    expected = None
+    for (n, i), v in zip(slots, values):
+        try:
+            twin.kernel_node(nodes[n]).set_arg(i, v)
+        except Exception as e:     # noqa: BLE001 -- the reference behaviour
+            expected = type(e)
+            break
+    calls = fake.calls("cuGraphExecKernelNodeSetParams")
+    if expected is not None:
+        with pytest.raises(expected):
+            upd.set(*values)
+        assert fake.calls("cuGraphExecKernelNodeSetParams") == calls
+        assert _node_blocks(fake, exe, stream, 2) == ref
+    else:
+        upd.set(*values)
+        assert fake.calls("cuGraphExecKernelNodeSetParams") == calls + len({n for n, _ in slots})
+        assert _node_blocks(fake, exe, stream, 2) == _node_blocks(fake, twin, stream, 2)
+        for (n, i), v in zip(slots, values):
+            assert exe.kernel_node(nodes[n]).args[i] is v
+
+
 def test_update_applies_a_graph_of_the_same_shape(fake, vadd, stream):
     a, o = bc.alloc(64), bc.alloc(64)
 
@@ -960,7 +1147,7 @@ def test_no_reference_cycles_buffers_go_with_the_last_reference(fake, vadd, stre
         gc.enable()
 
 
-@pytest.mark.parametrize("how", ["node", "set_arg", "captured", "keep_alive"])
+@pytest.mark.parametrize("how", ["node", "set_arg", "arg_update", "captured", "keep_alive"])
 def test_closing_a_buffer_a_graph_uses_defers_its_free(fake, vadd, stream, how):
     """buf.close() while a graph or executable still references the buffer makes the
     object unusable but leaves the memory allocated (no later allocation gets it, the
@@ -980,6 +1167,8 @@ def test_closing_a_buffer_a_graph_uses_defers_its_free(fake, vadd, stream, how):
     exe = g.instantiate()
     if how == "set_arg":
         exe.kernel_node(n).set_arg(0, buf)
+    elif how == "arg_update":
+        exe.prepare_args([(n, 0)]).set(buf)
     exe.launch(stream)
     buf.close()
     with pytest.raises(ValueError, match="closed"):
@@ -1080,6 +1269,27 @@ def test_set_arg_and_launch_do_not_grow_the_heap(fake, vadd, stream):
     for i in range(5000):
         h.set_arg(3, i)
         h.set_arg(0, b if i & 1 else a)
+        exe.launch(stream)
+    gc.collect()
+    snap1 = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename") if s.size_diff > 0)
+    assert grown < 4096, grown
+
+
+def test_arg_update_and_launch_do_not_grow_the_heap(fake, vadd, stream):
+    a, b = bc.alloc(64), bc.alloc(64)
+    g, nodes = _chain(vadd, (a, a, a))
+    exe = g.instantiate()
+    upd = exe.prepare_args([(nodes[0], 3), (nodes[0], 0), (nodes[2], 1)])
+    for i in range(200):                                     # warm caches
+        upd.set(i, b if i & 1 else a, a if i & 1 else b)
+        exe.launch(stream)
+    gc.collect()
+    tracemalloc.start()
+    snap0 = tracemalloc.take_snapshot()
+    for i in range(5000):
+        upd.set(i, b if i & 1 else a, a if i & 1 else b)
         exe.launch(stream)
     gc.collect()
     snap1 = tracemalloc.take_snapshot()

@@ -83,6 +83,34 @@ def test_capture_replay_and_set_arg_match_numpy(vadd):
     retarget_and_check(s, x2, x2.kernel_node(k1), x2.kernel_node(k2), out, de, b, e, n // 2)
 
 
+@gpu
+def test_arg_update_changes_a_chain_then_replays_it(vadd):
+    """A 3-kernel chain whose pointers and lengths change through one ArgUpdate per
+    step (one push per node), replayed and compared with numpy each step."""
+    n = 50_001
+    s = bc.Stream()
+    xs = [fresh(n) for _ in range(4)]
+    dx = [bc.to_device(x, stream=s) for x in xs]
+    t1, t2 = (bc.empty(n, "float32", stream=s) for _ in range(2))
+    out = bc.zeros(n, "float32", stream=s)
+    g = bc.Graph()
+    k1 = g.add_kernel(vadd, blocks(n), 256, t1, dx[0], dx[1], n)          # t1 = x0 + x1
+    k2 = g.add_kernel(vadd, blocks(n), 256, t2, t1, dx[2], n, depends_on=k1)   # t2 = t1 + x2
+    k3 = g.add_kernel(vadd, blocks(n), 256, out, t2, dx[3], n, depends_on=k2)  # out = t2 + x3
+    exe = g.instantiate(upload=s)
+    upd = exe.prepare_args([(k1, 1), (k1, 2), (k2, 2), (k3, 2), (k1, 3), (k2, 3), (k3, 3)])
+    for step in range(6):
+        p = RNG.permutation(4)
+        m = int(RNG.integers(1, n + 1))
+        before = out.to_numpy(stream=s)
+        upd.set(dx[p[0]], dx[p[1]], dx[p[2]], dx[p[3]], m, m, m)
+        exe.launch(s)
+        got = out.to_numpy(stream=s)
+        expect = before.copy()
+        expect[:m] = ((xs[p[0]][:m] + xs[p[1]][:m]) + xs[p[2]][:m]) + xs[p[3]][:m]
+        np.testing.assert_array_equal(got, expect, err_msg=f"step {step}")
+
+
 def retarget_and_check(s, exe, h1, h2, out, de, b, e, part):
     """Handles on the two nodes of ``out = a + b; out = out + b``: make it ``out = e + b;
     out = out + e``, then shorten both to ``part`` elements; compare with numpy."""

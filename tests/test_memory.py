@@ -566,6 +566,44 @@ def test_pinned_close_waits_for_async_copy(fake):
     assert fake.calls("cuEventSynchronize") == n + 1
 
 
+@pytest.mark.parametrize("op", ["2d_htod", "2d_dtoh", "3d_htod", "3d_dtoh", "2d_view_htod"])
+def test_pinned_close_waits_for_async_pitched_copy(fake, op):
+    """copy_2d/copy_3d on a stream with a PinnedBuffer side (or a numpy view of one)
+    record their use as 1-D copies do: close() waits for the copy's stream before it
+    frees the host memory."""
+    p = bc.PinnedBuffer(256)
+    s = bc.Stream()
+    b = bc.alloc(256, stream=s)
+    host = np.frombuffer(p, np.uint8) if op.startswith("2d_view") else p
+    rec = fake.calls("cuEventRecord")
+    if op.startswith("2d"):
+        dst, src = (b, host) if op.endswith("htod") else (host, b)
+        bc.copy_2d(dst, src, 16, 16, stream=s)
+    else:
+        dst, src = (b, host) if op.endswith("htod") else (host, b)
+        bc.copy_3d(dst, src, 16, 4, 4, stream=s)
+    assert fake.calls("cuEventRecord") == rec + 1       # the guard event, on s
+    del host, dst, src
+    n, freed = fake.calls("cuEventSynchronize"), fake.live("host_mem")
+    p.close()
+    assert fake.calls("cuEventSynchronize") == n + 1    # waited for the copy ...
+    assert fake.live("host_mem") == freed - 1           # ... then freed
+    s.synchronize()
+
+
+def test_pinned_pitched_copy_without_stream_records_nothing(fake):
+    """Synchronous pitched copies are complete on return: no guard event."""
+    p = bc.PinnedBuffer(256)
+    b = bc.alloc(256)
+    rec = fake.calls("cuEventRecord")
+    bc.copy_2d(b, p, 16, 16)
+    bc.copy_3d(p, b, 16, 4, 4)
+    assert fake.calls("cuEventRecord") == rec
+    n = fake.calls("cuEventSynchronize")
+    p.close()
+    assert fake.calls("cuEventSynchronize") == n
+
+
 def test_pinned_mapped_and_failures(fake):
     p = bc.PinnedBuffer(64, mapped=True)
     assert p.mapped and p.device_ptr == p.ptr      # the double maps at the same address

@@ -19,6 +19,9 @@ Rows:
               every node of a launched graph, so a long chain would hide the overhead)
   set_arg     ``h.set_arg(3, int)`` vs cuGraphExecKernelNodeSetParams, and with a
               DeviceBuffer: the same buffer re-set, and two buffers alternating
+  ArgUpdate   ``upd.set(...)`` of 3 slots on 3 nodes (per argument, vs one
+              cuGraphExecKernelNodeSetParams), and of 3 slots on one node (per call: one
+              push for the three)
   floor       the same Python loops calling a C method of the same shape that does
               nothing (RawChain.noop): no Python-level row can cost less than raw + this
 """
@@ -90,6 +93,8 @@ def main(argv=None):
     exe.launch(s)               # launched: update and set_arg take their launched paths
     s.synchronize()
     h = exe.kernel_node(nodes[0])
+    upd3 = exe.prepare_args([(nodes[i], 3) for i in range(3)])
+    upd1 = exe.prepare_args([(nodes[0], 3), (nodes[0], 2), (nodes[0], 1)])
     g1 = bc.Graph()
     g1.add_kernel(k, 1, 32, o, a, b, 32)
     exe1 = g1.instantiate()
@@ -134,6 +139,17 @@ def main(argv=None):
             h.set_arg(2, x)
         return now() - t0
 
+    def bc_batch3(n):
+        t0 = now()
+        for i in range(n // 3):
+            upd3.set(i & 31, (i + 1) & 31, (i + 2) & 31)
+        return (now() - t0) * n / (3 * (n // 3))
+
+    @timed
+    def bc_batch1(n):
+        for i in range(n):
+            upd1.set(i & 31, b, a)
+
     @timed
     def floor_set_arg(n):
         for i in range(n):
@@ -157,6 +173,8 @@ def main(argv=None):
         ("set_arg(3, int)", bc_set_int, lambda n: raw.setparams(n), reps),
         ("set_arg(2, same buffer)", bc_set_same_buf, lambda n: raw.setparams(n), reps),
         ("set_arg(2, two buffers alternating)", bc_set_two_bufs, lambda n: raw.setparams(n), reps),
+        ("ArgUpdate.set 3 nodes x 1 arg, per arg", bc_batch3, lambda n: raw.setparams(n), reps),
+        ("ArgUpdate.set 1 node x 3 args, per call", bc_batch1, lambda n: raw.setparams(n), reps),
         ("floor: loop + no-op C call (noop(3, i&31))", floor_set_arg, zero, reps),
         ("floor: loop + no-op C call (noop(s))", floor_launch, zero, reps),
     ]

@@ -71,9 +71,9 @@ __all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", 
 # CUDA graphs (_graph.pyx, _graph_exec.pyx, _capture.pyx, _host_node.pyx)
 from barecuda._graph import Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle
 from barecuda._host_node import check_host_errors
-from barecuda._graph_exec import GraphExec, ExecKernelNode
+from barecuda._graph_exec import GraphExec, ExecKernelNode, ArgUpdate
 from barecuda._capture import Capture, capture, is_capturing
-__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode",
+__all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode", "ArgUpdate",
             "Capture", "capture", "is_capturing", "check_host_errors"]
 
 # staging settings (core)

@@ -380,7 +380,7 @@ cdef int _capture_sides(_Side d, _Side sr, object stream, str op) except -1:
     """While a barecuda capture runs (CAP set), before any driver call: refuse a pitched
     copy that cannot be captured (no stream=, or a pageable host side) on a capturing
     stream; else, when its stream is in a capture, make the graph hold both sides (the
-    device buffers, the PinnedBuffers under host sides)."""
+    device buffers, the PinnedBuffers under host sides). Returns 1 when it is captured."""
     cdef CUstream s = NULL
     cdef object a, b
     if stream is None:
@@ -396,12 +396,14 @@ cdef int _capture_sides(_Side d, _Side sr, object stream, str op) except -1:
     b = sr.dev if sr.dev is not None else find_pinned(sr.keep)
     if a is None or b is None:
         refuse_captured(CAP, s, op, _PAGEABLE)
-    captured_use(CAP, s, a, b)
-    return 0
+    return captured_use(CAP, s, a, b)
 
 
-cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s) except -1:
-    """Synchronous without a stream; else both device sides are noted as used on it."""
+cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s, bint captured) except -1:
+    """Synchronous without a stream; else both device sides are noted as used on it, and
+    a PinnedBuffer under a host side records the copy (its close() waits for it) unless
+    the copy was captured (the graph holds it instead)."""
+    cdef PinnedBuffer p
     if stream is None:
         _sync(s)
         return 0
@@ -409,6 +411,12 @@ cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s) except -1:
         note_use(d.dev, s)
     if sr.dev is not None:
         note_use(sr.dev, s)
+    if not captured:
+        for side in (d, sr):
+            if (<_Side>side).dev is None:
+                p = find_pinned((<_Side>side).keep)
+                if p is not None:
+                    p.note_async_use(s)
     return 0
 
 
@@ -419,6 +427,7 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     ``width_bytes``. Synchronous unless a stream is given (host memory must then stay
     valid until the stream reaches the copy). Bounds are checked before any driver call."""
     cdef CUDA_MEMCPY2D c
+    cdef bint captured = False
     cdef CUstream s = NULL
     cdef CUresult rc
     cdef _Side d = _side(dst, True)
@@ -434,7 +443,7 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
         _pick_stream(d, sr, stream, &s)
         return
     if CAP[0] != NULL:
-        _capture_sides(d, sr, stream, "copy_2d")
+        captured = _capture_sides(d, sr, stream, "copy_2d")
     _pick_stream(d, sr, stream, &s)
     memset(&c, 0, sizeof(c))
     c.srcXInBytes = sx
@@ -455,7 +464,7 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     with nogil:
         rc = D.cuMemcpy2DAsync(&c, s)
     check(rc, b"cuMemcpy2DAsync")
-    _after_copy(d, sr, stream, s)
+    _after_copy(d, sr, stream, s, captured)
 
 
 def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=None, dst_height=None,
@@ -464,6 +473,7 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     (``cuMemcpy3DAsync``). ``*_height`` is the rows per slice (default ``height``);
     ``*_pos`` are ``(x_bytes, y, z)``. Synchronous unless a stream is given."""
     cdef CUDA_MEMCPY3D c
+    cdef bint captured = False
     cdef CUstream s = NULL
     cdef CUresult rc
     cdef _Side d = _side(dst, True)
@@ -485,7 +495,7 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
         _pick_stream(d, sr, stream, &s)
         return
     if CAP[0] != NULL:
-        _capture_sides(d, sr, stream, "copy_3d")
+        captured = _capture_sides(d, sr, stream, "copy_3d")
     _pick_stream(d, sr, stream, &s)
     memset(&c, 0, sizeof(c))
     c.srcXInBytes, c.srcY, c.srcZ = sx, sy, szp
@@ -507,5 +517,5 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     with nogil:
         rc = D.cuMemcpy3DAsync(&c, s)
     check(rc, b"cuMemcpy3DAsync")
-    _after_copy(d, sr, stream, s)
+    _after_copy(d, sr, stream, s, captured)
 

@@ -16,7 +16,7 @@ so that its stream-ordered free waits for that work.
 cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, uint16_t, uint32_t
-from cpython.mem cimport PyMem_Realloc, PyMem_Free
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -38,6 +38,7 @@ from barecuda._graph cimport Graph, GraphNode, KernelNode, need
 from barecuda._host_node cimport pending_host_errors
 from barecuda._errors import make_error
 from barecuda._host_node import check_host_errors
+import operator
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -327,6 +328,68 @@ cdef class GraphExec:
         h.st = st
         return h
 
+    def prepare_args(self, slots):
+        """An :class:`ArgUpdate` for ``slots``, a sequence of ``(node, index)`` pairs
+        (``node``: an :class:`ExecKernelNode` of this executable, or a
+        :class:`~barecuda.KernelNode` of its graph): ``upd.set(*values)`` then sets all
+        of them in one call, with one ``cuGraphExecKernelNodeSetParams`` per node.
+
+        Raises
+        ------
+        TypeError, ValueError, IndexError
+            A malformed pair, a node of another executable or graph, an index out of
+            range for the node's kernel, or the same slot twice.
+        """
+        cdef ArgUpdate u
+        cdef ExecKernelNode h
+        cdef Py_ssize_t i, n, j, ix
+        self._live()
+        slots = tuple(slots)
+        n = len(slots)
+        handles = []
+        nodes = []
+        pos = {}                        # id(_KernelParams) -> position in nodes
+        seen = set()
+        u = ArgUpdate.__new__(ArgUpdate, _TOKEN)
+        u.slots = <_arg_slot *>PyMem_Malloc(max(n, 1) * sizeof(_arg_slot))
+        if u.slots == NULL:
+            raise MemoryError()
+        for i in range(n):
+            pair = slots[i]
+            if not isinstance(pair, tuple) or len(<tuple>pair) != 2:
+                raise TypeError(f"slot {i}: expected a (node, index) pair, got {pair!r}")
+            node, index = <tuple>pair
+            if isinstance(node, ExecKernelNode):
+                h = <ExecKernelNode>node
+                if h.exec is not self:
+                    raise ValueError(f"slot {i}: the handle belongs to another executable")
+            elif isinstance(node, KernelNode):
+                h = self.kernel_node(<KernelNode>node)
+            else:
+                raise TypeError(f"slot {i}: expected an ExecKernelNode or a KernelNode, got {type(node).__name__}")
+            ix = operator.index(index)
+            if not 0 <= ix < h.st.nparams:
+                raise IndexError(f"slot {i}: kernel {h.st.kernel.name!r} has {h.st.nparams} parameters, "
+                                 f"index {index} is out of range")
+            key = (id(h.st), ix)
+            if key in seen:
+                raise ValueError(f"slot {i}: parameter {ix} of node #{h.node.index} appears twice")
+            seen.add(key)
+            j = pos.setdefault(id(h.st), len(nodes))
+            if j == len(nodes):
+                nodes.append(h.st)
+            handles.append(h)
+            u.slots[i].st = <PyObject *>h.st
+            u.slots[i].index = ix
+            u.slots[i].node = j
+            u.slots[i].saved = 0
+        u.exec = self
+        u.n = n
+        u._handles = tuple(handles)
+        u._nodes = tuple(nodes)
+        u._saved_big = [None] * n
+        return u
+
     def set_enabled(self, GraphNode node not None, bint enabled):
         """Enable or disable a kernel, memcpy or memset node in this executable."""
         self._live()
@@ -367,6 +430,9 @@ cdef class _KernelParams:
         self.buf = NULL
         self.ptrs = NULL
         self.pinned = NULL
+        self.params = NULL
+        self.nparams = 0
+        self.seen = <size_t>-1
         self.vals = []
 
     def __dealloc__(self):
@@ -412,6 +478,9 @@ cdef class _KernelParams:
             for i in range(k.nparams):
                 self.ptrs[i] = self.buf + k.params[i].offset
             self.kernel = k
+            self.params = k.params
+            self.nparams = max(k.nparams, 0)
+            self.seen = <size_t>-1          # the hot path checks the kernel's module once first
         memcpy(self.buf, src.buf, max(k.argbytes, 1))
         self.p = src.p
         self.p.kernelParams = self.ptrs if k.nparams > 0 else NULL
@@ -437,6 +506,12 @@ cdef inline unsigned long long _load_slot(const char *slot, uint32_t size) noexc
         return u32
     memcpy(&u64, slot, 8)
     return u64
+
+
+cdef inline bint _word(uint32_t size) noexcept nogil:
+    """A slot of 1, 2, 4 or 8 bytes: _load_slot / bc_store_int move exactly its bytes
+    (other sizes, structs, take the slow paths)."""
+    return size - 1 < 8 and (size & (size - 1)) == 0
 
 
 cdef list _NO_KEEP = []     # pack_arg's keep argument where nothing needs keeping (it stays empty)
@@ -485,7 +560,7 @@ cdef class ExecKernelNode:
     # binding=False: a plain method descriptor, which CPython calls straight (a
     # CyFunction costs a generic vectorcall and its own argument parsing more).
     @cython.binding(False)
-    def set_arg(self, Py_ssize_t index, value):
+    def set_arg(self, Py_ssize_t index, value, /):
         """Set parameter ``index`` to ``value`` in the executable.
 
         The hot path: exact int/DeviceBuffer values are checked and packed in C straight
@@ -508,10 +583,12 @@ cdef class ExecKernelNode:
         cdef int ovf = 0
         cdef int kind
         cdef CUresult rc
-        if (self.exec.handle == NULL or self.st.kernel.func == NULL
-                or <size_t>index >= <size_t>self.st.kernel.nparams or self.st.kernel.params[index].size > 8):
+        # st.seen == kernels_closed(): the kernel's module was open when last looked at and
+        # no module was closed since (one compare instead of a hop to the Kernel).
+        if (self.exec.handle == NULL or self.st.seen != _closed[0]
+                or <size_t>index >= <size_t>self.st.nparams or not _word(self.st.params[index].size)):
             return self._set_arg_slow(index, value)
-        p = &self.st.kernel.params[index]
+        p = &self.st.params[index]
         slot = self.st.buf + p.offset
         kind = p.kind
         saved = _load_slot(slot, p.size)
@@ -542,8 +619,9 @@ cdef class ExecKernelNode:
         cdef Kernel k = st.kernel
         cdef char *slot
         x._live()
-        if k.func == NULL or <size_t>index >= <size_t>k.nparams:
+        if k.func == NULL or <size_t>index >= <size_t>st.nparams:
             return pack_arg(k, index, value, st.buf, x.last, _NO_KEEP)     # raises
+        st.seen = _closed[0]            # alive now: the hot path may skip the look
         slot = st.buf + k.params[index].offset
         saved = slot[:k.params[index].size]
         pack_arg(k, index, value, st.buf, x.last, _NO_KEEP)
@@ -636,3 +714,186 @@ cdef int _replace_buffer_val(GraphExec x, _KernelParams st, Py_ssize_t index, ob
         unpin(<DeviceBuffer><object>old)
     Py_XDECREF(old)
     return 0
+
+
+cdef inline int _pack_fast(_KernelParams st, Py_ssize_t index, object value, CUstream last) except -1:
+    """Pack value into slot index of st's block (index < st.nparams, a slot of at most 8
+    bytes): exact ints and open DeviceBuffers inline, anything else with launch's packer
+    (which raises on a bad value and leaves the slot as it was)."""
+    cdef const bc_param *p = &st.params[index]
+    cdef char *slot = st.buf + p.offset
+    cdef int kind = p.kind
+    cdef PyTypeObject *t = Py_TYPE(value)
+    cdef long long v
+    cdef int ovf = 0
+    if t is &PyLong_Type and int_ok(kind):
+        v = _bc_as_ll(value, &ovf)
+        if ovf == 0 and v >= bc_kind_min[kind] and (v < 0 or <unsigned long long>v <= bc_kind_max[kind]):
+            bc_store_int(slot, p.size, <unsigned long long>v)
+            return 0
+    elif t is <PyTypeObject *>DeviceBuffer and bc_kind_is_pointer(kind) and (<DeviceBuffer>value).ptr != 0:
+        note_use(<DeviceBuffer>value, last)
+        bc_store_int(slot, 8, (<DeviceBuffer>value).ptr)
+        return 0
+    return pack_arg(st.kernel, index, value, st.buf, last, _NO_KEEP)
+
+
+@cython.final
+cdef class ArgUpdate:
+    """A prepared set of kernel-node parameter slots of one executable graph (from
+    :meth:`GraphExec.prepare_args`): ``set(*values)`` changes them all in one call.
+
+    ``set`` checks and packs every value in C first (the checks of :meth:`Kernel.launch`:
+    type, range, closed buffer; and a closed executable or module), so a bad value
+    changes nothing; then it pushes each touched node's block with one
+    ``cuGraphExecKernelNodeSetParams`` (one per node, however many of its slots
+    changed), in the order the nodes first appear in the slots. If the push of the
+    k-th node fails, the nodes before it hold their new values in the executable (and
+    in their handles' ``args``), that node and the later ones keep their old values, and
+    the :class:`CudaError` names the node. The update shares the nodes' parameters with
+    their :class:`ExecKernelNode` handles and follows :meth:`GraphExec.update`.
+    """
+
+    def __cinit__(self, token=None):
+        if token is not _TOKEN:
+            raise TypeError("argument updates come from GraphExec.prepare_args()")
+        self.slots = NULL
+        self.n = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.slots)
+        self.slots = NULL
+
+    def __len__(self):
+        return self.n
+
+    def __repr__(self):
+        return f"<barecuda.ArgUpdate {self.n} slots on {len(self._nodes)} nodes>"
+
+    @property
+    def slots(self):
+        """The ``(ExecKernelNode, index)`` pairs, in the order ``set`` takes values."""
+        return tuple((self._handles[i], self.slots[i].index) for i in range(self.n))
+
+    @cython.binding(False)      # a plain method descriptor (see ExecKernelNode.set_arg)
+    def set(self, *values):
+        """Set every slot, ``values[i]`` into slot ``i`` (one value per slot).
+
+        Raises
+        ------
+        TypeError, OverflowError, ValueError, IndexError
+            As :meth:`ExecKernelNode.set_arg`, before any driver call; nothing changed.
+        CudaError
+            A failed ``cuGraphExecKernelNodeSetParams``: see the class docstring for
+            what state remains.
+        """
+        # The nodes' blocks are read through borrowed pointers (self._nodes holds them):
+        # no reference counting per slot.
+        cdef Py_ssize_t i = 0, j, nn
+        cdef _arg_slot *sl
+        cdef PyObject *stp
+        cdef const bc_param *p
+        cdef CUresult rc
+        cdef CUgraphExec x
+        if PyTuple_GET_SIZE(values) != self.n:
+            raise TypeError(f"this update sets {self.n} slots, got {PyTuple_GET_SIZE(values)} values")
+        if self.exec.handle == NULL:
+            self.exec._live()
+        try:
+            while i < self.n:
+                sl = &self.slots[i]
+                stp = sl.st
+                if ((<_KernelParams>stp).seen == _closed[0] and <size_t>sl.index < <size_t>(<_KernelParams>stp).nparams
+                        and _word((<_KernelParams>stp).params[sl.index].size)):
+                    p = &(<_KernelParams>stp).params[sl.index]
+                    sl.saved = _load_slot((<_KernelParams>stp).buf + p.offset, p.size)
+                    _pack_fast(<_KernelParams>stp, sl.index, <object>PyTuple_GET_ITEM(values, i), self.exec.last)
+                else:
+                    self._pack_slow(i, <_KernelParams>stp, sl.index, <object>PyTuple_GET_ITEM(values, i))
+                i += 1
+            x = self.exec.handle            # (a packer may have run Python code: look again)
+            if x == NULL:
+                self.exec._live()
+            set_current(self.exec.ctx)
+        except BaseException:
+            self._restore(i, 0)
+            raise
+        nn = PyTuple_GET_SIZE(self._nodes)
+        for j in range(nn):
+            stp = PyTuple_GET_ITEM(self._nodes, j)
+            rc = D.cuGraphExecKernelNodeSetParams(x, (<_KernelParams>stp).node, &(<_KernelParams>stp).p)
+            if rc != 0:
+                self._restore(self.n, j)
+                self._commit(values, j)
+                raise make_error(rc, "cuGraphExecKernelNodeSetParams",
+                                 f"pushing kernel node #{self._node_index(j)} "
+                                 f"({(<_KernelParams>stp).kernel.name!r}; node {j + 1} of {nn} in this update; "
+                                 "the ones before it were set)")
+        self._commit(values, nn)
+
+    cdef int _pack_slow(self, Py_ssize_t i, _KernelParams st, Py_ssize_t index, object value) except -1:
+        """Slot i after a module close somewhere, an update that changed the node's kernel,
+        or a slot that is not 1, 2, 4 or 8 bytes (structs): launch's packer, which raises
+        on a closed module or a bad index."""
+        cdef Kernel k = st.kernel
+        cdef uint32_t size
+        if k.func == NULL or <size_t>index >= <size_t>st.nparams:
+            return pack_arg(k, index, value, st.buf, self.exec.last, _NO_KEEP)     # raises
+        st.seen = _closed[0]
+        size = st.params[index].size
+        if _word(size):
+            self.slots[i].saved = _load_slot(st.buf + st.params[index].offset, size)
+        else:
+            self._saved_big[i] = (st.buf + st.params[index].offset)[:size]
+            self._any_big = True
+        try:
+            pack_arg(k, index, value, st.buf, self.exec.last, _NO_KEEP)
+        except BaseException:
+            self._saved_big[i] = None
+            raise
+        return 0
+
+    cdef int _restore(self, Py_ssize_t upto, Py_ssize_t first_node) except -1:
+        """Put back the bytes slots [0, upto) held, for slots of nodes >= first_node (last
+        packed first: the restored state of each slot is the one before its packing)."""
+        cdef Py_ssize_t i
+        cdef _arg_slot *sl
+        cdef _KernelParams st
+        cdef const bc_param *p
+        for i in range(upto - 1, -1, -1):
+            sl = &self.slots[i]
+            if sl.node < first_node:
+                continue
+            st = <_KernelParams>sl.st
+            if <size_t>sl.index >= <size_t>st.nparams:
+                continue
+            p = &st.params[sl.index]
+            big = self._saved_big[i]
+            if big is not None:
+                memcpy(st.buf + p.offset, <char *>big, p.size)
+                self._saved_big[i] = None
+            elif _word(p.size):
+                bc_store_int(st.buf + p.offset, p.size, sl.saved)
+        return 0
+
+    cdef int _commit(self, tuple values, Py_ssize_t nodes_done) except -1:
+        """The values of slots whose node was pushed (position < nodes_done) now belong
+        to it (held, buffers pinned; replaced buffers marked used)."""
+        cdef Py_ssize_t i
+        cdef _arg_slot *sl
+        if self._any_big:
+            for i in range(self.n):
+                self._saved_big[i] = None
+            self._any_big = False
+        for i in range(self.n):
+            sl = &self.slots[i]
+            if sl.node < nodes_done:
+                _replace_val(self.exec, <_KernelParams>sl.st, sl.index, <object>PyTuple_GET_ITEM(values, i))
+        return 0
+
+    cdef Py_ssize_t _node_index(self, Py_ssize_t j):
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            if self.slots[i].node == j:
+                return (<ExecKernelNode>self._handles[i]).node.index
+        return -1

@@ -10,8 +10,13 @@ The inference-loop step is a chain of 100 kernel nodes (``vadd(out, a, b, n)`` o
 threads) in which 3 arguments change every step, run as: eager ``kernel.launch``
 (100 per step), ``PlanList`` (plans re-bound for the 3 changed launches), barecuda
 graph + 3 ``ExecKernelNode.set_arg``, raw C graph + 3
-``cuGraphExecKernelNodeSetParams``, raw C eager launches, PyTorch eager (100 small
+``cuGraphExecKernelNodeSetParams``, barecuda graph + one ``ArgUpdate.set`` of the 3
+arguments (one call, one push per node), raw C eager launches, PyTorch eager (100 small
 in-place adds), and a PyTorch CUDA graph re-captured every step.
+
+The ``set_arg`` group also has the batched form (``GraphExec.prepare_args``): per
+argument, 3 arguments of 3 nodes in one ``ArgUpdate.set`` (one push per node: compare
+with the raw C per-node row) and 3 arguments of one node (one push for the three).
 
 The launch-issue and ``set_arg`` groups carry a ``floor`` row: the same Python loop
 calling a C method of the same shape that does nothing (``RawChain.noop``, no driver
@@ -109,6 +114,8 @@ def build_rows(bc, now_ns, reps=200):
     exe = g.instantiate(upload=s)
     hs = [exe.kernel_node(nodes[i]) for i in range(3)]
     h0 = hs[0]
+    upd3 = exe.prepare_args([(nodes[i], 3) for i in range(3)])      # 3 nodes, one slot each
+    upd1 = exe.prepare_args([(nodes[0], 3), (nodes[0], 2), (nodes[0], 1)])   # 3 slots of one node
 
     def per(total, n):
         return total / n
@@ -133,6 +140,18 @@ def build_rows(bc, now_ns, reps=200):
         for i in range(reps * 10):
             h0.set_arg(3, i & 31)
         return (now_ns() - t0) / (reps * 10)
+
+    def bc_batch3():
+        t0 = now_ns()
+        for i in range(reps * 4):
+            upd3.set(i & 31, (i + 1) & 31, (i + 2) & 31)
+        return (now_ns() - t0) / (reps * 4 * 3)
+
+    def bc_batch1():
+        t0 = now_ns()
+        for i in range(reps * 4):
+            upd1.set(i & 31, b, a)
+        return (now_ns() - t0) / (reps * 4 * 3)
 
     # The floor under the two Python-level rows above: the same loop calling a C method of
     # the same shape that does nothing (RawChain.noop), no driver call.
@@ -183,6 +202,14 @@ def build_rows(bc, now_ns, reps=200):
         s.synchronize()
         return (now_ns() - t0) / steps
 
+    def loop_graph_batch():
+        t0 = now_ns()
+        for st in range(steps):
+            upd3.set(st & 31, (st + 1) & 31, (st + 2) & 31)
+            exe.launch(s)
+        s.synchronize()
+        return (now_ns() - t0) / steps
+
     def loop_planlist():
         t0 = now_ns()
         for st in range(steps):
@@ -215,7 +242,9 @@ def build_rows(bc, now_ns, reps=200):
         ("kernel-node set_arg (ns)", [
             _Row("raw_setp", "raw C cuGraphExecKernelNodeSetParams", None, lambda: raw.setparams(reps * 10) / (reps * 10)),
             _Row("bc_setarg", "barecuda node.set_arg", "raw_setp", bc_set_arg),
-            _Row("floor_setarg", "floor: the Python loop + a no-op C call", "raw_setp", floor_set_arg)]),
+            _Row("floor_setarg", "floor: the Python loop + a no-op C call", "raw_setp", floor_set_arg),
+            _Row("bc_batch3", "barecuda ArgUpdate.set, 3 nodes x 1 arg, per arg", "raw_setp", bc_batch3),
+            _Row("bc_batch1", "barecuda ArgUpdate.set, 1 node x 3 args, per arg", "raw_setp", bc_batch1)]),
         ("whole-graph update, 100 nodes (ns)", [
             _Row("raw_update", "raw C cuGraphExecUpdate", None, lambda: raw.update(reps) / reps),
             _Row("bc_update", "barecuda exe.update", "raw_update", bc_update)]),
@@ -231,12 +260,13 @@ def build_rows(bc, now_ns, reps=200):
                  lambda: raw.loop(sh, steps) / steps),
             _Row("raw_eager", "raw C eager cuLaunchKernel x100", "raw_loop", lambda: raw.eager_loop(sh, steps) / steps),
             _Row("bc_loop_graph", "barecuda graph + 3 set_arg + launch", "raw_loop", loop_graph),
+            _Row("bc_loop_batch", "barecuda graph + ArgUpdate.set(3 args) + launch", "raw_loop", loop_graph_batch),
             _Row("bc_loop_plist", "barecuda PlanList + 3 plan.set_arg", "raw_loop", loop_planlist),
             _Row("bc_loop_eager", "barecuda eager kernel.launch x100", "raw_loop", loop_eager)]),
     ]
     groups[-1][1].extend(_torch_rows(steps, reps, now_ns, groups))
     groups[-1][1].extend(_cupy_rows(reps, now_ns, groups))
-    keep = (raw, g, exe, hs, plans, plist, o, a, b, s, k)
+    keep = (raw, g, exe, hs, upd3, upd1, plans, plist, o, a, b, s, k)
     return groups, keep
 
 
