@@ -255,3 +255,30 @@ class DriverCalls:
             if self.total() != n0:
                 fails.append(f"{name}: {self.total() - n0} driver call(s)")
         return fails
+
+    def fork_refusals(self, make_calls, namespace, names, after=None):
+        """The fork check, run in a forked child (in_fork): each of ``make_calls()``'s
+        ``{name: callable}`` must raise ForkedProcessError naming ``spawn`` with no driver
+        call (refusals); then ``after()`` (what must stay usable and call nothing: reprs,
+        bookkeeping); then the objects ``names`` (space-separated) are dropped from
+        ``namespace`` and collected with warnings as errors (destructors leak silently),
+        and the child must have made no driver call in all. Returns what went wrong, a
+        line each ("" when nothing). ``make_calls`` builds the dict in the child, so that
+        nothing but ``namespace`` holds the objects when they are dropped."""
+        import gc
+        import warnings
+
+        def child():
+            before = self.total()
+            fails = self.refusals(make_calls())
+            if after is not None:
+                after()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                for n in names.split():
+                    del namespace[n]
+                gc.collect()
+            if self.total() != before:
+                fails.append(f"{self.total() - before} driver call(s) in the child in all")
+            return "\n".join(fails)
+        return in_fork(child)

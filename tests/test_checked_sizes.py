@@ -33,21 +33,13 @@ def reaches_driver_unchanged(fake, symbol, fn, nbytes, times=2):
 
 # ------------------------------------------------------------------ allocations
 @pytest.mark.parametrize("v", BIG)
-def test_driver_allocator_size(fake, v):
-    a = bc.DriverAllocator(0)
+@pytest.mark.parametrize("make", [bc.DriverAllocator, bc.MemoryPool], ids=["driver", "pool"])
+def test_allocator_size(fake, v, make):
+    a = make(0)
     if v < FITS:
         reaches_driver_unchanged(fake, "cuMemAllocAsync", lambda: a.alloc(v), v)
     else:
         refused(fake, ["cuMemAllocAsync", "cuMemAlloc"], lambda: a.alloc(v), OverflowError)
-
-
-@pytest.mark.parametrize("v", BIG)
-def test_memory_pool_size(fake, v):
-    pool = bc.MemoryPool(0)
-    if v < FITS:
-        reaches_driver_unchanged(fake, "cuMemAllocAsync", lambda: pool.alloc(v), v)
-    else:
-        refused(fake, ["cuMemAllocAsync", "cuMemAlloc"], lambda: pool.alloc(v), OverflowError)
 
 
 @pytest.mark.parametrize("v", BIG)

@@ -1350,6 +1350,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("capture"), st.integers(0, 31), st.integers(0, 1)),
     st.tuples(st.just("launch"), st.integers(0, 31), st.integers(0, 2)),
     st.tuples(st.just("set_arg"), st.integers(0, 31), st.integers(0, 31)),
+    st.tuples(st.just("arg_update"), st.integers(0, 31), st.integers(0, 31), st.integers(0, 31)),
     st.tuples(st.just("update"), st.integers(0, 31), st.integers(0, 31)),
     st.tuples(st.just("drop_buf"), st.integers(0, 31)),
     st.tuples(st.just("drop_exec"), st.integers(0, 31)),
@@ -1404,6 +1405,9 @@ def test_random_graph_lifetimes_never_free_early_nor_leak(fake, vadd, ops):
             elif op[0] == "set_arg" and execs and bufs:
                 exe, h, _, _ = execs[op[1] % len(execs)]
                 h.set_arg(0, bufs[op[2] % len(bufs)])
+            elif op[0] == "arg_update" and execs and bufs:
+                exe, h, _, _ = execs[op[1] % len(execs)]
+                exe.prepare_args([(h, 0), (h, 2)]).set(bufs[op[2] % len(bufs)], bufs[op[3] % len(bufs)])
             elif op[0] == "update" and execs and bufs:
                 exe, h, g, captured = execs[op[1] % len(execs)]
                 z = bufs[op[2] % len(bufs)]

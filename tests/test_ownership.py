@@ -79,29 +79,35 @@ def test_graph_kernel_node_defers_the_owners_free(fake, vadd):
     assert _gone(fake, live)
 
 
-def test_graph_memcpy_node_holds_both_sides(fake):
-    live = fake.live("mem")
-    a, b = bc.DriverAllocator(0).alloc(4096), bc.DriverAllocator(0).alloc(4096)
+def _kernel_node_set_arg(k, a, b):
     g = bc.Graph()
-    g.add_memcpy(a, b)
-    a.close()
-    b.close()
-    assert not _gone(fake, live)
-    g.close()
-    del g
-    assert _gone(fake, live)
+    n = g.add_kernel(k, 1, 32, a, a, a, 1)
+    n.set_arg(1, b)                                 # the node now refers to b too
+    return g, n
 
 
-def test_kernel_node_set_arg_moves_the_pin(fake, vadd):
+GRAPH_USES_BOTH = {
+    "memcpy_node": lambda k, a, b: (_graph_with(lambda g: g.add_memcpy(a, b)),),
+    "kernel_node_set_arg": _kernel_node_set_arg,
+}
+
+
+@pytest.mark.parametrize("release", ["close", "del"])
+@pytest.mark.parametrize("kind", sorted(GRAPH_USES_BOTH))
+def test_graph_holds_both_buffers(fake, vadd, kind, release):
+    """A graph whose nodes use a and b (a memcpy node; a kernel node whose set_arg
+    brought b in): closing both frees neither while the graph (and its node objects)
+    live; closing or dropping the graph frees both."""
     live = fake.live("mem")
     a, b = bc.DriverAllocator(0).alloc(4096), bc.DriverAllocator(0).alloc(4096)
-    g = bc.Graph()
-    n = g.add_kernel(vadd, 1, 32, a, a, a, 1)
-    n.set_arg(1, b)
+    held = GRAPH_USES_BOTH[kind](vadd, a, b)
     b.close()
-    assert not _gone(fake, live)                    # the node now refers to b too
+    assert fake.live("mem") == live + 2, "b freed while the graph uses it"
     a.close()
-    del n, g
+    assert fake.live("mem") == live + 2, "freed while the graph uses it"
+    if release == "close":
+        held[0].close()
+    del held
     assert _gone(fake, live)
 
 

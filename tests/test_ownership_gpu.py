@@ -280,54 +280,47 @@ def test_sticky_error_in_a_subprocess_leaves_the_parent_working(vadd, rng):
 
 # ---------------------------------------- pinned buffer dropped mid-copy (item 8)
 @pytest.mark.parametrize("pooled", [False, True], ids=["pinned", "pinned_pool"])
-def test_pinned_source_dropped_while_its_copy_is_in_flight(delay, rng, pooled):
+@pytest.mark.parametrize("side", ["source", "destination"])
+def test_pinned_buffer_dropped_while_its_copy_is_in_flight(delay, rng, pooled, side):
+    """The pinned side of a copy queued behind a delay is dropped before the copy runs,
+    and pinned memory is taken (and overwritten) meanwhile. The late copy must not read
+    that memory (source: the device copy equals the data) nor write into it
+    (destination: the buffers taken meanwhile keep their bytes)."""
     n = 64 << 20
     pool = bc.PinnedMemoryPool(0) if pooled else None
+    new_pinned = pool.empty if pooled else bc.PinnedBuffer
     s = bc.Stream(non_blocking=True)
     scratch = bc.empty(256, "uint32", stream=s)
-    dst = bc.empty(n, "uint8", stream=s)
-    src = pool.empty(n) if pooled else bc.PinnedBuffer(n)
     want = fresh(n, "uint8", rng)
-    host = np.frombuffer(src, np.uint8)
-    host[:] = want
-    del host                                        # no export left: the drop below is real
+    if side == "source":
+        dev = bc.empty(n, "uint8", stream=s)
+        pinned = new_pinned(n)
+        host = np.frombuffer(pinned, np.uint8)
+        host[:] = want
+        del host                                    # no export left: the drop below is real
+    else:
+        dev = bc.to_device(want, stream=s)
+        pinned = new_pinned(n)
     delay.launch(1, 256, scratch, DELAY_CYCLES, stream=s)
-    dst.copy_from(src, stream=s)                    # queued behind the delay
-    del src                                         # dropped while the copy is in flight
+    if side == "source":
+        dev.copy_from(pinned, stream=s)             # queued behind the delay
+    else:
+        dev.copy_to(pinned, stream=s)
+    del pinned                                      # dropped while the copy is in flight
     gc.collect()
-    # Memory taken now must not be what the copy still reads: overwrite whatever we get.
-    others = [pool.empty(n) if pooled else bc.PinnedBuffer(n) for _ in range(2)]
+    others = [new_pinned(n) for _ in range(2)]
     for o in others:
         np.frombuffer(o, np.uint8)[:] = 0x5A
     s.synchronize()
-    np.testing.assert_array_equal(dst.to_numpy(), want)
+    if side == "source":
+        np.testing.assert_array_equal(dev.to_numpy(), want)
+    else:
+        for o in others:
+            assert (np.frombuffer(o, np.uint8) == 0x5A).all(), "the copy wrote into memory given out again"
     del others, scratch
     gc.collect()
     if pool is not None:
         pool.trim()
-
-
-@pytest.mark.parametrize("pooled", [False, True], ids=["pinned", "pinned_pool"])
-def test_pinned_destination_dropped_while_its_copy_is_in_flight(delay, rng, pooled):
-    """The late device-to-host copy must not write into memory handed out again."""
-    n = 64 << 20
-    pool = bc.PinnedMemoryPool(0) if pooled else None
-    s = bc.Stream(non_blocking=True)
-    scratch = bc.empty(256, "uint32", stream=s)
-    src = bc.to_device(fresh(n, "uint8", rng), stream=s)
-    dst = pool.empty(n) if pooled else bc.PinnedBuffer(n)
-    delay.launch(1, 256, scratch, DELAY_CYCLES, stream=s)
-    src.copy_to(dst, stream=s)                      # queued behind the delay
-    del dst
-    gc.collect()
-    others = [pool.empty(n) if pooled else bc.PinnedBuffer(n) for _ in range(2)]
-    for o in others:
-        np.frombuffer(o, np.uint8)[:] = 0x5A
-    s.synchronize()
-    for o in others:
-        assert (np.frombuffer(o, np.uint8) == 0x5A).all(), "the copy wrote into memory given out again"
-    del others, scratch
-    gc.collect()
     if pool is not None:
         pool.trim()
 

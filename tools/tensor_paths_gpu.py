@@ -7,12 +7,34 @@ the path barecuda takes for each library (torch: DLPack's C exchange API or the
 methods; CuPy: its C current-stream function or a Python call per launch), then ns per
 ``kernel.launch`` of the 4-pointer kernel with 4 int addresses, 4 DeviceBuffers, 4 torch
 tensors and 4 CuPy arrays, each on the library's own current stream (as the benchmark
-rows), median of alternated rounds. tensors minus ints = what reading 4 tensors costs.
+rows: the tensors come from the benchmark's own helpers, barecuda.bench.peers), median
+of alternated rounds. tensors minus ints = what reading 4 tensors costs.
 """
 import argparse
 import statistics
 import sys
 import time
+from types import SimpleNamespace
+
+
+def _torch_path():
+    import torch
+    dlx = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    return f"torch {torch.__version__}: {'DLPack C exchange API' if dlx else 'methods (data_ptr/get_device)'}"
+
+
+def _cupy_path():
+    import ctypes
+    import cupy
+    capi = getattr(cupy.cuda.stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
+    name = None
+    if capi is not None:
+        get = ctypes.pythonapi.PyCapsule_GetName
+        get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        name = get(capi)
+    return (f"cupy {cupy.__version__}: current stream through "
+            f"{'its C function' if name == b'intptr_t (void)' else 'Python'} (capsule name {name!r}); "
+            f"ndarray.data is {type(vars(cupy._core.core._ndarray_base).get('data')).__name__}")
 
 
 def _loop(f, n):
@@ -28,6 +50,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args(argv)
     import barecuda as bc
+    from barecuda.bench import peers
     from barecuda.bench.context import PTX, K4P
     k = bc.Module.from_ptx(PTX).get_kernel(K4P)
     rows = {}
@@ -36,42 +59,16 @@ def main(argv=None):
     ints = [b.ptr for b in bufs]
     rows["4 int addresses"] = (lambda: k.launch(1, 1, *ints, stream=s), s.synchronize, None, None)
     rows["4 DeviceBuffers"] = (lambda: k.launch(1, 1, *bufs, stream=s), s.synchronize, None, None)
-    try:
-        import torch
-        ts = torch.cuda.Stream(device=0)
-        tt = [torch.ones(1024, device="cuda:0") for _ in range(4)]
-        torch.cuda.synchronize()
-        dlx = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
-        print(f"torch {torch.__version__}: {'DLPack C exchange API' if dlx else 'methods (data_ptr/get_device)'}")
-        before = []
-        rows["4 torch tensors"] = (lambda: k.launch(1, 1, *tt, stream=ts), ts.synchronize,
-                                   lambda: (before.append(torch.cuda.current_stream(0)), torch.cuda.set_stream(ts)),
-                                   lambda: torch.cuda.set_stream(before.pop()))
-    except Exception as e:   # noqa: BLE001 -- a missing library is a missing row
-        print(f"torch: n/a ({type(e).__name__}: {e})")
-    try:
-        import cupy
-        import ctypes
-        capi = getattr(cupy.cuda.stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
-        name = None
-        if capi is not None:
-            get = ctypes.pythonapi.PyCapsule_GetName
-            get.restype, get.argtypes = ctypes.c_char_p, [ctypes.py_object]
-            name = get(capi)
-        print(f"cupy {cupy.__version__}: current stream through "
-              f"{'its C function' if name == b'intptr_t (void)' else 'Python'} (capsule name {name!r}); "
-              f"ndarray.data is {type(vars(cupy._core.core._ndarray_base).get('data')).__name__}")
-        with cupy.cuda.Device(0):
-            cs = cupy.cuda.Stream(non_blocking=True)
-            with cs:
-                ca = [cupy.ones(1024, dtype=cupy.float32) for _ in range(4)]
-            cs.synchronize()
-        cbefore = []
-        rows["4 CuPy arrays"] = (lambda: k.launch(1, 1, *ca, stream=cs), cs.synchronize,
-                                 lambda: (cbefore.append(cupy.cuda.get_current_stream()), cs.use()),
-                                 lambda: cbefore.pop().use())
-    except Exception as e:   # noqa: BLE001
-        print(f"cupy: n/a ({type(e).__name__}: {e})")
+    ctx = SimpleNamespace(keep=[])      # what the benchmark's context keeps alive (peers' helpers add to it)
+    for key, make, path in (("4 torch tensors", peers.torch_tensor_args, _torch_path),
+                            ("4 CuPy arrays", peers.cupy_array_args, _cupy_path)):
+        try:
+            args, st, _, setup, teardown = make(ctx)
+            print(path())
+        except Exception as e:   # noqa: BLE001 -- a missing library is a missing row
+            print(f"{key.split()[1]}: n/a ({type(e).__name__}: {e})")
+            continue
+        rows[key] = (lambda args=args, st=st: k.launch(1, 1, *args, stream=st), st.synchronize, setup, teardown)
     got = {key: [] for key in rows}
     for _ in range(a.rounds):
         for key, (f, sync, setup, teardown) in rows.items():

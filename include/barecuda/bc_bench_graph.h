@@ -44,27 +44,29 @@ static CUresult bc_gb_chain(const bc_driver_t *D, const bc_gb_kernel *k, long n,
     return CUDA_SUCCESS;
 }
 
-/* reps launches of exec on s, then a sync; *out = the whole time (ns). */
-static CUresult bc_gb_replay(const bc_driver_t *D, CUgraphExec x, CUstream s, long reps, int64_t *out) {
-    CUresult rc;
-    long i;
-    int64_t t0 = bc_gb_now_ns();
-    for (i = 0; i < reps; i++)
-        if ((rc = D->cuGraphLaunch(x, s))) return rc;
-    rc = D->cuStreamSynchronize(s);
-    *out = bc_gb_now_ns() - t0;
-    return rc;
-}
-
-/* Issue cost: n cuGraphLaunch calls timed, the sync after them not. */
-static CUresult bc_gb_issue(const bc_driver_t *D, CUgraphExec x, CUstream s, long n, int64_t *out) {
-    CUresult rc;
+/* n cuGraphLaunch calls of x on s, then one sync. *out (ns): the launches and the sync
+ * (with_sync: the replay row) or the launches alone (the issue cost). */
+static CUresult bc_gb_launches(const bc_driver_t *D, CUgraphExec x, CUstream s, long n, int with_sync,
+                               int64_t *out) {
+    CUresult rc = CUDA_SUCCESS;
     long i;
     int64_t t0 = bc_gb_now_ns();
     for (i = 0; i < n; i++)
         if ((rc = D->cuGraphLaunch(x, s))) return rc;
+    if (with_sync)
+        rc = D->cuStreamSynchronize(s);
     *out = bc_gb_now_ns() - t0;
-    return D->cuStreamSynchronize(s);
+    return with_sync ? rc : D->cuStreamSynchronize(s);
+}
+
+/* reps launches of exec on s, then a sync; *out = the whole time (ns). */
+static CUresult bc_gb_replay(const bc_driver_t *D, CUgraphExec x, CUstream s, long reps, int64_t *out) {
+    return bc_gb_launches(D, x, s, reps, 1, out);
+}
+
+/* Issue cost: n cuGraphLaunch calls timed, the sync after them not. */
+static CUresult bc_gb_issue(const bc_driver_t *D, CUgraphExec x, CUstream s, long n, int64_t *out) {
+    return bc_gb_launches(D, x, s, n, 0, out);
 }
 
 /* n cuGraphExecKernelNodeSetParams calls on one node, the last parameter's value

@@ -420,6 +420,56 @@ cdef int _after_copy(_Side d, _Side sr, object stream, CUstream s, bint captured
     return 0
 
 
+# ---- the steps copy_2d and copy_3d share (their descriptors differ: a fused type)
+ctypedef fused _pitched_desc:
+    CUDA_MEMCPY2D
+    CUDA_MEMCPY3D
+
+cdef enum:
+    _NOTHING = 2        # _pitched_begin: an empty copy, nothing to queue
+
+
+cdef int _pitched_begin(_Side d, _Side sr, object stream, str op, bint empty, CUstream *s) except -1:
+    """After the bounds checks: while a barecuda capture runs, the capture check (before
+    any driver call); the copy's stream into *s (also for an empty copy); then the
+    copy's context made current. _NOTHING for an empty copy, else 1 when the copy is
+    captured (the graph holds both sides), 0 when not."""
+    cdef int captured = 0
+    if empty:
+        _pick_stream(d, sr, stream, s)
+        return _NOTHING
+    if CAP[0] != NULL:
+        captured = _capture_sides(d, sr, stream, op)
+    _pick_stream(d, sr, stream, s)
+    set_current(_ctx_of(d, sr, stream))
+    return captured
+
+
+cdef void _pitched_fill(_pitched_desc *c, _Side d, _Side sr, size_t dx, size_t dy, size_t dp, size_t sx,
+                        size_t sy, size_t sp, size_t w, size_t h) noexcept:
+    """The fields a 2D and a 3D copy share; every other field zero."""
+    memset(c, 0, sizeof(c[0]))
+    c.srcXInBytes, c.srcY, c.srcPitch = sx, sy, sp
+    c.srcMemoryType, c.srcHost, c.srcDevice = sr.mtype, sr.hptr, sr.dptr
+    c.dstXInBytes, c.dstY, c.dstPitch = dx, dy, dp
+    c.dstMemoryType, c.dstHost, c.dstDevice = d.mtype, d.hptr, d.dptr
+    c.WidthInBytes, c.Height = w, h
+
+
+cdef int _pitched_run(_pitched_desc *c, _Side d, _Side sr, object stream, CUstream s, bint captured) except -1:
+    """Queue the copy (cuMemcpy2DAsync or cuMemcpy3DAsync), then _after_copy."""
+    cdef CUresult rc
+    if _pitched_desc is CUDA_MEMCPY2D:
+        with nogil:
+            rc = D.cuMemcpy2DAsync(c, s)
+        check(rc, b"cuMemcpy2DAsync")
+    else:
+        with nogil:
+            rc = D.cuMemcpy3DAsync(c, s)
+        check(rc, b"cuMemcpy3DAsync")
+    return _after_copy(d, sr, stream, s, captured)
+
+
 def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, dst_x=0, dst_y=0,
             src_x=0, src_y=0, stream=None):
     """Copy a ``width_bytes`` x ``height`` rectangle between pitched memories (device
@@ -427,9 +477,8 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     ``width_bytes``. Synchronous unless a stream is given (host memory must then stay
     valid until the stream reaches the copy). Bounds are checked before any driver call."""
     cdef CUDA_MEMCPY2D c
-    cdef bint captured = False
+    cdef int r
     cdef CUstream s = NULL
-    cdef CUresult rc
     cdef _Side d = _side(dst, True)
     cdef _Side sr = _side(src, False)
     cdef size_t w = checked_size(width_bytes, "width_bytes"), h = checked_size(height, "height")
@@ -439,32 +488,11 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     cdef size_t sx = checked_size(src_x, "src_x"), sy = checked_size(src_y, "src_y")
     _check_extent(d, "dst", dx, dy, 0, dp, _add(h, dy, "dst"), w, h, 1)
     _check_extent(sr, "src", sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
-    if w == 0 or h == 0:
-        _pick_stream(d, sr, stream, &s)
+    r = _pitched_begin(d, sr, stream, "copy_2d", w == 0 or h == 0, &s)
+    if r == _NOTHING:
         return
-    if CAP[0] != NULL:
-        captured = _capture_sides(d, sr, stream, "copy_2d")
-    _pick_stream(d, sr, stream, &s)
-    memset(&c, 0, sizeof(c))
-    c.srcXInBytes = sx
-    c.srcY = sy
-    c.srcMemoryType = sr.mtype
-    c.srcHost = sr.hptr
-    c.srcDevice = sr.dptr
-    c.srcPitch = sp
-    c.dstXInBytes = dx
-    c.dstY = dy
-    c.dstMemoryType = d.mtype
-    c.dstHost = d.hptr
-    c.dstDevice = d.dptr
-    c.dstPitch = dp
-    c.WidthInBytes = w
-    c.Height = h
-    set_current(_ctx_of(d, sr, stream))
-    with nogil:
-        rc = D.cuMemcpy2DAsync(&c, s)
-    check(rc, b"cuMemcpy2DAsync")
-    _after_copy(d, sr, stream, s, captured)
+    _pitched_fill(&c, d, sr, dx, dy, dp, sx, sy, sp, w, h)
+    _pitched_run(&c, d, sr, stream, s, r)
 
 
 def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=None, dst_height=None,
@@ -473,9 +501,8 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     (``cuMemcpy3DAsync``). ``*_height`` is the rows per slice (default ``height``);
     ``*_pos`` are ``(x_bytes, y, z)``. Synchronous unless a stream is given."""
     cdef CUDA_MEMCPY3D c
-    cdef bint captured = False
+    cdef int r
     cdef CUstream s = NULL
-    cdef CUresult rc
     cdef _Side d = _side(dst, True)
     cdef _Side sr = _side(src, False)
     cdef size_t w = checked_size(width_bytes, "width_bytes"), h = checked_size(height, "height")
@@ -491,31 +518,12 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     sx, sy, szp = [checked_size(v, "src_pos") for v in src_pos]
     _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
     _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
-    if w == 0 or h == 0 or dz == 0:
-        _pick_stream(d, sr, stream, &s)
+    r = _pitched_begin(d, sr, stream, "copy_3d", w == 0 or h == 0 or dz == 0, &s)
+    if r == _NOTHING:
         return
-    if CAP[0] != NULL:
-        captured = _capture_sides(d, sr, stream, "copy_3d")
-    _pick_stream(d, sr, stream, &s)
-    memset(&c, 0, sizeof(c))
-    c.srcXInBytes, c.srcY, c.srcZ = sx, sy, szp
-    c.srcMemoryType = sr.mtype
-    c.srcHost = sr.hptr
-    c.srcDevice = sr.dptr
-    c.srcPitch = sp
-    c.srcHeight = sh
-    c.dstXInBytes, c.dstY, c.dstZ = dx, dy, dzp
-    c.dstMemoryType = d.mtype
-    c.dstHost = d.hptr
-    c.dstDevice = d.dptr
-    c.dstPitch = dp
-    c.dstHeight = dh
-    c.WidthInBytes = w
-    c.Height = h
+    _pitched_fill(&c, d, sr, dx, dy, dp, sx, sy, sp, w, h)
+    c.srcZ, c.srcHeight = szp, sh
+    c.dstZ, c.dstHeight = dzp, dh
     c.Depth = dz
-    set_current(_ctx_of(d, sr, stream))
-    with nogil:
-        rc = D.cuMemcpy3DAsync(&c, s)
-    check(rc, b"cuMemcpy3DAsync")
-    _after_copy(d, sr, stream, s, captured)
+    _pitched_run(&c, d, sr, stream, s, r)
 

@@ -38,6 +38,7 @@ cdef class Graph:
                                     #   in keep_alive), which may grow on their own: no reuse
 
     cdef int _live(self) except -1
+    cdef int _clear(self) except -1
     cdef int _adopt(self, object node) except -1
     cdef int _take_refs(self) except -1
     cdef list _snapshot(self)

@@ -297,14 +297,7 @@ cdef class Graph:
     def __cinit__(self, device=None, token=None):
         self.handle = NULL
         self.owned = False
-        self._keep = []
-        self._nodes = []
-        self._by_handle = {}
-        self._info = {}
-        self._kernels = {}
-        self._funcs = {}
-        self._refs = None
-        self._refs_of = None
+        self._clear()
         self.captured = False
         if token is _TOKEN or device is _TOKEN:
             return
@@ -333,6 +326,10 @@ cdef class Graph:
             check(D.cuGraphDestroy(self.handle), b"cuGraphDestroy")
         self.handle = NULL
         self.owned = False
+        self._clear()
+
+    cdef int _clear(self) except -1:
+        """No nodes and no references: a new graph's state, and a closed one's."""
         self._keep = []
         self._nodes = []
         self._by_handle = {}
@@ -343,6 +340,7 @@ cdef class Graph:
         self._refs_kernels = None
         self._refs_buffers = None
         self._refs_of = None
+        return 0
 
     def __repr__(self):
         state = "closed" if self.handle == NULL else f"{len(self._nodes)} nodes added"

@@ -1,9 +1,10 @@
 """Interop with other libraries' device arrays.
 
-Owns: DLPack export (``DeviceBuffer.__dlpack__``) and import, CUDA Array Interface v3
-export and import, :func:`as_device_buffer`, and ``pointer_of`` -- the one resolver
-of pointer-like arguments the launch packer and plan binding use (torch/cupy tensors
-by exact type, CAI, DLPack, int addresses, DeviceBuffers).
+Owns: DLPack export (``DeviceBuffer.__dlpack__``: its stream, device and copy rules;
+the capsules themselves are made and released in _dlpack_export) and import, CUDA
+Array Interface v3 export and import, :func:`as_device_buffer`, and ``pointer_of`` --
+the one resolver of pointer-like arguments the launch packer and plan binding use
+(torch/cupy tensors by exact type, CAI, DLPack, int addresses, DeviceBuffers).
 
 The producer's stream is honoured by ONE rule, the same for launch, bind and wrap
 (docs/interop.md): DLPack producers are handed our consumer stream through
@@ -12,12 +13,10 @@ it through an event; torch/cupy tensors read directly make the consumer stream w
 for the library's current stream through an event. Nothing blocks the host.
 """
 cimport cython
-from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer,
-                                PyCapsule_SetName, PyCapsule_CheckExact)
-from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_SetName, PyCapsule_CheckExact
+from cpython.ref cimport PyObject
 from cpython.object cimport PyTypeObject, Py_TYPE
-from libc.stdlib cimport calloc, free
-from libc.stdint cimport int64_t, intptr_t
+from libc.stdint cimport intptr_t
 from cpython.exc cimport PyErr_Occurred
 import sys
 
@@ -28,103 +27,11 @@ from barecuda._device cimport Device, activate_device, device_at
 from barecuda._stream cimport stream_handle, resolve_device, stream_after
 from barecuda._dlpack cimport *
 from barecuda._dtype cimport resolve_dtype, typestr_of, nbytes_of, dtype_info, dtype_from_dlpack
-from barecuda._buffer cimport (DeviceBuffer, make_view, view_at, pin, unpin,
-                               check_usable, note_use, order_stream)
-
-cdef extern from "Python.h":
-    int Py_IsInitialized() nogil
+from barecuda._buffer cimport DeviceBuffer, make_view, view_at, check_usable, note_use, order_stream
+from barecuda._dlpack_export cimport make_capsule, our_export
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
-
-
-# ----------------------------------------------------------------- DLPack out
-cdef void _dl_release(bc_dlpack_export *e) noexcept nogil:
-    if e == NULL:
-        return
-    if e.owner != NULL and Py_IsInitialized():
-        with gil:
-            unpin(<DeviceBuffer>e.owner)
-            Py_DECREF(<object>e.owner)
-    free(e)
-
-
-cdef void _dl_deleter_legacy(DLManagedTensor *t) noexcept nogil:
-    _dl_release(<bc_dlpack_export *>t.manager_ctx)
-
-
-cdef void _dl_deleter_versioned(DLManagedTensorVersioned *t) noexcept nogil:
-    _dl_release(<bc_dlpack_export *>t.manager_ctx)
-
-
-cdef void _capsule_destructor_legacy(object capsule) noexcept:
-    cdef DLManagedTensor *t
-    if PyCapsule_IsValid(capsule, b"dltensor"):      # never consumed
-        t = <DLManagedTensor *>PyCapsule_GetPointer(capsule, b"dltensor")
-        if t != NULL and t.deleter != NULL:
-            t.deleter(t)
-
-
-cdef void _capsule_destructor_versioned(object capsule) noexcept:
-    cdef DLManagedTensorVersioned *t
-    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
-        t = <DLManagedTensorVersioned *>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
-        if t != NULL and t.deleter != NULL:
-            t.deleter(t)
-
-
-cdef object _make_capsule(DeviceBuffer b, bint versioned, bint copied):
-    key = b._dtype if b._dtype is not None else "uint8"
-    info = dtype_info(key)
-    if info is None:
-        raise BufferError(f"dtype {key!r} has no DLPack equivalent")
-    shape = b.shape
-    cdef int ndim = len(shape)
-    cdef int i
-    cdef int64_t stride = 1
-    if ndim > BC_DLPACK_MAX_NDIM:
-        raise BufferError(f"DLPack export supports at most {BC_DLPACK_MAX_NDIM} dimensions")
-    cdef bc_dlpack_export *e = <bc_dlpack_export *>calloc(1, sizeof(bc_dlpack_export))
-    if e == NULL:
-        raise MemoryError()
-    cdef DLTensor *t = &e.t.versioned.dl_tensor if versioned else &e.t.legacy.dl_tensor
-    for i in range(ndim - 1, -1, -1):
-        e.shape[i] = shape[i]
-        e.strides[i] = stride if b._strides is None else b._strides[i]
-        stride *= shape[i] if shape[i] > 0 else 1
-    t.data = <void *>b.ptr
-    t.device.device_type = kDLCUDA
-    t.device.device_id = b.device.ordinal
-    t.ndim = ndim
-    t.dtype.code = info[2]
-    t.dtype.bits = info[0] * 8
-    t.dtype.lanes = 1
-    t.shape = e.shape
-    t.strides = e.strides
-    t.byte_offset = 0
-    try:
-        o = pin(b)             # the capsule holds the allocation until its deleter runs
-    except BaseException:
-        free(e)
-        raise
-    e.owner = <void *>o        # the owner: unpin must not go through a view closed since
-    Py_INCREF(o)
-    try:
-        if versioned:
-            e.t.versioned.version.major = BC_DLPACK_MAJOR_VERSION
-            e.t.versioned.version.minor = BC_DLPACK_MINOR_VERSION
-            e.t.versioned.manager_ctx = e
-            e.t.versioned.deleter = _dl_deleter_versioned
-            e.t.versioned.flags = ((DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0)
-                                   | (DLPACK_FLAG_BITMASK_READ_ONLY if b._readonly else 0))
-            return PyCapsule_New(&e.t.versioned, b"dltensor_versioned", _capsule_destructor_versioned)
-        e.t.legacy.manager_ctx = e
-        e.t.legacy.deleter = _dl_deleter_legacy
-        return PyCapsule_New(&e.t.legacy, b"dltensor", _capsule_destructor_legacy)
-    except BaseException:
-        _dl_release(e)
-        raise
-
 
 
 # ------------------------------------------------------------------ DLPack in
@@ -197,22 +104,6 @@ cdef DLTensor *_dl_tensor(object cap, void **mt, bint *versioned, bint consume) 
     return t
 
 
-cdef DeviceBuffer _our_export(void *mt, bint versioned):
-    """The DeviceBuffer a capsule of ours was exported from (None for foreign capsules)."""
-    cdef bc_dlpack_export *e
-    if versioned:
-        if (<DLManagedTensorVersioned *>mt).deleter != _dl_deleter_versioned:
-            return None
-        e = <bc_dlpack_export *>(<DLManagedTensorVersioned *>mt).manager_ctx
-    else:
-        if (<DLManagedTensor *>mt).deleter != _dl_deleter_legacy:
-            return None
-        e = <bc_dlpack_export *>(<DLManagedTensor *>mt).manager_ctx
-    if e == NULL or e.owner == NULL:
-        return None
-    return <DeviceBuffer>e.owner
-
-
 cdef tuple _layout(tuple shape, object strides, size_t itemsize, bint in_bytes):
     """(nbytes spanned, element strides or None when C-contiguous)."""
     cdef object expect = 1
@@ -248,12 +139,9 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     cdef int i
     cdef void *mt = NULL
     cdef bint versioned = False
-    cdef DeviceBuffer ours
-    ensure_driver(ST)
-    if stream is not None:
-        stream_handle(stream, &h)
-    if type(obj) is DeviceBuffer:
-        return _reimport(<DeviceBuffer>obj, h, stream)
+    cdef DeviceBuffer ours, v = _import_start(obj, stream, &h)
+    if v is not None:
+        return v
     cap = obj if PyCapsule_CheckExact(obj) else _dl_capsule(obj, h)
     owner = _DLPackOwner.__new__(_DLPackOwner)
     t = _dl_tensor(cap, &mt, &versioned, True)
@@ -268,21 +156,37 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     itemsize = dtype_info(name)[0]
     nbytes, est = _layout(shape, strides, itemsize, False)
     dev_obj = device_at(t.device.device_id)
-    ours = _our_export(mt, versioned)
-    cdef DeviceBuffer v
+    ours = our_export(mt, versioned)
     if ours is not None:
         v = make_view(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner, ours)
     else:
         v = view_at(<CUdeviceptr>t.data + t.byte_offset, nbytes, dev_obj, h, stream, owner)
-    v._shape = shape
-    v._dtype = name
-    v._itemsize = itemsize
-    v._strides = est
-    v._strided = est is not None
+    _set_layout(v, shape, name, itemsize, est)
     if versioned and ((<DLManagedTensorVersioned *>mt).flags & DLPACK_FLAG_BITMASK_READ_ONLY):
         v._readonly = True
     owner.producer = obj if not PyCapsule_CheckExact(obj) else None   # producer stays alive too
     return v
+
+
+cdef DeviceBuffer _import_start(object obj, object stream, CUstream *h):
+    """The start of a DLPack or CAI import: fork check, the consumer stream into h, and
+    a re-import of one of our own buffers (returned; None for any other object)."""
+    ensure_driver(ST)
+    if stream is not None:
+        stream_handle(stream, h)
+    if type(obj) is DeviceBuffer:
+        return _reimport(<DeviceBuffer>obj, h[0], stream)
+    return None
+
+
+cdef inline int _set_layout(DeviceBuffer v, tuple shape, object dtype, size_t itemsize, object est) except -1:
+    """An import's element layout (est: element strides of a strided import, else None)."""
+    v._shape = shape
+    v._dtype = dtype
+    v._itemsize = itemsize
+    v._strides = est
+    v._strided = est is not None
+    return 0
 
 
 cdef DeviceBuffer _reimport(DeviceBuffer b, CUstream h, object stream):
@@ -338,11 +242,9 @@ cdef object _cai_dict(object obj):
 cdef DeviceBuffer _from_cai(object obj, object stream):
     cdef CUstream h = NULL
     cdef CUdeviceptr p
-    ensure_driver(ST)
-    if stream is not None:
-        stream_handle(stream, &h)
-    if type(obj) is DeviceBuffer:
-        return _reimport(<DeviceBuffer>obj, h, stream)
+    cdef DeviceBuffer v = _import_start(obj, stream, &h)
+    if v is not None:
+        return v
     cai = _cai_dict(obj)
     data = cai["data"]
     p = data[0] if data is not None and data[0] is not None else 0
@@ -354,12 +256,8 @@ cdef DeviceBuffer _from_cai(object obj, object stream):
     o = _ordinal_of_ptr(p)
     dev = resolve_device(None if o < 0 else o, stream)
     _cai_wait(cai, h, dev.ctx)
-    cdef DeviceBuffer v = view_at(p, nbytes, dev, h, stream, obj)
-    v._shape = shape
-    v._dtype = key
-    v._itemsize = itemsize
-    v._strides = est
-    v._strided = est is not None
+    v = view_at(p, nbytes, dev, h, stream, obj)
+    _set_layout(v, shape, key, itemsize, est)
     v._readonly = v._readonly or (data is not None and len(data) > 1 and bool(data[1]))
     return v
 
@@ -419,7 +317,7 @@ def dlpack_of(DeviceBuffer b, stream, max_version, dl_device, copy):
         order_stream(src, &bs)
         stream_after(cs, bs, src.ctx)
     versioned = max_version is not None and tuple(max_version)[0] >= 1
-    return _make_capsule(src, versioned, bool(copy))
+    return make_capsule(src, versioned, bool(copy))
 
 
 def from_cai(obj, stream=None):

@@ -35,12 +35,28 @@ cdef extern from "barecuda/bc_pack.h" nogil:
 cdef extern from *:
     """
     /* PyLong_AsLongLongAndOverflow, with the value of an exact compact int (any int
-     * that fits in one 30-bit digit: most arguments) read inline on CPython 3.12+. */
+     * that fits in one digit, 30 bits on usual builds: most arguments) read inline:
+     * through the 3.12+ unstable API, or from the digit before 3.12 (the layout
+     * Cython's own int conversion reads there too). */
     #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_LIMITED_API)
     static inline long long bc_as_ll(PyObject *o, int *overflow) {
         if (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)o)) {
             *overflow = 0;
             return (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+        }
+        return PyLong_AsLongLongAndOverflow(o, overflow);
+    }
+    #elif !defined(Py_LIMITED_API) && !defined(PYPY_VERSION)
+    #if PY_VERSION_HEX < 0x030B0000
+    #include "longintrepr.h"
+    #endif
+    static inline long long bc_as_ll(PyObject *o, int *overflow) {
+        if (PyLong_CheckExact(o)) {
+            Py_ssize_t size = Py_SIZE(o);
+            if (size == 0 || size == 1 || size == -1) {
+                *overflow = 0;      /* (a zero may have no digit allocated) */
+                return size == 0 ? 0 : size * (long long)((PyLongObject *)o)->ob_digit[0];
+            }
         }
         return PyLong_AsLongLongAndOverflow(o, overflow);
     }

@@ -1,0 +1,1 @@
+"""The DLPack capsules barecuda produces: no Python-level API (see _interop)."""
