@@ -324,6 +324,46 @@ def test_launch_geometry_and_stream_recorded(fake, ptx):
     assert (rec.grid, rec.block, rec.stream) == ((5, 1, 1), (7, 1, 1), 0)
 
 
+def test_launch_call_forms(fake, ptx):
+    """Kernel.launch's C entry takes positional grid/block/args with stream= and
+    shared_mem=; every other spelling goes through Python's own argument parsing: each
+    form must launch the same thing or raise the same error as a plain Python method."""
+    import functools
+    import inspect
+    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
+    s = bc.Stream()
+    key = "".join(["str", "eam"])           # equal to "stream" but not the interned object
+    forms = [
+        lambda: k.launch((2, 3), 4, 1, 2, 3, 4, stream=s, shared_mem=16),
+        lambda: k.launch((2, 3), 4, 1, 2, 3, 4, shared_mem=16, stream=s),
+        lambda: k.launch((2, 3), 4, 1, 2, 3, 4, **{key: s, "shared_mem": 16}),
+        lambda: k.launch(*((2, 3), 4, 1, 2, 3, 4), **{"stream": s, "shared_mem": 16}),
+        lambda: bc.Kernel.launch(k, (2, 3), 4, 1, 2, 3, 4, stream=s, shared_mem=16),
+        lambda: functools.partial(k.launch, (2, 3), 4)(1, 2, 3, 4, stream=s, shared_mem=16),
+    ]
+    for i, f in enumerate(forms):
+        before = fake.launch_count()
+        f()
+        assert fake.launch_count() == before + 1, i
+        rec = fake.last_launch()
+        assert (rec.grid, rec.block, rec.shared, rec.stream) == ((2, 3, 1), (4, 1, 1), 16, s.handle_int), i
+        assert rec.params == struct.pack("<QQQI", 1, 2, 3, 4), i
+    k.launch(1, 1, 1, 2, 3, 4)
+    assert (fake.last_launch().stream, fake.last_launch().shared) == (0, 0)
+    # grid and block by keyword: the kernel takes no other argument then, so the count is wrong
+    no_launch(fake, lambda: k.launch(grid=1, block=1, stream=s), TypeError, "takes 4 arguments, got 0")
+    no_launch(fake, lambda: k.launch(1, 1, 1, 2, 3, 4, stram=s), TypeError, "launch() got an unexpected keyword")
+    no_launch(fake, lambda: k.launch(1), TypeError, "launch() takes at least 2 positional arguments")
+    no_launch(fake, lambda: k.launch(1, 1, 1, 2, 3), TypeError, "takes 4 arguments, got 3")
+    no_launch(fake, lambda: k.launch(1, 1, 1, 2, 3, 4, stream=5.0), TypeError)
+    with pytest.raises(TypeError):
+        bc.Kernel.launch(object(), 1, 1)
+    sig = inspect.signature(bc.Kernel.launch)
+    assert list(sig.parameters) == ["self", "grid", "block", "args", "stream", "shared_mem"]
+    assert sig.parameters["stream"].default is None and sig.parameters["shared_mem"].default == 0
+    assert bc.Kernel.launch.__doc__.startswith("Launch the kernel.")
+
+
 def test_driver_error_names_the_kernel(fake, ptx):
     k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
     fake.fail("cuLaunchKernel", 701)

@@ -193,6 +193,34 @@ def test_dynamic_shared_memory():
     np.testing.assert_allclose(out.to_numpy(), x * a + y, rtol=1e-6, atol=1e-6)
 
 
+@gpu
+def test_launch_call_forms_on_device():
+    """Kernel.launch's C entry and its fallback (keywords in another order, a keyword
+    string that is not the interned one, ** and * unpacking) launch the same kernel with
+    the same stream and shared memory: each result against numpy on fresh data."""
+    import functools
+    k = Module.from_ptx(P.SAXPY_SHARED).get_kernel("saxpy_shared")
+    n = 70001
+    s = bc.Stream()
+    key = "".join(["shared", "_mem"])
+    g, b = (n + 255) // 256, 256
+    forms = [
+        lambda *a: k.launch(g, b, *a, stream=s, shared_mem=b * 4),
+        lambda *a: k.launch(g, b, *a, shared_mem=b * 4, stream=s),
+        lambda *a: k.launch(g, b, *a, **{"stream": s, key: b * 4}),
+        lambda *a: bc.Kernel.launch(k, g, b, *a, stream=s, shared_mem=b * 4),
+        lambda *a: functools.partial(k.launch, g, b)(*a, stream=s, shared_mem=b * 4),
+    ]
+    for f in forms:
+        a, y = fresh_f32(n), fresh_f32(n)
+        x = np.float32(RNG.standard_normal())
+        out = bc.zeros(n, "float32", stream=s)
+        f(out, bc.to_device(a, stream=s), bc.to_device(y, stream=s), float(x), n)
+        got = out.to_numpy(stream=s)
+        s.synchronize()
+        np.testing.assert_allclose(got, x * a + y, rtol=1e-6, atol=1e-6)
+
+
 # ----------------------------------------------------------- globals, occupancy
 @gpu
 def test_global_read_write():

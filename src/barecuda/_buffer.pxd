@@ -99,8 +99,10 @@ cdef object hold(DeviceBuffer b)
 cdef list holds(object objs)
 
 cdef inline void note_use(DeviceBuffer b, CUstream s) noexcept nogil:
-    """Record that queued work on stream s uses b: marks the OWNER (cheap; per launch argument)."""
-    if b.root_stream != s:
+    """Record that queued work on stream s uses b: marks the OWNER (cheap; per launch argument).
+    Read before write: launches from several threads share their buffers' owners, and a
+    store of the same value still takes the owner's cache line away from the other cores."""
+    if b.root_stream != s and not b.use_flag[0]:
         b.use_flag[0] = 1
 
 # ---- the stream a buffer's work is ordered on (every reader goes through these)

@@ -30,6 +30,21 @@ cdef extern from "Python.h":
     PyTypeObject PyLong_Type
     PyTypeObject PyFloat_Type
     PyTypeObject PyBool_Type
+    ctypedef struct PyTupleObject:
+        PyObject *ob_item[1]
+    ctypedef struct PyMethodDef:
+        const char *ml_name
+        void *ml_meth
+        int ml_flags
+        const char *ml_doc
+    int METH_FASTCALL
+    int METH_KEYWORDS
+    object PyDescr_NewMethod(PyTypeObject *t, PyMethodDef *m)
+    void PyType_Modified(PyTypeObject *t)
+    PyObject *PyTuple_GET_ITEM(PyObject *t, Py_ssize_t i)
+    Py_ssize_t PyTuple_GET_SIZE_RAW "PyTuple_GET_SIZE"(PyObject *t)
+    ctypedef struct _TypeWithDict "PyTypeObject":
+        PyObject *tp_dict
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_INVALID_VALUE
@@ -241,7 +256,8 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
     return pack_slow(k, p, i, arg, slot, hs)
 
 
-cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstream hs) except -1:
+cdef inline int _pack_args(Kernel k, PyObject **argv, char *buf, void **ptrs, CUstream hs) except -1:
+    """Pack k.nparams arguments, argv[0..nparams) (borrowed: the caller holds them)."""
     cdef Py_ssize_t i
     cdef char *slot
     cdef bc_stream_memo memo        # one read of torch's/CuPy's current stream per launch
@@ -249,8 +265,12 @@ cdef inline int _pack_args(Kernel k, tuple args, char *buf, void **ptrs, CUstrea
     for i in range(k.nparams):
         slot = buf + k.params[i].offset
         ptrs[i] = slot
-        _pack_one(k, i, args[i], slot, hs, &memo)
+        _pack_one(k, i, <object>argv[i], slot, hs, &memo)
     return 0
+
+
+cdef inline PyObject **_items(tuple t) noexcept:
+    return &(<PyTupleObject *>t).ob_item[0]
 
 
 cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1:
@@ -478,6 +498,9 @@ cdef class Kernel:
         shared_mem : int
             Dynamic shared memory in bytes.
 
+        The call is taken by a C entry that reads the arguments in place (no tuple
+        per launch); calls it does not take come here.
+
         Raises
         ------
         TypeError
@@ -487,22 +510,7 @@ cdef class Kernel:
         ValueError
             Zero, negative or too-large grid/block, too much shared memory.
         """
-        cdef bc_launch_rec r
-        cdef char sbuf[BC_SMALL_ARGBYTES]
-        cdef void *sptrs[BC_SMALL_NPARAMS]
-        if self.func == NULL:
-            _raise_closed(self)
-        if PyTuple_GET_SIZE(args) != self.nparams:
-            _raise_count(self, PyTuple_GET_SIZE(args))
-        _launch_dims(self, grid, block, shared_mem, r.grid, r.block, &r.smem)
-        stream_handle(stream, &r.stream)
-        if _capture_hook != NULL:
-            _capture_hook(<size_t>r.stream, self, self, args)
-        if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
-            return _launch_heap(self, args, &r)
-        _pack_args(self, args, sbuf, sptrs, r.stream)
-        r.params = sptrs
-        _issue_now(self, &r)
+        return _launch(self, grid, block, _items(args), PyTuple_GET_SIZE(args), stream, shared_mem, args)
 
     def launch_config(self, LaunchConfig config not None, *args):
         """Launch with a :class:`LaunchConfig` (clusters, cooperative launch, priority,
@@ -534,7 +542,7 @@ cdef class Kernel:
                 PyMem_Free(ptrs)
                 raise MemoryError()
         try:
-            _pack_args(self, args, buf, ptrs, r.stream)
+            _pack_args(self, _items(args), buf, ptrs, r.stream)
             r.params = ptrs
             _issue(self, &r)
         finally:
@@ -562,7 +570,92 @@ cdef class Kernel:
         return plan
 
 
-cdef int _launch_heap(Kernel k, tuple args, bc_launch_rec *r) except -1:
+cdef object _launch(Kernel k, object grid, object block, PyObject **argv, Py_ssize_t nargs, object stream,
+                     object shared_mem, object args):
+    """Kernel.launch: argv[0..nargs) the kernel's arguments (borrowed), args their tuple
+    or None (made only when a capture hook needs it)."""
+    cdef bc_launch_rec r
+    cdef char sbuf[BC_SMALL_ARGBYTES]
+    cdef void *sptrs[BC_SMALL_NPARAMS]
+    cdef Py_ssize_t i
+    if k.func == NULL:
+        _raise_closed(k)
+    if nargs != k.nparams:
+        _raise_count(k, nargs)
+    _launch_dims(k, grid, block, shared_mem, r.grid, r.block, &r.smem)
+    stream_handle(stream, &r.stream)
+    if _capture_hook != NULL:
+        if args is None:
+            args = tuple([<object>argv[i] for i in range(nargs)])
+        _capture_hook(<size_t>r.stream, k, k, args)
+    if k.argbytes > BC_SMALL_ARGBYTES or k.nparams > BC_SMALL_NPARAMS:
+        _launch_heap(k, argv, &r)
+        return None
+    _pack_args(k, argv, sbuf, sptrs, r.stream)
+    r.params = sptrs
+    _issue_now(k, &r)
+    return None
+
+
+cdef object _S_STREAM = "stream"
+cdef object _S_SHARED_MEM = "shared_mem"
+
+
+cdef object _kernel_launch(object self, PyObject **argv, Py_ssize_t nargs, PyObject *kwnames):
+    """Kernel.launch's entry (METH_FASTCALL | METH_KEYWORDS): the arguments are read
+    where the caller left them, with no tuple and no dict made per launch."""
+    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE_RAW(kwnames)
+    cdef Py_ssize_t j
+    cdef PyObject *name
+    stream = None
+    smem = 0
+    for j in range(nkw):
+        name = PyTuple_GET_ITEM(kwnames, j)
+        if name == <PyObject *>_S_STREAM:
+            stream = <object>argv[nargs + j]
+        elif name == <PyObject *>_S_SHARED_MEM:
+            smem = <object>argv[nargs + j]
+        else:
+            break
+    else:
+        if nargs >= 2:
+            return _launch(<Kernel>self, <object>argv[0], <object>argv[1], argv + 2, nargs - 2, stream, smem,
+                           None)
+    # anything else (a keyword spelled differently or not interned, grid/block by
+    # keyword, too few arguments): Python's own argument parsing, then the same launch
+    args = tuple([<object>argv[j] for j in range(nargs)])
+    kw = {<object>PyTuple_GET_ITEM(kwnames, j): <object>argv[nargs + j] for j in range(nkw)}
+    return _launch_py(self, *args, **kw)
+
+
+cdef PyMethodDef _launch_def
+cdef bytes _LAUNCH_DOC = None
+cdef object _launch_py = None       # the Cython method Kernel.launch (the fallback of _kernel_launch)
+
+
+cdef int _install_launch() except -1:
+    """Kernel.launch as a METH_FASTCALL | METH_KEYWORDS method descriptor of C function
+    _kernel_launch (a Cython `def` with *args builds a tuple per call; see
+    docs/architecture.md)."""
+    global _LAUNCH_DOC, _launch_py
+    _launch_py = Kernel.__dict__["launch"]
+    doc = _launch_py.__doc__ or ""                     # None under python -OO
+    doc = doc[doc.find("\n\n") + 2:] if doc.startswith("Kernel.launch(") else doc   # after embedsignature's line
+    _LAUNCH_DOC = ("launch($self, grid, block, *args, stream=None, shared_mem=0)\n--\n\n" + doc).encode()
+    _launch_def.ml_name = b"launch"
+    _launch_def.ml_meth = <void *>_kernel_launch
+    _launch_def.ml_flags = METH_FASTCALL | METH_KEYWORDS
+    _launch_def.ml_doc = _LAUNCH_DOC
+    d = PyDescr_NewMethod(<PyTypeObject *>Kernel, &_launch_def)
+    (<dict>(<object>(<_TypeWithDict *>Kernel).tp_dict))["launch"] = d
+    PyType_Modified(<PyTypeObject *>Kernel)
+    return 0
+
+
+_install_launch()
+
+
+cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r) except -1:
     """Launch path for parameter blocks too big for the stack buffer."""
     cdef char *buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
     cdef void **ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
