@@ -833,6 +833,34 @@ def test_capture_holds_what_launches_use(fake, vadd, stream):
     assert all(r() is None for r in refs)
 
 
+def test_capture_holds_arguments_that_move_between_positions(fake, vadd, stream):
+    """The recorder skips the set lookups for an argument the previous launch had at the
+    same position: objects that move between positions, come and go, or change inside
+    a reused plan's argument list are still all held."""
+    bufs = [bc.alloc(64) for _ in range(6)]
+    refs = [weakref.ref(b) for b in bufs]
+    plan = vadd.bind(1, 1, bufs[0], bufs[0], bufs[0], 1, stream=stream)
+    with stream.capture() as g:
+        vadd.launch(1, 1, bufs[0], bufs[1], bufs[0], 1, stream=stream)
+        vadd.launch(1, 1, bufs[1], bufs[0], bufs[0], 2, stream=stream)
+        vadd.launch(1, 1, bufs[1], bufs[2], 7, 3, stream=stream)
+        vadd.launch(1, 1, bufs[1], bufs[2], bufs[3], 3, stream=stream)
+        plan()
+        plan.set_arg(2, bufs[4])
+        plan()
+        plan.set_arg(0, bufs[5])
+        plan()
+        plan.set_arg(0, bufs[0])
+    del bufs, plan
+    gc.collect()
+    assert all(r() is not None for r in refs)
+    exe = g.instantiate()
+    exe.launch(stream)
+    del g, exe
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
 def test_capture_holds_every_value_a_reused_plan_launched(fake, vadd, stream):
     """A capture holds each object once however often it is launched, but a plan's
     values are held as they were at each launch: a plan re-set between two captured

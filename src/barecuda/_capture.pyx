@@ -42,6 +42,7 @@ cdef struct _seen_t:
 
 cdef enum:
     _SEEN_START = 64        # first size of a capture's address set
+    _RECENT = 8             # argument positions whose latest held object a capture remembers
 cdef bc_state_t *ST = runtime_state()
 
 _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL, "thread_local": CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
@@ -66,6 +67,11 @@ cdef class Capture:
     cdef bint active
     cdef list keep                  # the graph's reference list the recorder appends to
     cdef _seen_t seen               # addresses of the objects the recorder put in keep
+    # The latest launch's kernel (or plan) and its held arguments by position: all in
+    # `seen` (so held, their addresses not reusable), a launch that repeats them skips
+    # the set's lookups. NULL where the position held nothing.
+    cdef void *recent_obj
+    cdef void *recent[_RECENT]
 
     def __cinit__(self, stream, mode="global"):
         if mode not in _MODES:
@@ -98,6 +104,7 @@ cdef class Capture:
         self.keep = self.graph._keep
         _seen_free(&self.seen)
         _seen_init(&self.seen)
+        _recent_reset(self)
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
         capture_started()
@@ -169,29 +176,44 @@ cdef int _record_into(Capture c, object obj, Kernel k, object args) except -1:
     cdef PyTypeObject *t
     if c.graph._keep is not c.keep:     # the graph was closed during the capture: a new list
         _seen_reset(&c.seen)
+        _recent_reset(c)
         c.keep = c.graph._keep
-    if _seen_add(&c.seen, <void *>obj):
-        c.keep.append(obj)
-        if <object>k is not obj:
-            if _seen_add(&c.seen, <void *>k):
-                c.keep.append(k)
+    if <void *>obj != c.recent_obj:
+        if _seen_add(&c.seen, <void *>obj):
+            c.keep.append(obj)
+            if <object>k is not obj:
+                if _seen_add(&c.seen, <void *>k):
+                    c.keep.append(k)
+                    c.graph._funcs[<size_t>k.func] = k
+            else:
                 c.graph._funcs[<size_t>k.func] = k
-        else:
-            c.graph._funcs[<size_t>k.func] = k
+        c.recent_obj = <void *>obj
     if type(args) is tuple:
         n = PyTuple_GET_SIZE(args)
     else:
         n = PyList_GET_SIZE(args)        # a plan's argument list
     for i in range(n):
         a = PyTuple_GET_ITEM(args, i) if type(args) is tuple else PyList_GET_ITEM(args, i)
+        if i < _RECENT and <void *>a == c.recent[i]:
+            continue            # the object the previous launch had here: held already
         t = Py_TYPE(<object>a)
         if t is &PyLong_Type or t is &PyFloat_Type or t is &PyBool_Type or a == <PyObject *>None:
             continue
-        if _seen_has(&c.seen, <void *>a) or _graph_memory(<object>a):
-            continue            # (graph memory is not held, so not in the set: its address may be reused)
-        _seen_add(&c.seen, <void *>a)
-        hold(c.keep, (<object>a,))
+        if not _seen_has(&c.seen, <void *>a):
+            if _graph_memory(<object>a):
+                continue        # (graph memory is not held, so not in the set: its address may be reused)
+            _seen_add(&c.seen, <void *>a)
+            hold(c.keep, (<object>a,))
+        if i < _RECENT:
+            c.recent[i] = <void *>a
     return 0
+
+
+cdef inline void _recent_reset(Capture c) noexcept:
+    cdef int i
+    c.recent_obj = NULL
+    for i in range(_RECENT):
+        c.recent[i] = NULL
 
 
 cdef object _targets(size_t hs):
