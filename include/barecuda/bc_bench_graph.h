@@ -69,22 +69,36 @@ static CUresult bc_gb_issue(const bc_driver_t *D, CUgraphExec x, CUstream s, lon
     return bc_gb_launches(D, x, s, n, 0, out);
 }
 
-/* n cuGraphExecKernelNodeSetParams calls on one node, the last parameter's value
- * changed each time (an int written into *slot as the caller's packer would). */
-static CUresult bc_gb_setparams(const bc_driver_t *D, CUgraphExec x, CUgraphNode node, const bc_gb_kernel *k,
-                                unsigned int *slot, long n, int64_t *out) {
+/* steps rounds of: nodes[0..nnodes) each get a changed last parameter (*slot = i + j, an
+ * int written as the caller's packer would) by cuGraphExecKernelNodeSetParams, then, when
+ * `launch`, x is launched on s (and s synchronized once at the end, timed). */
+static CUresult bc_gb_set_steps(const bc_driver_t *D, CUgraphExec x, const CUgraphNode *nodes, int nnodes,
+                                const bc_gb_kernel *k, unsigned int *slot, int launch, CUstream s, long steps,
+                                int64_t *out) {
     CUDA_KERNEL_NODE_PARAMS_v2 p;
-    CUresult rc;
+    CUresult rc = CUDA_SUCCESS;
     long i;
+    int j;
     int64_t t0;
     bc_gb_node_params(k, &p);
     t0 = bc_gb_now_ns();
-    for (i = 0; i < n; i++) {
-        *slot = (unsigned int)i;
-        if ((rc = D->cuGraphExecKernelNodeSetParams(x, node, &p))) return rc;
+    for (i = 0; i < steps; i++) {
+        for (j = 0; j < nnodes; j++) {
+            *slot = (unsigned int)(i + j);
+            if ((rc = D->cuGraphExecKernelNodeSetParams(x, nodes[j], &p))) return rc;
+        }
+        if (launch && (rc = D->cuGraphLaunch(x, s))) return rc;
     }
+    if (launch) rc = D->cuStreamSynchronize(s);
     *out = bc_gb_now_ns() - t0;
-    return CUDA_SUCCESS;
+    return rc;
+}
+
+/* n cuGraphExecKernelNodeSetParams calls on one node, the last parameter's value
+ * changed each time. */
+static CUresult bc_gb_setparams(const bc_driver_t *D, CUgraphExec x, CUgraphNode node, const bc_gb_kernel *k,
+                                unsigned int *slot, long n, int64_t *out) {
+    return bc_gb_set_steps(D, x, &node, 1, k, slot, 0, NULL, n, out);
 }
 
 /* n whole-graph updates of x from g. */
@@ -135,23 +149,7 @@ static CUresult bc_gb_instantiate(const bc_driver_t *D, CUgraph g, long n, int64
  * (cuGraphExecKernelNodeSetParams each) and the graph is launched; one sync at the end. */
 static CUresult bc_gb_loop(const bc_driver_t *D, CUgraphExec x, const CUgraphNode nodes[3], const bc_gb_kernel *k,
                            unsigned int *slot, CUstream s, long steps, int64_t *out) {
-    CUDA_KERNEL_NODE_PARAMS_v2 p;
-    CUresult rc;
-    long i;
-    int j;
-    int64_t t0;
-    bc_gb_node_params(k, &p);
-    t0 = bc_gb_now_ns();
-    for (i = 0; i < steps; i++) {
-        for (j = 0; j < 3; j++) {
-            *slot = (unsigned int)(i + j);
-            if ((rc = D->cuGraphExecKernelNodeSetParams(x, nodes[j], &p))) return rc;
-        }
-        if ((rc = D->cuGraphLaunch(x, s))) return rc;
-    }
-    rc = D->cuStreamSynchronize(s);
-    *out = bc_gb_now_ns() - t0;
-    return rc;
+    return bc_gb_set_steps(D, x, nodes, 3, k, slot, 1, s, steps, out);
 }
 
 /* The same step launched eagerly: n launches per step, one sync at the end. */
