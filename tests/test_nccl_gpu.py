@@ -259,11 +259,20 @@ def test_torch_tensors_every_collective(comms, dtype):
         np.testing.assert_array_equal(got, want)
 
 
-def test_torch_producer_stream_is_honoured(comms):
+def test_torch_producer_stream_is_honoured():
     """torch writes the tensor on its own (busy) stream; the all-reduce runs on a
-    barecuda stream and must see what torch wrote (the NCCL stream waits on torch's)."""
+    barecuda stream and must see what torch wrote (the NCCL stream waits on torch's).
+    A one-rank communicator of its own: a collective issued on one rank of a multi-rank
+    communicator would wait forever for the others."""
     torch = _torch_or_skip()
-    c = comms[0]
+    (c,) = nccl.Communicator.for_devices([0])
+    try:
+        _producer_stream_case(torch, c)
+    finally:
+        c.close()
+
+
+def _producer_stream_case(torch, c):
     dev = f"cuda:{c.device.ordinal}"
     vals = np.random.default_rng().random(1 << 20).astype(np.float32)
     x = torch.from_numpy(vals).to(dev)

@@ -37,6 +37,8 @@ from barecuda._device cimport Device
 from barecuda._stream cimport Stream, stream_handle, resolve_device
 from barecuda._allocators cimport default_allocator
 from barecuda._dlpack cimport kDLCUDA
+from barecuda._lazy cimport lazy_module
+from cpython.ref cimport PyObject
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of, public_dtype
 from barecuda._errors import CudaWarning, make_error
 
@@ -282,34 +284,13 @@ cdef size_t checked_size(object n, str what) except? 0:
 
 
 # ---------------------------------------------------------------- DeviceBuffer
-# The sibling modules, imported on first use (they cimport this one).
-cdef object _copy_mod = None
-cdef object _interop_mod = None
-cdef object _managed_mod = None
-
-
-cdef object _copy():
-    global _copy_mod
-    if _copy_mod is None:
-        from barecuda import _copy as m
-        _copy_mod = m
-    return _copy_mod
-
-
-cdef object _interop():
-    global _interop_mod
-    if _interop_mod is None:
-        from barecuda import _interop as m
-        _interop_mod = m
-    return _interop_mod
-
-
-cdef object _managed():
-    global _managed_mod
-    if _managed_mod is None:
-        from barecuda import _managed as m
-        _managed_mod = m
-    return _managed_mod
+# The sibling modules, imported on first use (they cimport this one): _lazy.pxd.
+cdef PyObject *_copy_mod = NULL
+cdef PyObject *_interop_mod = NULL
+cdef PyObject *_managed_mod = NULL
+cdef inline object _copy(): return lazy_module(&_copy_mod, "barecuda._copy")
+cdef inline object _interop(): return lazy_module(&_interop_mod, "barecuda._interop")
+cdef inline object _managed(): return lazy_module(&_managed_mod, "barecuda._managed")
 
 
 @cython.final

@@ -1,6 +1,8 @@
 """The dtype table: names, itemsizes, typestrs and DLPack codes of the element types
 device memory can hold. Plain names work without numpy; anything else is asked of
 numpy, imported on first need (import barecuda never imports it)."""
+from cpython.ref cimport PyObject
+from barecuda._lazy cimport lazy_module
 
 # ------------------------------------------------------------------------ dtypes
 # name -> (itemsize, typestr, DLPack code). Plain names work without numpy.
@@ -30,16 +32,12 @@ _ALIASES = {
     "cfloat": "complex128", "complex": "complex128", "csingle": "complex64", "cdouble": "complex128",
 }
 _DL_TO_NAME = {(v[2], v[0] * 8): k for k, v in _DTYPES.items()}
-_numpy = None
+cdef PyObject *_numpy = NULL
 
 
 cdef object np_module():
     """numpy, imported on first need (import barecuda never imports it)."""
-    global _numpy
-    if _numpy is None:
-        import numpy
-        _numpy = numpy
-    return _numpy
+    return lazy_module(&_numpy, "numpy")
 
 
 cdef object _np_or_none():

@@ -2,11 +2,11 @@
 
 Owns: ``Kernel`` (a CUfunction with its parameter layout and limits), argument
 packing (C, driven by a per-kernel table of parameter descriptors computed once),
-the launch geometry checks (a ``LaunchConfig``'s too; the rest of its validation is
-_launch_config.validate_config), ``LaunchPlan`` (arguments packed once, launched many times),
-``PlanList`` and ``launch_all`` (many plans issued from one C loop). Function
-attributes and occupancy: _occupancy.pyx; slow-path packing: _pack.pyx; signatures:
-_signature.pyx.
+the fast geometry check, ``LaunchPlan`` (arguments packed once, launched many times),
+``PlanList`` and ``launch_all`` (many plans issued from one C loop). Elsewhere, off
+the fast path: function attributes, occupancy and what a kernel is built with
+(_occupancy.pyx); slow-path packing and the launch errors (_pack.pyx); signatures
+(_signature.pyx); geometry against a kernel's limits, LaunchConfig (_launch_config.pyx).
 
 The hot path (``Kernel.launch``, ``LaunchPlan.__call__``, ``PlanList.__call__``) does
 no heap allocation and no driver call besides the launch itself: arguments are
@@ -17,14 +17,12 @@ the launch is one switch, ``set_launch_releases_gil`` (default: kept, see
 bc_pack.h for the measurement behind it).
 """
 cimport cython
-from libc.stdint cimport uint32_t, uint16_t, int32_t, uint64_t, int64_t, UINT64_MAX
-from libc.string cimport memcpy, memset
+from libc.stdint cimport uint32_t, int32_t
+from libc.string cimport memset
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
-from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.object cimport PyTypeObject, PyObject, Py_TYPE
 
 cdef extern from "Python.h":
@@ -48,12 +46,12 @@ cdef extern from "Python.h":
         PyObject *tp_dict
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_INVALID_VALUE
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
-    symbol_version_text
-from barecuda._device cimport Device, device_of
+from barecuda._errors cimport bc_state_t
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._device cimport Device
 from barecuda._stream cimport Stream, stream_handle
-from barecuda._launch_config cimport LaunchConfig, parse_dims, validate_config, config_rec
+from barecuda._launch_config cimport LaunchConfig, parse_dims, validate_config, config_rec, check_limits, \
+    geometry_text
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda._signature cimport *
@@ -107,10 +105,6 @@ def launch_releases_gil():
 cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device device, str name,
                         object ptx_params, object signature):
     cdef Kernel k = Kernel.__new__(Kernel, _TOKEN)
-    cdef size_t off = 0, sz = 0
-    cdef size_t idx = 0
-    cdef CUresult rc
-    cdef int value = 0
     cdef Py_ssize_t i, n
     cdef uint32_t pos = 0
     k.func = func
@@ -119,17 +113,7 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
     k.device = device
     k.name = name
     set_current(ctx)
-    drv = None
-    if D.cuFuncGetParamInfo != NULL:
-        drv = []
-        while True:
-            rc = D.cuFuncGetParamInfo(func, idx, &off, &sz)
-            if rc != 0:
-                break
-            drv.append((off, sz))
-            idx += 1
-        if rc != CUDA_ERROR_INVALID_VALUE and not drv:   # not "past the last one": the driver cannot tell
-            drv = None
+    drv = occ.param_info(func)
     entries = layout_entries(name, ptx_params, signature, drv)
     if entries is None:
         k.nparams = -1
@@ -156,21 +140,7 @@ cdef Kernel make_kernel(object module, CUfunction func, CUcontext ctx, Device de
             if k.params[i].offset + k.params[i].size > k.argbytes:
                 k.argbytes = k.params[i].offset + k.params[i].size
         k._types = tuple(e[0] for e in entries)
-    # Limits, cached once.
-    cdef int da[7]
-    cdef CUdevice_attribute which[7]
-    which[:] = [CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
-                CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
-                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
-                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z]
-    for i in range(7):
-        check(D.cuDeviceGetAttribute(&da[i], which[i], device.handle), b"cuDeviceGetAttribute")
-    k.max_block[0] = da[1]; k.max_block[1] = da[2]; k.max_block[2] = da[3]
-    k.max_grid[0] = da[4]; k.max_grid[1] = da[5]; k.max_grid[2] = da[6]
-    check(D.cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, func), b"cuFuncGetAttribute")
-    k.max_threads = <unsigned int>min(value, da[0])
-    check(D.cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, func), b"cuFuncGetAttribute")
-    k.max_dyn_smem = <unsigned int>value
+    occ.kernel_limits(func, device.handle, k.max_grid, k.max_block, &k.max_threads, &k.max_dyn_smem)
     return k
 
 
@@ -188,26 +158,6 @@ cdef const size_t *kernels_closed() noexcept:
 
 
 # ------------------------------------------------------------------ errors
-cdef int _raise_stream_closed(Py_ssize_t index) except -1:
-    where = "the plan's" if index < 0 else f"plan {index}: its"
-    raise ValueError(f"{where} stream is closed (a barecuda.Stream cannot be used after close()); "
-                     "move the plan to a live stream first (plan.stream = s)")
-
-
-cdef int _raise_closed(Kernel k) except -1:
-    raise ValueError(f"kernel {k.name!r} belongs to a module that was closed; load the module again")
-
-
-cdef int _raise_count(Kernel k, Py_ssize_t got) except -1:
-    if k.nparams < 0:
-        raise TypeError(f"kernel {k.name!r}: its parameter layout is unknown (no PTX to read it from, and "
-                        "the driver lacks cuFuncGetParamInfo, which needs "
-                        f"{symbol_version_text(b'cuFuncGetParamInfo')}); pass "
-                        "signature=(...) to Module.get_kernel")
-    raise TypeError(f"kernel {sig_text(k)} takes {k.nparams} argument{'s' if k.nparams != 1 else ''}, "
-                    f"got {got}")
-
-
 cdef int _launch_failed(Kernel k, CUresult rc, str call, const bc_launch_rec *r) except -1:
     raise make_error(rc, call, f"while launching kernel {sig_text(k)} with {_rec_geometry(r)}")
 
@@ -276,7 +226,7 @@ cdef inline PyObject **_items(tuple t) noexcept:
 
 cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, list keep) except -1:
     if k.func == NULL:
-        _raise_closed(k)
+        raise_closed(k)
     if not 0 <= i < k.nparams:
         raise IndexError(f"kernel {sig_text(k)} has {max(k.nparams, 0)} parameters; no index {i}")
     # The packed bytes hold values and addresses only: nothing needs to outlive the
@@ -286,48 +236,6 @@ cdef int pack_arg(Kernel k, Py_ssize_t i, object value, char *dst, CUstream s, l
 
 
 # --------------------------------------------------------- grid / block / smem
-cdef str _geometry(const unsigned int *g, const unsigned int *b, object smem):
-    return f"grid=({g[0]}, {g[1]}, {g[2]}), block=({b[0]}, {b[1]}, {b[2]}), shared_mem={smem}"
-
-
-cdef int _check_limits(Kernel k, const unsigned int *g, const unsigned int *b, object smem,
-                       unsigned int *smem_out) except -1:
-    """The one check of a launch's geometry against the device and the kernel (all
-    products in 64 bits after the per-dimension limits, so nothing wraps)."""
-    cdef int j
-    cdef unsigned long long threads
-    import operator
-    for j in range(3):
-        if g[j] > k.max_grid[j]:
-            raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): grid dimension {'xyz'[j]}={g[j]} "
-                             f"exceeds the device limit ({k.max_grid[0]}, {k.max_grid[1]}, {k.max_grid[2]}). "
-                             "Fix: use fewer blocks in that dimension (loop inside the kernel, or move "
-                             "blocks to x).")
-        if b[j] > k.max_block[j]:
-            raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): block dimension {'xyz'[j]}={b[j]} "
-                             f"exceeds the device limit ({k.max_block[0]}, {k.max_block[1]}, "
-                             f"{k.max_block[2]}). Fix: use a smaller block.")
-    threads = <unsigned long long>b[0] * b[1] * b[2]          # each <= 1024 here: no overflow
-    if threads > k.max_threads:
-        raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): the block has {threads} threads; "
-                         f"this kernel allows at most {k.max_threads} per block. Fix: use a block of at "
-                         f"most {k.max_threads} threads (see kernel.suggested_block_size()).")
-    try:
-        v = operator.index(smem)
-    except TypeError:
-        raise TypeError(f"shared_mem must be an int (bytes), got {type(smem).__name__}") from None
-    if v < 0:
-        raise ValueError(f"kernel {k.name!r} ({_geometry(g, b, smem)}): shared_mem must be >= 0")
-    if v > k.max_dyn_smem:
-        raise ValueError(
-            f"kernel {k.name!r} ({_geometry(g, b, smem)}): shared_mem={v} bytes exceeds this kernel's limit "
-            f"of {k.max_dyn_smem} bytes of dynamic shared memory. Fix: raise the limit with "
-            f"kernel.set_max_dynamic_shared_memory({v}) (up to the device's "
-            "max_shared_memory_per_block_optin minus the kernel's static shared memory)")
-    smem_out[0] = <unsigned int>v
-    return 0
-
-
 cdef inline bint _dim_fast(object obj, unsigned int *out, unsigned int lim) noexcept:
     """An exact int in [1, lim]: out = (obj, 1, 1). Nothing raised, nothing allocated."""
     cdef long long v
@@ -354,7 +262,7 @@ cdef inline int _launch_dims(Kernel k, object grid, object block, object smem,
             return 0
     parse_dims(grid, g, "grid")
     parse_dims(block, b, "block")
-    return _check_limits(k, g, b, smem, s)
+    return check_limits(k.name, k.max_grid, k.max_block, k.max_threads, k.max_dyn_smem, g, b, smem, s)
 
 
 cdef int check_dims(Kernel k, object grid, object block, unsigned int smem,
@@ -427,7 +335,7 @@ cdef class Kernel:
 
     cdef int _live(self) except -1:
         if self.func == NULL:
-            _raise_closed(self)
+            raise_closed(self)
         set_current(self.ctx)
         return 0
 
@@ -524,32 +432,19 @@ cdef class Kernel:
         cdef bc_launch_rec r
         cdef char sbuf[BC_SMALL_ARGBYTES]
         cdef void *sptrs[BC_SMALL_NPARAMS]
-        cdef char *buf = sbuf
-        cdef void **ptrs = sptrs
-        cdef CUresult rc
         if self.func == NULL:
-            _raise_closed(self)
+            raise_closed(self)
         if PyTuple_GET_SIZE(args) != self.nparams:
-            _raise_count(self, PyTuple_GET_SIZE(args))
+            raise_count(self, self.nparams, PyTuple_GET_SIZE(args))
         _config_rec(self, config, &r)
         if _capture_hook != NULL:
             _capture_hook(<size_t>r.stream, self, self, args)
-        big = self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS
-        if big:
-            buf = <char *>PyMem_Malloc(self.argbytes)
-            ptrs = <void **>PyMem_Malloc(self.nparams * sizeof(void *))
-            if buf == NULL or ptrs == NULL:
-                PyMem_Free(buf)
-                PyMem_Free(ptrs)
-                raise MemoryError()
-        try:
-            _pack_args(self, _items(args), buf, ptrs, r.stream)
-            r.params = ptrs
-            _issue(self, &r)
-        finally:
-            if big:
-                PyMem_Free(buf)
-                PyMem_Free(ptrs)
+        if self.argbytes > BC_SMALL_ARGBYTES or self.nparams > BC_SMALL_NPARAMS:
+            _launch_heap(self, _items(args), &r, True)
+            return
+        _pack_args(self, _items(args), sbuf, sptrs, r.stream)
+        r.params = sptrs
+        _issue(self, &r)
 
     def bind(self, grid, block, *args, stream=None, shared_mem=0):
         """Pack the arguments once and return a :class:`LaunchPlan`; ``plan()``
@@ -591,9 +486,9 @@ cdef object _launch(Kernel k, object grid, object block, PyObject **argv, Py_ssi
     cdef void *sptrs[BC_SMALL_NPARAMS]
     cdef Py_ssize_t i
     if k.func == NULL:
-        _raise_closed(k)
+        raise_closed(k)
     if nargs != k.nparams:
-        _raise_count(k, nargs)
+        raise_count(k, k.nparams, nargs)
     _launch_dims(k, grid, block, shared_mem, r.grid, r.block, &r.smem)
     stream_handle(stream, &r.stream)
     if _capture_hook != NULL:
@@ -601,7 +496,7 @@ cdef object _launch(Kernel k, object grid, object block, PyObject **argv, Py_ssi
             args = _args_tuple(argv, nargs)
         _capture_hook(<size_t>r.stream, k, k, args)
     if k.argbytes > BC_SMALL_ARGBYTES or k.nparams > BC_SMALL_NPARAMS:
-        _launch_heap(k, argv, &r)
+        _launch_heap(k, argv, &r, False)
         return None
     _pack_args(k, argv, sbuf, sptrs, r.stream)
     r.params = sptrs
@@ -667,8 +562,9 @@ cdef int _install_launch() except -1:
 _install_launch()
 
 
-cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r) except -1:
-    """Launch path for parameter blocks too big for the stack buffer."""
+cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r, bint config) except -1:
+    """Launch path for parameter blocks too big for the stack buffer (config: r is a
+    LaunchConfig's, issued with its launch attributes)."""
     cdef char *buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
     cdef void **ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
     try:
@@ -676,7 +572,10 @@ cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r) except -1:
             raise MemoryError()
         _pack_args(k, args, buf, ptrs, r.stream)
         r.params = ptrs
-        _issue_now(k, r)
+        if config:
+            _issue(k, r)
+        else:
+            _issue_now(k, r)
     finally:
         PyMem_Free(buf)
         PyMem_Free(ptrs)
@@ -712,16 +611,16 @@ cdef inline Py_ssize_t _issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult 
 
 
 cdef str _rec_geometry(const bc_launch_rec *r):
-    return _geometry(r.grid, r.block, r.smem)
+    return geometry_text(r.grid, r.block, r.smem)
 
 
 cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
     cdef CUresult rc = 0
     if _issue_recs(&r, 1, &rc) >= 0:
         if rc == -1:
-            _raise_closed(k)
+            raise_closed(k)
         if rc == -2:
-            _raise_stream_closed(-1)
+            raise_stream_closed(-1)
         _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
     return 0
 
@@ -749,7 +648,8 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
     """Fill r (all but params) from a config, validated for k once: the geometry against
     the kernel's limits here, the rest by _launch_config.validate_config."""
     if c._validated != k.func:
-        _check_limits(k, c.grid_, c.block_, c.smem, &c.smem)
+        check_limits(k.name, k.max_grid, k.max_block, k.max_threads, k.max_dyn_smem, c.grid_, c.block_,
+                     c.smem, &c.smem)
         validate_config(c, k.func, k.device, k.name)
     return config_rec(c, &k.func, k.ctx, r)
 
@@ -758,9 +658,9 @@ cdef int _config_rec(Kernel k, LaunchConfig c, bc_launch_rec *r) except -1:
 cdef LaunchPlan _new_plan(Kernel k, tuple args):
     ensure_driver(ST)                         # forked child: ForkedProcessError
     if k.func == NULL:
-        _raise_closed(k)
+        raise_closed(k)
     if PyTuple_GET_SIZE(args) != k.nparams:
-        _raise_count(k, PyTuple_GET_SIZE(args))
+        raise_count(k, k.nparams, PyTuple_GET_SIZE(args))
     cdef LaunchPlan plan = LaunchPlan.__new__(LaunchPlan, _TOKEN)
     plan.kernel = k
     plan._args = list(args)
@@ -872,7 +772,7 @@ cdef class LaunchPlan:
             raise IndexError(f"kernel {sig_text(k)} has {k.nparams} parameters; no index {index}")
         ensure_driver(ST)
         if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
-            _raise_stream_closed(-1)
+            raise_stream_closed(-1)
         _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream, NULL)
         self._pin(i, value)
         self._args[i] = value
@@ -911,7 +811,7 @@ cdef int _batch_failed(object plan, Py_ssize_t index, CUresult rc) except -1:
     if rc == -1:
         raise ValueError(f"plan {index}: kernel {k.name!r} belongs to a module that was closed")
     if rc == -2:
-        _raise_stream_closed(index)
+        raise_stream_closed(index)
     raise make_error(rc, "cuLaunchKernelEx" if (<LaunchPlan>plan).rec.nattrs else "cuLaunchKernel",
                      f"plan {index} of the batch (kernel {sig_text(k)}, "
                      f"{_rec_geometry(&(<LaunchPlan>plan).rec)}); the plans before it were launched")

@@ -25,8 +25,17 @@ cdef int parse_dims(object obj, unsigned int out[3], str what) except -1
 # The checks of config c that need the kernel (`func`, named `name` in messages) and its
 # device: cuLaunchKernelEx present, cluster support, divisibility and size, cooperative
 # co-residency. The caller checks the geometry against the kernel's limits first
-# (_launch._check_limits). Marks c validated for func. No launch is asked of the driver.
+# (check_limits). Marks c validated for func. No launch is asked of the driver.
 cdef int validate_config(LaunchConfig c, CUfunction func, Device device, str name) except -1
 # Fill launch record r (all but params) from c for the kernel whose CUfunction field is
 # *pfunc (the record follows it: NULL once its module is closed) in context ctx.
 cdef int config_rec(LaunchConfig c, const CUfunction *pfunc, CUcontext ctx, bc_launch_rec *r) except -1
+# A launch's geometry as text for messages: "grid=(x, y, z), block=(x, y, z), shared_mem=n".
+cdef str geometry_text(const unsigned int *g, const unsigned int *b, object smem)
+# The one check of geometry g, b and shared memory smem (any int-like) against kernel
+# `name`'s limits (device grid/block dimensions, threads per block, dynamic shared
+# memory); smem_out: smem as unsigned. ValueError/TypeError with a 'Fix:' hint. Off
+# _launch's fast path (taken only when the geometry is not plain ints within limits).
+cdef int check_limits(str name, const unsigned int *max_grid, const unsigned int *max_block,
+                      unsigned int max_threads, unsigned int max_dyn_smem, const unsigned int *g,
+                      const unsigned int *b, object smem, unsigned int *smem_out) except -1

@@ -3,8 +3,9 @@
 Owns: ``LaunchConfig`` (what ``cuLaunchKernelEx`` can be told about one launch:
 clusters, cooperative launch, priority, programmatic serialization), the parsing
 of grid/block/cluster dimensions, the validation of a config against a kernel and its
-device (``validate_config``; the geometry against the kernel's limits is checked by
-_launch first) and the launch record a config gives (``config_rec``).
+device (``validate_config``; first the geometry against the kernel's limits by
+``check_limits``, which _launch calls too when a launch's geometry is not plain ints
+within limits) and the launch record a config gives (``config_rec``).
 """
 cimport cython
 from libc.string cimport memset, memcpy
@@ -200,4 +201,48 @@ cdef int config_rec(LaunchConfig c, const CUfunction *pfunc, CUcontext ctx, bc_l
     r.params = NULL
     r.nattrs = c.nattrs
     memcpy(r.attrs, c.attrs, sizeof(r.attrs))
+    return 0
+
+
+# --------------------------------------------------------- geometry against a kernel
+cdef str geometry_text(const unsigned int *g, const unsigned int *b, object smem):
+    return f"grid=({g[0]}, {g[1]}, {g[2]}), block=({b[0]}, {b[1]}, {b[2]}), shared_mem={smem}"
+
+
+cdef int check_limits(str name, const unsigned int *max_grid, const unsigned int *max_block,
+                      unsigned int max_threads, unsigned int max_dyn_smem, const unsigned int *g,
+                      const unsigned int *b, object smem, unsigned int *smem_out) except -1:
+    """The one check of a launch's geometry against the device and the kernel (all
+    products in 64 bits after the per-dimension limits, so nothing wraps)."""
+    cdef int j
+    cdef unsigned long long threads
+    import operator
+    for j in range(3):
+        if g[j] > max_grid[j]:
+            raise ValueError(f"kernel {name!r} ({geometry_text(g, b, smem)}): grid dimension {'xyz'[j]}={g[j]} "
+                             f"exceeds the device limit ({max_grid[0]}, {max_grid[1]}, {max_grid[2]}). "
+                             "Fix: use fewer blocks in that dimension (loop inside the kernel, or move "
+                             "blocks to x).")
+        if b[j] > max_block[j]:
+            raise ValueError(f"kernel {name!r} ({geometry_text(g, b, smem)}): block dimension {'xyz'[j]}={b[j]} "
+                             f"exceeds the device limit ({max_block[0]}, {max_block[1]}, "
+                             f"{max_block[2]}). Fix: use a smaller block.")
+    threads = <unsigned long long>b[0] * b[1] * b[2]          # each <= 1024 here: no overflow
+    if threads > max_threads:
+        raise ValueError(f"kernel {name!r} ({geometry_text(g, b, smem)}): the block has {threads} threads; "
+                         f"this kernel allows at most {max_threads} per block. Fix: use a block of at "
+                         f"most {max_threads} threads (see kernel.suggested_block_size()).")
+    try:
+        v = operator.index(smem)
+    except TypeError:
+        raise TypeError(f"shared_mem must be an int (bytes), got {type(smem).__name__}") from None
+    if v < 0:
+        raise ValueError(f"kernel {name!r} ({geometry_text(g, b, smem)}): shared_mem must be >= 0")
+    if v > max_dyn_smem:
+        raise ValueError(
+            f"kernel {name!r} ({geometry_text(g, b, smem)}): shared_mem={v} bytes exceeds this kernel's limit "
+            f"of {max_dyn_smem} bytes of dynamic shared memory. Fix: raise the limit with "
+            f"kernel.set_max_dynamic_shared_memory({v}) (up to the device's "
+            "max_shared_memory_per_block_optin minus the kernel's static shared memory)")
+    smem_out[0] = <unsigned int>v
     return 0

@@ -12,7 +12,7 @@ import threading
 from libc.string cimport memset
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check
+from barecuda._errors cimport check, CUDA_ERROR_INVALID_VALUE
 from barecuda._loader cimport driver_table, require
 from barecuda._launch_config cimport LaunchConfig
 
@@ -129,3 +129,45 @@ cdef int max_active_clusters(CUfunction f, LaunchConfig config) except? -1:
     cfg.numAttrs = config.nattrs
     check(D.cuOccupancyMaxActiveClusters(&n, f, &cfg), b"cuOccupancyMaxActiveClusters")
     return n
+
+
+# ------------------------------------------------------- what a kernel is built with
+cdef object param_info(CUfunction f):
+    """See _occupancy.pxd."""
+    cdef size_t off = 0, sz = 0
+    cdef size_t idx = 0
+    cdef CUresult rc = 0
+    if D.cuFuncGetParamInfo == NULL:
+        return None
+    drv = []
+    while True:
+        rc = D.cuFuncGetParamInfo(f, idx, &off, &sz)
+        if rc != 0:
+            break
+        drv.append((off, sz))
+        idx += 1
+    if rc != CUDA_ERROR_INVALID_VALUE and not drv:   # not "past the last one": the driver cannot tell
+        return None
+    return drv
+
+
+cdef int kernel_limits(CUfunction f, CUdevice dev, unsigned int max_grid[3], unsigned int max_block[3],
+                       unsigned int *max_threads, unsigned int *max_dyn_smem) except -1:
+    """See _occupancy.pxd."""
+    cdef int value = 0
+    cdef int i
+    cdef int da[7]
+    cdef CUdevice_attribute which[7]
+    which[:] = [CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z]
+    for i in range(7):
+        check(D.cuDeviceGetAttribute(&da[i], which[i], dev), b"cuDeviceGetAttribute")
+    max_block[0] = da[1]; max_block[1] = da[2]; max_block[2] = da[3]
+    max_grid[0] = da[4]; max_grid[1] = da[5]; max_grid[2] = da[6]
+    check(D.cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f), b"cuFuncGetAttribute")
+    max_threads[0] = <unsigned int>min(value, da[0])
+    check(D.cuFuncGetAttribute(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f), b"cuFuncGetAttribute")
+    max_dyn_smem[0] = <unsigned int>value
+    return 0

@@ -87,6 +87,12 @@ cdef inline void store_float(int kind, char *slot, double d) noexcept nogil:
 
 # "name(type, type, ...)" of a Kernel (k: a barecuda.Kernel), for messages.
 cdef str sig_text(object k)
+# The launch paths' errors (Kernel.launch, launch_config, bind, plans): k's module was
+# closed (ValueError); `got` arguments for k's nparams (TypeError; nparams < 0: the layout
+# is unknown); a plan's stream was closed (index: the plan's place in a PlanList, or -1).
+cdef int raise_closed(object k) except -1
+cdef int raise_count(object k, Py_ssize_t nparams, Py_ssize_t got) except -1
+cdef int raise_stream_closed(Py_ssize_t index) except -1
 # TypeError: argument i of k does not take arg.
 cdef int raise_type(object k, const bc_param *p, Py_ssize_t i, object arg) except -1
 # An int (or subclass) v into slot p: range-checked, or converted for float kinds.

@@ -14,11 +14,33 @@ from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._buffer cimport DeviceBuffer
 from barecuda._interop cimport pointer_of
+from barecuda._loader cimport symbol_version_text
 
 
 cdef str sig_text(object k):
     types = k.signature
     return f"{k.name}(?)" if types is None else f"{k.name}({', '.join(types)})"
+
+
+# ------------------------------------------------------------ the launch paths' errors
+cdef int raise_stream_closed(Py_ssize_t index) except -1:
+    where = "the plan's" if index < 0 else f"plan {index}: its"
+    raise ValueError(f"{where} stream is closed (a barecuda.Stream cannot be used after close()); "
+                     "move the plan to a live stream first (plan.stream = s)")
+
+
+cdef int raise_closed(object k) except -1:
+    raise ValueError(f"kernel {k.name!r} belongs to a module that was closed; load the module again")
+
+
+cdef int raise_count(object k, Py_ssize_t nparams, Py_ssize_t got) except -1:
+    if nparams < 0:
+        raise TypeError(f"kernel {k.name!r}: its parameter layout is unknown (no PTX to read it from, and "
+                        "the driver lacks cuFuncGetParamInfo, which needs "
+                        f"{symbol_version_text(b'cuFuncGetParamInfo')}); pass "
+                        "signature=(...) to Module.get_kernel")
+    raise TypeError(f"kernel {sig_text(k)} takes {nparams} argument{'s' if nparams != 1 else ''}, "
+                    f"got {got}")
 
 
 cdef str _expected(const bc_param *p):
