@@ -21,7 +21,8 @@ from libc.stdint cimport uint32_t, int32_t
 from libc.string cimport memset
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.tuple cimport PyTuple_GET_SIZE
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
 from cpython.object cimport PyTypeObject, PyObject, Py_TYPE
 
 cdef extern from "Python.h":
@@ -465,6 +466,17 @@ cdef class Kernel:
         return plan
 
 
+
+cdef tuple _args_tuple(PyObject **argv, Py_ssize_t n):
+    """The tuple of argv[0..n) (borrowed) for the capture hook: built in place (a list
+    comprehension first would build and drop a list per captured launch)."""
+    cdef tuple t = PyTuple_New(n)
+    cdef Py_ssize_t i
+    for i in range(n):
+        Py_INCREF(<object>argv[i])
+        PyTuple_SET_ITEM(t, i, <object>argv[i])
+    return t
+
 cdef object _launch(Kernel k, object grid, object block, PyObject **argv, Py_ssize_t nargs, object stream,
                      object shared_mem, object args):
     """Kernel.launch: argv[0..nargs) the kernel's arguments (borrowed), args their tuple
@@ -481,7 +493,7 @@ cdef object _launch(Kernel k, object grid, object block, PyObject **argv, Py_ssi
     stream_handle(stream, &r.stream)
     if _capture_hook != NULL:
         if args is None:
-            args = tuple([<object>argv[i] for i in range(nargs)])
+            args = _args_tuple(argv, nargs)
         _capture_hook(<size_t>r.stream, k, k, args)
     if k.argbytes > BC_SMALL_ARGBYTES or k.nparams > BC_SMALL_NPARAMS:
         _launch_heap(k, argv, &r, False)
