@@ -25,6 +25,9 @@ cdef extern from "barecuda/bc_bench_graph.h" nogil:
     CUresult bc_gb_issue(const bc_driver_t *D, CUgraphExec x, CUstream s, long n, int64_t *out)
     CUresult bc_gb_setparams(const bc_driver_t *D, CUgraphExec x, CUgraphNode node, const bc_gb_kernel *k,
                              unsigned int *slot, long n, int64_t *out)
+    CUresult bc_gb_set_steps(const bc_driver_t *D, CUgraphExec x, const CUgraphNode *nodes, int nnodes,
+                             const bc_gb_kernel *k, unsigned int *slot, int launch, CUstream s, long steps,
+                             int64_t *out)
     CUresult bc_gb_update(const bc_driver_t *D, CUgraphExec x, CUgraph g, long n, int64_t *out)
     CUresult bc_gb_capture(const bc_driver_t *D, const bc_gb_kernel *k, CUstream s, long launches, long n,
                            int64_t *out)
@@ -109,6 +112,19 @@ cdef class RawChain:
         cdef CUresult rc
         with nogil:
             rc = bc_gb_setparams(D, self.x, self.nodes[0], &self.k, <unsigned int *>(self.buf + 24), n, &t)
+        check(rc, b"cuGraphExecKernelNodeSetParams")
+        return t
+
+    def setparams_each(self, int nodes, long rounds):
+        """ns for ``rounds`` rounds of one cuGraphExecKernelNodeSetParams on each of nodes
+        0..nodes-1 in turn (the raw shape of a batch that changes one argument per node)."""
+        cdef int64_t t = 0
+        cdef CUresult rc
+        if not 1 <= nodes <= self.n:
+            raise ValueError(f"nodes must be in [1, {self.n}], got {nodes}")
+        with nogil:
+            rc = bc_gb_set_steps(D, self.x, self.nodes, nodes, &self.k, <unsigned int *>(self.buf + 24), 0, NULL,
+                                 rounds, &t)
         check(rc, b"cuGraphExecKernelNodeSetParams")
         return t
 

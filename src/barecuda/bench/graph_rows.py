@@ -243,7 +243,9 @@ def build_rows(bc, now_ns, reps=200):
             _Row("raw_setp", "raw C cuGraphExecKernelNodeSetParams", None, lambda: raw.setparams(reps * 10) / (reps * 10)),
             _Row("bc_setarg", "barecuda node.set_arg", "raw_setp", bc_set_arg),
             _Row("floor_setarg", "floor: the Python loop + a no-op C call", "raw_setp", floor_set_arg),
-            _Row("bc_batch3", "barecuda ArgUpdate.set, 3 nodes x 1 arg, per arg", "raw_setp", bc_batch3),
+            _Row("raw_setp3", "raw C cuGraphExecKernelNodeSetParams, 3 nodes in turn", None,
+                 lambda: raw.setparams_each(3, reps * 4) / (reps * 4 * 3)),
+            _Row("bc_batch3", "barecuda ArgUpdate.set, 3 nodes x 1 arg, per arg", "raw_setp3", bc_batch3),
             _Row("bc_batch1", "barecuda ArgUpdate.set, 1 node x 3 args, per arg", "raw_setp", bc_batch1)]),
         ("whole-graph update, 100 nodes (ns)", [
             _Row("raw_update", "raw C cuGraphExecUpdate", None, lambda: raw.update(reps) / reps),
