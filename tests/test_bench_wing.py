@@ -223,3 +223,51 @@ def test_tensor_launch_rows_for_the_dist_benchmark(fake):
     assert rows["bc4p"]["value"] > 0 and rows["bc4p"]["note"].endswith("x raw C")
     for k in ("torch4p", "cupy4p"):
         assert (rows[k]["value"] is None) == rows[k]["note"].startswith("n/a")
+
+
+def test_dlx_launch_batches_reads_each_tensor_then_launches(fake):
+    """The raw C form of the torch4p row: per launch, every tensor's address read through
+    the class's DLPack C exchange API into its parameter slot, the current stream once,
+    then the raw launch; launch=False reads alone. Types without the API are refused."""
+    from test_memory_interop import PTR2, _exchange_api_class
+    import barecuda as bc
+    counts = {"dltensor": 0, "stream": 0}
+    s = bc.Stream()
+    cls = _exchange_api_class([s.handle_int], counts)
+    k = bc.Module.from_ptx(PTR2).get_kernel("k2")
+    b = bc.alloc(64)
+    pb = _baseline.ParamBlock([bytes(8)] * 2)
+    n = fake.launch_count()
+    ts = _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0), cls(b.ptr + 24, 0)], 3, 5)
+    assert len(ts) == 3 and all(t > 0 for t in ts)
+    assert fake.launch_count() - n == 15
+    p = fake.last_launch().params
+    assert (int.from_bytes(p[0:8], "little"), int.from_bytes(p[8:16], "little")) == (b.ptr, b.ptr + 24)
+    assert counts == {"dltensor": 2 * 15 + 1, "stream": 15}      # + the device read before the loop
+    _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)], 2, 4, launch=False)
+    assert fake.launch_count() - n == 15 and counts["stream"] == 23
+    with pytest.raises(TypeError, match="no DLPack C exchange API"):
+        _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [object()], 1, 1)
+    with pytest.raises(ValueError, match="CUDA device"):
+        _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)], 1, 1)
+    with pytest.raises(ValueError, match="a slot for each"):
+        _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)] * 3, 1, 1)
+
+
+def test_raw_chain_set_one_pushes_the_value_to_node_0(fake):
+    """RawChain.set_one (the graph section's 'floor with the raw call' row): the value
+    lands in node 0's u32 slot of the executable, node 1 keeps its own; only parameter
+    3 is accepted."""
+    import barecuda as bc
+    from barecuda.bench import _graphbench, graph_rows
+    k = bc.Module.from_ptx(graph_rows.VADD_PTX).get_kernel("gvadd")
+    bufs = [bc.alloc(128) for _ in range(3)]
+    s = bc.Stream()
+    raw = _graphbench.RawChain(k.handle, *(b.ptr for b in bufs), 5, 2)
+    raw.set_one(3, 7)
+    raw.issue(s.handle_int, 1)
+    n_of = [int.from_bytes(fake.last_launch(back).params[24:28], "little") for back in (1, 0)]
+    assert n_of == [7, 5]
+    with pytest.raises(IndexError):
+        raw.set_one(2, 7)
+    del raw

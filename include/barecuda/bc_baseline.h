@@ -16,6 +16,7 @@
 #include "barecuda/cuda_abi.h"
 
 #include "barecuda/bc_clock.h"
+#include "barecuda/bc_dlpack.h"
 
 /* One launch description: either plain cuLaunchKernel (ex == 0) or cuLaunchKernelEx
  * with the attributes in cfg (ex == 1). */
@@ -168,6 +169,52 @@ static CUresult bc_bench_memcpy(const bc_driver_t *D, int dir, CUdeviceptr dptr,
         rc = D->cuCtxSynchronize();
         if (rc != CUDA_SUCCESS) return rc;
         out[i] = bc_now_ns() - t0;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The raw C form of a launch whose pointer arguments are another library's tensors,
+ * read through that library's DLPack C exchange API (bc_dlpack.h) as a C program
+ * honouring its stream rule would: each object's address by
+ * dltensor_from_py_object_no_sync into parameter slot i, the library's current stream
+ * once (current_work_stream), then the launch (or nothing, launch == 0: the reads
+ * alone). The library's functions need the GIL: the caller holds it. */
+typedef struct bc_bench_dlx {
+    const bc_dlpack_exchange_api *api;
+    void *const *objs;      /* PyObject* of the tensors, kept alive by the caller */
+    int n;                  /* objects, one per leading 8-byte parameter slot */
+    int32_t device_id;
+} bc_bench_dlx;
+
+/* One launch's reads: 0, or -1 with the library's Python exception set. */
+static inline int bc_bench_dlx_read(const bc_bench_dlx *X, void **params) {
+    DLTensor dl;
+    void *s = NULL;
+    int i;
+    for (i = 0; i < X->n; i++) {
+        if (X->api->dltensor_from_py_object_no_sync(X->objs[i], &dl) != 0) return -1;
+        *(uint64_t *)params[i] = (uint64_t)(uintptr_t)dl.data + dl.byte_offset;
+    }
+    return X->api->current_work_stream(kDLCUDA, X->device_id, &s) != 0 ? -1 : 0;
+}
+
+/* nb batches of bs (reads + launch, or reads alone); each batch timed, the sync after
+ * it not. *pyerr = 1 when a read failed (the exception is set). */
+static CUresult bc_bench_dlx_batches(const bc_driver_t *D, const bc_bench_launch *L, const bc_bench_dlx *X,
+                                     int launch, long nb, long bs, int64_t *out, int *pyerr) {
+    long i, j;
+    CUresult rc;
+    int64_t t0, t1;
+    *pyerr = 0;
+    for (i = 0; i < nb; i++) {
+        t0 = bc_now_ns();
+        for (j = 0; j < bs; j++) {
+            if (bc_bench_dlx_read(X, L->params)) { *pyerr = 1; return CUDA_SUCCESS; }
+            if (launch && (rc = bc_bench_launch_once(D, L)) != CUDA_SUCCESS) return rc;
+        }
+        t1 = bc_now_ns();
+        if (launch && (rc = D->cuStreamSynchronize(L->stream)) != CUDA_SUCCESS) return rc;
+        out[i] = t1 - t0;
     }
     return CUDA_SUCCESS;
 }

@@ -18,7 +18,7 @@ All functions expect the caller's thread to have a context current
 cimport cython
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset, memcmp
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
@@ -27,6 +27,8 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, symbol
 from barecuda._device cimport Device, activate_device, device_of
 from barecuda._stream cimport stream_handle
 from barecuda._staging cimport staged_htod, staged_dtoh
+from barecuda._dlpack cimport DLTensor, bc_dlpack_exchange_api, BC_DLPACK_EXCHANGE_CAPSULE, kDLCUDA
+from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 cdef extern from "barecuda/bc_clock.h" nogil:
     int64_t bc_now_ns()
@@ -49,6 +51,13 @@ cdef extern from "barecuda/bc_baseline.h" nogil:
     CUresult bc_bench_alloc_free(const bc_driver_t *D, size_t size, long nb, long bs, int64_t *out)
     CUresult bc_bench_alloc_free_async(const bc_driver_t *D, size_t size, CUstream stream, long nb, long bs, int64_t *out)
     CUresult bc_bench_memcpy(const bc_driver_t *D, int dir, CUdeviceptr dptr, void *host, size_t nbytes, long reps, int64_t *out)
+    ctypedef struct bc_bench_dlx:
+        const bc_dlpack_exchange_api *api
+        void **objs
+        int n
+        int32_t device_id
+    CUresult bc_bench_dlx_batches(const bc_driver_t *D, const bc_bench_launch *L, const bc_bench_dlx *X,
+                                  int launch, long nb, long bs, int64_t *out, int *pyerr)
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -260,6 +269,64 @@ def launch_roundtrip(func, grid, block, ParamBlock params, stream=None, long n=5
             rc = bc_bench_launch_roundtrip(D, &L, n, out)
         check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
         return _to_list(out, n)
+    finally:
+        free(out)
+
+
+cdef int _raise_set() except -1:
+    """Propagate the exception a library's C function set."""
+    return -1
+
+
+def dlx_launch_batches(func, grid, block, ParamBlock params, stream, tensors, long batches=10,
+                       long batch=100, *, bint launch=True):
+    """The raw C form of a launch with tensors of a library that publishes DLPack's C
+    exchange API (``__dlpack_c_exchange_api__`` on its tensor type; PyTorch 2.10+): per
+    launch, each tensor's address read by the API into parameter slot i of ``params``,
+    the library's current stream read once, then ``cuLaunchKernel`` (``launch=False``:
+    the reads alone). Issue cost as launch_batches: the ns of each batch. The GIL is
+    held (the library's functions need it). Raises TypeError when the tensors' type
+    has no usable exchange API."""
+    cdef bc_bench_launch L
+    cdef bc_bench_dlx X
+    cdef void *objs[8]
+    cdef DLTensor dl
+    cdef CUresult rc
+    cdef int pyerr = 0
+    cdef int i
+    cdef list keep = list(tensors)
+    cdef const bc_dlpack_exchange_api *api
+    if not 1 <= len(keep) <= 8 or params is None or params.count < len(keep):
+        raise ValueError("dlx_launch_batches needs 1 to 8 tensors and a ParamBlock with a slot for each")
+    t = type(keep[0])
+    cap = getattr(t, "__dlpack_c_exchange_api__", None)
+    if cap is None or not PyCapsule_IsValid(cap, BC_DLPACK_EXCHANGE_CAPSULE):
+        raise TypeError(f"{t.__module__}.{t.__name__} publishes no DLPack C exchange API")
+    api = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
+    if api.version.major != 1 or api.dltensor_from_py_object_no_sync == NULL or api.current_work_stream == NULL:
+        raise TypeError(f"{t.__name__}'s DLPack C exchange API has no tensor or stream reader")
+    for i in range(len(keep)):
+        if type(keep[i]) is not t:
+            raise TypeError("dlx_launch_batches needs tensors of one type")
+        objs[i] = <void *>keep[i]
+    if api.dltensor_from_py_object_no_sync(objs[0], &dl) != 0:
+        _raise_set()
+    if dl.device.device_type != kDLCUDA:
+        raise ValueError("the tensors must be on a CUDA device")
+    X.api = api
+    X.objs = objs
+    X.n = len(keep)
+    X.device_id = dl.device.device_id
+    cdef int64_t *out = <int64_t *>calloc(max(batches, 1), sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    try:
+        _prepare(&L, func, grid, block, params, stream, 0, None)
+        rc = bc_bench_dlx_batches(D, &L, &X, launch, batches, batch, out, &pyerr)
+        if pyerr:
+            _raise_set()
+        check(rc, b"cuLaunchKernel")
+        return _to_list(out, batches)
     finally:
         free(out)
 

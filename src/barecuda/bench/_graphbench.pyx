@@ -19,6 +19,7 @@ cdef extern from "barecuda/bc_bench_graph.h" nogil:
         unsigned int grid
         unsigned int block
         void **params
+    void bc_gb_node_params(const bc_gb_kernel *k, CUDA_KERNEL_NODE_PARAMS_v2 *p)
     int64_t bc_gb_now_ns()
     CUresult bc_gb_chain(const bc_driver_t *D, const bc_gb_kernel *k, long n, CUgraph *g, CUgraphNode *nodes)
     CUresult bc_gb_replay(const bc_driver_t *D, CUgraphExec x, CUstream s, long reps, int64_t *out)
@@ -51,6 +52,7 @@ cdef class RawChain:
     three device pointers and a u32. The u32 (``n``) is the slot the set-params and
     loop rows change. Needs the function's context current."""
     cdef bc_gb_kernel k
+    cdef CUDA_KERNEL_NODE_PARAMS_v2 p
     cdef char buf[32]
     cdef void *ptrs[4]
     cdef CUgraph g
@@ -77,6 +79,7 @@ cdef class RawChain:
         self.k.grid = grid
         self.k.block = block
         self.k.params = self.ptrs
+        bc_gb_node_params(&self.k, &self.p)
         self.n = nodes
         check(bc_gb_chain(D, &self.k, nodes, &self.g, self.nodes), b"cuGraphAddKernelNode")
         check(D.cuGraphInstantiateWithFlags(&self.x, self.g, 0), b"cuGraphInstantiateWithFlags")
@@ -183,3 +186,17 @@ cdef class RawChain:
         Python loop calling a C method shaped like ``set_arg`` / ``launch``, the floor
         under any Python-level row of the graph section."""
         return None
+
+    @cython.binding(False)
+    def set_one(self, Py_ssize_t index, unsigned int value, /):
+        """One cuGraphExecKernelNodeSetParams on node 0 with ``value`` stored in the u32
+        slot (``index`` 3), called as ``chain.set_one(3, i & 31)``: the raw driver call
+        behind the floor's Python call, no check or packing beyond the store -- what any
+        Python-callable ``set_arg`` costs at the least (the row beside ``noop``'s)."""
+        cdef CUresult rc
+        if index != 3:
+            raise IndexError(f"set_one changes parameter 3 (n), not {index}")
+        (<unsigned int *>(self.buf + 24))[0] = value
+        rc = D.cuGraphExecKernelNodeSetParams(self.x, self.nodes[0], &self.p)
+        if rc != 0:
+            check(rc, b"cuGraphExecKernelNodeSetParams")

@@ -22,7 +22,10 @@ The launch-issue and ``set_arg`` groups carry a ``floor`` row: the same Python l
 calling a C method of the same shape that does nothing (``RawChain.noop``, no driver
 call). A Python-level row cannot cost less than its raw C row plus that floor, so
 ``x`` of the barecuda row minus ``x`` of the floor row is what barecuda itself adds
-beyond the call.
+beyond the call. The ``set_arg`` group also has the floor with the driver call in it
+(``RawChain.set_one``: the same loop calling a C method that stores the value and makes
+the raw ``cuGraphExecKernelNodeSetParams``, no check): the least any Python-callable
+``set_arg`` can cost; ``node.set_arg`` divided by it is barecuda's own share.
 """
 import statistics
 
@@ -161,6 +164,15 @@ def build_rows(bc, now_ns, reps=200):
             raw.noop(3, i & 31)
         return (now_ns() - t0) / (reps * 10)
 
+    # The same loop calling a C method that makes the raw call itself (RawChain.set_one: the
+    # store and one cuGraphExecKernelNodeSetParams, no check): the least any Python-callable
+    # set_arg can cost. bc_setarg / this row is what barecuda adds to it.
+    def floor_set_one():
+        t0 = now_ns()
+        for i in range(reps * 10):
+            raw.set_one(3, i & 31)
+        return (now_ns() - t0) / (reps * 10)
+
     def floor_issue():
         t0 = now_ns()
         for _ in range(reps):
@@ -243,6 +255,7 @@ def build_rows(bc, now_ns, reps=200):
             _Row("raw_setp", "raw C cuGraphExecKernelNodeSetParams", None, lambda: raw.setparams(reps * 10) / (reps * 10)),
             _Row("bc_setarg", "barecuda node.set_arg", "raw_setp", bc_set_arg),
             _Row("floor_setarg", "floor: the Python loop + a no-op C call", "raw_setp", floor_set_arg),
+            _Row("floor_setone", "floor: the Python loop + a C call making the raw call", "raw_setp", floor_set_one),
             _Row("raw_setp3", "raw C cuGraphExecKernelNodeSetParams, 3 nodes in turn", None,
                  lambda: raw.setparams_each(3, reps * 4) / (reps * 4 * 3)),
             _Row("bc_batch3", "barecuda ArgUpdate.set, 3 nodes x 1 arg, per arg", "raw_setp3", bc_batch3),

@@ -13,8 +13,8 @@ import threading
 import tracemalloc
 
 from barecuda.bench.context import K0, K4, K4P, K16
-from barecuda.bench.harness import (BATCH, NotAvailable, c_row, compile_loops, median, na_row, now_ns, py_row,
-                                    ratios, run_rounds, say, why)
+from barecuda.bench.harness import (BATCH, NotAvailable, Row, c_row, compile_loops, median, na_row, now_ns,
+                                    py_row, ratios, run_rounds, say, why)
 from barecuda.bench.report import Section, fmt_ns, fmt_x
 
 ORDER = 10
@@ -108,8 +108,54 @@ def build_launch_rows(ctx, peers=True):
         rows += _barecuda_rows(ctx, bc, s, peers)
     if peers:
         from barecuda.bench import peers as peer_rows
+        rows += dlx_rows(ctx)
         rows += peer_rows.launch_rows(ctx)
     return rows
+
+
+DLX_ROWS = [("rawtorch4p", "raw C cuLaunchKernel + torch's DLPack C reads, 4 tensors"),
+            ("torchread4", "torch's DLPack C reads alone, 4 tensors + stream")]
+
+
+def dlx_rows(ctx):
+    """The raw C form of the ``torch4p`` row (``_baseline.dlx_launch_batches``): a C loop
+    that reads the 4 tensors' addresses and torch's current stream through torch's
+    DLPack C exchange API, as any C caller honouring torch's stream rule must, then
+    makes the raw ``cuLaunchKernel``; and the reads alone (no launch). Both on torch's
+    own stream while it is torch's current stream, as the ``torch4p`` row; ratios to
+    the raw C 4-pointer row. n/a without torch (with CUDA) or without the API."""
+    from barecuda.bench import peers as peer_rows
+    B = ctx.B
+    try:
+        args, ts, _sync, setup, teardown = peer_rows.torch_tensor_args(ctx)
+    except Exception as e:   # noqa: BLE001 -- a missing peer is an n/a row, with the reason
+        return [na_row(key, label, "raw4p", peer_rows.not_installed(e)) for key, label in DLX_ROWS]
+    pb = B.ParamBlock([bytes(8)] * 4)
+    h = ts.cuda_stream
+    fn = ctx.raw_fn[K4P]
+    ctx.keep.append(pb)
+    rows = []
+    for (key, label), launch in zip(DLX_ROWS, (True, False)):
+        r = Row(key, label, "raw4p")
+        r.stmt = ("C loop: 4 x dltensor_from_py_object_no_sync + current_work_stream"
+                  + (" + cuLaunchKernel" if launch else ""))
+        r.issue = (lambda nb, bs, launch=launch:
+                   [t / bs for t in B.dlx_launch_batches(fn, 1, 1, pb, h, args, nb, bs, launch=launch)])
+        r.run = lambda n, launch=launch: B.dlx_launch_batches(fn, 1, 1, pb, h, args, 1, n, launch=launch)
+        r.sync = lambda: B.stream_sync(h)
+        r.setup, r.teardown = setup, teardown
+        rows.append(r)
+    return rows
+
+
+def _pair_ratio(rows, key, ref):
+    """Median over rounds of row ``key``'s issue ns / row ``ref``'s (None if either is missing)."""
+    by = {r.key: r for r in rows if not r.na}
+    if key not in by or ref not in by:
+        return None
+    a, b = by[key].samples["issue"], by[ref].samples["issue"]
+    pairs = [x / y for x, y in zip(a, b) if y]
+    return median(pairs) if pairs else None
 
 
 def _barecuda_rows(ctx, bc, s, peers=True):
@@ -169,10 +215,14 @@ def launch_section(ctx):
     say(f"barecuda.bench: {len([r for r in rows if not r.na])} launch rows, {st.rounds} alternated rounds")
     run_rounds(rows, st.rounds, st.batches, st.thr_n, st.rt_n, ctx.B.ctx_sync)
     rat = ratios(rows)
+    notes = ["refs: raw C row with the same arg count; peers vs raw C 4 args; LaunchConfig vs raw C Ex"]
+    torch_vs_dlx = _pair_ratio(rows, "torch4p", "rawtorch4p")
+    if torch_vs_dlx is not None:
+        notes.append(f"4 torch tensors vs raw C with torch's own C reads (rawtorch4p): {torch_vs_dlx:.3f}")
+    ctx.extra["torch4p_vs_rawtorch4p"] = torch_vs_dlx
     sec = Section("launch", "launch (ns per launch)",
                   [("issue", 8), ("x", 6), ("thr", 9), ("x", 6), ("rt", 9), ("x", 6)],
-                  notes=["refs: raw C row with the same arg count; peers vs raw C 4 args; LaunchConfig vs raw C Ex"],
-                  data=[r.as_json(rat) for r in rows])
+                  notes=notes, data=[r.as_json(rat) for r in rows])
     for r in rows:
         if r.na:
             sec.add(r.label, f"n/a ({r.na})")
