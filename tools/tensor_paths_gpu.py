@@ -8,7 +8,10 @@ methods; CuPy: its C current-stream function or a Python call per launch), then 
 ``kernel.launch`` of the 4-pointer kernel with 4 int addresses, 4 DeviceBuffers, 4 torch
 tensors and 4 CuPy arrays, each on the library's own current stream (as the benchmark
 rows: the tensors come from the benchmark's own helpers, barecuda.bench.peers), median
-of alternated rounds. tensors minus ints = what reading 4 tensors costs.
+of alternated rounds. tensors minus ints = what reading 4 tensors costs. Each library
+also gets the launch split in two: its tensors on a barecuda Stream wrapping its
+stream's handle, and 4 DeviceBuffers on its stream object (what the foreign stream
+costs).
 """
 import argparse
 import statistics
@@ -69,6 +72,14 @@ def main(argv=None):
             print(f"{key.split()[1]}: n/a ({type(e).__name__}: {e})")
             continue
         rows[key] = (lambda args=args, st=st: k.launch(1, 1, *args, stream=st), st.synchronize, setup, teardown)
+        # the same launch split in two: the library's stream object (a foreign stream,
+        # read through the 8-slot table) against a barecuda Stream wrapping its handle,
+        # with 4 DeviceBuffers and with the library's tensors
+        bst = bc.Stream.from_handle(st)
+        rows[f"{key}, bc Stream"] = (lambda args=args, bst=bst: k.launch(1, 1, *args, stream=bst), st.synchronize,
+                                     setup, teardown)
+        rows[f"4 DeviceBuffers, {key.split()[1]} stream"] = (
+            lambda st=st: k.launch(1, 1, *bufs, stream=st), st.synchronize, setup, teardown)
     got = {key: [] for key in rows}
     for _ in range(a.rounds):
         for key, (f, sync, setup, teardown) in rows.items():
@@ -86,7 +97,7 @@ def main(argv=None):
     print(f"kernel.launch, 4-pointer kernel, ns per launch (median of {a.rounds} alternated rounds of {a.n:,})")
     for key, v in got.items():
         m = statistics.median(v)
-        print(f"  {key:18s} {m:8.0f}   {m - base:+7.0f} over ints")
+        print(f"  {key:34s} {m:8.0f}   {m - base:+7.0f} over ints")
     return 0
 
 
