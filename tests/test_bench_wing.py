@@ -218,10 +218,10 @@ def test_tensor_launch_rows_for_the_dist_benchmark(fake):
     torch/CuPy rows measured or n/a with the reason (no CUDA torch/CuPy here)."""
     from barecuda.bench import dist_rows
     rows = {r["key"]: r for r in dist_rows.tensor_launch_rows(rounds=1)}
-    assert list(rows) == ["raw4p", "bc4p", "torch4p", "cupy4p"]
+    assert list(rows) == ["raw4p", "bc4p", "torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4"]
     assert rows["raw4p"]["value"] > 0 and rows["raw4p"]["note"] == "reference"
     assert rows["bc4p"]["value"] > 0 and rows["bc4p"]["note"].endswith("x raw C")
-    for k in ("torch4p", "cupy4p"):
+    for k in ("torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4"):
         assert (rows[k]["value"] is None) == rows[k]["note"].startswith("n/a")
 
 

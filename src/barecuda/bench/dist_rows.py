@@ -181,17 +181,18 @@ def peer_copy_rows(nbytes=256 * MiB, iters=10, rounds=5):
 
 def tensor_launch_rows(rounds=15):
     """The tensors-on-the-fast-path launch rows (launch_rows.tensor_rows: 4 DeviceBuffers,
-    4 torch tensors, 4 CuPy arrays) beside raw C with the same 4 pointers, alternated
+    4 torch tensors, 4 CuPy arrays) beside raw C with the same 4 pointers (on the same
+    stream: launch_rows.lib_raw_rows, with torch's own C reads as a row), alternated
     over ``rounds``; values are ns per launch, notes the ratio to raw C (issue 12's
     target: torch <= 1.15x). For bench/nccl_compare.py, which runs them in the same job
     as torch.distributed."""
     from barecuda.bench.context import Context, K4P
     from barecuda.bench.harness import c_row, ratios, run_rounds
-    from barecuda.bench.launch_rows import tensor_rows
+    from barecuda.bench.launch_rows import lib_raw_rows, tensor_rows
     ctx = Context()
     try:
         rows = [c_row(ctx.B, "raw4p", "raw C cuLaunchKernel, 4 pointer args", ctx.raw_fn[K4P], 1, 1,
-                      ctx.raw_params[K4P], ctx.raw_stream)] + tensor_rows(ctx)
+                      ctx.raw_params[K4P], ctx.raw_stream)] + tensor_rows(ctx) + lib_raw_rows(ctx)
         run_rounds(rows, rounds, 10, 0, 0, ctx.B.ctx_sync, label=None)
         rat = ratios(rows)
         out = []

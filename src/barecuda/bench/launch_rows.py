@@ -23,8 +23,8 @@ BC_LAUNCH_ROWS = [
     ("bc0", "barecuda kernel.launch, 0 args", "raw0"),
     ("bc4", "barecuda kernel.launch, 4 args", "raw4"),
     ("bc4p", "barecuda kernel.launch, 4 DeviceBuffers", "raw4p"),
-    ("torch4p", "barecuda kernel.launch, 4 torch tensors", "raw4p"),
-    ("cupy4p", "barecuda kernel.launch, 4 CuPy arrays", "raw4p"),
+    ("torch4p", "barecuda kernel.launch, 4 torch tensors", "raw4pts"),
+    ("cupy4p", "barecuda kernel.launch, 4 CuPy arrays", "raw4pcs"),
     ("bc16", "barecuda kernel.launch, 16 args", "raw16"),
     ("plan4", "barecuda plan(), 4 args", "raw4"),
     ("all4", f"barecuda launch_all({BATCH} plans), per launch", "raw4"),
@@ -66,24 +66,53 @@ def _bc_row(key, build):
         return na_row(key, label, ref, why(e))
 
 
+# The torch and CuPy rows' tensors and stream, made once per run and shared by the
+# library's barecuda row and its raw C rows (peers.torch_tensor_args / cupy_array_args).
+LIB_ARGS = {"torch": "torch_tensor_args", "cupy": "cupy_array_args"}
+
+
+def lib_args(ctx, lib):
+    """``(args, stream, sync, setup, teardown)`` of ``lib`` for this run (raises what the
+    library's helper raised, each time it is asked)."""
+    from barecuda.bench import peers as peer_rows
+    memo = ctx.extra.setdefault("lib_args", {})
+    if lib not in memo:
+        try:
+            memo[lib] = getattr(peer_rows, LIB_ARGS[lib])(ctx)
+        except Exception as e:   # noqa: BLE001 -- kept and re-raised: the rows become n/a with it
+            memo[lib] = e
+    if isinstance(memo[lib], Exception):
+        raise memo[lib]
+    return memo[lib]
+
+
+def lib_stream_handle(stream):
+    """The raw handle of a torch (``cuda_stream``) or CuPy (``ptr``) stream."""
+    h = getattr(stream, "cuda_stream", None)
+    return h if h is not None else stream.ptr
+
+
 def tensor_rows(ctx, peers=True):
     """``kernel.launch`` of the 4-pointer kernel with 4 DeviceBuffers, 4 torch tensors
-    and 4 CuPy arrays (issue 12's tensors-on-the-fast-path rows; ref: raw C with the same
-    4 pointers). The torch/CuPy rows launch on that library's stream while it is the
-    library's current stream (``with torch.cuda.stream(s): k.launch(..., stream=s)``),
-    so the stream rule orders nothing and the row measures what reading the tensors
-    costs; each is n/a when the library (with CUDA) is missing or ``--no-peers``."""
+    and 4 CuPy arrays (issue 12's tensors-on-the-fast-path rows). The torch/CuPy rows
+    launch on that library's stream while it is the library's current stream
+    (``with torch.cuda.stream(s): k.launch(..., stream=s)``), so the stream rule orders
+    nothing and the row measures what reading the tensors costs; each is n/a when the
+    library (with CUDA) is missing or ``--no-peers``. Their reference is raw C with the
+    same 4 pointers on the same stream (``raw4pts``, ``raw4pcs``: the libraries' streams
+    are non-blocking, which the driver launches onto for less than onto a blocking one
+    such as ``raw4p``'s)."""
     from barecuda.bench import peers as peer_rows
     k = ctx.kern[K4P]
     s = ctx.stream
     rows = [_bc_row("bc4p", lambda: (K4P_STMT, dict(zip("abcd", ctx.bufs[:4]), k=k, s=s), 1))]
-    for key, build in (("torch4p", peer_rows.torch_tensor_args), ("cupy4p", peer_rows.cupy_array_args)):
+    for key, lib in (("torch4p", "torch"), ("cupy4p", "cupy")):
         label, ref = _LABEL[key]
         if not peers:
             rows.append(na_row(key, label, ref, "--no-peers: torch and CuPy are not imported"))
             continue
         try:
-            args, stream, sync, setup, teardown = build(ctx)
+            args, stream, sync, setup, teardown = lib_args(ctx, lib)
             r = py_row(key, label, K4P_STMT, dict(zip("abcd", args), k=k, s=stream), sync, ref=ref)
         except Exception as e:   # noqa: BLE001 -- a missing peer is an n/a row, with the reason
             rows.append(na_row(key, label, ref, peer_rows.not_installed(e)))
@@ -108,13 +137,31 @@ def build_launch_rows(ctx, peers=True):
         rows += _barecuda_rows(ctx, bc, s, peers)
     if peers:
         from barecuda.bench import peers as peer_rows
-        rows += dlx_rows(ctx)
+        rows += lib_raw_rows(ctx)
         rows += peer_rows.launch_rows(ctx)
     return rows
 
 
+LIB_RAW_ROWS = [("raw4pts", "raw C cuLaunchKernel, 4 pointer args, torch's stream", "torch"),
+                ("raw4pcs", "raw C cuLaunchKernel, 4 pointer args, CuPy's stream", "cupy")]
 DLX_ROWS = [("rawtorch4p", "raw C cuLaunchKernel + torch's DLPack C reads, 4 tensors"),
             ("torchread4", "torch's DLPack C reads alone, 4 tensors + stream")]
+
+
+def lib_raw_rows(ctx):
+    """Raw C with the 4 pointers of the 4-pointer kernel on each library's own stream
+    (the references of ``torch4p`` / ``cupy4p``), then dlx_rows."""
+    from barecuda.bench import peers as peer_rows
+    rows = []
+    for key, label, lib in LIB_RAW_ROWS:
+        try:
+            stream = lib_args(ctx, lib)[1]
+        except Exception as e:   # noqa: BLE001 -- a missing peer is an n/a row, with the reason
+            rows.append(na_row(key, label, None, peer_rows.not_installed(e)))
+            continue
+        rows.append(c_row(ctx.B, key, label, ctx.raw_fn[K4P], 1, 1, ctx.raw_params[K4P],
+                          lib_stream_handle(stream)))
+    return rows + dlx_rows(ctx)
 
 
 def dlx_rows(ctx):
@@ -123,20 +170,20 @@ def dlx_rows(ctx):
     DLPack C exchange API, as any C caller honouring torch's stream rule must, then
     makes the raw ``cuLaunchKernel``; and the reads alone (no launch). Both on torch's
     own stream while it is torch's current stream, as the ``torch4p`` row; ratios to
-    the raw C 4-pointer row. n/a without torch (with CUDA) or without the API."""
+    raw C with 4 pointers on that stream. n/a without torch (with CUDA) or the API."""
     from barecuda.bench import peers as peer_rows
     B = ctx.B
     try:
-        args, ts, _sync, setup, teardown = peer_rows.torch_tensor_args(ctx)
+        args, ts, _sync, setup, teardown = lib_args(ctx, "torch")
     except Exception as e:   # noqa: BLE001 -- a missing peer is an n/a row, with the reason
-        return [na_row(key, label, "raw4p", peer_rows.not_installed(e)) for key, label in DLX_ROWS]
+        return [na_row(key, label, "raw4pts", peer_rows.not_installed(e)) for key, label in DLX_ROWS]
     pb = B.ParamBlock([bytes(8)] * 4)
-    h = ts.cuda_stream
+    h = lib_stream_handle(ts)
     fn = ctx.raw_fn[K4P]
     ctx.keep.append(pb)
     rows = []
     for (key, label), launch in zip(DLX_ROWS, (True, False)):
-        r = Row(key, label, "raw4p")
+        r = Row(key, label, "raw4pts")
         r.stmt = ("C loop: 4 x dltensor_from_py_object_no_sync + current_work_stream"
                   + (" + cuLaunchKernel" if launch else ""))
         r.issue = (lambda nb, bs, launch=launch:
@@ -215,7 +262,8 @@ def launch_section(ctx):
     say(f"barecuda.bench: {len([r for r in rows if not r.na])} launch rows, {st.rounds} alternated rounds")
     run_rounds(rows, st.rounds, st.batches, st.thr_n, st.rt_n, ctx.B.ctx_sync)
     rat = ratios(rows)
-    notes = ["refs: raw C row with the same arg count; peers vs raw C 4 args; LaunchConfig vs raw C Ex"]
+    notes = ["refs: raw C row with the same arg count; peers vs raw C 4 args; LaunchConfig vs raw C Ex; "
+             "torch/CuPy tensors vs raw C 4 pointers on that library's (non-blocking) stream"]
     torch_vs_dlx = _pair_ratio(rows, "torch4p", "rawtorch4p")
     if torch_vs_dlx is not None:
         notes.append(f"4 torch tensors vs raw C with torch's own C reads (rawtorch4p): {torch_vs_dlx:.3f}")
