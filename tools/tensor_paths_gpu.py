@@ -62,6 +62,8 @@ def main(argv=None):
     ints = [b.ptr for b in bufs]
     rows["4 int addresses"] = (lambda: k.launch(1, 1, *ints, stream=s), s.synchronize, None, None)
     rows["4 DeviceBuffers"] = (lambda: k.launch(1, 1, *bufs, stream=s), s.synchronize, None, None)
+    nb = bc.Stream(non_blocking=True)
+    rows["4 DeviceBuffers, non-blocking"] = (lambda: k.launch(1, 1, *bufs, stream=nb), nb.synchronize, None, None)
     ctx = SimpleNamespace(keep=[])      # what the benchmark's context keeps alive (peers' helpers add to it)
     for key, make, path in (("4 torch tensors", peers.torch_tensor_args, _torch_path),
                             ("4 CuPy arrays", peers.cupy_array_args, _cupy_path)):
