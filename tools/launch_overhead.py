@@ -237,6 +237,13 @@ def main(argv=None):
     rows.append(("bc16", "kernel.launch, 16 args", "raw16", eval(f"lambda: L16(1, 1, {lit}, stream=s)", ns16)))
     p4 = k4.bind(1, 1, b0, b1, K4_N, K4_X, stream=s)
     rows.append(("plan4", "plan(), 4 args", "raw4", p4))
+    # ExecKernelNode.set_arg of an int slot (the graph benchmark's set_arg row, against
+    # raw4: the double makes cuGraphExecKernelNodeSetParams about as cheap as a launch)
+    g = bc.Graph()
+    node = g.add_kernel(k16, 1, 1, *a16)
+    h = g.instantiate().kernel_node(node)
+    SA = h.set_arg
+    rows.append(("setarg", "ExecKernelNode.set_arg(1, int)", "raw4", lambda: SA(1, 5)))
     if a.loop:
         f = {key: f for key, _, _, f in rows}[a.loop]
         for _ in range(a.n):

@@ -31,6 +31,19 @@
 #define BC_THREAD_LOCAL __thread
 #endif
 
+/* The per-thread binding is read on every hot path (bc_set_current). _loader is a
+ * dlopened extension, so by default its thread-locals use the global-dynamic model: a
+ * call to __tls_get_addr (~11 instructions) on each read. With glibc, initial-exec puts
+ * them in the static TLS block's surplus, which glibc reserves for dlopened libraries
+ * like this one (a few hundred bytes; we take 12): a read is one %fs-relative load.
+ * Elsewhere (other libcs, Windows, whose __declspec(thread) is static already) the
+ * default stays. See docs/architecture.md, "the per-thread context binding". */
+#if defined(__GLIBC__) && (defined(__GNUC__) || defined(__clang__)) && !defined(BC_TLS_DEFAULT_MODEL)
+#define BC_HOT_THREAD_LOCAL __thread __attribute__((tls_model("initial-exec")))
+#else
+#define BC_HOT_THREAD_LOCAL BC_THREAD_LOCAL
+#endif
+
 static bc_driver_t bc_driver_table;
 static bc_state_t bc_state;
 
@@ -40,7 +53,7 @@ static const bc_symbol_info bc_symbol_table[] = { BC_DRIVER_SYMBOLS(BC_X_INFO) }
 #undef BC_X_INFO
 #define BC_SYMBOL_COUNT (sizeof(bc_symbol_table) / sizeof(bc_symbol_table[0]))
 
-static BC_THREAD_LOCAL CUcontext bc_tls_ctx;
+static BC_HOT_THREAD_LOCAL CUcontext bc_tls_ctx;
 
 #ifndef _WIN32
 static void bc_atfork_child(void) {
@@ -131,7 +144,7 @@ static inline void bc_forget_current(void) { bc_tls_ctx = NULL; }
 static inline CUcontext bc_bound_context(void) { return bc_tls_ctx; }
 
 /* The device the user chose for this thread with Device.set_current(), or -1. */
-static BC_THREAD_LOCAL int bc_tls_device = -1;
+static BC_HOT_THREAD_LOCAL int bc_tls_device = -1;
 static inline int bc_chosen_device(void) { return bc_tls_device; }
 static inline void bc_choose_device(int ordinal) { bc_tls_device = ordinal; }
 
