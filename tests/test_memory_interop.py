@@ -619,3 +619,54 @@ def test_cupy_current_stream_through_its_c_function(fake, k2, monkeypatch):
     before = _driver_counts(fake)
     k2.launch(1, 1, cls2(b.ptr, 0), cls2(b.ptr, 0), stream=s)   # the Python function: our stream
     assert len(calls) == calls_at and _delta(fake, before)["cuStreamWaitEvent"] == 0
+
+
+def _all_driver_calls(fake):
+    return {n: fake.calls(n) for n in ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphExecKernelNodeSetParams",
+                                       "cuGraphKernelNodeSetParams", "cuMemcpyAsync", "cuMemcpyDtoDAsync",
+                                       "cuEventRecord", "cuStreamWaitEvent")}
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_wrong_device_is_refused_alike_in_bind_set_arg_graph_nodes_and_arg_updates(fake, k2, monkeypatch, lib):
+    """Issue #12: the wrong-device ValueError naming both devices, before any driver call,
+    is the same in bind, LaunchPlan.set_arg, KernelNode.set_arg, Graph.add_kernel,
+    ExecKernelNode.set_arg and ArgUpdate.set as in launch; every one leaves its slot as it was."""
+    cls = _fake_library(monkeypatch, lib, 0)
+    s = bc.Stream()
+    b = bc.alloc(64)
+    good, bad = cls(b.ptr + 8, 0), cls(b.ptr, 3)
+    plan = k2.bind(1, 1, good, b, stream=s)
+    g = bc.Graph()
+    node = g.add_kernel(k2, 1, 1, b, b)
+    exe = g.instantiate()
+    enode = exe.kernel_node(node)
+    upd = exe.prepare_args([(enode, 0), (enode, 1)])
+    attempts = [
+        lambda: k2.bind(1, 1, bad, b, stream=s),
+        lambda: k2.bind(1, 1, b, bad, stream=s),
+        lambda: plan.set_arg(1, bad),
+        lambda: node.set_arg(0, bad),
+        lambda: g.add_kernel(k2, 1, 1, b, bad),
+        lambda: enode.set_arg(1, bad),
+        lambda: enode.set_args(good, bad),
+        lambda: upd.set(good, bad),
+    ]
+    n_nodes = g.num_nodes()
+    for attempt in attempts:
+        before = _all_driver_calls(fake)
+        with pytest.raises(ValueError, match=r"device 3.*device 0"):
+            attempt()
+        assert _all_driver_calls(fake) == before, attempt
+    assert g.num_nodes() == n_nodes
+    # nothing changed where a call was refused: the plan and the nodes still launch their old values
+    plan()
+    assert _packed_ptrs(fake) == (b.ptr + 8, b.ptr)
+    assert node.args == (b, b) and enode.args == (b, b)
+    # and the fast path itself is taken in each (a right-device tensor is packed as its pointer)
+    plan.set_arg(1, good)
+    plan()
+    assert _packed_ptrs(fake) == (b.ptr + 8, b.ptr + 8)
+    enode.set_arg(0, good)
+    exe.launch(s)
+    s.synchronize()
