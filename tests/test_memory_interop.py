@@ -670,3 +670,42 @@ def test_wrong_device_is_refused_alike_in_bind_set_arg_graph_nodes_and_arg_updat
     enode.set_arg(0, good)
     exe.launch(s)
     s.synchronize()
+
+
+NO_TORCH_IMPORT = r"""
+import sys
+tried = []
+class Watch:                        # sees every import attempt, even one a try/except would hide
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "cupy"):
+            tried.append(name)
+        return None
+sys.meta_path.insert(0, Watch())
+import barecuda as bc
+k = bc.Module.from_ptx(sys.argv[1]).get_kernel("k2")
+b = bc.alloc(64)
+k.launch(1, 1, b, b.ptr)
+k.bind(1, 1, b, b)()
+try:
+    k.launch(1, 1, object(), b)     # an unknown object: refused, nothing imported to find out
+except TypeError:
+    pass
+g = bc.Graph()
+g.add_kernel(k, 1, 1, b, b)
+g.instantiate().launch()
+b.copy_from(bc.alloc(64))
+bc.Stream.default().synchronize()
+print(tried + sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "cupy")))
+"""
+
+
+def test_the_class_cache_never_imports_torch_or_cupy(fake_lib_path):
+    """Issue #12: tensors are recognised by exact type through a lazily filled class
+    cache; no launch, bind, graph or copy path imports torch or CuPy to do it."""
+    import os
+    import subprocess
+    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path)
+    p = subprocess.run([sys.executable, "-c", NO_TORCH_IMPORT, PTR2], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
