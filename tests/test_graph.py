@@ -659,6 +659,10 @@ def test_instantiate_flags_and_upload(fake, vadd, stream):
     assert fake.calls("cuGraphInstantiateWithParams") >= 1
     exe.upload(stream)
     exe.launch(stream)
+    dev = g.instantiate(upload=stream, device_launch=True)      # a kernel-only graph may be device-launched
+    assert dev.flags == 2 | 4
+    dev.launch(stream)
+    stream.synchronize()
 
 
 def test_instantiate_failure_names_the_node(fake, stream):

@@ -619,3 +619,93 @@ def test_cupy_current_stream_through_its_c_function(fake, k2, monkeypatch):
     before = _driver_counts(fake)
     k2.launch(1, 1, cls2(b.ptr, 0), cls2(b.ptr, 0), stream=s)   # the Python function: our stream
     assert len(calls) == calls_at and _delta(fake, before)["cuStreamWaitEvent"] == 0
+
+
+def _all_driver_calls(fake):
+    return {n: fake.calls(n) for n in ("cuLaunchKernel", "cuLaunchKernelEx", "cuGraphExecKernelNodeSetParams",
+                                       "cuGraphKernelNodeSetParams", "cuMemcpyAsync", "cuMemcpyDtoDAsync",
+                                       "cuEventRecord", "cuStreamWaitEvent")}
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_wrong_device_is_refused_alike_in_bind_set_arg_graph_nodes_and_arg_updates(fake, k2, monkeypatch, lib):
+    """Issue #12: the wrong-device ValueError naming both devices, before any driver call,
+    is the same in bind, LaunchPlan.set_arg, KernelNode.set_arg, Graph.add_kernel,
+    ExecKernelNode.set_arg and ArgUpdate.set as in launch; every one leaves its slot as it was."""
+    cls = _fake_library(monkeypatch, lib, 0)
+    s = bc.Stream()
+    b = bc.alloc(64)
+    good, bad = cls(b.ptr + 8, 0), cls(b.ptr, 3)
+    plan = k2.bind(1, 1, good, b, stream=s)
+    g = bc.Graph()
+    node = g.add_kernel(k2, 1, 1, b, b)
+    exe = g.instantiate()
+    enode = exe.kernel_node(node)
+    upd = exe.prepare_args([(enode, 0), (enode, 1)])
+    attempts = [
+        lambda: k2.bind(1, 1, bad, b, stream=s),
+        lambda: k2.bind(1, 1, b, bad, stream=s),
+        lambda: plan.set_arg(1, bad),
+        lambda: node.set_arg(0, bad),
+        lambda: g.add_kernel(k2, 1, 1, b, bad),
+        lambda: enode.set_arg(1, bad),
+        lambda: enode.set_args(good, bad),
+        lambda: upd.set(good, bad),
+    ]
+    n_nodes = g.num_nodes()
+    for attempt in attempts:
+        before = _all_driver_calls(fake)
+        with pytest.raises(ValueError, match=r"device 3.*device 0"):
+            attempt()
+        assert _all_driver_calls(fake) == before, attempt
+    assert g.num_nodes() == n_nodes
+    # nothing changed where a call was refused: the plan and the nodes still launch their old values
+    plan()
+    assert _packed_ptrs(fake) == (b.ptr + 8, b.ptr)
+    assert node.args == (b, b) and enode.args == (b, b)
+    # and the fast path itself is taken in each (a right-device tensor is packed as its pointer)
+    plan.set_arg(1, good)
+    plan()
+    assert _packed_ptrs(fake) == (b.ptr + 8, b.ptr + 8)
+    enode.set_arg(0, good)
+    exe.launch(s)
+    s.synchronize()
+
+
+NO_TORCH_IMPORT = r"""
+import sys
+tried = []
+class Watch:                        # sees every import attempt, even one a try/except would hide
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "cupy"):
+            tried.append(name)
+        return None
+sys.meta_path.insert(0, Watch())
+import barecuda as bc
+k = bc.Module.from_ptx(sys.argv[1]).get_kernel("k2")
+b = bc.alloc(64)
+k.launch(1, 1, b, b.ptr)
+k.bind(1, 1, b, b)()
+try:
+    k.launch(1, 1, object(), b)     # an unknown object: refused, nothing imported to find out
+except TypeError:
+    pass
+g = bc.Graph()
+g.add_kernel(k, 1, 1, b, b)
+g.instantiate().launch()
+b.copy_from(bc.alloc(64))
+bc.Stream.default().synchronize()
+print(tried + sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "cupy")))
+"""
+
+
+def test_the_class_cache_never_imports_torch_or_cupy(fake_lib_path):
+    """Issue #12: tensors are recognised by exact type through a lazily filled class
+    cache; no launch, bind, graph or copy path imports torch or CuPy to do it."""
+    import os
+    import subprocess
+    env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path)
+    p = subprocess.run([sys.executable, "-c", NO_TORCH_IMPORT, PTR2], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"

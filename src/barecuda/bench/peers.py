@@ -63,7 +63,9 @@ def _cuda_core_row(ctx):
     cc = _cuda_core()
     dev = cc.Device(0)
     dev.set_current()
-    cs = dev.create_stream()
+    # a blocking stream, as the raw C reference's (cuda.core's default is non-blocking,
+    # which the driver launches onto for less: docs/architecture.md, benchmark method)
+    cs = dev.create_stream(options=cc.StreamOptions(nonblocking=False))
     obj = cc.ObjectCode.from_ptx(PTX.encode())
     ck = obj.get_kernel(K4)
     cfg = cc.LaunchConfig(grid=1, block=1)
