@@ -197,6 +197,31 @@ def test_host_node_exception_is_kept_and_raised_at_the_next_sync(fake, stream):
     bc.check_host_errors()
 
 
+@pytest.mark.parametrize("sync", ["stream", "event", "device"])
+def test_host_node_exception_is_raised_by_any_synchronize(fake, stream, sync):
+    """Issue #11: a host node's exception is re-raised at the next synchronize -- the
+    stream's, an event's after it, or the device's -- not only GraphExec.synchronize."""
+    g = bc.Graph()
+
+    def boom():
+        raise KeyError("from the host node")
+    g.add_host(boom)
+    exe = g.instantiate()
+    ev = bc.Event(timing=False)
+    exe.launch(stream)
+    ev.record(stream)
+    wait = {"stream": stream.synchronize, "event": ev.synchronize, "device": stream.device.synchronize}[sync]
+    with pytest.raises(KeyError, match="from the host node") as info:
+        wait()
+    assert any("host-node callable" in note for note in getattr(info.value, "__notes__", []))
+    wait()                             # raised once, then forgotten
+    bc.check_host_errors()
+    exe.launch(stream)                 # the executable is usable again
+    stream.synchronize_blocking()      # the driver's own wait does not retrieve it ...
+    with pytest.raises(KeyError):
+        exe.synchronize()              # ... the next barecuda synchronize does
+
+
 def test_host_node_takes_only_callables(fake):
     with pytest.raises(TypeError):
         bc.Graph().add_host(42)

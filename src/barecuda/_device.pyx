@@ -14,6 +14,8 @@ import threading
 cimport cython
 
 from libc.string cimport memset
+from barecuda._host_node cimport pending_host_errors
+from barecuda._host_node import check_host_errors
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, \
     CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
@@ -409,11 +411,14 @@ cdef class Device:
         return (free, total)
 
     def synchronize(self):
-        """Wait for all work queued on this device (releases the GIL while waiting)."""
+        """Wait for all work queued on this device (releases the GIL while waiting), then
+        raise an exception a CUDA graph host node stored, if any."""
         ensure_driver(ST)
         self.activate()
         with nogil:
             check(D.cuCtxSynchronize(), b"cuCtxSynchronize")
+        if pending_host_errors()[0]:
+            check_host_errors()     # an exception a CUDA graph host node stored (docs/graphs.md)
 
     def can_access_peer(self, peer):
         """Whether this device can access memory of ``peer`` directly."""

@@ -3,7 +3,7 @@
 Owns: the C trampoline the driver calls for a host node (``noexcept``; takes the GIL,
 never runs while the interpreter finalizes or after a fork) and the store of the
 exceptions host-node callables raise: kept (up to 1000, then counted), raised by
-``check_host_errors`` (which ``GraphExec.launch``/``synchronize`` call), reported as a
+``check_host_errors`` (which ``GraphExec.launch`` and every ``synchronize`` call), reported as a
 ``CudaWarning`` at exit when never retrieved. ``Graph.add_host`` (``_graph.pyx``) makes
 the nodes.
 """
@@ -65,8 +65,9 @@ cdef void host_trampoline(void *user) noexcept nogil:
 
 def check_host_errors():
     """Raise the first stored exception of a host-node callable, if any (and forget it;
-    later ones are raised by later calls). Called by ``GraphExec.launch`` and
-    ``GraphExec.synchronize``; call it after synchronizing a stream yourself."""
+    later ones are raised by later calls). Called by ``GraphExec.launch`` and by the
+    ``synchronize`` of graph executables, streams, events and devices; call it yourself
+    after waiting by other means (``Stream.synchronize_blocking``, a peer library)."""
     global _n_host_errors, _n_host_errors_dropped
     if _n_host_errors == 0:
         return

@@ -23,6 +23,8 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NO
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device, device_at, current_device
 from barecuda._errors import CudaWarning
+from barecuda._host_node cimport pending_host_errors
+from barecuda._host_node import check_host_errors
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -452,7 +454,8 @@ cdef class Stream:
         return bool(self._non_blocking)
 
     def synchronize(self, timeout=None):
-        """Block until all work queued on the stream is done.
+        """Block until all work queued on the stream is done, then raise an exception a
+        CUDA graph host node stored, if any (see ``barecuda.check_host_errors``).
 
         The GIL is released while waiting, and Ctrl-C interrupts the wait
         (``KeyboardInterrupt``; the queued GPU work itself keeps running). See
@@ -467,6 +470,8 @@ cdef class Stream:
         cdef double t = _timeout_arg(timeout)
         _guard_stream(self)
         wait_until(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
+        if pending_host_errors()[0]:
+            check_host_errors()     # an exception a CUDA graph host node stored (docs/graphs.md)
 
     def synchronize_blocking(self):
         """``cuStreamSynchronize`` itself: GIL released, not interruptible."""
@@ -631,7 +636,8 @@ cdef class Event:
         check(rc, b"cuEventQuery")
 
     def synchronize(self, timeout=None):
-        """Block until the event has completed (GIL released; Ctrl-C interrupts the wait).
+        """Block until the event has completed (GIL released; Ctrl-C interrupts the wait),
+        then raise an exception a CUDA graph host node stored, if any.
 
         Parameters
         ----------
@@ -642,6 +648,8 @@ cdef class Event:
         cdef double t = _timeout_arg(timeout)
         _guard_event(self)
         wait_until(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
+        if pending_host_errors()[0]:
+            check_host_errors()
 
     def elapsed_ms(self, Event start not None):
         """Milliseconds from ``start`` to this event: call it on the LATER event,
