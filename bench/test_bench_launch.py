@@ -6,7 +6,7 @@ import pytest
 
 from barecuda.bench import BATCH
 
-ISSUE_ROWS = ["raw0", "raw4", "raw4p", "raw16", "rawex4", "bc0", "bc4", "bc4p", "torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4", "bc16", "plan4", "all4", "plist4",
+ISSUE_ROWS = ["raw0", "raw4", "raw4p", "raw16", "rawex4", "bc0", "bc4", "bc4p", "torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4", "floor4pts", "floortorch4p", "bc16", "plan4", "all4", "plist4",
               "bcex4", "bcexplan4", "gilrel4", "gilheld4", "cucore", "cubind", "cupy", "torch", "triton", "ctypes"]
 ROUNDTRIP_ROWS = ["raw4", "bc4", "raw4p", "bc4p", "torch4p", "cupy4p", "plan4", "rawex4", "bcex4", "bcexplan4", "cucore", "cubind", "cupy", "torch", "triton",
                   "ctypes"]

@@ -218,10 +218,11 @@ def test_tensor_launch_rows_for_the_dist_benchmark(fake):
     torch/CuPy rows measured or n/a with the reason (no CUDA torch/CuPy here)."""
     from barecuda.bench import dist_rows
     rows = {r["key"]: r for r in dist_rows.tensor_launch_rows(rounds=1)}
-    assert list(rows) == ["raw4p", "bc4p", "torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4"]
+    assert list(rows) == ["raw4p", "bc4p", "torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4",
+                          "floor4pts", "floortorch4p"]
     assert rows["raw4p"]["value"] > 0 and rows["raw4p"]["note"] == "reference"
     assert rows["bc4p"]["value"] > 0 and rows["bc4p"]["note"].endswith("x raw C")
-    for k in ("torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4"):
+    for k in ("torch4p", "cupy4p", "raw4pts", "raw4pcs", "rawtorch4p", "torchread4", "floor4pts", "floortorch4p"):
         assert (rows[k]["value"] is None) == rows[k]["note"].startswith("n/a")
 
 
@@ -252,6 +253,49 @@ def test_dlx_launch_batches_reads_each_tensor_then_launches(fake):
         _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)], 1, 1)
     with pytest.raises(ValueError, match="a slot for each"):
         _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)] * 3, 1, 1)
+
+
+def test_launch_floor_is_called_as_kernel_launch_and_makes_the_raw_launch(fake):
+    """LaunchFloor (the launch section's floor rows): called with Kernel.launch's shape,
+    one raw launch per call with the preset geometry, stream and parameters; with
+    tensors, each call reads its tensor arguments into the slots and the current stream
+    once through the exchange API. Wrong argument counts and types are refused."""
+    from test_memory_interop import PTR2, _exchange_api_class
+    import barecuda as bc
+    counts = {"dltensor": 0, "stream": 0}
+    s = bc.Stream()
+    cls = _exchange_api_class([s.handle_int], counts)
+    k = bc.Module.from_ptx(PTR2).get_kernel("k2")
+    b = bc.alloc(64)
+    pb = _baseline.ParamBlock([b.ptr.to_bytes(8, "little"), (b.ptr + 8).to_bytes(8, "little")])
+    plain = _baseline.LaunchFloor(k.handle, (2, 1, 1), 32, pb, s.handle_int)
+    assert (plain.nargs, plain.reads) == (2, False)
+    n = fake.launch_count()
+    for _ in range(3):
+        plain.launch(1, 1, "not", "read", stream=s)
+    assert fake.launch_count() - n == 3
+    last = fake.last_launch()
+    assert (last.grid, last.block, last.stream) == ((2, 1, 1), (32, 1, 1), s.handle_int)
+    assert int.from_bytes(last.params[0:8], "little") == b.ptr
+    t0, t1 = cls(b.ptr + 16, 0), cls(b.ptr + 40, 0)
+    fl = _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [t0, t1])
+    assert (fl.nargs, fl.reads, counts["dltensor"]) == (2, True, 1)     # the device read at construction
+    fl.launch(1, 1, t0, t1, stream=s)
+    fl.launch(1, 1, t1, t0)
+    assert counts == {"dltensor": 5, "stream": 2} and fake.launch_count() - n == 5
+    p = fake.last_launch().params
+    assert (int.from_bytes(p[0:8], "little"), int.from_bytes(p[8:16], "little")) == (b.ptr + 40, b.ptr + 16)
+    with pytest.raises(TypeError, match="grid, block and 2 arguments"):
+        fl.launch(1, 1, t0)
+    with pytest.raises(TypeError, match="no DLPack C exchange API"):
+        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [object()])
+    with pytest.raises(TypeError, match="one type"):
+        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [t0, object()])
+    with pytest.raises(ValueError, match="1 to 2 tensors"):
+        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [t0] * 3)
+    with pytest.raises(ValueError, match="CUDA device"):
+        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)])
+    assert fake.launch_count() - n == 5
 
 
 def test_raw_chain_set_one_pushes_the_value_to_node_0(fake):

@@ -18,7 +18,7 @@ All functions expect the caller's thread to have a context current
 cimport cython
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset, memcmp
-from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
@@ -29,6 +29,7 @@ from barecuda._stream cimport stream_handle
 from barecuda._staging cimport staged_htod, staged_dtoh
 from barecuda._dlpack cimport DLTensor, bc_dlpack_exchange_api, BC_DLPACK_EXCHANGE_CAPSULE, kDLCUDA
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
+from cpython.object cimport PyObject, PyTypeObject
 
 cdef extern from "barecuda/bc_clock.h" nogil:
     int64_t bc_now_ns()
@@ -298,16 +299,8 @@ def dlx_launch_batches(func, grid, block, ParamBlock params, stream, tensors, lo
     cdef const bc_dlpack_exchange_api *api
     if not 1 <= len(keep) <= 8 or params is None or params.count < len(keep):
         raise ValueError("dlx_launch_batches needs 1 to 8 tensors and a ParamBlock with a slot for each")
-    t = type(keep[0])
-    cap = getattr(t, "__dlpack_c_exchange_api__", None)
-    if cap is None or not PyCapsule_IsValid(cap, BC_DLPACK_EXCHANGE_CAPSULE):
-        raise TypeError(f"{t.__module__}.{t.__name__} publishes no DLPack C exchange API")
-    api = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
-    if api.version.major != 1 or api.dltensor_from_py_object_no_sync == NULL or api.current_work_stream == NULL:
-        raise TypeError(f"{t.__name__}'s DLPack C exchange API has no tensor or stream reader")
+    api = _exchange_api(keep)
     for i in range(len(keep)):
-        if type(keep[i]) is not t:
-            raise TypeError("dlx_launch_batches needs tensors of one type")
         objs[i] = <void *>keep[i]
     if api.dltensor_from_py_object_no_sync(objs[0], &dl) != 0:
         _raise_set()
@@ -329,6 +322,128 @@ def dlx_launch_batches(func, grid, block, ParamBlock params, stream, tensors, lo
         return _to_list(out, batches)
     finally:
         free(out)
+
+
+# ------------------------------------------------------------------ floors
+cdef extern from "Python.h":
+    ctypedef struct PyMethodDef:
+        const char *ml_name
+        void *ml_meth
+        int ml_flags
+        const char *ml_doc
+    int METH_FASTCALL
+    int METH_KEYWORDS
+    object PyDescr_NewMethod(PyTypeObject *t, PyMethodDef *m)
+    void PyType_Modified(PyTypeObject *t)
+    ctypedef struct _TypeWithDict "PyTypeObject":
+        PyObject *tp_dict
+
+
+@cython.final
+cdef class LaunchFloor:
+    """The least a Python-callable launch can cost: ``floor.launch(grid, block, a, b,
+    c, d, stream=s)`` is called exactly as ``Kernel.launch`` (a METH_FASTCALL |
+    METH_KEYWORDS C method: no tuple or dict made per call) and does nothing but the
+    raw ``cuLaunchKernel`` of ``func`` with ``params`` on ``stream``, geometry fixed
+    here (the call's grid, block and stream are not read). With ``tensors`` (a
+    sample, one per leading 8-byte slot of ``params``, all of one type publishing
+    DLPack's C exchange API), each call first reads its tensor arguments' addresses
+    into those slots and the library's current stream of their device through that
+    API (``dlx_launch_batches``' reads): what any binding that honours the library's
+    stream rule must do. No check of the arguments beyond their count: the benchmark's
+    floor rows, not a launch API.
+    """
+    cdef CUfunction f
+    cdef unsigned int grid[3]
+    cdef unsigned int block[3]
+    cdef CUstream stream
+    cdef ParamBlock params
+    cdef const bc_dlpack_exchange_api *api
+    cdef int32_t device_id
+    cdef readonly int nargs
+    cdef readonly bint reads
+
+    def __cinit__(self, func, grid, block, ParamBlock params not None, stream, tensors=None):
+        cdef DLTensor dl
+        cdef bc_bench_launch L
+        _prepare(&L, func, grid, block, params, stream, 0, None)
+        self.f = L.f
+        self.grid[0], self.grid[1], self.grid[2] = L.grid[0], L.grid[1], L.grid[2]
+        self.block[0], self.block[1], self.block[2] = L.block[0], L.block[1], L.block[2]
+        self.stream = L.stream
+        self.params = params
+        self.api = NULL
+        self.nargs = params.count
+        self.reads = tensors is not None
+        if tensors is None:
+            return
+        keep = list(tensors)
+        if not 1 <= len(keep) <= params.count:
+            raise ValueError(f"LaunchFloor reads 1 to {params.count} tensors (one per parameter slot), "
+                             f"got {len(keep)}")
+        self.api = _exchange_api(keep)
+        if self.api.dltensor_from_py_object_no_sync(<void *>keep[0], &dl) != 0:
+            _raise_set()
+        if dl.device.device_type != kDLCUDA:
+            raise ValueError("the tensors must be on a CUDA device")
+        self.device_id = dl.device.device_id
+        self.nargs = len(keep)
+
+
+cdef const bc_dlpack_exchange_api *_exchange_api(list tensors) except NULL:
+    """The DLPack C exchange API of the tensors' one type (TypeError without one)."""
+    t = type(tensors[0])
+    cap = getattr(t, "__dlpack_c_exchange_api__", None)
+    if cap is None or not PyCapsule_IsValid(cap, BC_DLPACK_EXCHANGE_CAPSULE):
+        raise TypeError(f"{t.__module__}.{t.__name__} publishes no DLPack C exchange API")
+    api = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
+    if api.version.major != 1 or api.dltensor_from_py_object_no_sync == NULL or api.current_work_stream == NULL:
+        raise TypeError(f"{t.__name__}'s DLPack C exchange API has no tensor or stream reader")
+    for x in tensors:
+        if type(x) is not t:
+            raise TypeError("the tensors must be of one type")
+    return api
+
+
+cdef object _floor_launch(object self, PyObject **argv, Py_ssize_t nargs, PyObject *kwnames):
+    """LaunchFloor.launch (METH_FASTCALL | METH_KEYWORDS): the reads (if any) and the
+    raw launch; keywords are accepted and not read."""
+    cdef LaunchFloor fl = <LaunchFloor>self
+    cdef DLTensor dl
+    cdef void *cur = NULL
+    cdef int i
+    cdef CUresult rc
+    if nargs != 2 + fl.nargs:
+        raise TypeError(f"LaunchFloor.launch takes grid, block and {fl.nargs} arguments, got {nargs} in all")
+    if fl.api != NULL:
+        for i in range(fl.nargs):
+            if fl.api.dltensor_from_py_object_no_sync(<void *>argv[2 + i], &dl) != 0:
+                return _raise_set()
+            (<uint64_t *>fl.params.params[i])[0] = <uint64_t><uintptr_t>dl.data + dl.byte_offset
+        if fl.api.current_work_stream(kDLCUDA, fl.device_id, &cur) != 0:
+            return _raise_set()
+    rc = D.cuLaunchKernel(fl.f, fl.grid[0], fl.grid[1], fl.grid[2], fl.block[0], fl.block[1], fl.block[2],
+                          0, fl.stream, fl.params.params, NULL)
+    if rc != CUDA_SUCCESS:
+        check(rc, b"cuLaunchKernel")
+    return None
+
+
+cdef PyMethodDef _floor_def
+
+
+cdef int _install_floor() except -1:
+    _floor_def.ml_name = b"launch"
+    _floor_def.ml_meth = <void *>_floor_launch
+    _floor_def.ml_flags = METH_FASTCALL | METH_KEYWORDS
+    _floor_def.ml_doc = b"launch($self, grid, block, *args, stream=None)\n--\n\nThe floor's call (see the class)."
+    (<dict>(<object>(<_TypeWithDict *>LaunchFloor).tp_dict))["launch"] = \
+        PyDescr_NewMethod(<PyTypeObject *>LaunchFloor, &_floor_def)
+    PyType_Modified(<PyTypeObject *>LaunchFloor)
+    return 0
+
+
+_install_floor()
 
 
 def stream_sync(stream=None):

@@ -27,7 +27,7 @@ beyond the call. The ``set_arg`` group also has the floor with the driver call i
 the raw ``cuGraphExecKernelNodeSetParams``, no check): the least any Python-callable
 ``set_arg`` can cost; ``node.set_arg`` divided by it is barecuda's own share.
 """
-import statistics
+from barecuda.bench.harness import median as _median, round_ratio
 
 ORDER = 30
 NODES = 100
@@ -68,10 +68,6 @@ class _Row:
         self.samples, self.na = [], None
 
 
-def _median(xs):
-    return statistics.median(xs) if xs else None
-
-
 def _rounds(rows, rounds, say=None):
     live = [r for r in rows if r.na is None]
     for r in live:                       # warm-up; a row that cannot run is n/a
@@ -93,7 +89,7 @@ def _rounds(rows, rounds, say=None):
         if r.na or ref is None or ref.na or not ref.samples:
             ratio[r.key] = None
             continue
-        ratio[r.key] = _median([a / b for a, b in zip(r.samples, ref.samples) if b])
+        ratio[r.key] = round_ratio(r.samples, ref.samples)
     return ratio
 
 

@@ -40,6 +40,13 @@ def median(xs):
     return statistics.median(xs) if xs else None
 
 
+def round_ratio(a, b):
+    """The median over rounds of ``a[i] / b[i]`` (two rows' samples, round i of each
+    measured close in time), or None when no round has both."""
+    n = min(len(a), len(b))
+    return median([x / y for x, y in zip(a[:n], b[:n]) if y])
+
+
 def say(msg):
     """Progress to stderr (the table goes to stdout)."""
     print(msg, file=sys.stderr, flush=True)
@@ -274,7 +281,6 @@ def ratios(rows):
             if r.na or not a or not b or (ref is not None and ref.na):
                 res[col] = None
                 continue
-            n = min(len(a), len(b))
-            res[col] = median([x / y for x, y in zip(a[:n], b[:n]) if y])
+            res[col] = round_ratio(a, b)
         out[r.key] = res
     return out

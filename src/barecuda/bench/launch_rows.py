@@ -14,7 +14,7 @@ import tracemalloc
 
 from barecuda.bench.context import K0, K4, K4P, K16
 from barecuda.bench.harness import (BATCH, NotAvailable, Row, c_row, compile_loops, median, na_row, now_ns,
-                                    py_row, ratios, run_rounds, say, why)
+                                    py_row, ratios, round_ratio, run_rounds, say, why)
 from barecuda.bench.report import Section, fmt_ns, fmt_x
 
 ORDER = 10
@@ -146,6 +146,13 @@ LIB_RAW_ROWS = [("raw4pts", "raw C cuLaunchKernel, 4 pointer args, torch's strea
                 ("raw4pcs", "raw C cuLaunchKernel, 4 pointer args, CuPy's stream", "cupy")]
 DLX_ROWS = [("rawtorch4p", "raw C cuLaunchKernel + torch's DLPack C reads, 4 tensors"),
             ("torchread4", "torch's DLPack C reads alone, 4 tensors + stream")]
+# The floors under torch4p: the row's own loop and call (K4P_STMT) on a C method that
+# does nothing but the raw launch (floor4pts), or torch's reads and the raw launch
+# (floortorch4p): what any Python-callable launch costs at the least, without and with
+# honouring torch's stream rule (_baseline.LaunchFloor).
+FLOOR_ROWS = [("floor4pts", "floor: the Python loop + a C call making the raw launch, torch's stream", False),
+              ("floortorch4p", "floor: the Python loop + a C call making torch's C reads + the raw launch",
+               True)]
 
 
 def lib_raw_rows(ctx):
@@ -176,7 +183,8 @@ def dlx_rows(ctx):
     try:
         args, ts, _sync, setup, teardown = lib_args(ctx, "torch")
     except Exception as e:   # noqa: BLE001 -- a missing peer is an n/a row, with the reason
-        return [na_row(key, label, "raw4pts", peer_rows.not_installed(e)) for key, label in DLX_ROWS]
+        return [na_row(key, label, "raw4pts", peer_rows.not_installed(e))
+                for key, label in DLX_ROWS + [(k, lab) for k, lab, _ in FLOOR_ROWS]]
     pb = B.ParamBlock([bytes(8)] * 4)
     h = lib_stream_handle(ts)
     fn = ctx.raw_fn[K4P]
@@ -192,6 +200,12 @@ def dlx_rows(ctx):
         r.sync = lambda: B.stream_sync(h)
         r.setup, r.teardown = setup, teardown
         rows.append(r)
+    for key, label, reads in FLOOR_ROWS:
+        fl = B.LaunchFloor(fn, 1, 1, B.ParamBlock([bytes(8)] * 4) if reads else ctx.raw_params[K4P], h,
+                           args if reads else None)
+        r = py_row(key, label, K4P_STMT, dict(zip("abcd", args), k=fl, s=ts), "s.synchronize()", ref="raw4pts")
+        r.setup, r.teardown = setup, teardown
+        rows.append(r)
     return rows
 
 
@@ -200,9 +214,7 @@ def _pair_ratio(rows, key, ref):
     by = {r.key: r for r in rows if not r.na}
     if key not in by or ref not in by:
         return None
-    a, b = by[key].samples["issue"], by[ref].samples["issue"]
-    pairs = [x / y for x, y in zip(a, b) if y]
-    return median(pairs) if pairs else None
+    return round_ratio(by[key].samples["issue"], by[ref].samples["issue"])
 
 
 def _barecuda_rows(ctx, bc, s, peers=True):
@@ -268,6 +280,11 @@ def launch_section(ctx):
     if torch_vs_dlx is not None:
         notes.append(f"4 torch tensors vs raw C with torch's own C reads (rawtorch4p): {torch_vs_dlx:.3f}")
     ctx.extra["torch4p_vs_rawtorch4p"] = torch_vs_dlx
+    for ref in ("floor4pts", "floortorch4p"):
+        x = _pair_ratio(rows, "torch4p", ref)
+        if x is not None:
+            notes.append(f"4 torch tensors vs {ref} (the same call on a C method doing only the raw work): {x:.3f}")
+        ctx.extra[f"torch4p_vs_{ref}"] = x
     sec = Section("launch", "launch (ns per launch)",
                   [("issue", 8), ("x", 6), ("thr", 9), ("x", 6), ("rt", 9), ("x", 6)],
                   notes=notes, data=[r.as_json(rat) for r in rows])
