@@ -1,7 +1,8 @@
 #!/bin/sh
 # Instructions per launch on the driver double, by callgrind: load-independent, unlike
 # the timings of tools/launch_overhead.py on a busy machine.
-#   tools/launch_instructions.sh [ROW ...]    (rows: bc0 bc4 bc4p torch4p dlx4p cupy4p bc16 plan4 setarg)
+#   tools/launch_instructions.sh [ROW ...]    (rows: bc0 bc4 bc4p torch4p dlx4p cupy4p bc16 plan4 setarg
+#                                               floor4p floortorch4p floordlx4p)
 # Each row runs twice (0 and N launches, same set-up); the difference over N is the
 # whole cost of one launch from the Python loop: the call, argument parsing, packing,
 # tensor reading (torch's conversion included for torch4p), the double's cuLaunchKernel.

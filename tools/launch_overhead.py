@@ -196,7 +196,7 @@ def main(argv=None):
     k0, k4, k4p, k16 = (mod.get_kernel(n) for n in (K0, K4, K4P, K16))
     s = bc.Stream()
     bufs = [bc.alloc(4096) for _ in range(8)]
-    need_torch = not a.loop or a.loop in ("torch4p", "dlx4p")
+    need_torch = not a.loop or a.loop in ("torch4p", "dlx4p", "floortorch4p", "floordlx4p")
     torch = _torch_cuda(s.handle_int) if need_torch else None
     ndarray = _cupy_class(s.handle_int)
     it = iter(bufs)
@@ -228,6 +228,18 @@ def main(argv=None):
         Stub = _dlx_stub_class(s.handle_int)
         x0, x1, x2, x3 = (Stub() for _ in range(4))
         rows.append(("dlx4p", "kernel.launch, 4 exchange-API stubs", "raw4p", lambda: L4P(1, 1, x0, x1, x2, x3, stream=s)))
+    # the floors of the benchmark (bench/_baseline.LaunchFloor): the same call on a C
+    # method doing only the raw launch, or the tensors' exchange-API reads + the launch
+    FL = B.LaunchFloor(k4p.handle, 1, 1, B.ParamBlock(z8), s.handle_int).launch
+    rows.append(("floor4p", "floor: the same call making the raw launch", "raw4p",
+                 lambda: FL(1, 1, b0, b1, b2, b3, stream=s)))
+    if torch is not None:
+        FLT = B.LaunchFloor(k4p.handle, 1, 1, B.ParamBlock(z8), s.handle_int, ts).launch
+        rows.append(("floortorch4p", "floor: the same call making torch's reads + the raw launch", "raw4p",
+                     lambda: FLT(1, 1, t0, t1, t2, t3, stream=s)))
+        FLX = B.LaunchFloor(k4p.handle, 1, 1, B.ParamBlock(z8), s.handle_int, [x0, x1, x2, x3]).launch
+        rows.append(("floordlx4p", "floor: the same call making the stubs' reads + the raw launch", "raw4p",
+                     lambda: FLX(1, 1, x0, x1, x2, x3, stream=s)))
     c0, c1, c2, c3 = (ndarray(p) for p in ptrs[:4])
     rows.append(("cupy4p", "kernel.launch, 4 cupy-shaped arrays", "raw4p", lambda: L4P(1, 1, c0, c1, c2, c3, stream=s)))
     # as the benchmark writes it: scalars as literals, a call with a keyword (no *args)
