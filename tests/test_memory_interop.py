@@ -375,8 +375,36 @@ def _fake_library(monkeypatch, name, current_stream):
                 self.calls = 0
         ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"
         cls = ndarray
+    setattr(mod, cls.__qualname__, cls)     # the class its module holds: the real one's place
     monkeypatch.setitem(sys.modules, name, mod)
     return cls
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_a_class_only_named_like_torch_or_cupy_is_not_read_as_theirs(fake, k2, monkeypatch, lib):
+    """A class whose module and qualified name say torch.Tensor / cupy.ndarray, but which
+    is not the class that module holds (or whose module is not loaded), goes the
+    protocol path: a clear TypeError, no AttributeError from reading it as a tensor."""
+    s = bc.Stream()
+    real = _fake_library(monkeypatch, lib, s.handle_int)
+    b = bc.alloc(64)
+
+    class Impostor:                       # no data_ptr / get_device / .data
+        pass
+    Impostor.__module__, Impostor.__qualname__ = real.__module__, real.__qualname__
+    k2.launch(1, 1, real(b.ptr, 0), b, stream=s)      # the module's own class: read
+    assert _packed_ptrs(fake)[0] == b.ptr
+    before = _driver_counts(fake)
+    with pytest.raises(TypeError, match="not a device pointer"):
+        k2.launch(1, 1, Impostor(), b, stream=s)
+    monkeypatch.delitem(sys.modules, lib)       # the library not loaded at all
+
+    class Stray:
+        pass
+    Stray.__module__, Stray.__qualname__ = real.__module__, real.__qualname__
+    with pytest.raises(TypeError, match="not a device pointer"):
+        k2.launch(1, 1, Stray(), b, stream=s)
+    assert _delta(fake, before)["cuLaunchKernel"] == 0
 
 
 @pytest.mark.parametrize("lib", ["torch", "cupy"])
@@ -566,6 +594,7 @@ def _cupy_with_descriptors(monkeypatch, current_stream, counts):
                 counts["getattr"] += 1
             return object.__getattribute__(self, name)
     ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"
+    mod.ndarray = ndarray
     return ndarray
 
 

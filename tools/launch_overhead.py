@@ -147,6 +147,7 @@ def _cupy_class(stream_handle):
         def __init__(self, ptr):
             self.data = MemoryPointer(ptr, 0)
     ndarray.__module__, ndarray.__qualname__ = "cupy", "ndarray"
+    mod.ndarray = ndarray                   # the class the stand-in module holds (read as CuPy's)
     return ndarray
 
 

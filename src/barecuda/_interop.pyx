@@ -466,13 +466,28 @@ cdef object _exchange_capsule(type t, bint named):
     return cap
 
 
+cdef bint _is_library_class(type t, str module, str qualname):
+    """t is the class its module and qualified name say, as the library's loaded module
+    holds it (sys.modules; nothing imported): a class that only names itself
+    torch.Tensor or cupy.ndarray is not read as one."""
+    obj = sys.modules.get(module)
+    for part in qualname.split("."):
+        if obj is None:
+            return False
+        obj = getattr(obj, part, None)
+    return obj is t
+
+
 cdef int _fast_kind_slow(type t, const bc_dlpack_exchange_api **api) except -1:
     global _nfast, _torch_stream_fn, _cupy_stream_fn, _cupy_stream_c
     cdef int k
     api[0] = NULL
     e = _fast_cache.get(t)
     if e is None:
-        k = _FAST_NAMES.get((getattr(t, "__module__", None), getattr(t, "__qualname__", None)), FAST_NONE)
+        name = (getattr(t, "__module__", None), getattr(t, "__qualname__", None))
+        k = _FAST_NAMES.get(name, FAST_NONE)
+        if k != FAST_NONE and not _is_library_class(t, name[0], name[1]):
+            k = FAST_NONE                   # named like torch's/CuPy's class, but not it
         cap = _exchange_capsule(t, k != FAST_NONE)
         if cap is not None:
             k = FAST_DLX
