@@ -690,6 +690,58 @@ def test_instantiate_flags_and_upload(fake, vadd, stream):
     stream.synchronize()
 
 
+def test_kernel_node_priority_is_the_nodes_attribute_and_runs_with_use_node_priority(fake, vadd, stream):
+    """add_kernel(priority=)/add_plan(priority=) and KernelNode.priority set and read the
+    node's CU_LAUNCH_ATTRIBUTE_PRIORITY; an executable instantiated with
+    use_node_priority=True launches each kernel at its node's priority, one without at
+    the stream's. Out-of-range values and non-ints are refused before the attribute call."""
+    lo, hi = bc.Device(0).stream_priority_range()          # (least, greatest): hi is the lower number
+    assert hi < lo
+    g = bc.Graph()
+    a = g.add_kernel(vadd, 1, 1, 0, 0, 0, 1, priority=hi)
+    b = g.add_plan(vadd.bind(1, 1, 0, 0, 0, 2), depends_on=[a], priority=hi + 1)
+    c = g.add_kernel(vadd, 1, 1, 0, 0, 0, 3, depends_on=[b])
+    assert (a.priority, b.priority, c.priority) == (hi, hi + 1, 0)
+    c.priority = lo
+    assert c.priority == lo
+    sets = fake.calls("cuGraphKernelNodeSetAttribute")
+    for bad, err in ((lo + 1, ValueError), (hi - 1, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="priority" if err is ValueError else None):
+            c.priority = bad
+        with pytest.raises(err):
+            g.add_kernel(vadd, 1, 1, 0, 0, 0, 4, priority=bad)
+    assert fake.calls("cuGraphKernelNodeSetAttribute") == sets and len(g.nodes()) == 3
+    with pytest.raises(ValueError, match=r"range -?\d+\.\.-?\d+"):
+        a.priority = lo + 7
+    n_ints = []
+    for flag in (True, False):
+        before = fake.launch_count()
+        g.instantiate(use_node_priority=flag).launch(stream)
+        stream.synchronize()
+        assert fake.launch_count() - before == 3
+        got = [fake.last_launch(back) for back in (2, 1, 0)]
+        n_ints.append([struct.unpack_from("<I", x.params, 24)[0] for x in got])
+        assert [x.priority for x in got] == ([hi, hi + 1, lo] if flag else [0, 0, 0])
+    assert n_ints == [[1, 2, 3], [1, 2, 3]]
+    cfg_plan = vadd.bind_config(bc.LaunchConfig(1, 1, priority=hi), 0, 0, 0, 5)
+    with pytest.raises(ValueError, match="priority="):
+        g.add_plan(cfg_plan)
+
+
+def test_kernel_node_priority_driver_failure_is_typed_and_the_node_stays(fake, vadd):
+    g = bc.Graph()
+    fake.fail("cuGraphKernelNodeSetAttribute", 1)        # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(bc.CudaError, match="cuGraphKernelNodeSetAttribute") as ei:
+        g.add_kernel(vadd, 1, 1, 0, 0, 0, 1, priority=-1)
+    assert ei.value.code == 1
+    if hasattr(ei.value, "__notes__"):
+        assert "added without its priority" in ei.value.__notes__[0]
+    (node,) = g.nodes()
+    assert node.priority == 0
+    node.priority = -1
+    assert node.priority == -1
+
+
 def test_instantiate_failure_names_the_node(fake, stream):
     g = bc.Graph()
     g.add_empty()

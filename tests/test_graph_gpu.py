@@ -58,6 +58,40 @@ def test_explicit_graph_chain_matches_numpy(vadd):
 
 
 @gpu
+def test_node_priorities_are_kept_and_run_with_use_node_priority(vadd):
+    """Explicit kernel nodes at the device's highest and lowest priority and one at the
+    default, read back from the driver, instantiated with use_node_priority=True and
+    launched into a low-priority stream: the results match numpy. A launch captured on
+    a high-priority stream carries that stream's priority into its node."""
+    n = 50_001
+    lo, hi = bc.Device(0).stream_priority_range()
+    s = bc.Stream(priority=lo)
+    a, b = fresh(n), fresh(n)
+    da, db = bc.to_device(a, stream=s), bc.to_device(b, stream=s)
+    c, d, e = (bc.empty(n, "float32", stream=s) for _ in range(3))
+    s.synchronize()
+    g = bc.Graph()
+    k1 = g.add_kernel(vadd, blocks(n), 256, c, da, db, n, priority=hi)             # c = a + b
+    k2 = g.add_plan(vadd.bind(blocks(n), 256, d, da, da, n), priority=lo)         # d = a + a
+    k3 = g.add_kernel(vadd, blocks(n), 256, e, c, d, n, depends_on=[k1, k2])      # e = c + d
+    assert (k1.priority, k2.priority, k3.priority) == (hi, lo, 0)
+    k3.priority = hi
+    assert k3.priority == hi
+    exe = g.instantiate(use_node_priority=True)
+    for _ in range(2):
+        exe.launch(s)
+        np.testing.assert_array_equal(e.to_numpy(stream=s), (a + b) + (a + a))
+    high = bc.Stream(priority=hi)
+    with high.capture() as cg:
+        vadd.launch(blocks(n), 256, c, db, db, n, stream=high)
+    cg.keep_alive(c, db)
+    (node,) = cg.kernel_nodes()
+    assert node.priority == high.priority == hi
+    cg.instantiate(use_node_priority=True).launch(high)
+    np.testing.assert_array_equal(c.to_numpy(stream=high), b + b)
+
+
+@gpu
 def test_capture_replay_and_set_arg_match_numpy(vadd):
     n = 65_537
     s = bc.Stream()

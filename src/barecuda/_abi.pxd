@@ -650,6 +650,8 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
         CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
         CUresult (*cuGraphKernelNodeSetParams)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
+        CUresult (*cuGraphKernelNodeGetAttribute)(CUgraphNode hNode, CUlaunchAttributeID attr, CUlaunchAttributeValue *value_out) nogil
+        CUresult (*cuGraphKernelNodeSetAttribute)(CUgraphNode hNode, CUlaunchAttributeID attr, const CUlaunchAttributeValue *value) nogil
         CUresult (*cuGraphAddMemcpyNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx) nogil
         CUresult (*cuGraphAddMemsetNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx) nogil
         CUresult (*cuGraphAddHostNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams) nogil

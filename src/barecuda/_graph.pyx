@@ -193,6 +193,30 @@ cdef class KernelNode(GraphNode):
         """The values last packed, one per parameter."""
         return tuple(self._vals)
 
+    @property
+    def priority(self):
+        """The node's launch priority attribute (``CU_LAUNCH_ATTRIBUTE_PRIORITY``; 0 until
+        set; captured launches carry their stream's). Lower numbers are higher priority.
+        It takes effect in executables instantiated with ``use_node_priority=True``;
+        otherwise kernels run at the priority of the stream the graph is launched into.
+        Setting it changes the graph (later instantiations), not existing executables,
+        and checks the value against ``Device.stream_priority_range()`` first."""
+        cdef CUlaunchAttributeValue v
+        cdef Graph g = _graph_of(self)
+        g._live()
+        need(<void *>D.cuGraphKernelNodeGetAttribute, "cuGraphKernelNodeGetAttribute")
+        memset(&v, 0, sizeof(v))
+        set_current(g.ctx)
+        check(D.cuGraphKernelNodeGetAttribute(self.handle, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v),
+              b"cuGraphKernelNodeGetAttribute")
+        return v.priority
+
+    @priority.setter
+    def priority(self, value):
+        cdef Graph g = _graph_of(self)
+        g._live()
+        set_node_priority(g, self, check_priority(g, value))
+
     def set_arg(self, Py_ssize_t index, value):
         """Repack parameter ``index`` of this node in the graph (``cuGraphKernelNodeSetParams``)."""
         cdef list keep = []
@@ -231,6 +255,34 @@ cdef int hold(list keep, object objs) except -1:
             keep.append(p)
         elif type(o) is PinnedBuffer and not (<PinnedBuffer>o)._closed:
             keep.append(hold_host(<PinnedBuffer>o))
+    return 0
+
+
+cdef int check_priority(Graph g, object value) except? -999999:
+    """``value`` as a launch priority of g's device: an int within
+    ``cuCtxGetStreamPriorityRange`` (greatest <= value <= least), else TypeError /
+    ValueError before the node is touched."""
+    cdef int least = 0, greatest = 0
+    import operator
+    if isinstance(value, bool):
+        raise TypeError("priority must be an int, not bool")
+    p = operator.index(value)
+    need(<void *>D.cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute")
+    set_current(g.ctx)
+    check(D.cuCtxGetStreamPriorityRange(&least, &greatest), b"cuCtxGetStreamPriorityRange")
+    if not greatest <= p <= least:
+        raise ValueError(f"priority {p} is outside device {g.device.ordinal}'s range {greatest}..{least} "
+                         f"(lower numbers are higher priority; Device.stream_priority_range())")
+    return p
+
+
+cdef int set_node_priority(Graph g, KernelNode n, int priority) except -1:
+    cdef CUlaunchAttributeValue v
+    memset(&v, 0, sizeof(v))
+    v.priority = priority
+    set_current(g.ctx)
+    check(D.cuGraphKernelNodeSetAttribute(n.handle, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v),
+          b"cuGraphKernelNodeSetAttribute")
     return 0
 
 
@@ -411,8 +463,13 @@ cdef class Graph:
         return list(self._refs)
 
     # ----------------------------------------------------------- node builders
-    def add_kernel(self, Kernel kernel not None, grid, block, *args, shared_mem=0, depends_on=None):
+    def add_kernel(self, Kernel kernel not None, grid, block, *args, shared_mem=0, depends_on=None,
+                   priority=None):
         """Add a kernel node; arguments are checked and packed as :meth:`Kernel.launch` does.
+
+        ``priority`` (an int in ``Device.stream_priority_range()``; lower is higher)
+        sets the node's launch priority attribute (:attr:`KernelNode.priority`), which
+        executables instantiated with ``use_node_priority=True`` run it at.
 
         Returns
         -------
@@ -425,8 +482,11 @@ cdef class Graph:
         cdef Py_ssize_t i
         cdef list keep = []
         cdef unsigned int smem
+        cdef int prio = 0
         self._live()
         need(<void *>D.cuGraphAddKernelNode, "cuGraphAddKernelNode")
+        if priority is not None:
+            prio = check_priority(self, priority)
         if kernel.func == NULL:
             raise ValueError(f"kernel {kernel.name!r}: its module is closed")
         if kernel.nparams < 0:
@@ -462,16 +522,27 @@ cdef class Graph:
         self._adopt(n)
         if keep:
             hold(self._keep, keep)
+        if priority is not None:
+            # the node is in the graph (and owned by it) from here: a failure leaves it
+            # there at the default priority, and says so
+            try:
+                set_node_priority(self, n, prio)
+            except Exception as e:
+                if hasattr(e, "add_note"):      # Python 3.11+
+                    e.add_note(f"the kernel node #{n.index} was added without its priority")
+                raise
         return n
 
-    def add_plan(self, plan, depends_on=None):
+    def add_plan(self, plan, depends_on=None, priority=None):
         """Add a kernel node from a :class:`LaunchPlan` (its kernel, dimensions, shared
-        memory and arguments; the plan's stream does not matter in a graph)."""
+        memory and arguments; the plan's stream does not matter in a graph).
+        ``priority`` as for :meth:`add_kernel`."""
         if plan.config is not None:
             raise ValueError("plans bound with a LaunchConfig (clusters, cooperative, priority) cannot become "
-                             "graph nodes here; capture them instead")
+                             "graph nodes here; bind without it and give add_plan(plan, priority=...), "
+                             "or capture them")
         return self.add_kernel(plan.kernel, plan.grid, plan.block, *plan.args, shared_mem=plan.shared_mem,
-                               depends_on=depends_on)
+                               depends_on=depends_on, priority=priority)
 
     def add_memcpy(self, dst, src, nbytes=None, depends_on=None):
         """Add a copy node between DeviceBuffers and/or PinnedBuffers (``nbytes`` default:
@@ -842,7 +913,9 @@ cdef class Graph:
         device_launch : bool
             Make it launchable from device code.
         use_node_priority : bool
-            Run kernel nodes at their own priority attribute instead of the stream's.
+            Run kernel nodes at their own priority attribute (:attr:`KernelNode.priority`,
+            ``add_kernel(..., priority=)``; captured launches carry their stream's)
+            instead of the priority of the stream the graph is launched into.
 
         Returns
         -------

@@ -21,7 +21,9 @@
  * - Launch (cuGraphLaunch) replays the nodes in order: kernels go through the same
  *   validation and launch log as cuLaunchKernel (and the pending-work model), copies and
  *   memsets run with range checks (host sides must be live page-locked memory), event-record nodes record, host nodes are called
- *   after the replay, outside the lock. Disabled nodes are skipped.
+ *   after the replay, outside the lock. Disabled nodes are skipped. Kernel nodes keep a
+ *   priority attribute (the only attribute kept); an executable instantiated with
+ *   USE_NODE_PRIORITY logs its kernels with their node's priority, others with 0.
  * - Conditionals: handles hold a value (reset to the default at each launch with
  *   CU_GRAPH_COND_ASSIGN_DEFAULT). Kernels do not run here, so no kernel can end a
  *   WHILE loop: a WHILE body runs once per launch when the value is non-zero and the
@@ -50,6 +52,7 @@ struct CUgraphNode_st {
     unsigned int grid[3], block[3], smem;
     unsigned char *params;
     void **pptrs;                    /* cuGraphKernelNodeGetParams's kernelParams (into params), made on demand */
+    int priority;                    /* CU_LAUNCH_ATTRIBUTE_PRIORITY (0 until set) */
     /* memcpy / memset / host / events / child */
     CUDA_MEMCPY3D copy;
     CUDA_MEMSET_NODE_PARAMS set;
@@ -684,6 +687,28 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL
     return store_kernel_params(hNode, nodeParams);
 }
 
+/* Kernel node attributes: the double keeps the priority only (what barecuda sets). */
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUlaunchAttributeID attr,
+                                               CUlaunchAttributeValue *value_out) {
+    FK_ENTER(cuGraphKernelNodeGetAttribute);
+    if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !value_out) return CUDA_ERROR_INVALID_VALUE;
+    if (attr != CU_LAUNCH_ATTRIBUTE_PRIORITY)
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda keeps only the priority attribute of kernel nodes");
+    memset(value_out, 0, sizeof(*value_out));
+    value_out->priority = hNode->priority;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUlaunchAttributeID attr,
+                                               const CUlaunchAttributeValue *value) {
+    FK_ENTER(cuGraphKernelNodeSetAttribute);
+    if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !value) return CUDA_ERROR_INVALID_VALUE;
+    if (attr != CU_LAUNCH_ATTRIBUTE_PRIORITY)
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda keeps only the priority attribute of kernel nodes");
+    hNode->priority = value->priority;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                       size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx) {
     CUresult rc;
@@ -946,6 +971,7 @@ typedef struct fk_hostcall {
 
 typedef struct fk_replay {
     CUstream stream;
+    int node_priority;               /* instantiated with USE_NODE_PRIORITY: launches carry the node's */
     fk_hostcall *calls;
     size_t ncalls, capcalls;
 } fk_replay;
@@ -975,6 +1001,7 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         r.shared = n->smem;
         r.stream = rp->stream;
         r.cluster[0] = r.cluster[1] = r.cluster[2] = 1;
+        if (rp->node_priority) r.priority = n->priority;
         return do_launch(n->func, &r, n->func->nparams ? ptrs : NULL, NULL);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY: {
@@ -1092,6 +1119,7 @@ CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
         }
         reset_conditionals(hGraphExec->g);
         rp.stream = hStream;
+        rp.node_priority = (hGraphExec->flags & CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY) != 0;
         rc = replay_graph(hGraphExec->g, &rp);
         g_graph_launches++;
     }
