@@ -602,8 +602,7 @@ cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, 
     with the packer's memo (bc_stream_memo, _interop.pxd) only the first orders."""
     cdef const void *source = <const void *>api if api != NULL else <const void *><size_t>kind
     cdef void *h = NULL
-    if memo != NULL and memo.source == source and memo.ordinal == ordinal:
-        return 0
+    # (the callers with a memo have checked it: this runs for a launch's first tensor)
     if api != NULL:
         if api.current_work_stream(kDLCUDA, ordinal, &h) != 0:
             return -1                       # the library set the exception
@@ -616,9 +615,11 @@ cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, 
     return 0
 
 
-cdef int _order_after_producer(CUstream producer, CUstream consumer, Device dev) except -1:
+cdef inline int _order_after_producer(CUstream producer, CUstream consumer, Device dev) except -1:
     if producer == NULL:
         producer = CU_STREAM_LEGACY
+    if producer == (CU_STREAM_LEGACY if consumer == NULL else consumer):
+        return 0                            # the same stream (stream_after's own test, without the call)
     return stream_after(consumer, producer, dev.ctx)
 
 
@@ -646,7 +647,16 @@ cdef int tensor_pointer(object obj, Device dev, CUstream consumer, bc_stream_mem
     cdef CUdeviceptr p
     cdef DLTensor dl
     cdef const bc_dlpack_exchange_api *api = NULL
-    kind = _fast_kind(type(obj), &api)
+    cdef PyObject *t = <PyObject *>Py_TYPE(obj)
+    cdef int i
+    # _fast_kind with a borrowed type pointer (no reference traffic) and no error test on a hit
+    for i in range(_nfast):
+        if _fast_types[i] == t:
+            kind = _fast_kinds[i]
+            api = _fast_apis[i]
+            break
+    else:
+        kind = _fast_kind_slow(type(obj), &api)
     if kind == FAST_DLX:
         if api.dltensor_from_py_object_no_sync(<void *>obj, &dl) != 0:
             return -1                       # the library set the exception
