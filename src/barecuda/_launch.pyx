@@ -31,19 +31,10 @@ cdef extern from "Python.h":
     PyTypeObject PyBool_Type
     ctypedef struct PyTupleObject:
         PyObject *ob_item[1]
-    ctypedef struct PyMethodDef:
-        const char *ml_name
-        void *ml_meth
-        int ml_flags
-        const char *ml_doc
-    int METH_FASTCALL
-    int METH_KEYWORDS
-    object PyDescr_NewMethod(PyTypeObject *t, PyMethodDef *m)
-    void PyType_Modified(PyTypeObject *t)
     PyObject *PyTuple_GET_ITEM(PyObject *t, Py_ssize_t i)
     Py_ssize_t PyTuple_GET_SIZE_RAW "PyTuple_GET_SIZE"(PyObject *t)
-    ctypedef struct _TypeWithDict "PyTypeObject":
-        PyObject *tp_dict
+from barecuda._pymethod cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, PyDescr_NewMethod, PyType_Modified, \
+    _TypeWithDict
 
 from barecuda._abi cimport *
 from barecuda._errors cimport bc_state_t

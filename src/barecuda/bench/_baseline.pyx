@@ -325,18 +325,8 @@ def dlx_launch_batches(func, grid, block, ParamBlock params, stream, tensors, lo
 
 
 # ------------------------------------------------------------------ floors
-cdef extern from "Python.h":
-    ctypedef struct PyMethodDef:
-        const char *ml_name
-        void *ml_meth
-        int ml_flags
-        const char *ml_doc
-    int METH_FASTCALL
-    int METH_KEYWORDS
-    object PyDescr_NewMethod(PyTypeObject *t, PyMethodDef *m)
-    void PyType_Modified(PyTypeObject *t)
-    ctypedef struct _TypeWithDict "PyTypeObject":
-        PyObject *tp_dict
+from barecuda._pymethod cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, PyDescr_NewMethod, \
+    PyType_Modified, _TypeWithDict
 
 
 @cython.final
