@@ -7,5 +7,11 @@ cache, then NVRTC); ``python -m barecuda.kernels warmup`` loads them all ahead o
 See docs/kernels.md.
 """
 from barecuda.kernels._registry import get, table
+from barecuda.kernels._norms import rmsnorm, layernorm
+from barecuda.kernels._softmax import softmax
+from barecuda.kernels._rope import rope
+from barecuda.kernels._elementwise import silu_mul, gelu, silu, add, mul, embedding
+from barecuda.kernels._sampling import argmax, sample
 
-__all__ = ["get", "table"]
+__all__ = ["get", "table", "rmsnorm", "layernorm", "softmax", "rope", "silu_mul", "gelu", "silu", "add", "mul",
+           "embedding", "argmax", "sample"]

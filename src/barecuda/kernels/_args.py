@@ -41,11 +41,18 @@ def array(x, name, stream=None):
         raise TypeError(f"{name}: {exc}") from None
 
 
+def dt(b):
+    """The dtype name of a DeviceBuffer ('bfloat16', 'float16', 'int32'...): its dtype is a
+    str without numpy and a numpy dtype with it."""
+    d = b.dtype
+    return d if type(d) is str else getattr(d, "name", str(d))
+
+
 def float_code(b, name, allowed=FLOAT_CODES):
     """The kernel dtype code ('f32', 'f16', 'bf16') of ``b``; TypeError otherwise."""
-    code = allowed.get(b.dtype) if isinstance(b.dtype, str) else None
+    code = allowed.get(dt(b))
     if code is None:
-        raise TypeError(f"{name}: dtype {b.dtype} is not supported (expected one of "
+        raise TypeError(f"{name}: dtype {dt(b)} is not supported (expected one of "
                         f"{', '.join(sorted(allowed))})")
     return code
 
@@ -91,7 +98,7 @@ def rows(b, name):
 
 def check_align(b, name, nbytes=None):
     """The address must be aligned to the element size (or ``nbytes``)."""
-    a = nbytes or ITEMSIZE.get(b.dtype, 1)
+    a = nbytes or b.itemsize
     if b.ptr % a:
         raise ValueError(f"{name}: address 0x{b.ptr:x} is not aligned to {a} bytes")
 
@@ -111,12 +118,14 @@ def out_array(out, shape, dtype, like, stream, name="out"):
     ``like``), or a new buffer on ``like``'s device, ordered on ``stream``."""
     shape = tuple(shape)
     if out is None:
+        if stream is None:
+            return empty(shape, dtype, device=like.device)
         return empty(shape, dtype, device=like.device, stream=stream)
     o = array(out, name, stream)
     if o.readonly:
         raise ValueError(f"{name}: read-only array")
-    if o.dtype != dtype:
-        raise TypeError(f"{name}: dtype {o.dtype}, expected {dtype}")
+    if dt(o) != dtype:
+        raise TypeError(f"{name}: dtype {dt(o)}, expected {dtype}")
     if tuple(o.shape) != shape:
         # accept any shape with the same number of elements only when it is the same rows x cols
         raise ValueError(f"{name}: shape {tuple(o.shape)}, expected {shape}")
@@ -152,3 +161,35 @@ def int_arg(v, name, lo=None, hi=None):
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise ValueError(f"{name}={v}: out of range [{lo}, {hi}]")
     return v
+
+
+def vec_ok(itemsize, cols, arrays_and_strides):
+    """True when the 16-byte vector path applies: ``cols`` a multiple of 16/itemsize and
+    every (buffer or None, row stride in elements) 16-byte aligned."""
+    if cols % (16 // itemsize):
+        return False
+    for b, st in arrays_and_strides:
+        if b is not None and (b.ptr % 16 or (st * itemsize) % 16):
+            return False
+    return True
+
+
+def go(kernel, grid, block, args, stream, plan, shared_mem=0):
+    """Launch now, or (``plan``) return the bound ``LaunchPlan``."""
+    if plan:
+        return kernel.bind(grid, block, *args, stream=stream, shared_mem=shared_mem)
+    kernel.launch(grid, block, *args, stream=stream, shared_mem=shared_mem)
+    return None
+
+
+def row_block(nch, kv, lo=32, hi=1024):
+    """Threads for a one-block-per-row kernel keeping ``kv`` chunks a thread: the
+    fewest warps covering ``nch`` chunks (>= lo, <= hi)."""
+    t = -(-nch // kv)
+    t = (t + 31) & ~31
+    return max(lo, min(hi, t))
+
+
+def ptr_or_0(b):
+    """A kernel pointer argument: the buffer, or 0 (null) for an absent optional one."""
+    return 0 if b is None else b

@@ -1,0 +1,83 @@
+// rope.cu -- rotary position embedding on q (and k) in one launch.
+//
+// Tensors are (N, H, D) with a contiguous last axis; token n has position
+//   positions ? positions[n % seqlen] : (pos_ptr ? *pos_ptr : pos0) + n % seqlen
+// so a captured graph can read the position from device memory. The first `rot`
+// dimensions of a head rotate (partial rotary), the rest are copied (when y != x).
+//   layout llama (interleaved): pairs (2i, 2i+1)       -- Meta's llama, GGUF "norm" rope
+//   layout neox  (half split):  pairs (i, i + rot/2)   -- GPT-NeoX, HF transformers
+// inv_freq_i = theta^(-2i/rot), with llama3 scaling when l3_factor > 0 (HF's
+// _compute_llama3_parameters); the angle is pos * inv_freq in fp32, as HF computes it.
+// Entries: rope_{f32,f16,bf16}_{llama,neox}.
+#include "common.cuh"
+
+struct RopeT {            // one tensor's geometry
+    void* y; const void* x;
+    i64 syn, syh, sxn, sxh;  // strides in elements: token, head
+    i32 heads;
+};
+
+BC_DEV float rope_inv_freq(int i, int rot, float theta, float l3_factor, float l3_low, float l3_high, float l3_orig) {
+    float inv = 1.f / powf(theta, (float)(2 * i) / (float)rot);
+    if (l3_factor > 0.f) {
+        const float wavelen = 6.283185307179586f / inv;
+        const float low_wl = l3_orig / l3_low, high_wl = l3_orig / l3_high;
+        if (wavelen > low_wl) {
+            inv = inv / l3_factor;
+        } else if (!(wavelen < high_wl)) {        // medium frequencies: smooth between the two
+            const float s = (l3_orig / wavelen - l3_low) / (l3_high - l3_low);
+            inv = (1.f - s) * inv / l3_factor + s * inv;
+        }
+    }
+    return inv;
+}
+
+template <typename T, bool NEOX>
+__device__ void rope_impl(RopeT q, RopeT k, i64 ntok, i32 seqlen, i32 D, i32 rot, const i32* positions,
+                          const i32* pos_ptr, i32 pos0, float theta,
+                          float l3_factor, float l3_low, float l3_high, float l3_orig) {
+    const int half = rot >> 1;
+    const int W = half + ((q.y != q.x || k.y != k.x) ? (D - rot) : 0);   // work items per head
+    const int HT = q.heads + k.heads;
+    const i64 total = ntok * HT * W;
+    const int base = positions ? 0 : (pos_ptr ? *pos_ptr : pos0);
+    for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (i64)gridDim.x * blockDim.x) {
+        const int j = (int)(g % W);
+        const i64 nh = g / W;
+        int h = (int)(nh % HT);
+        const i64 n = nh / HT;
+        const bool isq = h < q.heads;
+        if (!isq) h -= q.heads;
+        const RopeT& t = isq ? q : k;
+        const T* x = (const T*)t.x + n * t.sxn + (i64)h * t.sxh;
+        T* y = (T*)t.y + n * t.syn + (i64)h * t.syh;
+        if (j < half) {
+            const int tpos = (int)(n % seqlen);
+            const int pos = positions ? positions[tpos] : base + tpos;
+            const float ang = (float)pos * rope_inv_freq(j, rot, theta, l3_factor, l3_low, l3_high, l3_orig);
+            float s, c;
+            sincosf(ang, &s, &c);
+            const int i0 = NEOX ? j : 2 * j, i1 = NEOX ? j + half : 2 * j + 1;
+            const float a = bc_load(x + i0), b = bc_load(x + i1);
+            bc_store(y + i0, a * c - b * s);
+            bc_store(y + i1, b * c + a * s);
+        } else {
+            const int i = rot + (j - half);
+            if (y != x) y[i] = x[i];
+        }
+    }
+}
+
+#define ROPE_ENTRY(code, T, lay, NEOX)                                                              \
+    extern "C" __global__ void rope_##code##_##lay(                                                 \
+            T* qy, const T* qx, i64 qsyn, i64 qsyh, i64 qsxn, i64 qsxh, i32 qheads,                  \
+            T* ky, const T* kx, i64 ksyn, i64 ksyh, i64 ksxn, i64 ksxh, i32 kheads,                  \
+            i64 ntok, i32 seqlen, i32 D, i32 rot, const i32* positions, const i32* pos_ptr, i32 pos0,\
+            float theta, float l3_factor, float l3_low, float l3_high, float l3_orig) {             \
+        RopeT q = {qy, qx, qsyn, qsyh, qsxn, qsxh, qheads};                                          \
+        RopeT k = {ky, kx, ksyn, ksyh, ksxn, ksxh, kheads};                                          \
+        rope_impl<T, NEOX>(q, k, ntok, seqlen, D, rot, positions, pos_ptr, pos0, theta,             \
+                           l3_factor, l3_low, l3_high, l3_orig); }
+#define ROPE_ENTRIES(code, T) ROPE_ENTRY(code, T, llama, false) ROPE_ENTRY(code, T, neox, true)
+
+BC_FOR_FLOATS(ROPE_ENTRIES)
