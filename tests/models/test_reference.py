@@ -103,16 +103,28 @@ def test_sample_logits():
     x = rng.standard_normal(50)
     assert R.sample_logits(x, temperature=0) == int(np.argmax(x))
     assert R.sample_logits(x, temperature=1.0, top_k=1, u=0.99) == int(np.argmax(x))
-    assert R.sample_logits(x, temperature=1.0, u=0.0) == int(np.argmax(x))
     # the inverse CDF over a fine grid of u reproduces the softmax at temperature 0.7
     us = (np.arange(20000) + 0.5) / 20000
     counts = np.bincount([R.sample_logits(x, temperature=0.7, u=u) for u in us], minlength=50) / us.size
     assert np.max(np.abs(counts - R.softmax(x / 0.7))) < 1e-3
-    # top-p keeps the smallest prefix reaching p
+    # ... in token-id order
+    assert R.sample_logits(x, u=0.0) == 0 and R.sample_logits(x, u=0.999999) == 49
+    # top-p keeps the smallest prefix (by probability) reaching p; top-k the k largest
     p = R.softmax(x)
     order = np.argsort(-p)
     keep = int(np.searchsorted(np.cumsum(p[order]), 0.5) + 1)
-    got = {R.sample_logits(x, top_p=0.5, u=u) for u in us[::50]}
-    assert got == set(order[:keep].tolist())
-    got = {R.sample_logits(x, top_k=3, u=u) for u in us[::50]}
-    assert got == set(order[:3].tolist())
+    assert {R.sample_logits(x, top_p=0.5, u=u) for u in us[::50]} == set(order[:keep].tolist())
+    assert {R.sample_logits(x, top_k=3, u=u) for u in us[::50]} == set(order[:3].tolist())
+    both = {R.sample_logits(x, top_k=5, top_p=0.3, u=u) for u in us[::50]}
+    assert both <= set(order[:5].tolist()) and order[0] in both
+    # ties at the k-th value are kept
+    y = np.array([3.0, 1.0, 3.0, 2.0, 3.0])
+    assert {R.sample_logits(y, top_k=2, u=u) for u in us[::50]} == {0, 2, 4}
+
+
+def test_sample_uniform_is_counter_based():
+    a = [R.sample_uniform(1234, p) for p in range(1000)]
+    assert a == [R.sample_uniform(1234, p) for p in range(1000)]
+    assert all(0.0 <= v < 1.0 for v in a) and len(set(a)) > 990
+    assert abs(np.mean(a) - 0.5) < 0.05
+    assert a[:10] != [R.sample_uniform(1235, p) for p in range(10)]

@@ -26,7 +26,7 @@ import numpy as np
 
 from barecuda.models.gguf import GGUFError, GGUFFile, TensorInfo, open_gguf
 
-__all__ = ["dequantize", "LlamaConfig", "ReferenceLlama", "softmax", "sample_logits"]
+__all__ = ["dequantize", "LlamaConfig", "ReferenceLlama", "softmax", "sample_logits", "sample_uniform"]
 
 _F16 = np.dtype("<f2")
 
@@ -237,27 +237,51 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _splitmix64(z: int) -> int:
+    z = (z + _GOLDEN) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def sample_uniform(seed: int, pos: int) -> float:
+    """The uniform number the GPU sampler draws at position ``pos`` (the position whose
+    logits are sampled) for ``seed``: counter-based, so replaying a step replays its draw."""
+    return (_splitmix64((seed + _GOLDEN * (pos + 1)) & _M64) >> 40) / float(1 << 24)
+
+
 def sample_logits(logits: np.ndarray, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                   u: float = 0.5) -> int:
-    """The token a sampler picks from ``logits`` given a uniform number ``u`` in [0, 1):
-    temperature, then top-k, then top-p (smallest set of at least ``top_p`` probability),
-    then the inverse CDF over the kept tokens in order of decreasing probability
-    (ties: lower id first). ``temperature <= 0`` is greedy."""
+    """The token the sampler picks from ``logits`` for a uniform number ``u`` in [0, 1),
+    defined as the GPU sampler (llama_step.cu) computes it:
+
+    temperature; top-k keeps every token whose logit is >= the k-th largest (ties kept);
+    top-p keeps the tokens at or above the largest logit threshold whose kept mass is at
+    least ``top_p`` of the top-k mass; then the inverse CDF at ``u`` over the kept tokens
+    in token-id order. ``temperature <= 0`` is greedy (ties: the lower id).
+    """
     x = np.asarray(logits, dtype=np.float64)
     if temperature <= 0:
         return int(np.argmax(x))
-    order = np.lexsort((np.arange(x.size), -x))
-    if top_k and top_k > 0:
-        order = order[:top_k]
-    p = softmax(x[order] / temperature)
+    keep = np.ones(x.size, bool)
+    if top_k and 0 < top_k < x.size:
+        keep = x >= np.sort(x)[-top_k]
+    w = np.exp((x - x.max()) / temperature)
     if top_p < 1.0:
-        c = np.cumsum(p)
-        keep = int(np.searchsorted(c, top_p) + 1)
-        order, p = order[:keep], p[:keep]
-        p = p / p.sum()
-    c = np.cumsum(p)
-    j = int(np.searchsorted(c, u * c[-1], side="right"))
-    return int(order[min(j, order.size - 1)])
+        want = top_p * w[keep].sum()
+        for t in np.unique(x[keep])[::-1]:
+            if w[keep & (x >= t)].sum() >= want:
+                keep &= x >= t
+                break
+    cw = np.cumsum(np.where(keep, w, 0.0))
+    j = int(np.searchsorted(cw, u * cw[-1], side="right"))
+    if j >= x.size or not keep[j]:
+        j = int(np.nonzero(keep)[0][-1]) if j >= x.size else j
+    return j
 
 
 class ReferenceLlama:
