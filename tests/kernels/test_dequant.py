@@ -1,0 +1,259 @@
+"""GGUF block formats (csrc/quant.cuh) and the dequantize op (csrc/dequant.cu).
+
+CPU: the block structs compile and match gguf's GGML_QUANT_SIZES (NVRTC static_asserts
+fed with gguf's numbers); dequant.cu compiles with real NVRTC for sm_80/sm_90 with no
+warnings; QuantWeight's and dequantize's checks raise before any launch on the driver
+double; a launch's geometry and parameters.
+GPU (--gpu): every format against ``gguf.quants.dequantize`` on fresh random blocks
+(Q4_K max error < 1e-4 in float32), odd shapes and block counts that leave a partial
+segment and a tensor end inside a 16-byte chunk; the plan form inside a captured graph.
+"""
+import struct
+
+import numpy as np
+import pytest
+
+import barecuda as bc
+from barecuda.kernels import _dequant as D
+from barecuda.kernels import _registry
+
+gguf = pytest.importorskip("gguf")
+from gguf import quants as gq  # noqa: E402
+
+gpu = pytest.mark.gpu
+QFORMATS = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
+GT = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+      "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K,
+      "q6_k": gguf.GGMLQuantizationType.Q6_K}
+# byte offsets of the f16 scale fields in each block (ggml-common.h)
+F16_FIELDS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
+
+
+def random_blocks(rng, fmt, n_weights):
+    """Random bytes for n_weights of ``fmt`` with sane f16 scales: any such bytes are valid
+    blocks (every bit pattern of the quants and 6/8-bit scales means something)."""
+    _, _, qk, nb = D.format_info(fmt)
+    raw = rng.integers(0, 256, size=(n_weights // qk, nb), dtype=np.uint8)
+    for off in F16_FIELDS[fmt]:
+        v = (rng.uniform(0.002, 0.05, raw.shape[0]) * rng.choice([-1, 1], raw.shape[0])).astype(np.float16)
+        if fmt in ("q4_k",):
+            v = np.abs(v)
+        raw[:, off:off + 2] = v.view(np.uint8).reshape(-1, 2)
+    return raw.reshape(-1)
+
+
+def reference(raw, fmt, shape):
+    return gq.dequantize(raw, GT[fmt]).astype(np.float64).reshape(shape)
+
+
+def from_dev(b, dtype):
+    if dtype == "float32":
+        return b.to_numpy().astype(np.float64)
+    u = b.view("uint16").to_numpy()
+    if dtype == "float16":
+        return u.view(np.float16).astype(np.float64)
+    return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def rounding(dtype):
+    return {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]
+
+
+# ------------------------------------------------------------------ CPU: layouts, compile
+def test_formats_table_matches_gguf():
+    for fmt in QFORMATS + ["f32", "f16", "bf16"]:
+        name, t, qk, nb = D.format_info(fmt)
+        gt = gguf.GGMLQuantizationType(t)
+        assert gguf.GGML_QUANT_SIZES[gt] == (qk, nb), fmt
+        assert gt.name.lower() == name
+        assert D.format_info(gt) == (name, t, qk, nb)
+        assert D.format_info(fmt.upper()) == (name, t, qk, nb)
+    assert D.format_info("float16")[0] == "f16"
+    with pytest.raises(ValueError, match="not supported"):
+        D.format_info("q5_k")
+    with pytest.raises(ValueError, match="ggml type 13"):
+        D.format_info(13)
+    with pytest.raises(TypeError):
+        D.format_info(1.5)
+
+
+def test_block_structs_match_gguf_sizes():
+    """quant.cuh's structs, compiled by NVRTC, have gguf's sizes and the format codes are
+    ggml's type numbers (static_asserts against values taken from the gguf package)."""
+    Q = gguf.GGMLQuantizationType
+    checks = []
+    for struct_name, code_macro, t in (("bq4_0", "BC_Q4_0", Q.Q4_0), ("bq4_1", "BC_Q4_1", Q.Q4_1),
+                                       ("bq8_0", "BC_Q8_0", Q.Q8_0), ("bq4_K", "BC_Q4_K", Q.Q4_K),
+                                       ("bq6_K", "BC_Q6_K", Q.Q6_K)):
+        qk, nb = gguf.GGML_QUANT_SIZES[t]
+        checks.append(f"static_assert(sizeof({struct_name}) == {nb}, \"{struct_name} size\");")
+        checks.append(f"static_assert({code_macro} == {int(t)}, \"{code_macro}\");")
+        checks.append(f"static_assert(BcQ<{code_macro}>::BYTES == {nb} && BcQ<{code_macro}>::QK == {qk}, \"{code_macro} traits\");")
+        checks.append(f"static_assert(BcQ<{code_macro}>::UNITS * 32 == {qk}, \"units\");")
+    src = '#include "quant.cuh"\n' + "\n".join(checks) + '\nextern "C" __global__ void k() {}\n'
+    prog = bc.Program(src, name="layout_check.cu", include_paths=[_registry.CSRC], options=list(_registry.OPTIONS))
+    oc = prog.compile("ptx", arch="compute_80", cache=False)
+    assert oc.log.strip() == ""
+    # the negative: a wrong size is caught
+    bad = '#include "quant.cuh"\nstatic_assert(sizeof(bq6_K) == 208, "x");\n'
+    with pytest.raises(bc.CompileError):
+        bc.Program(bad, name="bad.cu", include_paths=[_registry.CSRC],
+                   options=list(_registry.OPTIONS)).compile("ptx", arch="compute_80", cache=False)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_dequant_source_compiles_without_warnings(arch):
+    (src, names, defines), = [e for e in D.KERNELS]
+    oc = _registry.compile_code(src, defines, target="cubin", arch=arch)
+    assert oc.log.strip() == ""
+    assert len(names) == 15
+
+
+# ------------------------------------------------------------------ CPU: checks on the double
+_PTX = {}
+
+
+def lowered_ptx_get(source, name, defines=(), device=None):
+    """_registry.get for the driver double: PTX with its ISA line lowered to what the double's
+    driver (CUDA 13.0) accepts; the double cannot load cubins and only reads entry points
+    and parameters."""
+    import re
+    from barecuda._program import ObjectCode
+    key = (source, defines)
+    if key not in _PTX:
+        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
+        code = code.decode() if isinstance(code, bytes) else code
+        _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
+    return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
+
+
+@pytest.fixture
+def fake(fake, monkeypatch):
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
+    return fake
+
+
+def test_quantweight_checks(fake):
+    buf = bc.empty((144 * 6,), "uint8")
+    qw = D.QuantWeight(buf, "Q4_K", (3, 512))
+    assert (qw.format, qw.ggml_type, qw.shape, qw.nbytes) == ("q4_k", 12, (3, 512), 864)
+    assert D.QuantWeight(buf, gguf.GGMLQuantizationType.Q4_K, [3, 512]).format == "q4_k"
+    with pytest.raises(ValueError, match="multiple of 256"):
+        D.QuantWeight(buf, "q4_k", (6, 144))
+    with pytest.raises(ValueError, match="864 bytes"):
+        D.QuantWeight(buf, "q4_k", (2, 512))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        D.QuantWeight(bc.empty((144 * 6 + 2,), "uint8")[2:], "q4_k", (3, 512))
+    with pytest.raises(ValueError, match="positive"):
+        D.QuantWeight(buf, "q4_k", (0, 512))
+    with pytest.raises(TypeError, match="address has"):
+        D.QuantWeight(buf.ptr, "q4_k", (3, 512))
+    with pytest.raises(ValueError, match="not supported"):
+        D.QuantWeight(buf, "q2_k", (3, 512))
+
+
+def test_dequantize_checks_raise_before_launch(fake):
+    buf = bc.empty((34 * 10,), "uint8")
+    n0 = fake.launch_count()
+    with pytest.raises(TypeError, match="format= and shape="):
+        D.dequantize(buf)
+    with pytest.raises(ValueError, match="block format"):
+        D.dequantize(bc.empty((40,), "uint8"), "f16", (20,))
+    with pytest.raises(TypeError, match="dtype"):
+        D.dequantize(buf, "q8_0", (10, 32), dtype="int32")
+    with pytest.raises(ValueError, match="shape"):
+        D.dequantize(buf, "q8_0", (10, 32), out=bc.empty((10, 31), "float16"))
+    with pytest.raises(TypeError, match="dtype"):
+        D.dequantize(buf, "q8_0", (10, 32), out=bc.empty((10, 32), "float32"))
+    with pytest.raises(ValueError, match="aligned"):
+        D.dequantize(buf, "q8_0", (10, 32), dtype="float32", out=bc.empty((10 * 32 + 1,), "float32")[1:].view(shape=(10, 32)))
+    with pytest.raises(ValueError, match="out= is required"):
+        D.plan_dequantize(buf, "q8_0", (10, 32), out=None)
+    assert fake.launch_count() == n0
+
+
+def test_dequantize_launch_on_the_double(fake):
+    n_blocks = 8 * 33 + 3                       # q4_k: 33 full segments of 8 blocks and a partial one
+    buf = bc.zeros((144 * n_blocks,), "uint8")
+    out = D.dequantize(buf, "q4_k", (n_blocks, 256), dtype="bfloat16")
+    assert out.shape == (n_blocks, 256) and out.dtype == "bfloat16"
+    la = fake.last_launch()
+    assert la.name == "dequant_q4_k_bf16"
+    assert la.block == (128, 1, 1)
+    assert la.grid[0] == min(-(-34 // 4), D.sm_count(0) * 16)
+    assert struct.unpack_from("<QQq", la.params, 0) == (buf.ptr, out.ptr, n_blocks)
+    qw = D.QuantWeight(buf, "q4_k", (n_blocks, 256))
+    o2 = bc.empty((n_blocks, 256), "float32")
+    plan = D.dequantize.plan(qw, dtype="float32", out=o2)
+    n0 = fake.launch_count()
+    plan()
+    assert fake.launch_count() == n0 + 1
+    assert fake.last_launch().name == "dequant_q4_k_f32"
+
+
+# ------------------------------------------------------------------ GPU
+SHAPES = {  # (rows, cols) per block size: partial segments, odd block counts, 1 row
+    32: [(1, 32), (3, 96), (7, 32 * 77), (129, 32 * 9), (64, 4096)],
+    256: [(1, 256), (5, 768), (3, 256 * 17), (67, 256 * 3), (128, 4096)],
+}
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_dequantize_matches_gguf(fmt, dtype):
+    rng = np.random.default_rng()
+    qk = D.format_info(fmt)[2]
+    for shape in SHAPES[qk]:
+        raw = random_blocks(rng, fmt, shape[0] * shape[1])
+        ref = reference(raw, fmt, shape)
+        qb = bc.to_device(raw)
+        got = from_dev(D.dequantize(qb, fmt, shape, dtype=dtype), dtype)
+        err = np.abs(got - ref).max()
+        tol = 1e-4 if dtype == "float32" else rounding(dtype) * np.abs(ref).max() * 1.01
+        assert err <= tol, (fmt, dtype, shape, err)
+        if dtype == "float32" and fmt == "q4_k":
+            assert err < 1e-4
+
+
+@gpu
+def test_dequantize_tail_chunk_and_offsets():
+    """A Q8_0 tensor viewed at an odd 16-byte offset whose end is not 16-byte aligned: the
+    last chunk is read 2 bytes at a time (memcheck-clean), the values still match."""
+    rng = np.random.default_rng()
+    fmt, shape = "q8_0", (5, 32 * 3)                    # 15 blocks = 510 bytes
+    raw = random_blocks(rng, fmt, shape[0] * shape[1])
+    big = bc.zeros((16 * 7 + raw.size,), "uint8")
+    view = big[16 * 3: 16 * 3 + raw.size]
+    view.copy_from(raw)
+    got = from_dev(D.dequantize(D.QuantWeight(view, fmt, shape), dtype="float32"), "float32")
+    assert np.abs(got - reference(raw, fmt, shape)).max() < 1e-5
+
+
+@gpu
+def test_dequantize_plan_in_a_captured_graph():
+    rng = np.random.default_rng()
+    fmt, shape = "q6_k", (33, 512)
+    raw = random_blocks(rng, fmt, shape[0] * shape[1])
+    s = bc.Stream()
+    qb = bc.to_device(raw, stream=s)
+    out = bc.empty(shape, "float16", stream=s)
+    s.synchronize()
+    with s.capture() as g:
+        D.dequantize(qb, fmt, shape, out=out, stream=s)
+    g.keep_alive(qb, out)
+    exe = g.instantiate()
+    for _ in range(2):
+        out.memset(0, stream=s)
+        exe.launch(s)
+        s.synchronize()
+        got = from_dev(out, "float16")
+        ref = reference(raw, fmt, shape)
+        assert np.abs(got - ref).max() <= 2 ** -11 * np.abs(ref).max() * 1.01
+    raw2 = random_blocks(rng, fmt, shape[0] * shape[1])
+    qb.copy_from(raw2, stream=s)
+    out2 = bc.empty(shape, "float32", stream=s)
+    plan = D.plan_dequantize(qb, fmt, shape, dtype="float32", out=out2, stream=s)
+    plan()
+    s.synchronize()
+    assert np.abs(from_dev(out2, "float32") - reference(raw2, fmt, shape)).max() < 1e-5
