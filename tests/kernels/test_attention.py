@@ -26,15 +26,15 @@ def to_dev(x, dtype, stream=None):
     x = np.ascontiguousarray(x, dtype=np.float32)
     if dtype == "float16":
         h = x.astype(np.float16)
-        return bc.to_device(h, stream=stream), h.astype(np.float64)
+        return bc.to_device(h, stream=stream), h.astype(np.float64).reshape(x.shape)
     u = x.view(np.uint32).astype(np.uint64)
     bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return bc.to_device(bits, stream=stream).view("bfloat16"), back
+    return bc.to_device(bits, stream=stream).view("bfloat16", x.shape), back.reshape(x.shape)
 
 
 def from_dev(b, dtype):
-    u = b.view("uint16").to_numpy()
+    u = b.view("uint16", tuple(b.shape)).to_numpy().reshape(tuple(b.shape))
     if dtype == "float16":
         return u.view(np.float16).astype(np.float64)
     return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -71,7 +71,7 @@ def test_decode_source_compiles_without_warnings(arch, d):
 
 @pytest.mark.parametrize("arch,d", [("sm_90", 64), ("sm_90", 80), ("sm_90", 96), ("sm_90", 128), ("sm_80", 128)])
 def test_prefill_source_compiles_without_warnings(arch, d):
-    oc = _registry.compile_code(A.SOURCE, (("ATTN_PREFILL", 1), ("HEAD_DIM", d)), target="cubin", arch=arch)
+    oc = _registry.compile_code(A.SOURCE, A._pf_defines(d), target="cubin", arch=arch)
     assert oc.log.strip() == ""
 
 
@@ -193,7 +193,7 @@ def test_append_and_prefill_checks(fake):
     out = A.attention_prefill(bc.empty((100, 4, 64), "bfloat16"), bc.empty((100, 2, 64), "bfloat16"),
                               bc.empty((100, 2, 64), "bfloat16"))
     la = fake.last_launch()
-    assert la.name == "attn_prefill_bf16" and la.grid == ((100 + A.PF_BM - 1) // A.PF_BM, 4, 1)
+    assert la.name == "attn_prefill_bf16" and la.grid == ((100 + 16 * A.PF_WARPS - 1) // (16 * A.PF_WARPS), 4, 1)
     assert tuple(out.shape) == (100, 4, 64)
 
 

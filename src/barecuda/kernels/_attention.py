@@ -26,19 +26,19 @@ SOURCE = "attention.cu"
 HEAD_DIMS = (64, 80, 96, 128)
 GROUPS = (1, 2, 4, 8)
 DEC_WARPS = 4
-DEC_STAGES = 4
+DEC_STAGES = 3
 DEC_BN = 16 * DEC_WARPS
 PF_WARPS = 4
 PF_STAGES = 2
-PF_BM = 16 * PF_WARPS
 PF_BN = 64
+MAX_SPLITS = 1024
 _LOG2E = 1.4426950408889634
 _DT = ("f16", "bf16")
 
 KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
              (("HEAD_DIM", d), ("GROUP", g))) for d in HEAD_DIMS for g in GROUPS]
-           + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), (("ATTN_PREFILL", 1), ("HEAD_DIM", d)))
-              for d in HEAD_DIMS])
+           + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT),
+               (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS))) for d in HEAD_DIMS])
 
 _sms = {}
 
@@ -50,11 +50,16 @@ def _rs(d):
 def decode_smem(d, group):
     pipe = DEC_STAGES * 2 * DEC_BN * _rs(d)
     merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
-    return max(pipe, merge)
+    weights = 4 * group * MAX_SPLITS          # the last block's split weights
+    return max(pipe, merge, weights)
 
 
-def prefill_smem(d):
-    return PF_BM * _rs(d) + PF_STAGES * 2 * PF_BN * _rs(d)
+def prefill_smem(d, warps=None):
+    return 16 * (warps or PF_WARPS) * _rs(d) + PF_STAGES * 2 * PF_BN * _rs(d)
+
+
+def _pf_defines(d):
+    return (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS))
 
 
 def _kernel(name, defines, smem, device):
@@ -162,7 +167,8 @@ def _default_splits(kernel, n_kv, max_ctx, smem, device):
         sms = dev.attribute("multiprocessor_count")
         occ = max(1, kernel.max_active_blocks_per_sm(DEC_WARPS * 32, smem))
         per = _sms[key] = sms * occ
-    return max(1, min((max_ctx + DEC_BN - 1) // DEC_BN, (per + n_kv - 1) // n_kv))
+    # one wave: blocks resident at once, divided among the KV heads (rounded down)
+    return max(1, min((max_ctx + DEC_BN - 1) // DEC_BN, per // n_kv, MAX_SPLITS))
 
 
 def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream):
@@ -199,7 +205,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
         n_splits = _default_splits(kern, n_kv, max_ctx, smem, device)
-    n_splits = _args.int_arg(n_splits, "n_splits", 1, 65535)
+    n_splits = _args.int_arg(n_splits, "n_splits", 1, MAX_SPLITS)
     ws = None
     if n_splits > 1:
         need = decode_workspace_size(n_heads, n_kv, d, n_splits)
@@ -355,8 +361,9 @@ def _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream):
         scale = 1.0 / math.sqrt(d)
     scale = _args.scalar_f32(scale, "scale")
     smem = prefill_smem(d)
-    kern = _kernel(f"attn_prefill_{code}", (("ATTN_PREFILL", 1), ("HEAD_DIM", d)), smem, qb.device)
-    grid = ((sq + PF_BM - 1) // PF_BM, nh, bsz)
+    kern = _kernel(f"attn_prefill_{code}", _pf_defines(d), smem, qb.device)
+    bm = 16 * PF_WARPS
+    grid = ((sq + bm - 1) // bm, nh, bsz)
     args = (qb, kb, vb, ob, sq, skv, nh // nkv, qs[1], qs[2], qs[0], ks[1], ks[2], ks[0], vs[1], vs[2], vs[0],
             os_[1], os_[2], os_[0], 1 if causal else 0, causal_offset, scale * _LOG2E)
     return kern, grid, PF_WARPS * 32, smem, args, ob

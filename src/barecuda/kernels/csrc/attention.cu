@@ -23,7 +23,7 @@
 #define DEC_WARPS 4
 #endif
 #ifndef DEC_STAGES
-#define DEC_STAGES 4
+#define DEC_STAGES 3
 #endif
 #ifndef PF_WARPS
 #define PF_WARPS 4
@@ -286,22 +286,41 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     if (!s_last) return;
     __threadfence();
     const float* lse_all = part + (long long)n_heads * n_splits * D;
+    // weights of the splits, one warp per head of the group: sw[r * n_splits + s] = exp2(lse - M) / L
+    float* sw = (float*)smem;
+    for (int r = warp; r < GROUP; r += DEC_WARPS) {
+        const float* lse = lse_all + (long long)(kvh * GROUP + r) * n_splits;
+        float M = neg_inf();
+        for (int s = lane; s < used; s += 32) M = fmaxf(M, __ldcg(lse + s));
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+        float L = 0.f;
+        for (int s = lane; s < used; s += 32) {
+            const float f = M == neg_inf() ? 0.f : bc_exp2(__ldcg(lse + s) - M);
+            sw[r * n_splits + s] = f;
+            L += f;
+        }
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        for (int s = lane; s < used; s += 32) sw[r * n_splits + s] *= inv;
+    }
+    __syncthreads();
     for (int idx = tid; idx < GROUP * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
         const int head = kvh * GROUP + r;
-        const float* lse = lse_all + (long long)head * n_splits;
         const float* po = part + (long long)head * n_splits * D + d;
-        float M = neg_inf();
-        for (int s = 0; s < used; ++s) M = fmaxf(M, __ldcg(lse + s));
-        float L = 0.f, acc = 0.f;
-        if (M != neg_inf()) {
-            for (int s = 0; s < used; ++s) {
-                const float f = bc_exp2(__ldcg(lse + s) - M);
-                L += f;
-                acc += __ldcg(po + (long long)s * D) * f;
-            }
+        const float* w = sw + r * n_splits;
+        float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+        int s = 0;
+        for (; s + 4 <= used; s += 4) {
+            acc0 += w[s] * __ldcg(po + (long long)s * D);
+            acc1 += w[s + 1] * __ldcg(po + (long long)(s + 1) * D);
+            acc2 += w[s + 2] * __ldcg(po + (long long)(s + 2) * D);
+            acc3 += w[s + 3] * __ldcg(po + (long long)(s + 3) * D);
         }
-        out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
+        for (; s < used; ++s) acc0 += w[s] * __ldcg(po + (long long)s * D);
+        out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>((acc0 + acc1) + (acc2 + acc3));
     }
     if (tid == 0) counters[kvh] = 0;
 }
