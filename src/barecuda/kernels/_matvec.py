@@ -16,6 +16,7 @@ _WARPS = 4            # MV_WARPS in matvec.cu
 _BUCKETS = (1, 2, 4, 8)
 _DEFAULTS = ()        # dense tuning defines (MV_R, MV_U); the source's defaults when empty
 _EPI = {None: "", "res": "_res", "glu": "_glu"}
+_CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # str(dtype) -> entry suffix
 
 
 def _weight(w, name, stream):
@@ -25,7 +26,7 @@ def _weight(w, name, stream):
             raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {w.shape}")
         return w.format, w.ggml_type, w.data, w.shape[0], w.shape[1]
     b = _args.array(w, name, stream)
-    fmt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(b.dtype)
+    fmt = _CODES.get(_args.dt(b))
     if fmt is None:
         raise TypeError(f"{name}: dtype {b.dtype} is not a weight dtype (float32, float16, bfloat16; "
                         "wrap GGUF block data in barecuda.kernels.QuantWeight)")
@@ -45,7 +46,9 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         if (f2, n2, k2) != (fmt, n, k):
             raise ValueError(f"up: {f2} [{n2}, {k2}] does not match gate: {fmt} [{n}, {k}]")
     xb = _args.array(x, "x", stream)
-    code = _args.float_code(xb, "x")
+    code = _CODES.get(_args.dt(xb))
+    if code is None:
+        raise TypeError(f"x: dtype {xb.dtype} is not supported (float32, float16 or bfloat16)")
     if len(xb.shape) not in (1, 2):
         raise ValueError(f"x: expected [K] or [batch, K], got shape {tuple(xb.shape)}")
     nb, kx, xs = _args.rows(xb, "x")
@@ -77,14 +80,14 @@ def _prepare(weight, up, x, residual, out, stream, epi):
     rb = None
     if residual is not None:
         rb = _args.array(residual, "residual", stream)
-        if rb.dtype != xb.dtype:
+        if _args.dt(rb) != _args.dt(xb):
             raise TypeError(f"residual: dtype {rb.dtype}, expected {xb.dtype}")
         if tuple(rb.shape) != oshape:
             raise ValueError(f"residual: shape {tuple(rb.shape)}, expected {oshape}")
         if rb.strides is not None and nb * n > 1:
             raise ValueError("residual: must be contiguous")
         _args.check_align(rb, "residual")
-    y = _args.out_array(out, oshape, xb.dtype, xb, stream)
+    y = _args.out_array(out, oshape, _args.dt(xb), xb, stream)
     xend = xb.ptr + nb * k * xb.itemsize
     if y.ptr < xend and xb.ptr < y.ptr + nb * n * xb.itemsize:
         raise ValueError("out: overlaps x (matvec reads x while it writes out)")
