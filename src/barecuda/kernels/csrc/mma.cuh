@@ -20,6 +20,11 @@ template <int IS_BF16> BC_DEV u32 bc_pack2(float lo, float hi) {
     return IS_BF16 ? bc_pack_bf162(lo, hi) : bc_pack_half2(lo, hi);
 }
 
+template <int IS_BF16> BC_DEV void bc_unpack2(u32 v, float& lo, float& hi) {
+    lo = bc_to_f<IS_BF16>((u16)(v & 0xffffu));
+    hi = bc_to_f<IS_BF16>((u16)(v >> 16));
+}
+
 // ---- shared memory addresses, cp.async ----------------------------------------------------
 BC_DEV bc_u32 bc_smem_addr(const void* p) { return (bc_u32)__cvta_generic_to_shared(p); }
 
