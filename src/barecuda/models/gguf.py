@@ -497,5 +497,5 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     if stream is not None:
         stream.synchronize()
     else:
-        barecuda.Device(device).synchronize() if device is not None else barecuda.Device().synchronize()
+        barecuda.Device(int(device) if device is not None else None).synchronize()
     return out

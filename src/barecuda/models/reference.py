@@ -222,6 +222,37 @@ class LlamaConfig:
             raise GGUFError(f"{f.path}: rope.dimension_count {self.n_rot} does not fit head dim {hd}")
 
 
+def llama3_factors(n_rot: int, base: float, factor: float, low_freq_factor: float = 1.0,
+                   high_freq_factor: float = 4.0, original_context: int = 8192) -> np.ndarray:
+    """The divisors of the inverse frequencies under llama3 scaling (HF's
+    _compute_llama3_parameters), as llama.cpp's converter stores them in rope_freqs.weight."""
+    inv = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    wavelen = 2 * math.pi / inv
+    low_wl, high_wl = original_context / low_freq_factor, original_context / high_freq_factor
+    smooth = (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    new = np.where(wavelen < high_wl, inv, np.where(wavelen > low_wl, inv / factor,
+                                                      (1 - smooth) * inv / factor + smooth * inv))
+    return inv / new
+
+
+def llama3_params(cfg: "LlamaConfig", f: GGUFFile) -> Optional[dict]:
+    """The llama3 scaling parameters that reproduce the file's rope_freqs.weight (factor =
+    its largest entry; low/high 1/4 and the original context from the file or 8192, as in
+    Llama 3.1-3.3), or None without the tensor. GGUFError when no such parameters fit."""
+    if not cfg.has_rope_freqs:
+        return None
+    got = dequantize_tensor(f.tensor("rope_freqs.weight")).astype(np.float64)
+    a = cfg.arch + "."
+    params = dict(factor=float(got.max()), low_freq_factor=float(f.get(a + "rope.scaling.low_freq_factor", 1.0)),
+                  high_freq_factor=float(f.get(a + "rope.scaling.high_freq_factor", 4.0)),
+                  original_context=int(f.get(a + "rope.scaling.original_context_length", 8192)))
+    want = llama3_factors(cfg.n_rot, cfg.rope_base, **params)
+    if np.max(np.abs(want - got) / want) > 1e-4:
+        raise GGUFError(f"{f.path}: rope_freqs.weight is not llama3 scaling with {params} "
+                        "(the GPU rope computes llama3 factors from parameters)")
+    return params
+
+
 def rope_inv_freq(cfg: LlamaConfig, f: Optional[GGUFFile] = None) -> np.ndarray:
     """theta_i / pos for the n_rot/2 rotated pairs (float64), llama3 factors applied."""
     i = np.arange(cfg.n_rot // 2, dtype=np.float64)

@@ -52,7 +52,8 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
 
     ``qtype`` is the type of every 2-D weight (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K);
     norms are F32. ``q4_k_m=True`` writes llama.cpp's Q4_K_M mix (Q4_K; Q6_K for attn_v,
-    ffn_down and the output). ``llama3_rope`` adds a ``rope_freqs.weight`` tensor.
+    ffn_down and the output). ``llama3_rope`` adds a ``rope_freqs.weight`` tensor (Llama 3.1's scaling:
+    factor 8, low/high 1/4, original context 8192).
     """
     import numpy as np
     import gguf
@@ -100,9 +101,9 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
     vec("output_norm.weight", dim)
     if not tied:
         mat("output.weight", vocab, dim, big)
-    if llama3_rope:
-        i = np.arange(hd // 2)
-        w.add_tensor("rope_freqs.weight", np.where(i < hd // 4, 1.0, 8.0).astype(np.float32))
+    if llama3_rope:     # Llama 3.1's parameters, stored as llama.cpp's converter does
+        from barecuda.models.reference import llama3_factors
+        w.add_tensor("rope_freqs.weight", llama3_factors(hd, rope_base, 8.0).astype(np.float32))
     for i in range(n_layer):
         p = f"blk.{i}."
         vec(p + "attn_norm.weight", dim)
