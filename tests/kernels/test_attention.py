@@ -64,7 +64,7 @@ def ref_attention(q, k, v, scale, causal=False, causal_offset=0):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("d", [64, 80, 96, 128])
 def test_decode_source_compiles_without_warnings(arch, d):
-    oc = _registry.compile_code(A.SOURCE, (("HEAD_DIM", d), ("GROUP", 4)), target="cubin", arch=arch)
+    oc = _registry.compile_code(A.SOURCE, A._dec_defines(d, 4), target="cubin", arch=arch)
     assert oc.log.strip() == ""
     assert len(oc.code) > 1000
 

@@ -42,9 +42,8 @@ def from_dev(b, dtype):
 
 # ------------------------------------------------------------------ CPU
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("defines", [(("TRANS_A", 0), ("TRANS_B", 0)), (("TRANS_A", 1), ("TRANS_B", 0)),
-                                     (("TRANS_A", 0), ("TRANS_B", 1)), (("TRANS_A", 1), ("TRANS_B", 1)),
-                                     (("GEMM_SIMT", 1),)])
+@pytest.mark.parametrize("defines", [MM._tc_defines(0, 0), MM._tc_defines(1, 0), MM._tc_defines(0, 1),
+                                     MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
 def test_gemm_source_compiles_without_warnings(arch, defines):
     oc = _registry.compile_code(MM.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""

@@ -220,6 +220,15 @@ def attention_section(ctx=None):
                 sec.add(label + " [8 warps]", [f"{us:.0f}", f"{tf:.0f} TF/s", "", "", ""])
         finally:
             A.PF_WARPS = old
+        ow, os_ = A.DEC_WARPS, A.DEC_STAGES
+        for w, st in ((4, 4), (8, 2), (2, 6)):
+            A.DEC_WARPS, A.DEC_STAGES = w, st
+            try:
+                for label, us, gbs, _ in decode_rows(bc, s, None, shapes=((32, 8, 128, 4096), (32, 8, 128, 32768))):
+                    sec.add(label + f" [{w}w {st}st]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
+                                                        f"{100 * gbs / spec:.0f}%" if spec else "", "", ""])
+            finally:
+                A.DEC_WARPS, A.DEC_STAGES = ow, os_
     return sec
 
 

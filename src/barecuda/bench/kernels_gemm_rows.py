@@ -86,6 +86,17 @@ def gemm_section(ctx=None):
         tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
         x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
         sec.add(label, [f"{us:.0f}", f"{tf:.1f} TF/s", f"{100 * tf / peak:.0f}%" if peak else "", tcell, x])
+    import os
+    if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
+        from barecuda.kernels import _matmul as MM
+        old = MM.STAGES
+        for st in (3, 5):
+            MM.STAGES = st
+            try:
+                for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0],)):
+                    sec.add(label + f" [{st} stages]", [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
+            finally:
+                MM.STAGES = old
     return sec
 
 

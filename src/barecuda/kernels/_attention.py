@@ -27,7 +27,6 @@ HEAD_DIMS = (64, 80, 96, 128)
 GROUPS = (1, 2, 4, 8)
 DEC_WARPS = 4
 DEC_STAGES = 3
-DEC_BN = 16 * DEC_WARPS
 PF_WARPS = 4
 PF_STAGES = 2
 PF_BN = 64
@@ -35,8 +34,14 @@ MAX_SPLITS = 1024
 _LOG2E = 1.4426950408889634
 _DT = ("f16", "bf16")
 
+
+
+def _dec_defines(d, group):
+    return (("HEAD_DIM", d), ("GROUP", group), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES))
+
+
 KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
-             (("HEAD_DIM", d), ("GROUP", g))) for d in HEAD_DIMS for g in GROUPS]
+             _dec_defines(d, g)) for d in HEAD_DIMS for g in GROUPS]
            + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT),
                (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS))) for d in HEAD_DIMS])
 
@@ -48,7 +53,7 @@ def _rs(d):
 
 
 def decode_smem(d, group):
-    pipe = DEC_STAGES * 2 * DEC_BN * _rs(d)
+    pipe = DEC_STAGES * 2 * 16 * DEC_WARPS * _rs(d)
     merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
     weights = 4 * group * MAX_SPLITS          # the last block's split weights
     return max(pipe, merge, weights)
@@ -159,7 +164,7 @@ def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
 
 
 def _default_splits(kernel, n_kv, max_ctx, smem, device):
-    key = (int(device), smem)
+    key = (int(device), smem, DEC_WARPS)
     per = _sms.get(key)
     if per is None:
         from barecuda._device import Device
@@ -168,7 +173,8 @@ def _default_splits(kernel, n_kv, max_ctx, smem, device):
         occ = max(1, kernel.max_active_blocks_per_sm(DEC_WARPS * 32, smem))
         per = _sms[key] = sms * occ
     # one wave: blocks resident at once, divided among the KV heads (rounded down)
-    return max(1, min((max_ctx + DEC_BN - 1) // DEC_BN, per // n_kv, MAX_SPLITS))
+    bn = 16 * DEC_WARPS
+    return max(1, min((max_ctx + bn - 1) // bn, per // n_kv, MAX_SPLITS))
 
 
 def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream):
@@ -200,7 +206,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         scale = 1.0 / math.sqrt(d)
     scale = _args.scalar_f32(scale, "scale")
     device = qb.device
-    defines = (("HEAD_DIM", d), ("GROUP", group))
+    defines = _dec_defines(d, group)
     smem = decode_smem(d, group)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
@@ -296,8 +302,7 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
     _args.same_device(("k_cache", kb), ("k_new", knb), ("v_new", vnb), ("v_cache", vb), ("pos", pb),
                       ("block_table", tb))
     pos_offset = _args.int_arg(pos_offset, "pos_offset", -(1 << 31), (1 << 31) - 1)
-    group = 1
-    kern = _kernel(f"kv_append_{code}", (("HEAD_DIM", d), ("GROUP", group)), 0, kb.device)
+    kern = _kernel(f"kv_append_{code}", _dec_defines(d, 1), 0, kb.device)
     n = n_kv * d // 8
     block = 128 if n >= 128 else ((n + 31) // 32) * 32
     grid = (n + block - 1) // block

@@ -20,8 +20,11 @@ BM = BN = 128
 BK = 32
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
-KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), (("TRANS_A", ta), ("TRANS_B", tb)))
-            for ta in (0, 1) for tb in (0, 1)]
+def _tc_defines(ta, tb):
+    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES))
+
+
+KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)]
            + [(SOURCE, ("gemm_simt_f32", "gemm_simt_f16", "gemm_simt_bf16"), (("GEMM_SIMT", 1),))])
 
 
@@ -90,7 +93,7 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream):
         tc = _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob)
         if tc is not None:
             ta, lda, tb, ldb = tc
-            kern = _registry.get(SOURCE, f"gemm_tc_{code}", (("TRANS_A", ta), ("TRANS_B", tb)), device)
+            kern = _registry.get(SOURCE, f"gemm_tc_{code}", _tc_defines(ta, tb), device)
             smem = tc_smem(ta, tb)
             if kern.max_dynamic_shared_memory < smem:
                 kern.set_max_dynamic_shared_memory(smem)
