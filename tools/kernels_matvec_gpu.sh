@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# GPU check of the matvec/dequantize family (issue 23): build, warm the kernel cache in
+# parallel, run the GPU tests, a compute-sanitizer memcheck over a subset, and the bench
+# table (with the dense tuning sweep). Logs under $OUT (default ./gpu-out). Usage on the
+# device machine, from the repository root:  bash tools/kernels_matvec_gpu.sh
+set -u
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONPATH=src:.k2site BARECUDA_CACHE_DIR=${BARECUDA_CACHE_DIR:-/tmp/bc-kcache}
+T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 setup.py build_ext --inplace -q -j 16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+stamp built
+python3 - > "$OUT/warm.log" 2>&1 <<'PY'
+import multiprocessing as mp
+def one(job):
+    src, name, defines = job
+    from barecuda.kernels import _registry
+    _registry.get(src, name, defines)
+    return src, defines
+if __name__ == "__main__":
+    from barecuda.kernels import _registry
+    jobs = [(s, n[0], d) for s, n, d in _registry.table() if s in ("matvec.cu", "dequant.cu")]
+    jobs += [("matvec.cu", "matvec_f16_b1", (("WFMT", 1), ("MV_R", r), ("MV_U", u)))
+             for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))]
+    with mp.get_context("spawn").Pool(16) as p:
+        for r in p.imap_unordered(one, jobs):
+            print("warm", r, flush=True)
+PY
+stamp "warmed ($(grep -c warm "$OUT/warm.log") modules)"; tail -3 "$OUT/warm.log"
+timeout 150 python3 -m pytest tests/kernels/test_matvec.py tests/kernels/test_dequant.py --gpu -q -p no:cacheprovider \
+    > "$OUT/tests.log" 2>&1
+stamp "tests rc=$?"; grep -E "passed|failed|error" "$OUT/tests.log" | tail -3; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
+timeout 100 python3 -m barecuda.bench.kernels_matvec_rows ${SWEEP---sweep} > "$OUT/bench.log" 2>&1
+stamp "bench rc=$?"; cat "$OUT/bench.log" | tail -60
+if [ -n "${MEMCHECK-1}" ]; then
+  timeout 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest --gpu -q -p no:cacheprovider \
+      tests/kernels/test_dequant.py::test_dequantize_tail_chunk_and_offsets \
+      "tests/kernels/test_matvec.py::test_matvec_quant_matches_gguf[q6_k-float16]" \
+      "tests/kernels/test_matvec.py::test_matvec_quant_matches_gguf[q4_0-bfloat16]" \
+      "tests/kernels/test_matvec.py::test_matvec_dense_matches_numpy[float16-float32]" \
+      "tests/kernels/test_dequant.py::test_dequantize_matches_gguf[q8_0-float16]" > "$OUT/memcheck.log" 2>&1
+  stamp "memcheck rc=$?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.log" | tail -3
+fi
