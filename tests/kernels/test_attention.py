@@ -137,6 +137,10 @@ def test_decode_checks_raise_before_launch(fake):
         A.attention_decode(q, k, v, ln, n_splits=0)
     with pytest.raises(ValueError, match="pages"):
         A.attention_decode(q, k, v, ln, block_table=bc.zeros((4,), "int32"))
+    with pytest.raises(ValueError, match="kv_layout"):
+        A.attention_decode(q, k, v, ln, kv_layout="sideways")
+    with pytest.raises(ValueError, match="multiple"):
+        A.attention_decode(q, k, v, ln, kv_layout="head_major")     # read as 64 heads of 2 tokens
     with pytest.raises(ValueError, match="workspace"):
         A.attention_decode(q, k, v, ln, n_splits=4, workspace=bc.zeros((16,), "uint8"))
     assert fake.launch_count() == n0
@@ -257,6 +261,32 @@ def test_decode_length_from_device_under_graph_capture():
         got = from_dev(out, dtype)
         assert np.abs(got - ref).max() < 1e-2, p
         assert np.array_equal(from_dev(kd, dtype).reshape(max_ctx, nkv, d)[p], knew)
+
+
+@gpu
+@pytest.mark.parametrize("warps,stages", [(4, 3), (4, 4)])
+def test_decode_head_major_layout_and_append(warps, stages, monkeypatch):
+    """The [n_kv, max_ctx, D] layout (each head's keys contiguous), both pipelines the bench
+    compares; kv_append writes the token at the device-held position in that layout."""
+    monkeypatch.setattr(A, "DEC_WARPS", warps)
+    monkeypatch.setattr(A, "DEC_STAGES", stages)
+    rng = np.random.default_rng(11)
+    for dtype, d, nh, nkv, max_ctx, length in [("bfloat16", 128, 32, 8, 5000, 4321), ("float16", 64, 16, 2, 700, 65)]:
+        k32 = rng.standard_normal((nkv, max_ctx, d)).astype(np.float32)
+        v32 = rng.standard_normal((nkv, max_ctx, d)).astype(np.float32)
+        kd, k = to_dev(k32, dtype)
+        vd, v = to_dev(v32, dtype)
+        qd, q = to_dev(rng.standard_normal((nh, d)).astype(np.float32), dtype)
+        knd, knew = to_dev(rng.standard_normal((nkv, d)).astype(np.float32), dtype)
+        vnd, vnew = to_dev(rng.standard_normal((nkv, d)).astype(np.float32), dtype)
+        pos = bc.to_device(np.array([length - 1], np.int32))
+        A.kv_append(knd, vnd, kd, vd, pos, kv_layout="head_major")
+        k[:, length - 1], v[:, length - 1] = knew, vnew
+        ref = ref_attention(q[None], k[:, :length].transpose(1, 0, 2), v[:, :length].transpose(1, 0, 2),
+                            1 / math.sqrt(d))[0]
+        for splits in (None, 1, 3):
+            out = A.attention_decode(qd, kd, vd, pos, len_offset=1, kv_layout="head_major", n_splits=splits)
+            assert np.abs(from_dev(out, dtype) - ref).max() < 1e-2, (dtype, d, splits)
 
 
 @gpu

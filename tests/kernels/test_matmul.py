@@ -45,6 +45,10 @@ def from_dev(b, dtype):
 @pytest.mark.parametrize("defines", [MM._tc_defines(0, 0), MM._tc_defines(1, 0), MM._tc_defines(0, 1),
                                      MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
 def test_gemm_source_compiles_without_warnings(arch, defines):
+    if arch == "sm_90" and defines[0] == ("TRANS_A", 0) and defines[1] == ("TRANS_B", 0):
+        oc = _registry.compile_code(MM.SOURCE, defines[:2] + (("GEMM_STAGES", 3), ("GEMM_BK", 64)),
+                                    target="cubin", arch=arch)
+        assert oc.log.strip() == ""
     oc = _registry.compile_code(MM.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
 
@@ -120,6 +124,14 @@ def test_matmul_dispatch_on_the_double(fake):
 
 
 # ------------------------------------------------------------------ GPU
+@pytest.fixture(params=[(32, 4), (64, 3)], ids=["bk32x4", "bk64x3"])
+def tile(request, monkeypatch):
+    """Both tensor-core pipelines the bench compares (K tile, stages)."""
+    monkeypatch.setattr(MM, "BK", request.param[0])
+    monkeypatch.setattr(MM, "STAGES", request.param[1])
+    return request.param
+
+
 @gpu
 def test_fp32_identity_times_matrix_is_the_matrix():
     rng = np.random.default_rng(1)
@@ -136,7 +148,7 @@ def test_fp32_identity_times_matrix_is_the_matrix():
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
-def test_matmul_random_shapes_match_float64(dtype, ta, tb):
+def test_matmul_random_shapes_match_float64(dtype, ta, tb, tile):
     rng = np.random.default_rng(7 + 2 * ta + tb)
     tol = {"float32": 1e-3, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
     for m, n, k in [(1, 1, 1), (1, 200, 64), (200, 1, 64), (128, 128, 32), (200, 136, 72), (257, 129, 96),
@@ -153,7 +165,7 @@ def test_matmul_random_shapes_match_float64(dtype, ta, tb):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_matmul_alpha_beta_and_batches(dtype):
+def test_matmul_alpha_beta_and_batches(dtype, tile):
     rng = np.random.default_rng(3)
     tol = {"float32": 1e-3, "bfloat16": 1e-2}[dtype]
     bt, m, n, k = 3, 136, 72, 80

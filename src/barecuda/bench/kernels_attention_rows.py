@@ -69,16 +69,17 @@ def copy_gbs(bc, s, nbytes=1 << 30):
 
 
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
-                                           (32, 8, 64, 8192))):
+                                           (32, 8, 64, 8192)), layout="head_major"):
     from barecuda.kernels import _attention as A
     out = []
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2
         n = max(2, math.ceil((512 << 20) / kv_bytes))
         caches = []
+        shape = (nkv, ctx, d) if layout == "head_major" else (ctx, nkv, d)
         for _ in range(n):
-            k = bc.empty((ctx, nkv, d), "bfloat16", stream=s)
-            v = bc.empty((ctx, nkv, d), "bfloat16", stream=s)
+            k = bc.empty(shape, "bfloat16", stream=s)
+            v = bc.empty(shape, "bfloat16", stream=s)
             k.memset(0x3c, stream=s)
             v.memset(0x3c, stream=s)
             caches.append((k, v))
@@ -87,7 +88,7 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
         o = bc.empty((nh, d), "bfloat16", stream=s)
         ln = bc.empty((1,), "int32", stream=s)
         ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
-        plans = [A.plan_attention_decode(q, k, v, ln, out=o, stream=s) for k, v in caches]
+        plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, stream=s) for k, v in caches]
         ms = _time_graph(bc, s, lambda g: _chain(g, plans)) / n
         gbs = kv_bytes / (ms * 1e-3) / 1e9
         tgbs = None
@@ -96,7 +97,8 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
                 tgbs = _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes)
             except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
                 tgbs = f"n/a ({type(exc).__name__})"
-        out.append((f"decode bf16 h{nh}/{nkv} d{d} ctx {ctx}", ms * 1e3, gbs, tgbs))
+        tag = "hm" if layout == "head_major" else "tm"
+        out.append((f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}", ms * 1e3, gbs, tgbs))
         del plans, caches
     return out
 
@@ -202,7 +204,8 @@ def attention_section(ctx=None):
                                                                        ("torch", 12), ("x torch", 8)])
     cp = copy_gbs(bc, s)
     sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f} GB/s", f"{100 * cp / spec:.0f}%" if spec else "", "", ""])
-    for label, us, gbs, tg in decode_rows(bc, s, torch):
+    drows = decode_rows(bc, s, torch) + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major")
+    for label, us, gbs, tg in drows:
         tcell = f"{tg:.0f} GB/s" if isinstance(tg, float) else (tg or "")
         x = f"{gbs / tg:.2f}" if isinstance(tg, float) else ""
         sec.add(label, [f"{us:.1f}", f"{gbs:.0f} GB/s", f"{100 * gbs / spec:.0f}%" if spec else "", tcell, x])
@@ -221,7 +224,7 @@ def attention_section(ctx=None):
         finally:
             A.PF_WARPS = old
         ow, os_ = A.DEC_WARPS, A.DEC_STAGES
-        for w, st in ((4, 4), (8, 2), (2, 6)):
+        for w, st in ((4, 4), (8, 2)):
             A.DEC_WARPS, A.DEC_STAGES = w, st
             try:
                 for label, us, gbs, _ in decode_rows(bc, s, None, shapes=((32, 8, 128, 4096), (32, 8, 128, 32768))):

@@ -89,14 +89,14 @@ def gemm_section(ctx=None):
     import os
     if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
         from barecuda.kernels import _matmul as MM
-        old = MM.STAGES
-        for st in (3, 5):
-            MM.STAGES = st
+        old = MM.STAGES, MM.BK
+        for bk, st in ((32, 3), (64, 3), (64, 4)):
+            MM.BK, MM.STAGES = bk, st
             try:
-                for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0],)):
-                    sec.add(label + f" [{st} stages]", [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
+                for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[2], SHAPES[3])):
+                    sec.add(label + f" [bk{bk} {st}st]", [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
             finally:
-                MM.STAGES = old
+                MM.STAGES, MM.BK = old
     return sec
 
 

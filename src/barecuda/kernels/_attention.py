@@ -4,7 +4,8 @@ causal/full prefill flash attention, and the KV-cache append (csrc/attention.cu)
 Layouts (elements; the last axis, the head dim D, is contiguous everywhere):
 
 - decode ``q``: ``[n_heads, D]`` (rows may be strided, e.g. a slice of a fused QKV buffer);
-  ``k_cache``/``v_cache``: ``[max_ctx, n_kv, D]`` (any token/head strides, multiples of 8), or,
+  ``k_cache``/``v_cache``: ``[max_ctx, n_kv, D]`` (any token/head strides, multiples of 8), or
+  ``[n_kv, max_ctx, D]`` with ``kv_layout='head_major'`` (faster: each head reads one run), or,
   with ``block_table``, pages ``[n_pages, page_size, n_kv, D]`` and an int32 table of page
   indices (logical page ``i`` of the sequence is ``block_table[i]``); ``length``: an int32
   device scalar (the number of cached tokens, plus ``len_offset``), read by the kernel, so a
@@ -121,15 +122,24 @@ def _scalar_i32(b, name):
     _args.check_align(b, name, 4)
 
 
-def _cache_geometry(kb, vb, table, name_k="k_cache"):
+def _cache_geometry(kb, vb, table, layout="token_major", name_k="k_cache"):
     """(max_ctx, n_kv, d, tok_stride, head_stride, page_size) of a contiguous or paged cache."""
+    if layout not in ("token_major", "head_major"):
+        raise ValueError(f"kv_layout={layout!r}: expected 'token_major' or 'head_major'")
     if table is None:
+        want = "[max_ctx, n_kv, head_dim]" if layout == "token_major" else "[n_kv, max_ctx, head_dim]"
         if len(kb.shape) != 3:
-            raise ValueError(f"{name_k}: expected [max_ctx, n_kv, head_dim], got shape {tuple(kb.shape)}")
-        max_ctx, n_kv, d = kb.shape
+            raise ValueError(f"{name_k}: expected {want}, got shape {tuple(kb.shape)}")
         st = _check_vec(kb, name_k)
+        if layout == "token_major":
+            max_ctx, n_kv, d = kb.shape
+        else:
+            n_kv, max_ctx, d = kb.shape
+            st = (st[1], st[0], st[2])
         page = 0
     else:
+        if layout != "token_major":
+            raise ValueError("kv_layout='head_major' is for contiguous caches (pages are token-major)")
         if len(kb.shape) != 4:
             raise ValueError(f"{name_k}: with block_table expected pages [n_pages, page_size, n_kv, head_dim], "
                              f"got shape {tuple(kb.shape)}")
@@ -177,7 +187,8 @@ def _default_splits(kernel, n_kv, max_ctx, smem, device):
     return max(1, min((max_ctx + bn - 1) // bn, per // n_kv, MAX_SPLITS))
 
 
-def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream):
+def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream,
+                 kv_layout="token_major"):
     qb = _args.array(q, "q", stream)
     kb = _args.array(k_cache, "k_cache", stream)
     vb = _args.array(v_cache, "v_cache", stream)
@@ -187,7 +198,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     if kb.dtype != qb.dtype:
         raise TypeError(f"k_cache: dtype {kb.dtype} differs from q's {qb.dtype}")
     _scalar_i32(lb, "length")
-    max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb)
+    max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
     n_heads, dq, q_st = _args.rows(qb, "q")
     if dq != d:
         raise ValueError(f"q: head dim {dq} differs from the cache's {d}")
@@ -232,7 +243,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
 
 
 def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_offset=0, block_table=None,
-                     n_splits=None, workspace=None, stream=None):
+                     n_splits=None, workspace=None, kv_layout="token_major", stream=None):
     """One query token per head against a KV cache: ``softmax(q k^T * scale) v`` over the
     first ``length[0] + len_offset`` cached tokens (clamped to the cache), GQA.
 
@@ -251,6 +262,8 @@ def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_o
         partial results; the last block of each KV head merges them.
     workspace : device buffer, optional; zeroed before its first use, never shared by
         concurrent calls (its counters re-arm themselves after every launch)
+    kv_layout : ``'token_major'`` (``[max_ctx, n_kv, D]``) or ``'head_major'``
+        (``[n_kv, max_ctx, D]``: each head's keys contiguous, the faster layout to read)
     stream : stream-like, optional
 
     Returns
@@ -258,23 +271,23 @@ def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_o
     DeviceBuffer or ``out``
     """
     kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
-                                                        block_table, n_splits, workspace, stream)
+                                                        block_table, n_splits, workspace, stream, kv_layout)
     kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
     return ob
 
 
 def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_offset=0, block_table=None,
-                          n_splits=None, workspace=None, stream=None):
+                          n_splits=None, workspace=None, kv_layout="token_major", stream=None):
     """The launch of :func:`attention_decode`, packed once: a ``LaunchPlan`` (call it to
     replay, or ``graph.add_plan`` it). Give ``out=`` (the plan writes there on every replay).
     Its workspace is allocated once and kept alive by the plan's arguments."""
     kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
-                                                        block_table, n_splits, workspace, stream)
+                                                        block_table, n_splits, workspace, stream, kv_layout)
     return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)
 
 
 # ------------------------------------------------------------------ KV append
-def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream):
+def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream, kv_layout="token_major"):
     knb = _args.array(k_new, "k_new", stream)
     vnb = _args.array(v_new, "v_new", stream)
     kb = _args.array(k_cache, "k_cache", stream)
@@ -286,7 +299,7 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
         if b.dtype != kb.dtype:
             raise TypeError(f"{n}: dtype {b.dtype} differs from k_cache's {kb.dtype}")
     _scalar_i32(pb, "pos")
-    max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb)
+    max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
     rk = _args.rows(knb, "k_new")
     rv = _args.rows(vnb, "v_new")
     if rk[:2] != (n_kv, d) or rv[:2] != (n_kv, d):
@@ -310,17 +323,21 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
     return kern, grid, block, args
 
 
-def kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, stream=None):
+def kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, kv_layout="token_major",
+              stream=None):
     """Write one token's K and V (``[n_kv, D]`` each) into the cache at token
     ``pos[0] + pos_offset``, read from device memory at run time (nothing is written when it
     falls outside the cache). With ``block_table`` the cache is paged (see the module doc)."""
-    kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream)
+    kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream,
+                                           kv_layout)
     kern.launch(grid, block, *args, stream=stream)
 
 
-def plan_kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, stream=None):
+def plan_kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, kv_layout="token_major",
+                   stream=None):
     """:func:`kv_append` packed once: a ``LaunchPlan``."""
-    kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream)
+    kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream,
+                                           kv_layout)
     return kern.bind(grid, block, *args, stream=stream)
 
 

@@ -21,7 +21,7 @@ BK = 32
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 def _tc_defines(ta, tb):
-    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES))
+    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES), ("GEMM_BK", BK))
 
 
 KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)]

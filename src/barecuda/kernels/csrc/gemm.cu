@@ -10,7 +10,7 @@
 //
 // Layout: row-major. op(A) is M x K: A is M x K (lda >= K) or, with TRANS_A, K x M (lda >= M);
 // op(B) is K x N: B is K x N (ldb >= N) or, with TRANS_B, N x K (ldb >= K). C is M x N (ldc).
-// Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES.
+// Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES; GEMM_BK (32 or 64).
 #include "mma.cuh"
 
 #ifndef TRANS_A
@@ -22,6 +22,9 @@
 #ifndef GEMM_STAGES
 #define GEMM_STAGES 4
 #endif
+#ifndef GEMM_BK
+#define GEMM_BK 32
+#endif
 #ifndef GEMM_SIMT
 #define GEMM_SIMT 0
 #endif
@@ -29,7 +32,8 @@
 namespace {
 
 #if !GEMM_SIMT
-constexpr int BM = 128, BN = 128, BK = 32, NTH = 256, GROUP_M = 8;
+constexpr int BM = 128, BN = 128, BK = GEMM_BK, NTH = 256, GROUP_M = 8;
+static_assert(BK == 32 || BK == 64, "GEMM_BK: 32 or 64");
 // shared rows padded by 16 bytes: every ldmatrix phase hits 8 distinct bank groups
 constexpr int A_ROWS = TRANS_A ? BK : BM, A_COLS = TRANS_A ? BM : BK;
 constexpr int B_ROWS = TRANS_B ? BN : BK, B_COLS = TRANS_B ? BK : BN;
