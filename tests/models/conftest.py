@@ -49,3 +49,40 @@ def tiny_ggufs(tmp_path_factory):
     d = tmp_path_factory.mktemp("ggufs")
     return {t: write_random_llama(str(d / f"tiny-{t}.gguf"), **SHAPES["tiny"], qtype=t, llama3_rope=True, seed=i)
             for i, t in enumerate(["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])}
+
+
+_PTX = {}
+
+
+def lowered_ptx_get(source, name, defines=(), device=None):
+    """barecuda.kernels' _registry.get for the driver double: PTX of compute_80 with its ISA
+    line lowered to what the double (CUDA 13.0) accepts; the double only reads entry points
+    and parameters (the same helper as tests/kernels/test_dequant.py)."""
+    import re
+    from barecuda._program import ObjectCode
+    from barecuda.kernels import _registry
+    key = (source, defines)
+    if key not in _PTX:
+        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
+        code = code.decode() if isinstance(code, bytes) else code
+        _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
+    return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
+
+
+@pytest.fixture
+def fake_kernels(fake, monkeypatch):
+    """The driver double, with barecuda.kernels loading PTX it accepts."""
+    from barecuda._nvrtc import nvrtc_available
+    if not nvrtc_available():
+        pytest.skip("NVRTC is not installed (pip install 'barecuda[nvrtc]')")
+    import importlib
+    import pkgutil
+    import barecuda.kernels as K
+    from barecuda.kernels import _registry
+    real = _registry.get
+    for mi in pkgutil.iter_modules(K.__path__):
+        mod = importlib.import_module(f"barecuda.kernels.{mi.name}")
+        if getattr(mod, "get", None) is real:          # families that imported the name
+            monkeypatch.setattr(mod, "get", lowered_ptx_get)
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
+    return fake

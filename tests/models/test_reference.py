@@ -120,11 +120,3 @@ def test_sample_logits():
     # ties at the k-th value are kept
     y = np.array([3.0, 1.0, 3.0, 2.0, 3.0])
     assert {R.sample_logits(y, top_k=2, u=u) for u in us[::50]} == {0, 2, 4}
-
-
-def test_sample_uniform_is_counter_based():
-    a = [R.sample_uniform(1234, p) for p in range(1000)]
-    assert a == [R.sample_uniform(1234, p) for p in range(1000)]
-    assert all(0.0 <= v < 1.0 for v in a) and len(set(a)) > 990
-    assert abs(np.mean(a) - 0.5) < 0.05
-    assert a[:10] != [R.sample_uniform(1235, p) for p in range(10)]

@@ -26,7 +26,7 @@ import numpy as np
 
 from barecuda.models.gguf import GGUFError, GGUFFile, TensorInfo, open_gguf
 
-__all__ = ["dequantize", "LlamaConfig", "ReferenceLlama", "softmax", "sample_logits", "sample_uniform"]
+__all__ = ["dequantize", "LlamaConfig", "ReferenceLlama", "softmax", "sample_logits"]
 
 _F16 = np.dtype("<f2")
 
@@ -268,27 +268,10 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
-_M64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _splitmix64(z: int) -> int:
-    z = (z + _GOLDEN) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
-def sample_uniform(seed: int, pos: int) -> float:
-    """The uniform number the GPU sampler draws at position ``pos`` (the position whose
-    logits are sampled) for ``seed``: counter-based, so replaying a step replays its draw."""
-    return (_splitmix64((seed + _GOLDEN * (pos + 1)) & _M64) >> 40) / float(1 << 24)
-
-
 def sample_logits(logits: np.ndarray, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                   u: float = 0.5) -> int:
-    """The token the sampler picks from ``logits`` for a uniform number ``u`` in [0, 1),
-    defined as the GPU sampler (llama_step.cu) computes it:
+    """The token a top-k/top-p sampler picks from ``logits`` for a uniform number ``u`` in
+    [0, 1) (the definition the tests hold barecuda.kernels.sample's statistics to):
 
     temperature; top-k keeps every token whose logit is >= the k-th largest (ties kept);
     top-p keeps the tokens at or above the largest logit threshold whose kept mass is at
