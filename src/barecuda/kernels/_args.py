@@ -183,11 +183,14 @@ def go(kernel, grid, block, args, stream, plan, shared_mem=0):
 
 
 def row_block(nch, kv, lo=32, hi=1024):
-    """Threads for a one-block-per-row kernel keeping ``kv`` chunks a thread: the
-    fewest warps covering ``nch`` chunks (>= lo, <= hi)."""
+    """Threads for a one-block-per-row kernel keeping up to ``kv`` chunks a thread:
+    enough warps to cover ``nch`` chunks (at most ``hi``; beyond, the kernel streams),
+    and at least min(256, nch) threads."""
     t = -(-nch // kv)
     t = (t + 31) & ~31
-    return max(lo, min(hi, t))
+    # at least min(256, nch) threads: more loads in flight a row (a 1-row decode call)
+    want = min(256, (nch + 31) & ~31)
+    return max(lo, want, min(hi, t))
 
 
 def ptr_or_0(b):

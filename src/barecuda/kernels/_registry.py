@@ -138,13 +138,13 @@ def digest(source, defines=()):
     return d
 
 
-def compile_code(source, defines=(), *, target, arch):
-    """Compile one specialization with NVRTC (no cache): ``ObjectCode`` for
-    ``target`` ('cubin' or 'ptx') and ``arch`` ('sm_90', 'compute_80', 90)."""
+def compile_code(source, defines=(), *, target, arch, cache=False):
+    """Compile one specialization with NVRTC: ``ObjectCode`` for ``target`` ('cubin' or
+    'ptx') and ``arch`` ('sm_90', 'compute_80', 90); ``cache`` uses Program's cache."""
     from barecuda._program import Program
     src = _read(os.path.join(CSRC, source))
     prog = Program(src, name=source, include_paths=[CSRC], options=list(OPTIONS) + _define_opts(defines))
-    return prog.compile(target, arch=arch, cache=False)
+    return prog.compile(target, arch=arch, cache=cache)
 
 
 # ------------------------------------------------------------------ the lookup order
@@ -190,7 +190,16 @@ def _from_prebuilt(source, defines, dg, cc):
     ptx_path = os.path.join(PREBUILT, dg + ".ptx")
     ptx = _read(ptx_path) if os.path.exists(ptx_path) else None
     major, minor = cc
-    archs = sorted((a for a in ent.get("cubins", ()) if a // 10 == major and a % 10 <= minor), reverse=True)
+    nv = _prebuilt_manifest().get("nvrtc") or [0, 0]
+    try:
+        from barecuda._loader import driver_version
+        drv = driver_version()
+    except Exception:                   # noqa: BLE001 - no driver info: let the load decide
+        drv = None
+    if drv is not None and tuple(drv)[0] < nv[0]:
+        archs = []                      # cubins from a newer CUDA major than the driver: PTX only
+    else:
+        archs = sorted((a for a in ent.get("cubins", ()) if a // 10 == major and a % 10 <= minor), reverse=True)
     for a in archs:
         path = os.path.join(PREBUILT, f"{dg}.sm_{a}.cubin")
         if os.path.exists(path):
@@ -247,6 +256,20 @@ def _store(dg, cc, d, oc):
         ptx = ptx.encode()
     _compile_cache.store(("kernels", dg, cc), d, _cache_digest(dg, cc) if d else None, oc,
                          (oc.code, oc.kind, oc.arch, ptx, oc.log, {}, None))
+
+
+def _reset(prebuilt=None):
+    """Forget every loaded kernel and the manifest; ``prebuilt`` sets the prebuilt
+    folder (tests; None keeps the package's)."""
+    global PREBUILT, _manifest
+    with _lock:
+        _kernels.clear()
+        _modules.clear()
+        _origin.clear()
+        _digests.clear()
+        _manifest = None
+        if prebuilt is not None:
+            PREBUILT = prebuilt
 
 
 # ------------------------------------------------------------------ the table
