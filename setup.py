@@ -157,6 +157,25 @@ class build_ext(_build_ext):
         os.makedirs("build", exist_ok=True)
         with open(KEY_FILE, "w") as f:
             json.dump(BUILD_INFO, f, indent=1, sort_keys=True)
+        _prebuild_kernels(self)
+
+
+# --- kernels: prebuilt cubins/PTX for the wheel (src/barecuda/kernels/_prebuild.py, docs/kernels.md).
+# Runs after the extensions are built, in a child interpreter that imports the fresh build.
+# BARECUDA_PREBUILD_KERNELS=1: always (fails without NVRTC); =0: never; unset: only for
+# non-in-place builds (wheels) when NVRTC is importable here, so `pip install .` without
+# NVRTC and in-place developer builds stay fast (kernels then compile on first use).
+def _prebuild_kernels(cmd):
+    import importlib.util
+    import subprocess
+    want = os.environ.get("BARECUDA_PREBUILD_KERNELS", "").strip()
+    if want == "0" or (not want and (cmd.inplace or importlib.util.find_spec("nvidia.cu13") is None
+                                     and importlib.util.find_spec("nvidia.cuda_nvrtc") is None)):
+        return
+    root = os.path.abspath("src" if cmd.inplace else cmd.build_lib)
+    out = os.path.join(root, "barecuda", "kernels", "prebuilt")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    subprocess.run([sys.executable, "-m", "barecuda.kernels._prebuild", "--out", out], env=env, check=True)
 
 
 _write_build_info()
