@@ -165,3 +165,21 @@ def test_prebuild_cli_help():
     out = subprocess.run([sys.executable, "-m", "barecuda.kernels._prebuild", "--help"], capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0 and "--archs" in out.stdout
+
+
+def test_warmup_loads_every_kernel(fake, registry):
+    from barecuda.kernels import __main__ as M
+    counts = M.warmup(0, quiet=True, sources=K1_SOURCES)
+    assert counts == {"prebuilt-ptx": len(K1_SOURCES)}
+    for source, names, defines in TABLE:
+        if source in K1_SOURCES:
+            for n in names:
+                assert registry.get(source, n, defines).name == n
+
+
+def test_cli_list():
+    out = subprocess.run([sys.executable, "-m", "barecuda.kernels", "list"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "norms.cu" in out.stdout and "rmsnorm_bf16_vec" in out.stdout
+    assert f"{len(TABLE)} specializations" in out.stdout

@@ -45,7 +45,15 @@ def dt(b):
     """The dtype name of a DeviceBuffer ('bfloat16', 'float16', 'int32'...): its dtype is a
     str without numpy and a numpy dtype with it."""
     d = b.dtype
-    return d if type(d) is str else getattr(d, "name", str(d))
+    if type(d) is str:
+        return d
+    n = _DT_NAMES.get(d)
+    if n is None:
+        n = _DT_NAMES[d] = getattr(d, "name", str(d))      # numpy's .name is slow: once per dtype
+    return n
+
+
+_DT_NAMES = {}
 
 
 def float_code(b, name, allowed=FLOAT_CODES):
