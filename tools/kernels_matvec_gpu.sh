@@ -10,28 +10,27 @@ T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 setup.py build_ext --inplace -q -j 16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 stamp built
-python3 - > "$OUT/warm.log" 2>&1 <<'PY'
-import multiprocessing as mp
-def one(job):
-    src, name, defines = job
-    from barecuda.kernels import _registry
-    _registry.get(src, name, defines)
-    return src, defines
-if __name__ == "__main__":
-    from barecuda.kernels import _registry
-    jobs = [(s, n[0], d) for s, n, d in _registry.table() if s in ("matvec.cu", "dequant.cu")]
-    jobs += [("matvec.cu", "matvec_f16_b1", (("WFMT", 1), ("MV_R", r), ("MV_U", u)))
-             for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))]
-    with mp.get_context("spawn").Pool(16) as p:
-        for r in p.imap_unordered(one, jobs):
-            print("warm", r, flush=True)
-PY
+# warm the compile cache: one process per specialization, in parallel (no multiprocessing:
+# a spawned pool cannot re-import a script read from stdin)
+python3 -c "
+from barecuda.kernels import _registry
+for s, n, d in _registry.table():
+    if s in ('matvec.cu', 'dequant.cu'):
+        print(repr((s, n[0], d)))
+for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
+    print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', 1), ('MV_R', r), ('MV_U', u)))))
+" > "$OUT/warm_jobs.txt"
+seq 0 $(( $(wc -l < "$OUT/warm_jobs.txt") - 1 )) | timeout 150 xargs -P 16 -I{} python3 -c "
+import ast, sys
+job = ast.literal_eval(open(sys.argv[1]).read().splitlines()[int(sys.argv[2])])
+${WARM_CALL:-from barecuda.kernels import _registry; _registry.get(*job)}
+print('warm', job)" "$OUT/warm_jobs.txt" {} > "$OUT/warm.log" 2>&1
 stamp "warmed ($(grep -c warm "$OUT/warm.log") modules)"; tail -3 "$OUT/warm.log"
-timeout 150 python3 -m pytest tests/kernels/test_matvec.py tests/kernels/test_dequant.py --gpu -q -p no:cacheprovider \
+timeout 120 python3 -m barecuda.bench.kernels_matvec_rows ${SWEEP---sweep} > "$OUT/bench.log" 2>&1
+stamp "bench rc=$?"; cat "$OUT/bench.log"
+timeout 140 python3 -m pytest tests/kernels/test_matvec.py tests/kernels/test_dequant.py --gpu -q -p no:cacheprovider \
     > "$OUT/tests.log" 2>&1
-stamp "tests rc=$?"; grep -E "passed|failed|error" "$OUT/tests.log" | tail -3; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20
-timeout 100 python3 -m barecuda.bench.kernels_matvec_rows ${SWEEP---sweep} > "$OUT/bench.log" 2>&1
-stamp "bench rc=$?"; cat "$OUT/bench.log" | tail -60
+stamp "tests rc=$?"; grep -E "passed|failed|error" "$OUT/tests.log" | tail -3; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; grep -E "^E " "$OUT/tests.log" | head -25
 if [ -n "${MEMCHECK-1}" ]; then
   timeout 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest --gpu -q -p no:cacheprovider \
       tests/kernels/test_dequant.py::test_dequantize_tail_chunk_and_offsets \

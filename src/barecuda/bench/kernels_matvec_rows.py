@@ -207,22 +207,31 @@ def _torch():
     return None
 
 
-def matvec_section(ctx=None, sweep=False):
+def matvec_section(ctx=None, sweep=False, progress=False):
     import barecuda as bc
     torch = _torch()
     s = bc.Stream()
     card, spec = _spec(bc)
     cp = copy_gbs(bc, s)
+    if progress:
+        print(f"  device copy: {cp:.0f} GB/s on {card}", flush=True)
     rows = []
-    rows += dense_rows(bc, s, torch, "float16")
-    rows += dense_rows(bc, s, torch, "bfloat16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)])
-    rows += dense_rows(bc, s, torch, "float16", shapes=[(4096, 4096), (14336, 4096)], batches=(4, 8))
-    rows += quant_rows(bc, s)
-    rows += quant_rows(bc, s, fmts=("q4_k", "q6_k"), shapes=[(14336, 4096)], xdtype="bfloat16")
-    rows += quant_rows(bc, s, fmts=("q4_k",), shapes=[(14336, 4096)], batches=(4, 8))
-    rows += dequant_rows(bc, s)
+    groups = [lambda: dense_rows(bc, s, torch, "float16"),
+              lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k")),
+              lambda: dequant_rows(bc, s),
+              lambda: dense_rows(bc, s, torch, "bfloat16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)]),
+              lambda: quant_rows(bc, s, fmts=("q8_0", "q4_0", "q4_1")),
+              lambda: dense_rows(bc, s, torch, "float16", shapes=[(4096, 4096), (14336, 4096)], batches=(4, 8)),
+              lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k"), shapes=[(14336, 4096)], xdtype="bfloat16"),
+              lambda: quant_rows(bc, s, fmts=("q4_k",), shapes=[(14336, 4096)], batches=(4, 8))]
     if sweep:
-        rows += sweep_rows(bc, s)
+        groups.insert(1, lambda: sweep_rows(bc, s))
+    for make in groups:
+        got = make()
+        rows += got
+        if progress:        # the table comes at the end; a run cut short still shows its rows
+            for label, us, nbytes, tus in got:
+                print(f"  {label}: {us:.1f} us {nbytes / (us * 1e-6) / 1e9:.0f} GB/s torch {tus}", flush=True)
     sec = Section("kernels_matvec", f"matvec / dequantize on {card} (device copy {cp:.0f} GB/s"
                   + (f" = {100 * cp / spec:.1f}% of {spec:.0f} spec)" if spec else ")"), COLUMNS, data=[])
     sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f}", f"{100 * cp / spec:.1f}" if spec else "-", "", ""])
@@ -245,5 +254,5 @@ ALIASES = {"matvec": ("kernels_matvec",)}
 
 
 if __name__ == "__main__":
-    sec = matvec_section(sweep="--sweep" in sys.argv)
+    sec = matvec_section(sweep="--sweep" in sys.argv, progress=True)
     print(sec.format())
