@@ -64,7 +64,10 @@ def ref_attention(q, k, v, scale, causal=False, causal_offset=0):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("d", [64, 80, 96, 128])
 def test_decode_source_compiles_without_warnings(arch, d):
-    oc = _registry.compile_code(A.SOURCE, A._dec_defines(d, 4), target="cubin", arch=arch)
+    defines = A._dec_defines(d, 4)
+    if d == 128:   # the L2-prefetch variant the bench compares
+        defines = tuple((k, 1 if k == "DEC_L2PF" else v) for k, v in defines)
+    oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
     assert len(oc.code) > 1000
 
@@ -73,6 +76,10 @@ def test_decode_source_compiles_without_warnings(arch, d):
 def test_prefill_source_compiles_without_warnings(arch, d):
     oc = _registry.compile_code(A.SOURCE, A._pf_defines(d), target="cubin", arch=arch)
     assert oc.log.strip() == ""
+    if d == 128:   # the Q-in-registers build the bench compares
+        defines = tuple((k, {"PF_QREG": 1, "PF_MINB": 3}.get(k, v)) for k, v in A._pf_defines(d))
+        oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
+        assert oc.log.strip() == ""
 
 
 def test_kernels_table_lists_every_head_dim():
@@ -264,12 +271,13 @@ def test_decode_length_from_device_under_graph_capture():
 
 
 @gpu
-@pytest.mark.parametrize("warps,stages", [(4, 3), (4, 4)])
-def test_decode_head_major_layout_and_append(warps, stages, monkeypatch):
+@pytest.mark.parametrize("warps,stages,pf", [(4, 3, 0), (4, 4, 0), (4, 4, 1), (8, 2, 1)])
+def test_decode_head_major_layout_and_append(warps, stages, pf, monkeypatch):
     """The [n_kv, max_ctx, D] layout (each head's keys contiguous), both pipelines the bench
     compares; kv_append writes the token at the device-held position in that layout."""
     monkeypatch.setattr(A, "DEC_WARPS", warps)
     monkeypatch.setattr(A, "DEC_STAGES", stages)
+    monkeypatch.setattr(A, "DEC_L2PF", pf)
     rng = np.random.default_rng(11)
     for dtype, d, nh, nkv, max_ctx, length in [("bfloat16", 128, 32, 8, 5000, 4321), ("float16", 64, 16, 2, 700, 65)]:
         k32 = rng.standard_normal((nkv, max_ctx, d)).astype(np.float32)
@@ -310,10 +318,18 @@ def test_decode_paged_matches_contiguous_reference():
         assert np.abs(from_dev(out, dtype) - ref).max() < 1e-2, splits
 
 
+@pytest.fixture(params=[(4, 0, 1), (4, 1, 3)], ids=["q-smem", "q-regs-3blk"])
+def pf_variant(request, monkeypatch):
+    """Both prefill builds the bench compares (warps, Q in registers, min blocks per SM)."""
+    for name, v in zip(("PF_WARPS", "PF_QREG", "PF_MINB"), request.param):
+        monkeypatch.setattr(A, name, v)
+    return request.param
+
+
 @gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("d", [64, 80, 96, 128])
-def test_prefill_matches_float64_reference(dtype, d):
+def test_prefill_matches_float64_reference(dtype, d, pf_variant):
     rng = np.random.default_rng(100 + d)
     for sq, nh, nkv, causal, off in [(1, 4, 4, True, 0), (77, 4, 2, True, 0), (200, 6, 3, False, 0),
                                      (130, 8, 1, True, 0), (64, 2, 2, True, 10)]:
@@ -329,7 +345,7 @@ def test_prefill_matches_float64_reference(dtype, d):
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_prefill_and_decode_match_torch_sdpa(dtype):
+def test_prefill_and_decode_match_torch_sdpa(dtype, pf_variant):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
     tdt = getattr(torch, dtype)

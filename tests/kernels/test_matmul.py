@@ -46,9 +46,11 @@ def from_dev(b, dtype):
                                      MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
 def test_gemm_source_compiles_without_warnings(arch, defines):
     if arch == "sm_90" and defines[0] == ("TRANS_A", 0) and defines[1] == ("TRANS_B", 0):
-        oc = _registry.compile_code(MM.SOURCE, defines[:2] + (("GEMM_STAGES", 3), ("GEMM_BK", 64)),
-                                    target="cubin", arch=arch)
-        assert oc.log.strip() == ""
+        for bm, bn, wm, wn, bk, st in TILES.values():
+            oc = _registry.compile_code(MM.SOURCE, defines[:2] + (
+                ("GEMM_STAGES", st), ("GEMM_BK", bk), ("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm),
+                ("GEMM_WARPS_N", wn)), target="cubin", arch=arch)
+            assert oc.log.strip() == ""
     oc = _registry.compile_code(MM.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
 
@@ -124,11 +126,16 @@ def test_matmul_dispatch_on_the_double(fake):
 
 
 # ------------------------------------------------------------------ GPU
-@pytest.fixture(params=[(32, 4), (64, 3)], ids=["bk32x4", "bk64x3"])
+TILES = {"128x128w8": (128, 128, 2, 4, 32, 4), "128x256w8": (128, 256, 2, 4, 32, 4),
+         "128x128w4": (128, 128, 2, 2, 32, 4), "128x128w4k64": (128, 128, 2, 2, 64, 3)}
+
+
+@pytest.fixture(params=sorted(TILES))
 def tile(request, monkeypatch):
-    """Both tensor-core pipelines the bench compares (K tile, stages)."""
-    monkeypatch.setattr(MM, "BK", request.param[0])
-    monkeypatch.setattr(MM, "STAGES", request.param[1])
+    """Each tensor-core tile the bench compares (BM, BN, warps M x N, BK, stages)."""
+    bm, bn, wm, wn, bk, st = TILES[request.param]
+    for name, v in (("BM", bm), ("BN", bn), ("WARPS_M", wm), ("WARPS_N", wn), ("BK", bk), ("STAGES", st)):
+        monkeypatch.setattr(MM, name, v)
     return request.param
 
 

@@ -185,6 +185,34 @@ def _torch_prefill(torch, b, nh, nkv, d, sq, causal, flop):
     return flop / (ts[len(ts) // 2] * 1e-3) / 1e12
 
 
+def issue_rows(bc, s, n=2000):
+    """CPU issue cost (us per call) of the decode op, its plan and the raw Kernel.launch of the same kernel."""
+    import time
+    from barecuda.kernels import _attention as A
+    q = bc.empty((32, 128), "bfloat16", stream=s)
+    k = bc.empty((8, 4096, 128), "bfloat16", stream=s)
+    o = bc.empty((32, 128), "bfloat16", stream=s)
+    ln = bc.zeros((1,), "int32", stream=s)
+    ws = bc.zeros((A.decode_workspace_size(32, 8, 128, 16),), "uint8", stream=s)
+    kw = dict(out=o, kv_layout="head_major", n_splits=16, workspace=ws, stream=s)
+    plan = A.plan_attention_decode(q, k, k, ln, **kw)
+    kern, grid, block, smem, args, _, _ = A._prep_decode(q, k, k, ln, o, None, 0, None, 16, ws, s, "head_major")
+    rows = []
+    for label, f in (("issue: attention_decode() op", lambda: A.attention_decode(q, k, k, ln, **kw)),
+                     ("issue: its plan()", plan),
+                     ("issue: raw Kernel.launch, same kernel", lambda: kern.launch(grid, block, *args, stream=s,
+                                                                                 shared_mem=smem))):
+        for _ in range(50):
+            f()
+        s.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            f()
+        rows.append((label, (time.perf_counter() - t) / n * 1e6))
+        s.synchronize()
+    return rows
+
+
 def _torch():
     try:
         import torch
@@ -213,25 +241,32 @@ def attention_section(ctx=None):
         tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
         x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
         sec.add(label, [f"{us:.0f}", f"{tf:.0f} TF/s", f"{100 * tf / peak:.0f}%pk" if peak else "", tcell, x])
+    for label, us in issue_rows(bc, s):
+        sec.add(label, [f"{us:.2f}", "", "", "", ""])
     import os
     if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other tile choices, same run
         from barecuda.kernels import _attention as A
-        old = A.PF_WARPS
-        A.PF_WARPS = 8
-        try:
-            for label, us, tf, tt in prefill_rows(bc, s, None, shapes=((4, 32, 32, 128, 4096, True),)):
-                sec.add(label + " [8 warps]", [f"{us:.0f}", f"{tf:.0f} TF/s", "", "", ""])
-        finally:
-            A.PF_WARPS = old
-        ow, os_ = A.DEC_WARPS, A.DEC_STAGES
-        for w, st in ((4, 4), (8, 2)):
-            A.DEC_WARPS, A.DEC_STAGES = w, st
+        names = ("PF_WARPS", "PF_QREG", "PF_MINB")
+        old = tuple(getattr(A, n) for n in names)
+        for cfg in ((4, 1, 3), (4, 1, 2), (4, 0, 2)):
+            for n, v in zip(names, cfg):
+                setattr(A, n, v)
+            try:
+                for label, us, tf, tt in prefill_rows(bc, s, None, shapes=((4, 32, 32, 128, 4096, True),
+                                                                           (4, 32, 32, 128, 4096, False))):
+                    sec.add(label + " [w{} qreg{} minb{}]".format(*cfg), [f"{us:.0f}", f"{tf:.0f} TF/s", "", "", ""])
+            finally:
+                for n, v in zip(names, old):
+                    setattr(A, n, v)
+        ow, os_, opf = A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF
+        for w, st, pf in ((4, 4, 0), (4, 4, 1), (4, 3, 1), (8, 2, 1)):
+            A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF = w, st, pf
             try:
                 for label, us, gbs, _ in decode_rows(bc, s, None, shapes=((32, 8, 128, 4096), (32, 8, 128, 32768))):
-                    sec.add(label + f" [{w}w {st}st]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
-                                                        f"{100 * gbs / spec:.0f}%" if spec else "", "", ""])
+                    sec.add(label + f" [{w}w {st}st pf{pf}]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
+                                                               f"{100 * gbs / spec:.0f}%" if spec else "", "", ""])
             finally:
-                A.DEC_WARPS, A.DEC_STAGES = ow, os_
+                A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF = ow, os_, opf
     return sec
 
 

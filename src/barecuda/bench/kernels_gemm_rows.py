@@ -89,14 +89,17 @@ def gemm_section(ctx=None):
     import os
     if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
         from barecuda.kernels import _matmul as MM
-        old = MM.STAGES, MM.BK
-        for bk, st in ((32, 3), (64, 3), (64, 4)):
-            MM.BK, MM.STAGES = bk, st
+        names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES")
+        old = tuple(getattr(MM, n) for n in names)
+        for cfg in ((128, 256, 2, 4, 32, 4), (128, 128, 2, 2, 32, 4), (128, 128, 2, 2, 64, 3)):
+            for n, v in zip(names, cfg):
+                setattr(MM, n, v)
             try:
                 for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[2], SHAPES[3])):
-                    sec.add(label + f" [bk{bk} {st}st]", [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
+                    sec.add(label + " [{}x{} w{}x{} k{} {}st]".format(*cfg), [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
             finally:
-                MM.STAGES, MM.BK = old
+                for n, v in zip(names, old):
+                    setattr(MM, n, v)
     return sec
 
 

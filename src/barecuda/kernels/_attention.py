@@ -28,23 +28,21 @@ HEAD_DIMS = (64, 80, 96, 128)
 GROUPS = (1, 2, 4, 8)
 DEC_WARPS = 4
 DEC_STAGES = 3
+DEC_L2PF = 0
 PF_WARPS = 4
 PF_STAGES = 2
+PF_QREG = 0
+PF_MINB = 1
 PF_BN = 64
 MAX_SPLITS = 1024
 _LOG2E = 1.4426950408889634
 _DT = ("f16", "bf16")
 
 
-
 def _dec_defines(d, group):
-    return (("HEAD_DIM", d), ("GROUP", group), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES))
+    return (("HEAD_DIM", d), ("GROUP", group), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES),
+            ("DEC_L2PF", DEC_L2PF))
 
-
-KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
-             _dec_defines(d, g)) for d in HEAD_DIMS for g in GROUPS]
-           + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT),
-               (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS))) for d in HEAD_DIMS])
 
 _sms = {}
 
@@ -61,11 +59,17 @@ def decode_smem(d, group):
 
 
 def prefill_smem(d, warps=None):
-    return 16 * (warps or PF_WARPS) * _rs(d) + PF_STAGES * 2 * PF_BN * _rs(d)
+    q = 0 if PF_QREG else 16 * (warps or PF_WARPS) * _rs(d)
+    return q + PF_STAGES * 2 * PF_BN * _rs(d)
 
 
 def _pf_defines(d):
-    return (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS))
+    return (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS), ("PF_QREG", PF_QREG), ("PF_MINB", PF_MINB))
+
+
+KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
+             _dec_defines(d, g)) for d in HEAD_DIMS for g in GROUPS]
+           + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
 
 
 def _kernel(name, defines, smem, device):

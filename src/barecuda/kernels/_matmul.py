@@ -15,13 +15,16 @@ from barecuda.kernels import _args, _registry
 __all__ = ["matmul", "plan_matmul"]
 
 SOURCE = "gemm.cu"
+# the tensor-core tile (a specialization: module values read at call time)
 STAGES = 4
 BM = BN = 128
 BK = 32
+WARPS_M, WARPS_N = 2, 4
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 def _tc_defines(ta, tb):
-    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES), ("GEMM_BK", BK))
+    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES), ("GEMM_BK", BK), ("GEMM_BM", BM),
+            ("GEMM_BN", BN), ("GEMM_WARPS_M", WARPS_M), ("GEMM_WARPS_N", WARPS_N))
 
 
 KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)]
@@ -99,7 +102,7 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream):
                 kern.set_max_dynamic_shared_memory(smem)
             grid = (((m + BM - 1) // BM) * ((n + BN - 1) // BN), 1, nbat)
             args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, alpha, beta)
-            return kern, grid, 256, smem, args, ob
+            return kern, grid, 32 * WARPS_M * WARPS_N, smem, args, ob
     kern = _registry.get(SOURCE, f"gemm_simt_{code}", (("GEMM_SIMT", 1),), device)
     grid = ((n + 63) // 64, (m + 63) // 64, nbat)
     args = (ab, bb, ob, m, n, k, am, ak, bk, bn, n, sa, sb, sc, alpha, beta)

@@ -7,7 +7,8 @@
 //   kv_append_<dt>            writes one token's K and V into the cache at a device-held position
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          GROUP (decode: query heads per KV head, 1..16), DEC_WARPS, DEC_STAGES, PF_WARPS, PF_STAGES.
+//          GROUP (decode: query heads per KV head, 1..16), DEC_WARPS, DEC_STAGES, DEC_L2PF, PF_WARPS,
+//          PF_STAGES, PF_QREG, PF_MINB.
 //
 // Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
 // ldmatrix phase (8 rows x 16 bytes) hit 8 distinct bank groups for all head dims above.
@@ -25,11 +26,20 @@
 #ifndef DEC_STAGES
 #define DEC_STAGES 3
 #endif
+#ifndef DEC_L2PF
+#define DEC_L2PF 0   // 1: decode copies carry the L2 256-byte prefetch hint
+#endif
 #ifndef PF_WARPS
 #define PF_WARPS 4
 #endif
 #ifndef ATTN_PREFILL
 #define ATTN_PREFILL 0   // 1: this build holds attn_prefill_*, else attn_decode_* and kv_append_*
+#endif
+#ifndef PF_QREG
+#define PF_QREG 0    // 1: prefill reads Q straight into registers (no shared Q tile)
+#endif
+#ifndef PF_MINB
+#define PF_MINB 1    // prefill __launch_bounds__ minimum blocks per SM
 #endif
 #ifndef PF_STAGES
 #define PF_STAGES 2
@@ -192,8 +202,13 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             long long phys = tok;
             if (block_table != nullptr && ok) phys = (long long)__ldg(block_table + tok / page_size) * page_size + tok % page_size;
             const long long off = ok ? phys * tok_stride + head_off + col * 8 : 0;
-            bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
-            bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+            if (DEC_L2PF) {
+                bc_cp_async16_pf(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
+                bc_cp_async16_pf(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+            } else {
+                bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
+                bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+            }
         }
     };
 #pragma unroll
@@ -348,14 +363,28 @@ BC_DEV void attn_prefill_impl(const bc_u16* __restrict__ q, const bc_u16* __rest
     const bc_u16* kb = k + b * k_batch + kvh * k_head;
     const bc_u16* vb = v + b * v_batch + kvh * v_head;
     const bc_u32 sq_s = bc_smem_addr(smem);
-    const bc_u32 skv_s = sq_s + PF_BM * RS;
+    const bc_u32 skv_s = sq_s + (PF_QREG ? 0 : PF_BM * RS);
     constexpr int STAGE_BYTES = 2 * PF_BN * RS;
     const int m0 = mb * PF_BM;
+    bc_u32 qf[D / 16][4];
 
-    for (int c = tid; c < PF_BM * CPR; c += PF_WARPS * 32) {
-        const int row = c / CPR, col = c % CPR;
-        const bool ok = m0 + row < sq;
-        bc_cp_async16(sq_s + (bc_u32)(row * RS + col * 16), ok ? qb + (m0 + row) * q_tok + col * 8 : q, ok);
+    if (PF_QREG) {
+        const int r0 = m0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+        const bc_u16* q0 = qb + (long long)r0 * q_tok + 2 * (lane & 3);
+        const bc_u16* q1 = qb + (long long)r1 * q_tok + 2 * (lane & 3);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qf[kk][0] = r0 < sq ? *(const bc_u32*)(q0 + kk * 16) : 0u;
+            qf[kk][1] = r1 < sq ? *(const bc_u32*)(q1 + kk * 16) : 0u;
+            qf[kk][2] = r0 < sq ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
+            qf[kk][3] = r1 < sq ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
+        }
+    } else {
+        for (int c = tid; c < PF_BM * CPR; c += PF_WARPS * 32) {
+            const int row = c / CPR, col = c % CPR;
+            const bool ok = m0 + row < sq;
+            bc_cp_async16(sq_s + (bc_u32)(row * RS + col * 16), ok ? qb + (m0 + row) * q_tok + col * 8 : q, ok);
+        }
     }
     bc_cp_async_commit();
 
@@ -378,7 +407,6 @@ BC_DEV void attn_prefill_impl(const bc_u16* __restrict__ q, const bc_u16* __rest
         if (s < ntile) load(s);
         bc_cp_async_commit();
     }
-    bc_u32 qf[D / 16][4];
     float o[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -387,7 +415,7 @@ BC_DEV void attn_prefill_impl(const bc_u16* __restrict__ q, const bc_u16* __rest
     for (int it = 0; it < ntile; ++it) {
         bc_cp_async_wait<PF_STAGES - 2>();
         __syncthreads();
-        if (it == 0) {
+        if (!PF_QREG && it == 0) {
             const bc_u32 a = sq_s + (bc_u32)((warp * 16 + (lane & 15)) * RS + ((lane >> 4) << 4));
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) bc_ldsm_x4(a + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
@@ -448,7 +476,7 @@ BC_DEV void kv_append_impl(const bc_u16* __restrict__ kn, const bc_u16* __restri
 
 #if ATTN_PREFILL
 #define BC_ATTN_ENTRIES(DT, B)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(PF_WARPS * 32) attn_prefill_##DT(                              \
+    extern "C" __global__ void __launch_bounds__(PF_WARPS * 32, PF_MINB) attn_prefill_##DT(                     \
         const bc_u16* q, const bc_u16* k, const bc_u16* v, bc_u16* out, int sq, int skv, int group,             \
         long long q_tok, long long q_head, long long q_batch, long long k_tok, long long k_head,                \
         long long k_batch, long long v_tok, long long v_head, long long v_batch, long long o_tok,               \

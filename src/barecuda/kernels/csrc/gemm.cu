@@ -1,8 +1,9 @@
 // gemm.cu -- C = alpha * op(A) op(B) + beta * C, strided batches, fp32 accumulation (owner: K3).
 //
 // Entry points:
-//   gemm_tc_f16 / gemm_tc_bf16   tensor cores (mma.sync m16n8k16 through ldmatrix), a 128x128x32
-//                                block tile, 8 warps of 64x32, a GEMM_STAGES-deep cp.async pipeline.
+//   gemm_tc_f16 / gemm_tc_bf16   tensor cores (mma.sync m16n8k16 through ldmatrix), a GEMM_BM x GEMM_BN x
+//                                GEMM_BK block tile over GEMM_WARPS_M x GEMM_WARPS_N warps, a
+//                                GEMM_STAGES-deep cp.async pipeline.
 //                                Needs 16-byte aligned bases, leading dims and batch strides that are
 //                                multiples of 8 elements, and the contiguous extent of each operand
 //                                (K, or M / N for a transposed operand) a multiple of 8.
@@ -10,7 +11,8 @@
 //
 // Layout: row-major. op(A) is M x K: A is M x K (lda >= K) or, with TRANS_A, K x M (lda >= M);
 // op(B) is K x N: B is K x N (ldb >= N) or, with TRANS_B, N x K (ldb >= K). C is M x N (ldc).
-// Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES; GEMM_BK (32 or 64).
+// Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES; GEMM_BK (32 or 64); GEMM_BM,
+// GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N (the block and warp tiles).
 #include "mma.cuh"
 
 #ifndef TRANS_A
@@ -25,6 +27,18 @@
 #ifndef GEMM_BK
 #define GEMM_BK 32
 #endif
+#ifndef GEMM_BM
+#define GEMM_BM 128
+#endif
+#ifndef GEMM_BN
+#define GEMM_BN 128
+#endif
+#ifndef GEMM_WARPS_M
+#define GEMM_WARPS_M 2
+#endif
+#ifndef GEMM_WARPS_N
+#define GEMM_WARPS_N 4
+#endif
 #ifndef GEMM_SIMT
 #define GEMM_SIMT 0
 #endif
@@ -32,7 +46,11 @@
 namespace {
 
 #if !GEMM_SIMT
-constexpr int BM = 128, BN = 128, BK = GEMM_BK, NTH = 256, GROUP_M = 8;
+constexpr int BM = GEMM_BM, BN = GEMM_BN, BK = GEMM_BK, GROUP_M = 8;
+constexpr int NTH = GEMM_WARPS_M * GEMM_WARPS_N * 32;
+constexpr int WTM = BM / GEMM_WARPS_M, WTN = BN / GEMM_WARPS_N;   // warp tile
+constexpr int MI = WTM / 16, NJ = WTN / 8;                         // mma tiles per warp
+static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile: multiples of 16");
 static_assert(BK == 32 || BK == 64, "GEMM_BK: 32 or 64");
 // shared rows padded by 16 bytes: every ldmatrix phase hits 8 distinct bank groups
 constexpr int A_ROWS = TRANS_A ? BK : BM, A_COLS = TRANS_A ? BM : BK;
@@ -40,6 +58,7 @@ constexpr int B_ROWS = TRANS_B ? BN : BK, B_COLS = TRANS_B ? BK : BN;
 constexpr int A_RS = A_COLS * 2 + 16, B_RS = B_COLS * 2 + 16;
 constexpr int A_BYTES = A_ROWS * A_RS, B_BYTES = B_ROWS * B_RS;
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
+static_assert((A_ROWS * A_COLS / 8) % NTH == 0 && (B_ROWS * B_COLS / 8) % NTH == 0, "tile copies: whole rounds");
 
 template <int IS_BF16>
 BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict__ B, bc_u16* __restrict__ C, int M,
@@ -47,7 +66,7 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
                          long long sc, float alpha, float beta) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wm = warp >> 2, wn = warp & 3;   // 2 x 4 warps, 64 x 32 each
+    const int wm = warp / GEMM_WARPS_N, wn = warp % GEMM_WARPS_N;
     // grouped raster over the tiles (GROUP_M row tiles share their B tiles in L2)
     const int num_m = (M + BM - 1) / BM, num_n = (N + BN - 1) / BN;
     const int pid = blockIdx.x;
@@ -99,11 +118,11 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
         }
     };
 
-    float acc[4][4][4];
+    float acc[MI][NJ][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+        for (int j = 0; j < NJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
 
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; ++s) {
@@ -120,10 +139,10 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
         const bc_u32 bs = as + A_BYTES;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-            bc_u32 a[4][4], b[4][2];
+            bc_u32 a[MI][4], b[NJ][2];
 #pragma unroll
-            for (int mi = 0; mi < 4; ++mi) {
-                const int mrow = wm * 64 + mi * 16;
+            for (int mi = 0; mi < MI; ++mi) {
+                const int mrow = wm * WTM + mi * 16;
                 if (TRANS_A) {
                     const int k = kk * 16 + (i8 >> 1) * 8 + r8, m = mrow + (i8 & 1) * 8;
                     bc_ldsm_x4_t(as + (bc_u32)(k * A_RS + m * 2), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
@@ -133,8 +152,8 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
                 }
             }
 #pragma unroll
-            for (int nj = 0; nj < 4; nj += 2) {
-                const int ncol = wn * 32 + nj * 8;
+            for (int nj = 0; nj < NJ; nj += 2) {
+                const int ncol = wn * WTN + nj * 8;
                 if (TRANS_B) {
                     const int n = ncol + r8 + ((lane >> 4) << 3), k = kk * 16 + ((lane >> 3) & 1) * 8;
                     bc_ldsm_x4(bs + (bc_u32)(n * B_RS + k * 2), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
@@ -144,9 +163,9 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
                 }
             }
 #pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
+            for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-                for (int nj = 0; nj < 4; ++nj)
+                for (int nj = 0; nj < NJ; ++nj)
                     bc_mma16816<IS_BF16>(acc[mi][nj], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[nj][0], b[nj][1]);
         }
     }
@@ -155,15 +174,15 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
     const int g = lane >> 2, t = lane & 3;
     const bool pair = (ldc % 2 == 0) && ((((unsigned long long)C) & 3) == 0);
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
+    for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = m0 + wm * 64 + mi * 16 + g + h * 8;
+            const int row = m0 + wm * WTM + mi * 16 + g + h * 8;
             if (row >= M) continue;
             bc_u16* crow = C + (long long)row * ldc;
 #pragma unroll
-            for (int nj = 0; nj < 4; ++nj) {
-                const int col = n0 + wn * 32 + nj * 8 + 2 * t;
+            for (int nj = 0; nj < NJ; ++nj) {
+                const int col = n0 + wn * WTN + nj * 8 + 2 * t;
                 float v0 = alpha * acc[mi][nj][2 * h], v1 = alpha * acc[mi][nj][2 * h + 1];
                 if (pair && col + 1 < N) {
                     if (beta != 0.f) {
@@ -253,7 +272,7 @@ BC_DEV void gemm_simt_impl(const T* __restrict__ A, const T* __restrict__ B, T* 
 
 #if !GEMM_SIMT
 #define BC_GEMM_TC(DT, B)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(NTH, 2)                                                       \
+    extern "C" __global__ void __launch_bounds__(NTH, (NTH * MI * NJ <= 256 * 16 ? 2 : 1))                   \
         gemm_tc_##DT(const bc_u16* A, const bc_u16* Bm, bc_u16* C, int M, int N, int K, long long lda,         \
                      long long ldb, long long ldc, long long sa, long long sb, long long sc, float alpha,       \
                      float beta) {                                                                              \

@@ -34,6 +34,11 @@ BC_DEV void bc_cp_async16(bc_u32 dst, const void* src, bool pred) {
     int n = pred ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
+// the same with an L2 prefetch hint: the L2 fetches the whole 256-byte block around src
+BC_DEV void bc_cp_async16_pf(bc_u32 dst, const void* src, bool pred) {
+    int n = pred ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
 BC_DEV void bc_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> BC_DEV void bc_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
