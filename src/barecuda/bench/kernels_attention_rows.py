@@ -89,7 +89,7 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
         ln = bc.empty((1,), "int32", stream=s)
         ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
         plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, stream=s) for k, v in caches]
-        ms = _time_graph(bc, s, lambda g: _chain(g, plans)) / n
+        ms = _time_graph(bc, s, lambda g, p=plans: _chain(g, p)) / n
         gbs = kv_bytes / (ms * 1e-3) / 1e9
         tgbs = None
         if torch is not None:
@@ -185,7 +185,7 @@ def _torch_prefill(torch, b, nh, nkv, d, sq, causal, flop):
     return flop / (ts[len(ts) // 2] * 1e-3) / 1e12
 
 
-def issue_rows(bc, s, n=2000):
+def issue_rows(bc, s, n=500):
     """CPU issue cost (us per call) of the decode op, its plan and the raw Kernel.launch of the same kernel."""
     import time
     from barecuda.kernels import _attention as A
