@@ -183,3 +183,32 @@ def test_cli_list():
     assert out.returncode == 0, out.stderr
     assert "norms.cu" in out.stdout and "rmsnorm_bf16_vec" in out.stdout
     assert f"{len(TABLE)} specializations" in out.stdout
+
+
+@pytest.mark.gpu
+@needs_nvrtc
+def test_prebuilt_cubin_and_lowered_ptx_run_on_the_gpu(tmp_path, monkeypatch):
+    """The wheel's files on a real driver: the cubin for this GPU, and the PTX lowered to
+    ISA 8.0 (JIT-compiled by the driver) both load and compute softmax right."""
+    import numpy as np
+    dev = bc.Device(0)
+    cc = dev.compute_capability
+    spec = [t for t in TABLE if t[0] == "softmax.cu"]
+    x = np.random.default_rng(0).standard_normal((3, 1000)).astype(np.float32)
+    ref = np.exp(x - x.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    import barecuda.kernels as K
+    origins = []
+    for archs, want in (((cc[0] * 10 + cc[1],), ("prebuilt-cubin", "prebuilt-ptx")), ((), ("prebuilt-ptx",))):
+        out = str(tmp_path / f"pre{len(archs)}")
+        PB.build(out, archs=archs, ptx=True, specs=spec, progress=False)
+        monkeypatch.setenv("BARECUDA_CACHE_DIR", str(tmp_path / "cache"))
+        R._reset(out)
+        try:
+            y = K.softmax(bc.to_device(x))
+            np.testing.assert_allclose(y.to_numpy(), ref, rtol=1e-5, atol=1e-7)
+            origins.append(R.origin("softmax.cu", (), dev))
+            assert origins[-1] in want
+        finally:
+            R._reset(os.path.join(os.path.dirname(R.__file__), "prebuilt"))
+    print("prebuilt origins on this GPU:", origins)

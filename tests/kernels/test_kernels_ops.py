@@ -380,20 +380,22 @@ def test_softmax_vs_torch():
 
 
 def rope_ref(x, pos, theta, layout, rot=None, l3=None):
-    """x (N, H, D) float64; pos (N,) ints; inv_freq and the angle in float32 as HF does."""
+    """x (N, H, D) float64; pos (N,) ints. inv_freq in float64 rounded to float32 once
+    (the kernel's definition), the angle pos * inv_freq in float32 as HF computes it."""
     n, h, d = x.shape
     rot = d if rot is None else rot
     half = rot // 2
-    i = np.arange(half, dtype=np.float32)
-    inv = (np.float32(1.0) / np.power(np.float32(theta), (2 * i) / np.float32(rot))).astype(np.float32)
+    i = np.arange(half, dtype=np.float64)
+    inv = 1.0 / np.power(np.float64(np.float32(theta)), (2 * i) / rot)
     if l3:
         factor, low, high, orig = l3
-        wl = np.float32(2 * math.pi) / inv
+        wl = 2 * math.pi / inv
         lo_wl, hi_wl = orig / low, orig / high
         sm = (orig / wl - low) / (high - low)
         scaled = np.where(wl > lo_wl, inv / factor, inv)
         med = ~(wl < hi_wl) & ~(wl > lo_wl)
-        inv = np.where(med, (1 - sm) * inv / factor + sm * inv, scaled).astype(np.float32)
+        inv = np.where(med, (1 - sm) * inv / factor + sm * inv, scaled)
+    inv = inv.astype(np.float32)
     ang = (np.asarray(pos, np.float32)[:, None] * inv[None, :]).astype(np.float32).astype(np.float64)
     c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     y = x.copy()

@@ -56,6 +56,8 @@ def _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, 
     rot = D if rotary_dim is None else A.int_arg(rotary_dim, "rotary_dim", 2, D)
     if rot % 2:
         raise ValueError(f"rotary_dim={rot} must be even")
+    if rot > 1024:
+        raise ValueError(f"rotary_dim={rot}: at most 1024")
     bqo = bq if out is q else A.out_array(out, bq.shape, A.dt(bq), bq, stream, "out")
     n2, _, _, _, sqot, sqoh = _geom(bqo, "out")
     bk = bko = None

@@ -7,9 +7,12 @@
 //   layout llama (interleaved): pairs (2i, 2i+1)       -- Meta's llama, GGUF "norm" rope
 //   layout neox  (half split):  pairs (i, i + rot/2)   -- GPT-NeoX, HF transformers
 // inv_freq_i = theta^(-2i/rot), with llama3 scaling when l3_factor > 0 (HF's
-// _compute_llama3_parameters); the angle is pos * inv_freq in fp32, as HF computes it.
+// _compute_llama3_parameters), computed in double and rounded to fp32 once; the angle
+// is pos * inv_freq in fp32, as HF computes it.
 // Entries: rope_{f32,f16,bf16}_{llama,neox}.
 #include "common.cuh"
+
+#define ROPE_MAX_HALF 512          // rot <= 1024 (the host checks)
 
 struct RopeT {            // one tensor's geometry
     void* y; const void* x;
@@ -17,19 +20,22 @@ struct RopeT {            // one tensor's geometry
     i32 heads;
 };
 
+// computed in double and rounded once to float: the same float on every GPU and in the
+// float64 test reference (a float powf would differ by a few ulps, which pos * inv_freq
+// multiplies into visible angle errors at long positions)
 BC_DEV float rope_inv_freq(int i, int rot, float theta, float l3_factor, float l3_low, float l3_high, float l3_orig) {
-    float inv = 1.f / powf(theta, (float)(2 * i) / (float)rot);
+    double inv = 1.0 / pow((double)theta, (double)(2 * i) / (double)rot);
     if (l3_factor > 0.f) {
-        const float wavelen = 6.283185307179586f / inv;
-        const float low_wl = l3_orig / l3_low, high_wl = l3_orig / l3_high;
+        const double wavelen = 6.283185307179586 / inv;
+        const double low_wl = (double)l3_orig / l3_low, high_wl = (double)l3_orig / l3_high;
         if (wavelen > low_wl) {
             inv = inv / l3_factor;
         } else if (!(wavelen < high_wl)) {        // medium frequencies: smooth between the two
-            const float s = (l3_orig / wavelen - l3_low) / (l3_high - l3_low);
-            inv = (1.f - s) * inv / l3_factor + s * inv;
+            const double s = ((double)l3_orig / wavelen - l3_low) / ((double)l3_high - l3_low);
+            inv = (1.0 - s) * inv / l3_factor + s * inv;
         }
     }
-    return inv;
+    return (float)inv;
 }
 
 template <typename T, bool NEOX>
@@ -41,6 +47,10 @@ __device__ void rope_impl(RopeT q, RopeT k, i64 ntok, i32 seqlen, i32 D, i32 rot
     const int HT = q.heads + k.heads;
     const i64 total = ntok * HT * W;
     const int base = positions ? 0 : (pos_ptr ? *pos_ptr : pos0);
+    __shared__ float inv_tab[ROPE_MAX_HALF];
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        inv_tab[i] = rope_inv_freq(i, rot, theta, l3_factor, l3_low, l3_high, l3_orig);
+    __syncthreads();
     for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (i64)gridDim.x * blockDim.x) {
         const int j = (int)(g % W);
         const i64 nh = g / W;
@@ -54,7 +64,7 @@ __device__ void rope_impl(RopeT q, RopeT k, i64 ntok, i32 seqlen, i32 D, i32 rot
         if (j < half) {
             const int tpos = (int)(n % seqlen);
             const int pos = positions ? positions[tpos] : base + tpos;
-            const float ang = (float)pos * rope_inv_freq(j, rot, theta, l3_factor, l3_low, l3_high, l3_orig);
+            const float ang = __fmul_rn((float)pos, inv_tab[j]);
             float s, c;
             sincosf(ang, &s, &c);
             const int i0 = NEOX ? j : 2 * j, i1 = NEOX ? j + half : 2 * j + 1;

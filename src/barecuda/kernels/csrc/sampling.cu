@@ -80,6 +80,8 @@ struct SmShared {
     u32 sel_above_cnt;
     float sel_above_mass;
     float total;
+    int pick;
+    int last_thread;
 };
 
 // one pass of the radix select: histogram (count and mass) of digit `shift` among keys
@@ -212,6 +214,9 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
         inc += w ? sh.wsum[w - 1] : 0.f;
         const float excl = inc - s;
         const float u = u01 * sh.total;
+        if (threadIdx.x == 0) { sh.pick = 0x7fffffff; sh.last_thread = -1; }
+        __syncthreads();
+        if (s > 0.f) atomicMax(&sh.last_thread, (int)threadIdx.x);
         if (s > 0.f && excl <= u && u < inc) {
             float acc = excl;
             i32 pick = -1, last = -1;
@@ -223,7 +228,19 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
                     if (u < acc) { pick = j; break; }
                 }
             }
-            out[r] = pick >= 0 ? pick : last;
+            atomicMin(&sh.pick, pick >= 0 ? pick : last);
+        }
+        __syncthreads();
+        // rounding can leave u in no thread's [excl, inc): then the last eligible token
+        if (sh.pick == 0x7fffffff) {
+            if ((int)threadIdx.x == sh.last_thread) {
+                i32 last = j0;
+                for (i32 j = j1 - 1; j >= j0; --j)
+                    if (sm_key(bc_to_float(p[j])) >= floor_key) { last = j; break; }
+                out[r] = last;
+            }
+        } else if (threadIdx.x == 0) {
+            out[r] = sh.pick;
         }
         __syncthreads();
     }
