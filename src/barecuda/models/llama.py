@@ -7,7 +7,8 @@ The decode graph (built once, replayed unchanged for every token)::
     embedding(table, state.tok)                      -> x
     per layer:
       rmsnorm(x, attn_norm)                          -> h
-      matvec(Wqkv, h)                                -> qkv     (Q, K, V stored back to back: one weight)
+      matvec(Wqkv, h)                                -> qkv     (Q, K, V stored back to back: one weight;
+                                                                 two matvecs where V has another type, as in Q4_K_M)
       rope(q, k, pos=state.pos, layout="llama")      in place   (GGUF's permuted Q/K rows: adjacent pairs)
       kv_append(k, v, cache, pos=state.pos)
       attention_decode(q, cache, length=state.pos, len_offset=1)  -> o
@@ -176,11 +177,23 @@ class Llama:
             lay.append("output.weight")
         for i in range(c.n_layer):
             p = f"blk.{i}."
-            lay += [p + "attn_norm.weight",
-                    (p + "qkv", [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]),
+            lay += [p + "attn_norm.weight"] + [(p + key, names) for key, names in self._qkv_groups(i)] + [
                     p + "attn_output.weight", p + "ffn_norm.weight", p + "ffn_gate.weight", p + "ffn_up.weight",
                     p + "ffn_down.weight"]
         return lay
+
+    def _qkv_groups(self, i: int) -> List[Tuple[str, List[str]]]:
+        """Q, K, V stored back to back as one matrix when they share a type (one matvec);
+        a mix (llama.cpp's Q4_K_M gives attn_v more bits) splits where the type changes."""
+        names = [f"blk.{i}.attn_{x}.weight" for x in "qkv"]
+        types = [self.file.tensor(n).type for n in names]
+        groups: List[Tuple[str, List[str]]] = []
+        for x, n, t in zip("qkv", names, types):
+            if groups and self.file.tensor(groups[-1][1][-1]).type == t:
+                groups[-1] = (groups[-1][0] + x, groups[-1][1] + [n])
+            else:
+                groups.append((x, [n]))
+        return groups
 
     def _qw(self, key: str, name: str, rows: Optional[int] = None) -> Any:
         t = self.file.tensor(name)
@@ -196,6 +209,15 @@ class Llama:
         else:
             raise GGUFError(f"{self.file.path}: norm {name!r} is {t.type_name}; F32 expected")
         return b
+
+    def _qkv_parts(self, i: int) -> List[Tuple[Any, int, int]]:
+        """[(weight, first row, rows)] of layer i's Q/K/V matvecs (usually one)."""
+        parts, row = [], 0
+        for key, names in self._qkv_groups(i):
+            rows = sum(self.file.tensor(n).shape[0] for n in names)
+            parts.append((self._qw(f"blk.{i}.{key}", names[0], rows), row, rows))
+            row += rows
+        return parts
 
     def _alloc(self) -> None:
         bc, c, dt = self._bc, self.cfg, self.dtype
@@ -224,7 +246,7 @@ class Llama:
             p = f"blk.{i}."
             self.layers.append(dict(
                 attn_norm=self._norm(p + "attn_norm.weight"), ffn_norm=self._norm(p + "ffn_norm.weight"),
-                qkv=self._qw(p + "qkv", p + "attn_q.weight", self.nq + 2 * self.nkv),
+                qkv=self._qkv_parts(i),
                 wo=self._qw(p + "attn_output.weight", p + "attn_output.weight"),
                 gate=self._qw(p + "ffn_gate.weight", p + "ffn_gate.weight"),
                 up=self._qw(p + "ffn_up.weight", p + "ffn_up.weight"),
@@ -256,7 +278,7 @@ class Llama:
         for L in self.layers:
             plans += [
                 K.rmsnorm.plan(self.x, L["attn_norm"], eps, out=self.h, stream=s),
-                KM.plan_matvec(L["qkv"], self.h, out=self.qkv, stream=s),
+                *[KM.plan_matvec(w, self.h, out=self.qkv[r0:r0 + n], stream=s) for w, r0, n in L["qkv"]],
                 K.rope.plan(self.q, self.k, pos=self.pos_ref, theta=c.rope_base, layout="llama",
                             rotary_dim=c.n_rot, scaling=self.rope_scaling, out=self.q, out_k=self.k, stream=s),
                 KA.plan_kv_append(self.k, self.v, L["k_cache"], L["v_cache"], self.pos_ref, stream=s),
@@ -299,7 +321,8 @@ class Llama:
 
     @property
     def nodes_per_layer(self) -> int:
-        return 9
+        """Graph nodes of a layer: 9 when Q, K and V share a type (one QKV matvec)."""
+        return 8 + max(len(L["qkv"]) for L in self.layers)
 
     # -- running -----------------------------------------------------------------------
     def reset(self, prompt: Sequence[int]) -> None:
