@@ -285,10 +285,11 @@ def test_nvrtc_identity_change_is_a_miss(cache, monkeypatch):
 def test_library_identity_follows_the_file(tmp_path):
     lib = tmp_path / "libnvrtc.so.13"
     lib.write_bytes(b"a" * 100)
-    one = _compile_cache.library_identity(str(lib))
+    one = _compile_cache.file_identity(str(lib))
     lib.write_bytes(b"b" * 101)
-    assert _compile_cache.library_identity(str(lib)) != one
-    assert _compile_cache.library_identity(_program.nvrtc_path())        # the real one is known
+    assert _compile_cache.file_identity(str(lib)) != one
+    real = _compile_cache.library_identity(_program.nvrtc_path())        # the real one, builtins too
+    assert real.count(b"\n") == 1 and b"nvrtc-builtins" in real
 
 
 # ------------------------------------------------------------------ defect 4: entries that hang or break
