@@ -231,7 +231,7 @@ def _open_folder(create: bool, warn: bool = True):
         if warn and (path, "refused") not in _warned:
             _warned.add((path, "refused"))
             warnings.warn(f"barecuda compile cache: {exc}; the disk cache is off for this folder "
-                          "(compiles still work; see docs/security.md)", CompileCacheWarning, stacklevel=4)
+                          "(compiles still work; see docs/security.md)", CompileCacheWarning, stacklevel=3)
         raise
 
 
@@ -376,7 +376,7 @@ def library_identity(path: str) -> bytes:
     if ident is None:
         parts = []
         try:
-            parts.append(file_identity(path))
+            parts.append(file_identity(path if os.path.isabs(path) else _mapped_path(path)))
             folder = os.path.dirname(os.path.realpath(path))
             for n in sorted(os.listdir(folder)):
                 if "nvrtc-builtins" in n:
@@ -385,6 +385,20 @@ def library_identity(path: str) -> bytes:
             parts.append(f"{path}\0unknown".encode())
         ident = _lib_ids.setdefault(path, b"\n".join(parts))
     return ident
+
+
+def _mapped_path(name):
+    """The file the dynamic loader mapped for the bare library name ``name`` (Linux)."""
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            for line in fh.read().decode(errors="replace").splitlines():
+                p = line.split(None, 5)[-1] if line.count(" ") >= 5 else ""
+                b = os.path.basename(p)
+                if p.startswith("/") and (b == name or b.startswith(name + ".")):
+                    return p
+    except OSError:
+        pass
+    return name                       # (then file_identity fails: the identity says 'unknown')
 
 
 def pack_entry(record, key: bytes = b"") -> bytes:

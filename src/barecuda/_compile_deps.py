@@ -30,6 +30,8 @@ def scan(text):
     """``(includes, computed)``: the ``(quoted, name)`` pairs ``text`` includes (or
     tests with ``__has_include``), and the first include whose name is computed (bytes)
     or None."""
+    if b"include" not in text and b"import" not in text:
+        return [], None               # (the common case, without a regular expression)
     text = text.replace(b"\\\r\n", b"").replace(b"\\\n", b"")
     incs, computed = [], None
     for m in _DIRECTIVE.finditer(text):
@@ -140,6 +142,8 @@ class Deps:
 def prepare(src, name, headers, options):
     """The :class:`Deps` of a program, or None when it reads nothing from disk (no
     include anywhere, no pre-include): then the key needs nothing more."""
+    if not headers and not options and b"include" not in src and b"import" not in src:
+        return None                   # the common case, at the cost of two byte searches
     texts = []
     reason = None
     for origin, text in [(name, src)] + [(os.fsdecode(hn), hs) for hn, hs in headers]:
