@@ -49,7 +49,7 @@ _memo: dict = {}                        # in-process: key -> ObjectCode
 _memo_lock = threading.Lock()
 _stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "evictions": 0,
           "skipped": 0}
-_skip_reason = [None]                   # why the last skipped compile did not use the disk cache
+_skip_reason: list = [None]                 # why the last skipped compile did not use the disk cache
 _warned: set = set()                    # (folder, what) warned about in this process
 _DEFAULT_MAX_BYTES = 1 << 30
 
@@ -169,7 +169,8 @@ def _check_folder(fd, where):
         raise _Refused(f"{where} belongs to uid {st.st_uid}, not to this user (uid {uid})")
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o022:
-        raise _Refused(f"{where} is writable by group or others (mode {mode:04o})")
+        raise _Refused(f"{where} is writable by group or others (mode {mode:04o}; "
+                       "`chmod 700` it if only you could have written there)")
     if mode & 0o077:
         try:
             os.fchmod(fd, 0o700)  # ours and not writable by others: make it private
@@ -247,7 +248,7 @@ def _open_component(name, fd, where):
 def _not_a_folder(name, fd, where):
     try:
         if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-            return f"{where} is a symbolic link"
+            return f"{where} is a symbolic link (name the real folder in BARECUDA_CACHE_DIR)"
     except OSError:
         pass
     return f"{where} is not a folder"
@@ -434,9 +435,9 @@ def unpack_entry(data: bytes, key: Optional[bytes] = None):
         meta = json.loads(payload[4:4 + mlen].decode())
         if type(meta) is not dict:
             return None
-        klen, clen, plen = meta.get("key"), meta.get("code"), meta.get("ptx")
-        kind, arch, log, names, nv = (meta.get("kind"), meta.get("arch"), meta.get("log"),
-                                      meta.get("names"), meta.get("nvrtc"))
+        get: Any = meta.get               # (fields of any type: each is checked below)
+        klen, clen, plen = get("key"), get("code"), get("ptx")
+        kind, arch, log, names, nv = get("kind"), get("arch"), get("log"), get("names"), get("nvrtc")
         if not (_is_count(klen) and _is_count(clen) and _is_count(plen, -1)):
             return None
         if 4 + mlen + klen + clen + max(plen, 0) != len(payload):
