@@ -263,7 +263,24 @@ def test_computed_include_skips_the_disk_cache(cache, tmp_path):
     info = bc.cache_info()
     assert info["skipped"] >= 1 and "#include" in info["skip_reason"]
     (inc / "val.h").write_text("#define VAL 31338\n")
+    bc.clear_cache(disk=False)                  # (the memo cannot see that header either)
     assert b"31338" in bc.Program(src, include_paths=[str(inc)]).compile("ptx", arch=90).code
+    assert not _entries(cache) if cache.exists() else True
+
+
+def test_computed_include_keeps_the_memo_keyed_on_found_headers(cache, tmp_path):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "val.h").write_text("#define VAL 4001\n")
+    (inc / "other.h").write_text("#define OTHER 1\n")
+    src = ('#include "val.h"\n#define HDR "other.h"\n#include HDR\n'
+           'extern "C" __global__ void k(int *o) { o[0] = VAL + OTHER; }\n')
+    p = bc.Program(src, include_paths=[str(inc)])
+    a = p.compile("ptx", arch=90)
+    assert b"4002" in a.code and p.compile("ptx", arch=90) is a      # memo: no recompile per call
+    _write(inc / "val.h", "#define VAL 5001\n")                       # a header the scan found
+    assert b"5002" in p.compile("ptx", arch=90).code
+    assert not cache.exists() or not _entries(cache)
 
 
 def test_in_memory_headers_are_in_the_key(cache):

@@ -9,7 +9,8 @@ earlier in the path or removed changes the key. Headers NVRTC carries itself
 (``cuda_fp16.h``...) are not on disk; the NVRTC library's identity covers them.
 
 A name that cannot be resolved without running the preprocessor (``#include MACRO``)
-makes the compile uncacheable: :meth:`Deps.resolve` says why. Scans and hashes are
+keeps the compile off the disk cache: :meth:`Deps.resolve` says why (the in-process
+memo still keys on the headers that were found). Scans and hashes are
 remembered per file identity (inode, size, times), so a repeated compile costs one
 ``stat`` per probed path.
 """
@@ -82,10 +83,10 @@ class Deps:
         self.reason = reason
 
     def resolve(self):
-        """``(deps, None)``: a tuple of ``(absolute path, sha256)`` of every header on disk
-        the compile may read; or ``(None, reason)`` when that cannot be known."""
-        if self.reason is not None:
-            return None, self.reason
+        """``(deps, reason)``: a tuple of ``(absolute path, sha256)`` of every header on
+        disk the compile may read that can be found, and None; or, when some cannot be
+        known (a computed ``#include``), what was found and why the rest cannot be."""
+        reason = self.reason
         cwd = os.getcwd()
         dirs = [os.path.join(cwd, d) for d in self.dirs]
         found = {}
@@ -122,21 +123,22 @@ class Deps:
                         with open(p, "rb") as fh:
                             data = fh.read()
                     except OSError as exc:
-                        return None, f"cannot read the header {p}: {exc.strerror}"
+                        reason = reason or f"cannot read the header {p}: {exc.strerror}"
+                        continue
                     incs, computed = scan(data)
                     memo = (hashlib.sha256(data).digest(), incs, computed)
                     if len(_file_memo) > 4 * _MAX_FILES:
                         _file_memo.clear()
                     _file_memo[(p, ident)] = memo
                 digest, incs, computed = memo
-                if computed is not None:
-                    return None, f"{p} has a computed #include {os.fsdecode(computed)!r}"
+                if computed is not None and reason is None:
+                    reason = f"{p} has a computed #include {os.fsdecode(computed)!r}"
                 found[p] = digest
                 if len(found) > _MAX_FILES:
-                    return None, f"more than {_MAX_FILES} headers"
+                    return tuple(sorted(found.items())), f"more than {_MAX_FILES} headers"
                 folder = os.path.dirname(p)
                 work.extend((folder, q, n) for q, n in incs)
-        return tuple(sorted(found.items())), None
+        return tuple(sorted(found.items())), reason
 
 
 def prepare(src, name, headers, options):

@@ -347,14 +347,16 @@ cdef class Program:
         # the device matters when the architecture or the driver decides the output
         ordinal = (<Device>device_of(device)).ordinal if (arch is None or target == "auto") else None
         if not cache:
-            return self._compile(target, names, arch, device, False, ())
+            return self._compile(target, names, arch, device, False, (), False)
         deps = ()
+        disk = True
         if self._deps is not None:
-            # headers read from disk are part of the key: an edited one is a new compile
+            # headers read from disk are part of the key: an edited one is a new compile.
+            # Some not known (a computed #include): no disk cache, which outlives the process
             deps, why = self._deps.resolve()
-            if deps is None:
+            if why is not None:
                 _compile_cache.note_skip(f"{self.name}: {why}")
-                return self._compile(target, names, arch, device, False, ())
+                disk = False
         mkey = (target, arch, ordinal, names, deps)
         try:
             hit = self._last.get(mkey)
@@ -363,14 +365,14 @@ cdef class Program:
         if hit is not None:
             _compile_cache.note_memory_hit()
             return hit
-        oc = self._compile(target, names, arch, device, True, deps)
+        oc = self._compile(target, names, arch, device, True, deps, disk)
         try:
             self._last[mkey] = oc
         except TypeError:
             pass
         return oc
 
-    def _compile(self, str target, tuple names, arch, device, bint cache, tuple deps):
+    def _compile(self, str target, tuple names, arch, device, bint cache, tuple deps, bint disk):
         nv = nvrtc_version()
         if arch is None or target == "auto":
             drv, cc = _device_target(device)
@@ -390,7 +392,7 @@ cdef class Program:
             oc = _compile_cache.memo_get(key)
             if oc is not None:
                 return oc
-            d = cache_dir() or None
+            d = (cache_dir() or None) if disk else None
             digest = blob = None
             if d is not None:
                 # the full key: every input, the headers read from disk (path, SHA-256),
