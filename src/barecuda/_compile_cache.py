@@ -254,19 +254,6 @@ def _not_a_folder(name, fd, where):
     return f"{where} is not a folder"
 
 
-def _refusal() -> Optional[str]:
-    """Why the disk cache is off for the current folder (None: it is not refused)."""
-    try:
-        f = _open_folder(False, warn=False)
-    except _Refused as exc:
-        return str(exc)
-    except OSError:
-        return None
-    if f is not None:
-        f.__exit__()
-    return None
-
-
 # ------------------------------------------------------------------ public state
 def cache_info() -> Dict[str, Any]:
     """State of the compile cache.
