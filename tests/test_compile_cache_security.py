@@ -252,6 +252,27 @@ def test_new_header_earlier_in_the_search_path_recompiles(cache, tmp_path, monke
     assert b"22222" in bc.Program(HDR_PROG, **kw).compile("ptx", arch=90).code
 
 
+def test_header_edited_during_the_compile_is_not_cached(cache, tmp_path, monkeypatch):
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    hdr = inc / "val.h"
+    _write(hdr, "#define VAL 61001\n")
+    real = _program.nvrtc_compile
+
+    def edit_meanwhile(*a):
+        _write(hdr, "#define VAL 61002\n")            # after the key was made, before NVRTC reads it
+        return real(*a)
+    monkeypatch.setattr(_program, "nvrtc_compile", edit_meanwhile)
+    p = bc.Program(HDR_PROG, include_paths=[str(inc)])
+    assert b"61002" in p.compile("ptx", arch=90).code
+    monkeypatch.setattr(_program, "nvrtc_compile", real)
+    assert not cache.exists() or not _entries(cache)   # its key (the old header) does not match its output
+    _write(hdr, "#define VAL 61001\n")                # back: nothing was remembered under this content
+    assert b"61001" in p.compile("ptx", arch=90).code
+    bc.clear_cache(disk=False)
+    assert b"61001" in bc.Program(HDR_PROG, include_paths=[str(inc)]).compile("ptx", arch=90).code
+
+
 def test_computed_include_skips_the_disk_cache(cache, tmp_path):
     inc = tmp_path / "inc"
     inc.mkdir()

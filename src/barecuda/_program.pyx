@@ -248,7 +248,8 @@ cdef class Program:
     -----
     The architecture is chosen by :meth:`compile` (``arch=``, default: the device's).
     Compiles are cached: in-process (a repeated compile is a dictionary lookup) and
-    on disk (see :func:`cache_dir`), keyed by everything that changes the output.
+    on disk (see :func:`cache_dir`), keyed by everything that changes the output,
+    headers read from disk and the NVRTC library included (docs/nvrtc.md).
     """
 
     def __init__(self, source, *, name="program.cu", headers=None, include_paths=(), defines=None,
@@ -366,6 +367,8 @@ cdef class Program:
             _compile_cache.note_memory_hit()
             return hit
         oc = self._compile(target, names, arch, device, True, deps, disk)
+        if deps and self._deps.resolve()[0] != deps:
+            return oc                  # a header changed while NVRTC read it: remember nothing
         try:
             self._last[mkey] = oc
         except TypeError:
@@ -418,6 +421,8 @@ cdef class Program:
             popts[0] = b"-arch=compute_" + arch_opt.split("_", 1)[1].rstrip("af").encode()
             _, ptx, _, _ = nvrtc_compile(self._src, self.name.encode(), self._headers, popts, bnames, "ptx")
         oc = ObjectCode._make(code, kind, arch_opt, ptx, log, lowered, nv)
+        if cache and deps and self._deps.resolve()[0] != deps:
+            cache = False              # a header changed while NVRTC read it: the output matches no key
         if cache:
             _compile_cache.store(key, d, digest, oc, (code, kind, arch_opt, ptx, log, lowered, nv), blob)
         return oc
