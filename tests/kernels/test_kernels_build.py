@@ -110,11 +110,11 @@ def test_prebuilt_manifest_and_ptx_isa(prebuilt):
 
 
 def test_prebuilt_is_loaded_first(fake, registry):
-    k = registry.get("norms.cu", "rmsnorm_bf16_vec")
-    assert isinstance(k, bc.Kernel) and k.name == "rmsnorm_bf16_vec"
+    k = registry.get("norms.cu", "rmsnorm_bf16_v2")
+    assert isinstance(k, bc.Kernel) and k.name == "rmsnorm_bf16_v2"
     assert registry.origin("norms.cu") == "prebuilt-ptx"
-    assert registry.get("norms.cu", "rmsnorm_bf16_vec") is k           # memo
-    assert registry.get("norms.cu", "layernorm_f32_scalar").name == "layernorm_f32_scalar"
+    assert registry.get("norms.cu", "rmsnorm_bf16_v2") is k           # memo
+    assert registry.get("norms.cu", "layernorm_f32_s8").name == "layernorm_f32_s8"
     with pytest.raises(ValueError, match="no entry"):
         registry.get("norms.cu", "no_such_kernel")
 
@@ -124,14 +124,14 @@ def test_stale_prebuilt_is_not_loaded(fake, registry, monkeypatch):
     monkeypatch.setattr(registry, "digest", lambda s, d=(): "0" * 64)
     monkeypatch.setattr(_nvrtc, "nvrtc_available", lambda: False)
     with pytest.raises(bc.CompilerNotFoundError, match=r'pip install "barecuda\[nvrtc\]"'):
-        registry.get("norms.cu", "rmsnorm_bf16_vec")
+        registry.get("norms.cu", "rmsnorm_bf16_v2")
 
 
 def test_missing_nvrtc_names_the_extra(fake, registry, monkeypatch):
     registry._reset(os.path.join(os.path.dirname(registry.CSRC), "no-such-folder"))
     monkeypatch.setattr(_nvrtc, "nvrtc_available", lambda: False)
     with pytest.raises(bc.CompilerNotFoundError) as ei:
-        registry.get("softmax.cu", "softmax_f32_vec")
+        registry.get("softmax.cu", "softmax_f32_v4")
     msg = str(ei.value)
     assert 'pip install "barecuda[nvrtc]"' in msg and "softmax.cu" in msg and "sm_90" in msg
 
@@ -141,7 +141,7 @@ import json, sys
 import barecuda as bc
 from barecuda.kernels import _registry as R
 R._reset(sys.argv[1])
-k = R.get("softmax.cu", "softmax_bf16_vec")
+k = R.get("softmax.cu", "softmax_bf16_v2")
 maps = open("/proc/self/maps").read()
 print("RESULT " + json.dumps({"origin": R.origin("softmax.cu"), "nvrtc": "libnvrtc" in maps,
                               "name": k.name}))
@@ -158,7 +158,7 @@ def test_cache_hit_does_not_load_nvrtc(fake_lib_path, tmp_path):
     first = result_of(run_child(_CHILD, fake_lib_path, empty, **env))
     assert first["origin"] == "nvrtc" and first["nvrtc"]
     second = result_of(run_child(_CHILD, fake_lib_path, empty, **env))
-    assert second == {"origin": "cache", "nvrtc": False, "name": "softmax_bf16_vec"}
+    assert second == {"origin": "cache", "nvrtc": False, "name": "softmax_bf16_v2"}
 
 
 def test_prebuild_cli_help():
@@ -181,7 +181,7 @@ def test_cli_list():
     out = subprocess.run([sys.executable, "-m", "barecuda.kernels", "list"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "norms.cu" in out.stdout and "rmsnorm_bf16_vec" in out.stdout
+    assert "norms.cu" in out.stdout and "rmsnorm_bf16_v2" in out.stdout
     assert f"{len(TABLE)} specializations" in out.stdout
 
 

@@ -42,13 +42,13 @@ def to_dev(x, dtype):
     u = x.view(np.uint32).astype(np.uint64)
     bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return bc.to_device(bits).view("bfloat16"), back
+    return bc.to_device(bits).view("bfloat16", bits.shape), back
 
 
 def from_dev(b, dtype):
     if dtype == "float32":
-        return b.to_numpy().astype(np.float64)
-    u = b.view("uint16").to_numpy()
+        return b.to_numpy().reshape(tuple(b.shape)).astype(np.float64)
+    u = b.view("uint16", tuple(b.shape)).to_numpy().reshape(tuple(b.shape))
     if dtype == "float16":
         return u.view(np.float16).astype(np.float64)
     return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
@@ -103,17 +103,21 @@ def test_rmsnorm_dispatch(dbl):
     w = bc.empty(4096, "bfloat16")
     y = K.rmsnorm(x, w)
     L = dbl.last_launch()
-    assert L.name == "rmsnorm_bf16_vec" and L.grid == (5, 1, 1) and L.block == (256, 1, 1)
+    assert L.name == "rmsnorm_bf16_v2" and L.grid == (5, 1, 1) and L.block == (256, 1, 1)
     assert y.shape == (5, 4096)
     K.rmsnorm(bc.empty((3, 1001), "float32"), bc.empty(1001, "float32"))
     L = dbl.last_launch()
-    assert L.name == "rmsnorm_f32_scalar" and L.grid == (3, 1, 1) and L.block == (256, 1, 1)
+    assert L.name == "rmsnorm_f32_s8" and L.grid == (3, 1, 1) and L.block == (128, 1, 1)
+    K.rmsnorm(bc.empty((2, 64), "float32"))
+    assert dbl.last_launch().name == "rmsnorm_f32_v1" and dbl.last_launch().block == (32, 1, 1)
+    K.rmsnorm(bc.empty((2, 65536), "float16"))
+    assert dbl.last_launch().name == "rmsnorm_f16_v8" and dbl.last_launch().block == (1024, 1, 1)
     # fused residual in place
     r = bc.empty((5, 4096), "bfloat16")
     y2, h = K.rmsnorm(x, w, residual=r, residual_out=r, out=y)
     assert y2 is y and h is r
     y3, h3 = K.layernorm(x, w, w, residual=r)
-    assert h3.shape == x.shape and dbl.last_launch().name == "layernorm_bf16_vec"
+    assert h3.shape == x.shape and dbl.last_launch().name == "layernorm_bf16_v2"
 
 
 def test_norm_checks_before_launch(dbl):
@@ -144,13 +148,13 @@ def test_softmax_dispatch_and_checks(dbl):
     x = bc.empty((2, 3, 7, 9), "float16")
     K.softmax(x, scale=0.5, causal=True)
     L = dbl.last_launch()
-    assert L.name == "softmax_f16_scalar" and L.grid == (42, 1, 1)
+    assert L.name == "softmax_f16_s8" and L.grid == (42, 1, 1) and L.block == (32, 1, 1)
     # params: y, x, cols, sy, sx, scale, qlen, offset
     import struct
     cols, sy, sx, scale, qlen, off = struct.unpack_from("<i4xqqfii", L.params, 16)
     assert (cols, sy, sx, qlen, off) == (9, 9, 9, 7, 2) and scale == 0.5
     K.softmax(bc.empty((3, 4096), "float32"), out=None)
-    assert dbl.last_launch().name == "softmax_f32_vec"
+    assert dbl.last_launch().name == "softmax_f32_v4"
     with pytest.raises(ValueError, match="causal"):
         K.softmax(x, offset=3)
 
@@ -161,8 +165,8 @@ def test_rope_dispatch_and_checks(dbl):
     pos = bc.zeros(1, "int32")
     qo, ko = K.rope(q, k, pos=pos, layout="llama")
     L = dbl.last_launch()
-    assert L.name == "rope_bf16_llama" and L.block == (256, 1, 1)
-    assert L.grid[0] == -(-4 * 40 * 64 // 256)
+    assert L.name == "rope_bf16_llama" and L.block == (128, 1, 1)
+    assert L.grid == (2, 40, 1)                    # 4 tokens x 64 pairs; few tokens: one head a block row
     K.rope(q, out=q, pos=7)
     with pytest.raises(ValueError, match="layout"):
         K.rope(q, layout="gptj")

@@ -306,15 +306,13 @@ def issue_section(ctx=None):
     x = bc.zeros((1, 64), "float32", stream=s)
     w = bc.zeros(64, "float32", stream=s)
     y = bc.zeros((1, 64), "float32", stream=s)
-    k = K.get("norms.cu", "rmsnorm_f32_vec", (), 0)
-    args = (y, 0, x, 0, w, 64, 64, 0, 64, 0, 1e-6)
+    plan = K.rmsnorm.plan(x, w, out=y, stream=s)
+    k, args, tb = plan.kernel, tuple(plan.args), plan.block[0]
     pb = B.ParamBlock([struct.pack("<Q", y.ptr), bytes(8), struct.pack("<Q", x.ptr), bytes(8),
                        struct.pack("<Q", w.ptr), struct.pack("<i", 64), struct.pack("<q", 64), bytes(8),
                        struct.pack("<q", 64), bytes(8), struct.pack("<f", 1e-6)])
-    plan = K.rmsnorm.plan(x, w, out=y, stream=s)
-    tb = plan.block[0]
     ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "a": args, "tb": tb}
-    rows = [c_row(B, "raw_rms", "raw C cuLaunchKernel (rmsnorm_f32_vec, 11 args)", k.handle, 1, tb, pb, s)]
+    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 11 args)", k.handle, 1, tb, pb, s)]
     rows.append(py_row("launch_rms", "Kernel.launch(1, block, *11 args)", "k.launch(1, tb, *a, stream=s)",
                        ns, "s.synchronize()", ref="raw_rms"))
     rows.append(py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"))

@@ -190,15 +190,22 @@ def go(kernel, grid, block, args, stream, plan, shared_mem=0):
     return None
 
 
-def row_block(nch, kv, lo=32, hi=1024):
-    """Threads for a one-block-per-row kernel keeping up to ``kv`` chunks a thread:
-    enough warps to cover ``nch`` chunks (at most ``hi``; beyond, the kernel streams),
-    and at least min(256, nch) threads."""
-    t = -(-nch // kv)
-    t = (t + 31) & ~31
-    # at least min(256, nch) threads: more loads in flight a row (a 1-row decode call)
-    want = min(256, (nch + 31) & ~31)
-    return max(lo, want, min(hi, t))
+def row_kernel(vec, cols, vn, kernel_of):
+    """(kernel, block) of a one-block-per-row kernel (rowwise.cuh): the variant keeping
+    the fewest chunks a thread (v1, v2, v4, v8) with about 256 threads covering the row;
+    ``s8`` (scalar, 8 a thread) without the vector path. ``kernel_of(variant)`` gives the
+    kernel; the block is capped by what the kernel allows (its registers). Rows longer
+    than the block holds take the kernel's streaming path."""
+    if vec:
+        nch = cols // vn
+        kv = 1 if nch <= 256 else 2 if nch <= 512 else 4 if nch <= 1024 else 8
+        var = f"v{kv}"
+    else:
+        nch, kv, var = cols, 8, "s8"
+    k = kernel_of(var)
+    cap = k.max_threads_per_block & ~31
+    t = ((-(-nch // kv)) + 31) & ~31
+    return k, max(32, min(cap, t))
 
 
 def ptr_or_0(b):

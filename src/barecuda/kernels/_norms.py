@@ -11,8 +11,9 @@ from barecuda.kernels._registry import get
 
 __all__ = ["rmsnorm", "layernorm"]
 
+VARIANTS = ("v1", "v2", "v4", "v8", "s8")
 KERNELS = [("norms.cu", tuple(f"{op}_{c}_{v}" for op in ("rmsnorm", "layernorm")
-                              for c in ("f32", "f16", "bf16") for v in ("vec", "scalar")), ())]
+                              for c in ("f32", "f16", "bf16") for v in VARIANTS), ())]
 
 
 def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
@@ -66,10 +67,8 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
     eps = A.scalar_f32(eps, "eps")
     isz = bx.itemsize
     vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy), (br, sr), (bh, sh), (bw, 0), (bb, 0)))
-    vn = 16 // isz if vec else 1
-    block = A.row_block(cols // vn, 32 // vn)
     op = "layernorm" if ln else "rmsnorm"
-    k = get("norms.cu", f"{op}_{code}_{'vec' if vec else 'scalar'}", (), dev)
+    k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("norms.cu", f"{op}_{code}_{v}", (), dev))
     P = A.ptr_or_0
     if ln:
         args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, eps)

@@ -12,7 +12,7 @@ from barecuda.kernels._registry import get
 __all__ = ["rope"]
 
 KERNELS = [("rope.cu", tuple(f"rope_{c}_{lay}" for c in ("f32", "f16", "bf16") for lay in ("llama", "neox")), ())]
-_BLOCK = 256
+_BLOCK = 128
 
 
 def _geom(b, name):
@@ -112,9 +112,12 @@ def _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, 
     args = (bqo, bq, sqot, sqoh, sqt, sqh, hq,
             P(bko), P(bk), skot, skoh, skt, skh, hk,
             n, max(seqlen, 1), D, rot, P(bposs), P(bpos), pos0, theta, *l3)
-    W = rot // 2 + ((D - rot) if (bqo is not bq or (bk is not None and bko is not bk)) else 0)
-    total = n * (hq + hk) * W
-    grid = min(-(-total // _BLOCK), 65535 * 8) if total else 0
+    total = n * (rot // 2)                  # one thread a (token, rotated pair), looping over the heads
+    if not total or not (hq + hk):
+        return kern, 0, args, (bqo if bk is None else (bqo, bko))
+    gx = min(-(-total // _BLOCK), 1 << 20)
+    gy = max(1, min(hq + hk, -(-16384 // total), 65535))      # split the heads when there are few tokens
+    grid = (gx, gy)
     return kern, grid, args, (bqo if bk is None else (bqo, bko))
 
 

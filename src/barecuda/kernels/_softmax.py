@@ -7,7 +7,8 @@ from barecuda.kernels._registry import get
 
 __all__ = ["softmax"]
 
-KERNELS = [("softmax.cu", tuple(f"softmax_{c}_{v}" for c in ("f32", "f16", "bf16") for v in ("vec", "scalar")), ())]
+KERNELS = [("softmax.cu", tuple(f"softmax_{c}_{v}" for c in ("f32", "f16", "bf16")
+                                for v in ("v1", "v2", "v4", "v8", "s8")), ())]
 
 
 def _prep(x, scale, causal, offset, out, stream):
@@ -36,9 +37,8 @@ def _prep(x, scale, causal, offset, out, stream):
         sy = cols
     isz = bx.itemsize
     vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy)))
-    vn = 16 // isz if vec else 1
-    block = A.row_block(cols // vn, 32 // vn)
-    k = get("softmax.cu", f"softmax_{code}_{'vec' if vec else 'scalar'}", (), int(bx.device))
+    dev = int(bx.device)
+    k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("softmax.cu", f"softmax_{code}_{v}", (), dev))
     return k, n, block, (by, bx, cols, sy, sx, scale, qlen, off), by
 
 

@@ -158,6 +158,26 @@ BC_DEV float bc_block_max(float v) {
     return bc_warp_max(v);
 }
 
+// two sums in one block reduction (one barrier pair instead of two)
+BC_DEV float2 bc_warp_sum2(float2 v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v.x += __shfl_xor_sync(BC_FULL_MASK, v.x, o);
+        v.y += __shfl_xor_sync(BC_FULL_MASK, v.y, o);
+    }
+    return v;
+}
+BC_DEV float2 bc_block_sum2(float2 v) {
+    __shared__ float2 sh2[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = bc_warp_sum2(v);
+    __syncthreads();
+    if (lane == 0) sh2[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh2[lane] : make_float2(0.f, 0.f);
+    return bc_warp_sum2(v);
+}
+
 // ------------------------------------------------------------------ math
 BC_DEV float bc_exp(float x) {                 // e^x through ex2.approx (rel. error ~2 ulp)
     return exp2f(x * 1.4426950408889634f);

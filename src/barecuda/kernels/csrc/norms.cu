@@ -5,16 +5,16 @@
 //   layernorm: y = (h - mean(h)) / sqrt(var(h) + eps) * w + b     (w, b optional: null)
 //
 // fp32 math throughout; one block per row (rowwise.cuh). Entries:
-//   {rmsnorm,layernorm}_{f32,f16,bf16}_{vec,scalar}
-// `vec` needs cols % (16/sizeof(T)) == 0 and every pointer and row stride 16-byte aligned
-// (the host checks and picks the variant).
+//   {rmsnorm,layernorm}_{f32,f16,bf16}_{v1,v2,v4,v8,s8}
+// vK: 16-byte vectors, K of them kept a thread; needs cols % (16/sizeof(T)) == 0 and every
+// pointer and row stride 16-byte aligned. s8: scalar, 8 elements kept a thread. The host
+// checks and picks the variant.
 #include "rowwise.cuh"
 
-template <typename T, int VN, bool LN>
+template <typename T, int VN, int KV, bool LN>
 __device__ void norm_row(T* __restrict__ y, T* hout, const T* x, const T* r,
                          const T* __restrict__ w, const T* __restrict__ b,
                          i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {
-    constexpr int KV = BcRowKV<VN>::KV;
     const i64 row = blockIdx.x;
     const int nch = cols / VN;
     const int bd = blockDim.x, tid = threadIdx.x;
@@ -26,7 +26,10 @@ __device__ void norm_row(T* __restrict__ y, T* hout, const T* x, const T* r,
     float mean = 0.f, rstd;
     if (nch <= KV * bd) {
         float v[KV * VN];
-        float s = 0.f;
+        float s = 0.f, s2 = 0.f;
+        // layernorm: sums of (h - h[0]) and its square in one reduction; the shift by the
+        // row's first value keeps E[d^2] - E[d]^2 accurate when |mean| >> std
+        const float shift = LN ? bc_load(x) + (r ? bc_load(r) : 0.f) : 0.f;
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
             const int c = tid + k * bd;
@@ -40,23 +43,20 @@ __device__ void norm_row(T* __restrict__ y, T* hout, const T* x, const T* r,
                     if (hout) BcChunk<T, VN>::store(hout, c, v + k * VN);
                 }
 #pragma unroll
-                for (int i = 0; i < VN; ++i) s += LN ? v[k * VN + i] : v[k * VN + i] * v[k * VN + i];
+                for (int i = 0; i < VN; ++i) {
+                    const float d = v[k * VN + i] - shift;
+                    s += d;
+                    s2 += d * d;
+                }
             }
         }
-        s = bc_block_sum(s);
         if (LN) {
-            mean = s * inv_n;
-            float q = 0.f;
-#pragma unroll
-            for (int k = 0; k < KV; ++k)
-                if (tid + k * bd < nch) {
-#pragma unroll
-                    for (int i = 0; i < VN; ++i) { const float d = v[k * VN + i] - mean; q += d * d; }
-                }
-            q = bc_block_sum(q);
-            rstd = rsqrtf(q * inv_n + eps);
+            const float2 t = bc_block_sum2(make_float2(s, s2));
+            const float dm = t.x * inv_n;
+            mean = shift + dm;
+            rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
         } else {
-            rstd = rsqrtf(s * inv_n + eps);
+            rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
         }
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
@@ -128,18 +128,16 @@ __device__ void norm_row(T* __restrict__ y, T* hout, const T* x, const T* r,
     }
 }
 
-#define NORM_ENTRIES(code, T)                                                                        \
-    extern "C" __global__ void rmsnorm_##code##_vec(T* y, T* hout, const T* x, const T* r, const T* w, \
-            i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                                     \
-        norm_row<T, 16 / sizeof(T), false>(y, hout, x, r, w, nullptr, cols, sy, sh, sx, sr, eps); }      \
-    extern "C" __global__ void rmsnorm_##code##_scalar(T* y, T* hout, const T* x, const T* r, const T* w, \
-            i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                                     \
-        norm_row<T, 1, false>(y, hout, x, r, w, nullptr, cols, sy, sh, sx, sr, eps); }                  \
-    extern "C" __global__ void layernorm_##code##_vec(T* y, T* hout, const T* x, const T* r, const T* w, \
-            const T* b, i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                         \
-        norm_row<T, 16 / sizeof(T), true>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps); }             \
-    extern "C" __global__ void layernorm_##code##_scalar(T* y, T* hout, const T* x, const T* r,        \
-            const T* w, const T* b, i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {             \
-        norm_row<T, 1, true>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps); }
+#define NORM_ENTRY(code, T, var, VN, KV)                                                              \
+    extern "C" __global__ void rmsnorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w,   \
+            i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                                         \
+        norm_row<T, VN, KV, false>(y, hout, x, r, w, nullptr, cols, sy, sh, sx, sr, eps); }                  \
+    extern "C" __global__ void layernorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w, \
+            const T* b, i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                             \
+        norm_row<T, VN, KV, true>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps); }
+#define NORM_ENTRIES(code, T)                                                                             \
+    NORM_ENTRY(code, T, v1, 16 / sizeof(T), 1) NORM_ENTRY(code, T, v2, 16 / sizeof(T), 2)                 \
+    NORM_ENTRY(code, T, v4, 16 / sizeof(T), 4) NORM_ENTRY(code, T, v8, 16 / sizeof(T), 8)                 \
+    NORM_ENTRY(code, T, s8, 1, 8)
 
 BC_FOR_FLOATS(NORM_ENTRIES)

@@ -38,42 +38,45 @@ BC_DEV float rope_inv_freq(int i, int rot, float theta, float l3_factor, float l
     return (float)inv;
 }
 
+// One thread a (token, pair j < rot/2) and head group: cos/sin once, then the heads
+// blockIdx.y, blockIdx.y + gridDim.y, ... of q then k (grid.y splits the heads when there
+// are few tokens: decode); the same thread copies the unrotated tail (dims rot + j,
+// rot + j + rot/2, ...) when y != x.
 template <typename T, bool NEOX>
 __device__ void rope_impl(RopeT q, RopeT k, i64 ntok, i32 seqlen, i32 D, i32 rot, const i32* positions,
                           const i32* pos_ptr, i32 pos0, float theta,
                           float l3_factor, float l3_low, float l3_high, float l3_orig) {
     const int half = rot >> 1;
-    const int W = half + ((q.y != q.x || k.y != k.x) ? (D - rot) : 0);   // work items per head
-    const int HT = q.heads + k.heads;
-    const i64 total = ntok * HT * W;
+    const i64 total = ntok * half;
     const int base = positions ? 0 : (pos_ptr ? *pos_ptr : pos0);
     __shared__ float inv_tab[ROPE_MAX_HALF];
     for (int i = threadIdx.x; i < half; i += blockDim.x)
         inv_tab[i] = rope_inv_freq(i, rot, theta, l3_factor, l3_low, l3_high, l3_orig);
     __syncthreads();
+    const bool small = total < 0x7fffffffLL;
     for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < total; g += (i64)gridDim.x * blockDim.x) {
-        const int j = (int)(g % W);
-        const i64 nh = g / W;
-        int h = (int)(nh % HT);
-        const i64 n = nh / HT;
-        const bool isq = h < q.heads;
-        if (!isq) h -= q.heads;
-        const RopeT& t = isq ? q : k;
-        const T* x = (const T*)t.x + n * t.sxn + (i64)h * t.sxh;
-        T* y = (T*)t.y + n * t.syn + (i64)h * t.syh;
-        if (j < half) {
-            const int tpos = (int)(n % seqlen);
-            const int pos = positions ? positions[tpos] : base + tpos;
-            const float ang = __fmul_rn((float)pos, inv_tab[j]);
-            float s, c;
-            sincosf(ang, &s, &c);
-            const int i0 = NEOX ? j : 2 * j, i1 = NEOX ? j + half : 2 * j + 1;
+        i64 n;
+        int j;
+        if (small) { const u32 n32 = (u32)g / (u32)half; n = n32; j = (int)((u32)g - n32 * (u32)half); }
+        else { n = g / half; j = (int)(g - n * half); }
+        const int tpos = (int)(n % seqlen);
+        const int pos = positions ? positions[tpos] : base + tpos;
+        float s, c;
+        sincosf(__fmul_rn((float)pos, inv_tab[j]), &s, &c);
+        const int i0 = NEOX ? j : 2 * j, i1 = NEOX ? j + half : 2 * j + 1;
+        const int HT = q.heads + k.heads;
+#pragma unroll 4
+        for (int hh = blockIdx.y; hh < HT; hh += gridDim.y) {
+            const bool isq = hh < q.heads;
+            const RopeT& R = isq ? q : k;
+            const int h = isq ? hh : hh - q.heads;
+            const T* x = (const T*)R.x + n * R.sxn + (i64)h * R.sxh;
+            T* y = (T*)R.y + n * R.syn + (i64)h * R.syh;
             const float a = bc_load(x + i0), b = bc_load(x + i1);
             bc_store(y + i0, a * c - b * s);
             bc_store(y + i1, b * c + a * s);
-        } else {
-            const int i = rot + (j - half);
-            if (y != x) y[i] = x[i];
+            if (y != x && rot < D)
+                for (int i = rot + j; i < D; i += half) y[i] = x[i];
         }
     }
 }

@@ -2,14 +2,12 @@
 //
 // A row of `cols` elements is cut into chunks of VN elements (VN = 16/sizeof(T) for the
 // 16-byte vector path, 1 for the scalar path). Thread t owns chunks t, t+blockDim, ...,
-// up to KV of them, kept as floats in registers: the row is read from memory once. The
-// host picks blockDim so that chunks <= KV * blockDim ("cached"); longer rows take the
-// streaming path, which reads the row again (from L1/L2) instead.
+// up to KV of them (a template parameter: 1, 2, 4, 8), kept as floats in registers: the
+// row is read from memory once. The host picks KV and blockDim so that chunks <= KV *
+// blockDim ("cached") with about 256 threads a row and few registers; longer rows take
+// the streaming path, which reads the row again (from L1/L2) instead.
 #pragma once
 #include "common.cuh"
-
-// KV: chunks kept per thread, so that KV * VN == 32 floats in registers
-template <int VN> struct BcRowKV { static constexpr int KV = VN >= 32 ? 1 : 32 / VN; };
 
 template <typename T, int VN> struct BcChunk;
 template <typename T> struct BcChunk<T, 1> {

@@ -22,6 +22,43 @@ BC_DEV u32 sm_key(float f) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// f(j, value) for every element of a row, this thread's share (j = tid, tid + blockDim,
+// ... in 16-byte vectors when the row allows): loads are wide and several are in flight
+template <typename T, typename F>
+BC_DEV void sm_row(const T* p, i32 V, F&& f) {
+    constexpr int N = BcVec<T>::N;
+    i32 done = 0;
+    if (bc_aligned16(p)) {
+        const i32 nv = V / N;
+#pragma unroll 4
+        for (i32 c = threadIdx.x; c < nv; c += blockDim.x) {
+            float v[N];
+            bc_vunpack(bc_vload(p + (i64)c * N), v);
+#pragma unroll
+            for (int i = 0; i < N; ++i) f(c * N + i, v[i]);
+        }
+        done = nv * N;
+    }
+#pragma unroll 4
+    for (i32 j = done + threadIdx.x; j < V; j += blockDim.x) f(j, bc_to_float(p[j]));
+}
+
+// f(j, value) for j in [j0, j1) in order (j0 a multiple of 16/sizeof(T)): one thread's chunk
+template <typename T, typename F>
+BC_DEV void sm_chunk(const T* p, i32 j0, i32 j1, F&& f) {
+    constexpr int N = BcVec<T>::N;
+    i32 j = j0;
+    if (bc_aligned16(p)) {
+        for (; j + N <= j1; j += N) {
+            float v[N];
+            bc_vunpack(bc_vload(p + j), v);
+#pragma unroll
+            for (int i = 0; i < N; ++i) f(j + i, v[i]);
+        }
+    }
+    for (; j < j1; ++j) f(j, bc_to_float(p[j]));
+}
+
 // ------------------------------------------------------------------ argmax
 template <typename T>
 __device__ void argmax_impl(i32* out, const T* x, i64 rows, i32 cols, i64 stride) {
@@ -31,10 +68,8 @@ __device__ void argmax_impl(i32* out, const T* x, i64 rows, i32 cols, i64 stride
         const T* p = x + r * stride;
         float bv = bc_neg_inf();
         i32 bi = 0x7fffffff;
-        for (i32 j = threadIdx.x; j < cols; j += blockDim.x) {
-            const float v = bc_to_float(p[j]);
-            if (v > bv || (bi == 0x7fffffff && v == v)) { bv = v; bi = j; }   // strided: first seen is the lowest index
-        }
+        // a thread sees its indices in increasing order: the first of equal values is kept
+        sm_row(p, cols, [&](i32 j, float v) { if (v > bv || (bi == 0x7fffffff && v == v)) { bv = v; bi = j; } });
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float ov = __shfl_xor_sync(BC_FULL_MASK, bv, o);
@@ -85,36 +120,20 @@ struct SmShared {
 };
 
 // one pass of the radix select: histogram (count and mass) of digit `shift` among keys
-// with (key & mask) == prefix and key >= floor_key; warp-aggregated shared atomics.
+// with (key & mask) == prefix and key >= floor_key; shared atomics.
 template <typename T>
 __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, int shift, u32 floor_key,
                         float m, float inv_t) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) { sh.cnt[i] = 0; sh.mass[i] = 0.f; }
     __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const i32 Vr = (V + 31) & ~31;
-    for (i32 j = threadIdx.x; j < Vr; j += blockDim.x) {
-        int d = -1;
-        float e = 0.f;
-        if (j < V) {
-            const float l = bc_to_float(p[j]);
-            const u32 k = sm_key(l);
-            if ((k & mask) == prefix && k >= floor_key && k != 0u) {
-                d = (int)((k >> shift) & 255u);
-                e = bc_exp((l - m) * inv_t);
-            }
+    sm_row(p, V, [&](i32 j, float l) {
+        const u32 k = sm_key(l);
+        if ((k & mask) == prefix && k >= floor_key && k != 0u) {
+            const int d = (int)((k >> shift) & 255u);
+            atomicAdd(&sh.cnt[d], 1u);
+            atomicAdd(&sh.mass[d], bc_exp((l - m) * inv_t));
         }
-        u32 todo = __ballot_sync(BC_FULL_MASK, d >= 0);
-        while (todo) {
-            const int src = __ffs(todo) - 1;
-            const int g = __shfl_sync(BC_FULL_MASK, d, src);
-            const bool mine = d == g;
-            const u32 mm = __ballot_sync(BC_FULL_MASK, mine);
-            const float s = bc_warp_sum(mine ? e : 0.f);
-            if (lane == src) { atomicAdd(&sh.cnt[g], __popc(mm)); atomicAdd(&sh.mass[g], s); }
-            todo &= ~mm;
-        }
-    }
+    });
     __syncthreads();
 }
 
@@ -168,7 +187,7 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
         const T* p = logits + r * stride;
         // 1. the maximum
         float m = bc_neg_inf();
-        for (i32 j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, bc_to_float(p[j]));
+        sm_row(p, V, [&](i32, float l) { m = fmaxf(m, l); });
         m = bc_block_max(m);
         if (!(m > bc_neg_inf())) { if (threadIdx.x == 0) out[r] = 0; continue; }
         // 2. top-k threshold
@@ -177,10 +196,7 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
         // 3. top-p threshold among what is left
         if (top_p < 1.f) {
             float z = 0.f;
-            for (i32 j = threadIdx.x; j < V; j += blockDim.x) {
-                const float l = bc_to_float(p[j]);
-                if (sm_key(l) >= floor_key) z += bc_exp((l - m) * inv_t);
-            }
+            sm_row(p, V, [&](i32, float l) { if (sm_key(l) >= floor_key) z += bc_exp((l - m) * inv_t); });
             z = bc_block_sum(z);
             floor_key = sm_select<T, true>(sh, p, V, floor_key, top_p * z, m, inv_t);
         }
@@ -188,13 +204,11 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
         const uint4 rnd = philox4x32_10(make_uint4((u32)off, (u32)(off >> 32), (u32)r, (u32)(r >> 32)),
                                         (u32)seed, (u32)(seed >> 32));
         const float u01 = (float)(rnd.x >> 8) * (1.f / 16777216.f);
-        const i32 chunk = (V + blockDim.x - 1) / blockDim.x;
-        const i32 j0 = threadIdx.x * chunk, j1 = min(V, j0 + chunk);
+        constexpr int NV = BcVec<T>::N;
+        const i32 chunk = ((V + blockDim.x - 1) / blockDim.x + NV - 1) / NV * NV;   // whole vectors a thread
+        const i32 j0 = min(V, (i32)threadIdx.x * chunk), j1 = min(V, j0 + chunk);
         float s = 0.f;
-        for (i32 j = j0; j < j1; ++j) {
-            const float l = bc_to_float(p[j]);
-            if (sm_key(l) >= floor_key) s += bc_exp((l - m) * inv_t);
-        }
+        sm_chunk(p, j0, j1, [&](i32, float l) { if (sm_key(l) >= floor_key) s += bc_exp((l - m) * inv_t); });
         // inclusive scan of s over the block
         const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
         float inc = s;
@@ -220,14 +234,13 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
         if (s > 0.f && excl <= u && u < inc) {
             float acc = excl;
             i32 pick = -1, last = -1;
-            for (i32 j = j0; j < j1; ++j) {
-                const float l = bc_to_float(p[j]);
-                if (sm_key(l) >= floor_key) {
+            sm_chunk(p, j0, j1, [&](i32 j, float l) {
+                if (pick < 0 && sm_key(l) >= floor_key) {
                     acc += bc_exp((l - m) * inv_t);
                     last = j;
-                    if (u < acc) { pick = j; break; }
+                    if (u < acc) pick = j;
                 }
-            }
+            });
             atomicMin(&sh.pick, pick >= 0 ? pick : last);
         }
         __syncthreads();

@@ -4,13 +4,42 @@
 //   causal (qlen > 0): row r is query q = r % qlen; columns j > q + offset are masked
 //   (offset = keys - queries for a query block at the end of the keys); masked -> 0.
 // A row with every column masked is written as zeros. fp32 math; one block per row
-// (rowwise.cuh). Entries: softmax_{f32,f16,bf16}_{vec,scalar}.
+// (rowwise.cuh). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8} (as norms.cu).
 #include "rowwise.cuh"
 
-template <typename T, int VN>
+// merge (max, sum of exp(. - max)) pairs: the block's max and the sum rescaled to it
+BC_DEV float2 softmax_merge(float2 a, float2 b) {
+    const float NEG = bc_neg_inf();
+    const float M = fmaxf(a.x, b.x);
+    if (M == NEG) return make_float2(NEG, 0.f);
+    return make_float2(M, a.y * bc_exp(a.x - M) + b.y * bc_exp(b.x - M));
+}
+BC_DEV float2 softmax_warp_merge(float2 v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float2 w;
+        w.x = __shfl_xor_sync(BC_FULL_MASK, v.x, o);
+        w.y = __shfl_xor_sync(BC_FULL_MASK, v.y, o);
+        v = softmax_merge(v, w);
+    }
+    return v;
+}
+BC_DEV float2 softmax_block_merge(float m, float s) {
+    __shared__ float2 sh[32];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    // a thread's s is relative to max(m, 0-if-masked): express it relative to m exactly
+    float2 v = make_float2(m, m == bc_neg_inf() ? 0.f : s);
+    v = softmax_warp_merge(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : make_float2(bc_neg_inf(), 0.f);
+    return softmax_warp_merge(v);
+}
+
+template <typename T, int VN, int KV>
 __device__ void softmax_row(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
                             float scale, i32 qlen, i32 offset) {
-    constexpr int KV = BcRowKV<VN>::KV;
     const i64 row = blockIdx.x;
     const int nch = cols / VN;
     const int bd = blockDim.x, tid = threadIdx.x;
@@ -24,6 +53,8 @@ __device__ void softmax_row(T* __restrict__ y, const T* __restrict__ x, i32 cols
     }
     const float NEG = bc_neg_inf();
     if (nch <= KV * bd) {
+        // this thread's max and sum of exp(v - max) in registers, then ONE block reduction
+        // of (max, sum) pairs: sum_total = sum_t s_t * exp(m_t - M)
         float v[KV * VN];
         float m = NEG;
 #pragma unroll
@@ -39,23 +70,23 @@ __device__ void softmax_row(T* __restrict__ y, const T* __restrict__ x, i32 cols
                 }
             }
         }
-        m = bc_block_max(m);
-        const float ms = m == NEG ? 0.f : m;
         float s = 0.f;
+        const float mloc = m == NEG ? 0.f : m;
 #pragma unroll
         for (int k = 0; k < KV; ++k)
             if (tid + k * bd < nch) {
 #pragma unroll
-                for (int i = 0; i < VN; ++i) { const float e = bc_exp(v[k * VN + i] - ms); v[k * VN + i] = e; s += e; }
+                for (int i = 0; i < VN; ++i) s += bc_exp(v[k * VN + i] - mloc);
             }
-        s = bc_block_sum(s);
-        const float inv = s > 0.f ? 1.f / s : 0.f;
+        const float2 ms = softmax_block_merge(m, s);
+        const float M = ms.x == NEG ? 0.f : ms.x;
+        const float inv = ms.y > 0.f ? 1.f / ms.y : 0.f;
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
             const int c = tid + k * bd;
             if (c < nch) {
 #pragma unroll
-                for (int i = 0; i < VN; ++i) v[k * VN + i] *= inv;
+                for (int i = 0; i < VN; ++i) v[k * VN + i] = bc_exp(v[k * VN + i] - M) * inv;
                 BcChunk<T, VN>::store(y, c, v + k * VN);
             }
         }
@@ -87,12 +118,13 @@ __device__ void softmax_row(T* __restrict__ y, const T* __restrict__ x, i32 cols
     }
 }
 
-#define SOFTMAX_ENTRIES(code, T)                                                                     \
-    extern "C" __global__ void softmax_##code##_vec(T* y, const T* x, i32 cols, i64 sy, i64 sx,      \
-                                                    float scale, i32 qlen, i32 offset) {             \
-        softmax_row<T, 16 / sizeof(T)>(y, x, cols, sy, sx, scale, qlen, offset); }                  \
-    extern "C" __global__ void softmax_##code##_scalar(T* y, const T* x, i32 cols, i64 sy, i64 sx,   \
-                                                       float scale, i32 qlen, i32 offset) {          \
-        softmax_row<T, 1>(y, x, cols, sy, sx, scale, qlen, offset); }
+#define SOFTMAX_ENTRY(code, T, var, VN, KV)                                                        \
+    extern "C" __global__ void softmax_##code##_##var(T* y, const T* x, i32 cols, i64 sy, i64 sx,    \
+                                                      float scale, i32 qlen, i32 offset) {           \
+        softmax_row<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset); }
+#define SOFTMAX_ENTRIES(code, T)                                                                      \
+    SOFTMAX_ENTRY(code, T, v1, 16 / sizeof(T), 1) SOFTMAX_ENTRY(code, T, v2, 16 / sizeof(T), 2)       \
+    SOFTMAX_ENTRY(code, T, v4, 16 / sizeof(T), 4) SOFTMAX_ENTRY(code, T, v8, 16 / sizeof(T), 8)       \
+    SOFTMAX_ENTRY(code, T, s8, 1, 8)
 
 BC_FOR_FLOATS(SOFTMAX_ENTRIES)
