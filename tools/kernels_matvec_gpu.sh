@@ -19,6 +19,8 @@ for s, n, d in _registry.table():
         print(repr((s, n[0], d)))
 for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
     print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', 1), ('MV_R', r), ('MV_U', u)))))
+for w in (12, 14, 8):
+    print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', w), ('MVQ_R', 2)))))
 " > "$OUT/warm_jobs.txt"
 seq 0 $(( $(wc -l < "$OUT/warm_jobs.txt") - 1 )) | timeout 150 xargs -P 16 -I{} python3 -c "
 import ast, sys
@@ -26,13 +28,13 @@ job = ast.literal_eval(open(sys.argv[1]).read().splitlines()[int(sys.argv[2])])
 ${WARM_CALL:-from barecuda.kernels import _registry; _registry.get(*job)}
 print('warm', job)" "$OUT/warm_jobs.txt" {} > "$OUT/warm.log" 2>&1
 stamp "warmed ($(grep -c warm "$OUT/warm.log") modules)"; tail -3 "$OUT/warm.log"
-timeout 120 python3 -m barecuda.bench.kernels_matvec_rows ${SWEEP---sweep} > "$OUT/bench.log" 2>&1
+timeout 150 python3 -m barecuda.bench.kernels_matvec_rows ${SWEEP---sweep} > "$OUT/bench.log" 2>&1
 stamp "bench rc=$?"; cat "$OUT/bench.log"
-timeout 140 python3 -m pytest tests/kernels/test_matvec.py tests/kernels/test_dequant.py --gpu -q -p no:cacheprovider \
+timeout 130 python3 -m pytest tests/kernels/test_matvec.py tests/kernels/test_dequant.py --gpu -q -p no:cacheprovider \
     > "$OUT/tests.log" 2>&1
 stamp "tests rc=$?"; grep -E "passed|failed|error" "$OUT/tests.log" | tail -3; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -20; grep -E "^E " "$OUT/tests.log" | head -25
 if [ -n "${MEMCHECK-1}" ]; then
-  timeout 60 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest --gpu -q -p no:cacheprovider \
+  timeout 50 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest --gpu -q -p no:cacheprovider \
       tests/kernels/test_dequant.py::test_dequantize_tail_chunk_and_offsets \
       "tests/kernels/test_matvec.py::test_matvec_quant_matches_gguf[q6_k-float16]" \
       "tests/kernels/test_matvec.py::test_matvec_quant_matches_gguf[q4_0-bfloat16]" \

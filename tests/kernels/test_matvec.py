@@ -275,3 +275,38 @@ def test_matvec_matches_torch():
         ref_t = torch.matmul(x, w.T).double().cpu().numpy()
         err = np.abs(got - want).max()
         assert err <= np.abs(ref_t - want).max() * 2 + 1e-2, (n, k, err)
+
+
+@gpu
+@pytest.mark.parametrize("r,u", [(1, 2), (1, 8), (2, 2), (2, 4), (4, 2)])
+def test_matvec_dense_tuning_variants(r, u):
+    """The dense kernel built with other tuning defines (rows per warp MV_R, loads in flight
+    MV_U: the bench's sweep) gives the same results: partial row groups, K tails."""
+    rng = np.random.default_rng()
+    for n, k, vec in ((37, 1000, 1), (4, 4096, 1), (9, 13, 0)):
+        wd, w = to_dev(rng.standard_normal((n, k)), "float16")
+        xd, x = to_dev(rng.standard_normal((1, k)), "float16")
+        y = bc.empty((1, n), "float16")
+        kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", 1), ("MV_R", r), ("MV_U", u)))
+        kern.launch(-(-n // (4 * r)), 128, wd, 0, xd, y, 0, n, k, 1, vec)
+        check(from_dev(y, "float16").reshape(1, n), x @ w.T, np.abs(x) @ np.abs(w).T, "float16", (r, u, n, k))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k", "q8_0", "q4_0"])
+def test_matvec_quant_two_rows_per_warp(fmt):
+    """MVQ_R=2 (the bench's quantized sweep): odd N leaves a warp with one row; batch 3 on
+    the b4 entry; residual epilogue."""
+    rng = np.random.default_rng()
+    _, t, qk, _ = D.format_info(fmt)
+    for n, k, nb in ((37, qk * 9, 1), (5, qk * 3, 3), (130, 4096, 4)):
+        raw = random_blocks(rng, fmt, n * k)
+        w = reference(raw, fmt, (n, k))
+        qb = bc.to_device(raw)
+        xd, x = to_dev(rng.standard_normal((nb, k)), "float16")
+        rd, r = to_dev(rng.standard_normal((nb, n)), "float16")
+        y = bc.empty((nb, n), "float16")
+        bucket = 1 if nb == 1 else 4
+        kern = _registry.get("matvec.cu", f"matvec_f16_b{bucket}_res", (("WFMT", t), ("MVQ_R", 2)))
+        kern.launch(-(-n // 8), 128, qb, 0, xd, y, rd, n, k, nb, 0)
+        check(from_dev(y, "float16").reshape(nb, n), x @ w.T + r, np.abs(x) @ np.abs(w).T + np.abs(r), "float16", (fmt, n, k, nb))

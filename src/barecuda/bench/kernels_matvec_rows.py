@@ -192,9 +192,40 @@ def sweep_rows(bc, s, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), varia
             grid = -(-n // (4 * r))
             plans = [kern.bind(grid, 128, w, 0, x, y, 0, n, k, 1, 1, stream=s) for w in ws]
             us = _time_plans(bc, s, plans)
-            out.append((f"sweep f16 {n}x{k} R{r} U{u}", us, wbytes, None))
+            out.append((f"sweep f16 {n}x{k} R{r} U{u}{_occ(kern)}", us, wbytes, None))
         del ws
     return out
+
+
+def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shapes=((14336, 4096), (4096, 14336)), rs=(1, 2)):
+    """Quantized f16-x batch-1 matvec with MVQ_R rows per warp."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _registry
+    out = []
+    for fmt in fmts:
+        _, t, qk, bb = D.format_info(fmt)
+        for n, k in shapes:
+            wbytes = n * k // qk * bb
+            bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+            for b in bufs:
+                b.memset(0x1c, stream=s)
+            x = bc.empty((1, k), "float16", stream=s)
+            x.memset(0x1c, stream=s)
+            y = bc.empty((1, n), "float16", stream=s)
+            for r in rs:
+                kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", t), ("MVQ_R", r)) if r != 1 else (("WFMT", t),))
+                plans = [kern.bind(-(-n // (4 * r)), 128, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
+                us = _time_plans(bc, s, plans)
+                out.append((f"sweep {fmt} {n}x{k} MVQ_R{r}{_occ(kern)}", us, wbytes, None))
+            del bufs
+    return out
+
+
+def _occ(kern):
+    try:
+        return f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(128)} blk/SM]"
+    except Exception:   # noqa: BLE001
+        return ""
 
 
 def _torch():
@@ -226,6 +257,7 @@ def matvec_section(ctx=None, sweep=False, progress=False):
               lambda: quant_rows(bc, s, fmts=("q4_k",), shapes=[(14336, 4096)], batches=(4, 8))]
     if sweep:
         groups.insert(1, lambda: sweep_rows(bc, s))
+        groups.insert(3, lambda: qsweep_rows(bc, s))
     for make in groups:
         got = make()
         rows += got

@@ -15,6 +15,7 @@ __all__ = ["matvec", "plan_matvec", "matvec_silu_mul", "plan_matvec_silu_mul"]
 _WARPS = 4            # MV_WARPS in matvec.cu
 _BUCKETS = (1, 2, 4, 8)
 _DEFAULTS = ()        # dense tuning defines (MV_R, MV_U); the source's defaults when empty
+_QDEFAULTS = ()       # quantized tuning defines (MVQ_R); likewise
 _EPI = {None: "", "res": "_res", "glu": "_glu"}
 _CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # str(dtype) -> entry suffix
 
@@ -74,8 +75,8 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         if xb.ptr % 16:
             raise ValueError(f"x: address 0x{xb.ptr:x} is not 16-byte aligned (needed with {fmt} weights)")
         vec = 0
-        defines = (("WFMT", t),)
-        rows_per_block = _WARPS
+        defines = (("WFMT", t),) + _QDEFAULTS
+        rows_per_block = _WARPS * (1 if epi == "glu" else dict(_QDEFAULTS).get("MVQ_R", 1))
     _args.same_device(("x", xb), ("weight", wb), ("up", ub))
     rb = None
     if residual is not None:
@@ -155,4 +156,4 @@ matvec.plan = plan_matvec
 matvec_silu_mul.plan = plan_matvec_silu_mul
 
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
-KERNELS = [("matvec.cu", _NAMES, (("WFMT", v[0]),) + (_DEFAULTS if k in DENSE else ())) for k, v in FORMATS.items()]
+KERNELS = [("matvec.cu", _NAMES, (("WFMT", v[0]),) + (_DEFAULTS if k in DENSE else _QDEFAULTS)) for k, v in FORMATS.items()]

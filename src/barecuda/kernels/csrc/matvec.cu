@@ -13,7 +13,7 @@
 // Dense weights: a warp per MV_R rows; each lane streams 16-byte vectors of the rows
 // (MV_U independent loads per row in flight, no L1 allocation), x comes through L1;
 // `vec` = 0 selects an element-wise path for rows that are not 16-byte aligned.
-// Quantized weights: a warp per row; the row's blocks go through shared memory in
+// Quantized weights: a warp per MVQ_R rows (one for `_glu`); the rows' blocks go through shared memory in
 // segments (cp.async, double-buffered), each lane decodes 32-weight units in registers
 // (quant.cuh) and dots them with x; warp-shuffle reduction; the epilogue in lane 0.
 #include "common.cuh"
@@ -27,6 +27,9 @@
 #endif
 #ifndef MV_U
 #define MV_U 4          // dense: 16-byte loads in flight per row per lane
+#endif
+#ifndef MVQ_R
+#define MVQ_R 1         // quantized: rows per warp (not for _glu entries)
 #endif
 #define MV_WARPS 4      // warps per block (the Python side launches 32 * MV_WARPS threads)
 
@@ -160,28 +163,36 @@ BC_DEV void mv_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
                      XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int nb) {
     using Q = BcQ<F>;
     constexpr int NS = EPI == EPI_GLU ? 2 : 1;
+    constexpr int R = EPI == EPI_GLU ? 1 : MVQ_R;              // rows per warp (x and sum(x) shared)
+    constexpr int NT = NS * R;                                  // staged row streams: t = s * R + i
     constexpr int SEGB = Q::QK == 256 ? 8 : 64;                 // blocks per staged segment
     constexpr int SB = BCQ_STAGE_BYTES(SEGB * Q::BYTES);
-    __shared__ __align__(16) u8 stage[MV_WARPS][2][NS][SB];
+    __shared__ __align__(16) u8 stage[MV_WARPS][2][NT][SB];
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int n = blockIdx.x * MV_WARPS + wi;
-    if (n >= N) return;                                         // whole warps only
+    const int n0 = (blockIdx.x * MV_WARPS + wi) * R;
+    if (n0 >= N) return;                                        // whole warps only
     const int nblk = K / Q::QK;
     const long long rb = (long long)nblk * Q::BYTES;
-    const u8* src[2] = {W + n * rb, W2 + n * rb};
-    const u8* end[2] = {W + N * rb, W2 + N * rb};
+    const u8* src[NT];
+    const u8* end[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const u8* base = t < R ? W : W2;
+        src[t] = base + min(n0 + t % R, N - 1) * rb;
+        end[t] = base + N * rb;
+    }
     const int nseg = (nblk + SEGB - 1) / SEGB;
-    float acc[2][B];
+    float acc[NT][B];
 #pragma unroll
-    for (int s = 0; s < 2; ++s)
+    for (int t = 0; t < NT; ++t)
 #pragma unroll
-        for (int b = 0; b < B; ++b) acc[s][b] = 0.f;
+        for (int b = 0; b < B; ++b) acc[t][b] = 0.f;
 
     auto stage_seg = [&](int sg) {
         const int nb_ = min(SEGB, nblk - sg * SEGB);
 #pragma unroll
-        for (int s = 0; s < NS; ++s)
-            bcq_stage(stage[wi][sg & 1][s], src[s] + (long long)sg * SEGB * Q::BYTES, nb_ * Q::BYTES, end[s], lane);
+        for (int t = 0; t < NT; ++t)
+            bcq_stage(stage[wi][sg & 1][t], src[t] + (long long)sg * SEGB * Q::BYTES, nb_ * Q::BYTES, end[t], lane);
     };
     stage_seg(0);
     bcq_commit();
@@ -193,12 +204,12 @@ BC_DEV void mv_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
         const int nbk = min(SEGB, nblk - sg * SEGB);
         for (int u = lane; u < nbk * Q::UNITS; u += 32) {
             const int blk = u / Q::UNITS, ui = u % Q::UNITS;
-            float q[NS][32], a[NS][2], c[NS][2];
+            float q[NT][32], a[NT][2], c[NT][2];
 #pragma unroll
-            for (int s = 0; s < NS; ++s) {
-                const u8* g = src[s] + (long long)sg * SEGB * Q::BYTES;
-                const u8* sb = stage[wi][sg & 1][s] + (reinterpret_cast<u64>(g) & 15) + blk * Q::BYTES;
-                Q::unit(sb, ui, q[s], a[s], c[s]);
+            for (int t = 0; t < NT; ++t) {
+                const u8* g = src[t] + (long long)sg * SEGB * Q::BYTES;
+                const u8* sb = stage[wi][sg & 1][t] + (reinterpret_cast<u64>(g) & 15) + blk * Q::BYTES;
+                Q::unit(sb, ui, q[t], a[t], c[t]);
             }
             const long long k = ((long long)sg * SEGB + blk) * Q::QK + ui * 32;
 #pragma unroll
@@ -210,17 +221,24 @@ BC_DEV void mv_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
 #pragma unroll
                 for (int i = 0; i < 16; ++i) { sx0 += xf[i]; sx1 += xf[16 + i]; }
 #pragma unroll
-                for (int s = 0; s < NS; ++s) {
+                for (int t = 0; t < NT; ++t) {
                     float d0 = 0.f, d1 = 0.f;
 #pragma unroll
-                    for (int i = 0; i < 16; ++i) { d0 = fmaf(q[s][i], xf[i], d0); d1 = fmaf(q[s][16 + i], xf[16 + i], d1); }
-                    acc[s][b] += a[s][0] * d0 + c[s][0] * sx0 + a[s][1] * d1 + c[s][1] * sx1;
+                    for (int i = 0; i < 16; ++i) { d0 = fmaf(q[t][i], xf[i], d0); d1 = fmaf(q[t][16 + i], xf[16 + i], d1); }
+                    acc[t][b] += a[t][0] * d0 + c[t][0] * sx0 + a[t][1] * d1 + c[t][1] * sx1;
                 }
             }
         }
         __syncwarp();
     }
-    mv_store<XT, B, EPI>(acc, y, r, N, n, nb);
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        if (n0 + i >= N) break;
+        float pair[2][B];
+#pragma unroll
+        for (int b = 0; b < B; ++b) { pair[0][b] = acc[i][b]; pair[1][b] = acc[NT - 1][b]; }
+        mv_store<XT, B, EPI>(pair, y, r, N, n0 + i, nb);
+    }
 }
 
 // ------------------------------------------------------------------ entry points

@@ -51,8 +51,8 @@ static_assert(sizeof(bq6_K) == 210, "Q6_K block is 210 bytes");
 static_assert(sizeof(bq8_0) == 34, "Q8_0 block is 34 bytes");
 static_assert(sizeof(bq4_0) == 18, "Q4_0 block is 18 bytes");
 static_assert(sizeof(bq4_1) == 20, "Q4_1 block is 20 bytes");
-static_assert(__builtin_offsetof(bq4_K, qs) == 16 && __builtin_offsetof(bq6_K, d) == 208, "K-quant field offsets");
-static_assert(__builtin_offsetof(bq6_K, scales) == 192 && __builtin_offsetof(bq4_1, qs) == 4, "field offsets");
+// (field offsets: NVRTC 13.0 has no __builtin_offsetof; the decoders below use the offsets
+// of ggml-common.h, and tests/kernels/test_dequant.py checks every field against gguf)
 
 // Format codes (the Python side passes them as the QFMT define): ggml's type numbers.
 #define BC_Q4_0 2
