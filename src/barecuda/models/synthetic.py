@@ -17,6 +17,8 @@ __all__ = ["write_random_llama", "random_blocks", "SHAPES"]
 #: The shapes of issue 25's benchmark (vocabulary 32000, untied output).
 SHAPES = {
     "tiny": dict(n_layer=2, dim=256, ffn_dim=512, n_head=4, n_head_kv=2, vocab=512),
+    # SmolLM2-135M's shape (its file: Q4_1, Q8_0 embedding, tied output, rope base 100000)
+    "smollm2": dict(n_layer=30, dim=576, ffn_dim=1536, n_head=9, n_head_kv=3, vocab=49152),
     "1b": dict(n_layer=16, dim=2048, ffn_dim=8192, n_head=32, n_head_kv=8, vocab=32000),
     "8b": dict(n_layer=32, dim=4096, ffn_dim=14336, n_head=32, n_head_kv=8, vocab=32000),
 }
@@ -47,11 +49,12 @@ def random_blocks(rng: Any, qtype: str, n_out: int, n_in: int, scale: float) -> 
 def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_head: int, n_head_kv: int,
                        vocab: int, qtype: str = "F16", tied: bool = False, seed: int = 0,
                        rope_base: float = 10000.0, llama3_rope: bool = False, context_length: int = 4096,
-                       head_dim: Optional[int] = None, q4_k_m: bool = False) -> str:
+                       head_dim: Optional[int] = None, q4_k_m: bool = False, emb_qtype: Optional[str] = None) -> str:
     """Write a random-weight Llama GGUF to ``path`` and return it.
 
     ``qtype`` is the type of every 2-D weight (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K);
-    norms are F32. ``q4_k_m=True`` writes llama.cpp's Q4_K_M mix (Q4_K; Q6_K for attn_v,
+    norms are F32; ``emb_qtype`` overrides the embedding's type (SmolLM2's file: Q4_1 with a
+    Q8_0 embedding, tied). ``q4_k_m=True`` writes llama.cpp's Q4_K_M mix (Q4_K; Q6_K for attn_v,
     ffn_down and the output). ``llama3_rope`` adds a ``rope_freqs.weight`` tensor (Llama 3.1's scaling:
     factor 8, low/high 1/4, original context 8192).
     """
@@ -95,7 +98,7 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
         w.add_tensor(name, (mean + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
     big = "Q6_K" if q4_k_m else qtype
-    emb_t = qtype if qtype not in ("Q4_K", "Q6_K") or dim % 256 == 0 else "F16"
+    emb_t = emb_qtype or (qtype if qtype not in ("Q4_K", "Q6_K") or dim % 256 == 0 else "F16")
     # The embedding of llama.cpp's Q4_K_M is Q4_K too; keep gathers simple elsewhere.
     mat("token_embd.weight", vocab, dim, emb_t)
     vec("output_norm.weight", dim)
