@@ -111,6 +111,7 @@ struct SmShared {
     u32 cnt[256];
     float mass[256];
     float wsum[32];
+    float stage[32][32];
     u32 sel_digit;
     u32 sel_above_cnt;
     float sel_above_mass;
@@ -120,19 +121,34 @@ struct SmShared {
 };
 
 // one pass of the radix select: histogram (count and mass) of digit `shift` among keys
-// with (key & mask) == prefix and key >= floor_key; shared atomics.
+// with (key & mask) == prefix and key >= floor_key; warp-aggregated shared atomics.
 template <typename T>
 __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, int shift, u32 floor_key,
                         float m, float inv_t) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) { sh.cnt[i] = 0; sh.mass[i] = 0.f; }
     __syncthreads();
-    sm_row(p, V, [&](i32 j, float l) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    sm_row(p, V, [&](i32, float l) {
         const u32 k = sm_key(l);
+        int d = -1;
+        float e = 0.f;
         if ((k & mask) == prefix && k >= floor_key && k != 0u) {
-            const int d = (int)((k >> shift) & 255u);
-            atomicAdd(&sh.cnt[d], 1u);
-            atomicAdd(&sh.mass[d], bc_exp((l - m) * inv_t));
+            d = (int)((k >> shift) & 255u);
+            e = bc_exp((l - m) * inv_t);
         }
+        // warp aggregation: logits share few leading digits, so many lanes hit one bin;
+        // the lowest lane of each group of equal digits adds the group's count and mass
+        const unsigned act = __activemask();
+        const unsigned peers = __match_any_sync(act, d);
+        sh.stage[w][lane] = e;
+        __syncwarp(act);
+        if (d >= 0 && lane == __ffs(peers) - 1) {
+            float sum = 0.f;
+            for (unsigned q = peers; q; q &= q - 1) sum += sh.stage[w][__ffs(q) - 1];
+            atomicAdd(&sh.cnt[d], (u32)__popc(peers));
+            atomicAdd(&sh.mass[d], sum);
+        }
+        __syncwarp(act);
     });
     __syncthreads();
 }
