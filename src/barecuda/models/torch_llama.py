@@ -88,8 +88,11 @@ class TorchLlama:
             v = qkv[:, (nh + nkv) * hd:].view(1, nkv, hd)
             self.k_cache[li].index_copy_(0, self.pos[None], k)
             self.v_cache[li].index_copy_(0, self.pos[None], v)
-            K = self.k_cache[li].repeat_interleave(nh // nkv, dim=1).transpose(0, 1)     # (nh, S, hd)
-            V = self.v_cache[li].repeat_interleave(nh // nkv, dim=1).transpose(0, 1)
+            # GQA by expand (repeat_interleave with an int count syncs to size its output:
+            # that broke the CUDA-graph capture on the H200 run of 12:50)
+            S, g = self.max_seq, nh // nkv
+            K = self.k_cache[li][:, :, None].expand(S, nkv, g, hd).reshape(S, nh, hd).transpose(0, 1)
+            V = self.v_cache[li][:, :, None].expand(S, nkv, g, hd).reshape(S, nh, hd).transpose(0, 1)
             o = F.scaled_dot_product_attention(q.transpose(0, 1)[:, None], K[:, None], V[:, None],
                                                attn_mask=mask[None, None, None])
             x = x + o.reshape(1, nh * hd) @ L["wo"].T
