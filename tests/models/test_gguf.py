@@ -259,12 +259,13 @@ def test_metadata_of_every_value_type(tmp_path):
 
 # -- upload (driver double) ---------------------------------------------------------------
 
-def test_upload_places_every_tensor(fake, tiny_ggufs):
+@pytest.mark.parametrize("via", ["direct", "device"])
+def test_upload_places_every_tensor(fake, tiny_ggufs, via):
     f = G.open_gguf(tiny_ggufs["Q4_K"])
     layout = ["token_embd.weight", ("blk.0.qkv", ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]),
               "output_norm.weight", "blk.1.ffn_down.weight"]
     used = fake.mem_used()
-    bufs = G.upload(f, layout, progress=True)
+    bufs = G.upload(f, layout, progress=True, via=via)
     assert fake.mem_used() > used
     for key in ["token_embd.weight", "output_norm.weight", "blk.1.ffn_down.weight"]:
         b = bufs[key]
@@ -273,7 +274,7 @@ def test_upload_places_every_tensor(fake, tiny_ggufs):
     qkv = b"".join(bytes(f.tensor(f"blk.0.attn_{x}.weight").data) for x in "qkv")
     assert ctypes.string_at(bufs["blk.0.qkv"].ptr, len(qkv)) == qkv
     del bufs
-    everything = G.upload(f, progress=False)
+    everything = G.upload(f, progress=False, via=via)
     for name, t in f.tensors.items():
         assert ctypes.string_at(everything[name].ptr, t.nbytes) == bytes(t.data), name
     del everything
@@ -287,6 +288,8 @@ def test_upload_refuses_mismatched_rows(fake, tiny_ggufs):
         G.upload(f, [("bad", ["blk.0.attn_q.weight", "blk.0.ffn_down.weight"])])
     with pytest.raises(GGUFError, match="'nope' is missing"):
         G.upload(f, ["token_embd.weight", "nope"])
+    with pytest.raises(ValueError, match="via="):
+        G.upload(f, ["token_embd.weight"], via="dma")
     assert fake.mem_used() == used
     f.close()
 

@@ -390,6 +390,7 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
 
 _PIECE = 64 << 20       # bytes per staged copy (and per progress-bar step)
 _UPLOAD_ALIGN = 256     # device offset of each entry in the arena
+_SPAN_PIECE = 256 << 20  # bytes per staged copy of upload(via="device")
 
 
 class _Progress:
@@ -449,7 +450,7 @@ def plan_upload(f: GGUFFile, layout: Layout) -> Tuple[List[Tuple[str, int, int, 
 
 
 def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, stream: Any = None,
-           progress: Optional[bool] = None) -> Dict[str, Any]:
+           progress: Optional[bool] = None, via: str = "auto") -> Dict[str, Any]:
     """Upload tensors to the GPU through the pinned staging path; returns key -> DeviceBuffer.
 
     Parameters
@@ -463,6 +464,13 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     progress : bool, optional
         Draw a progress bar on stderr (default: for uploads of 256 MB or more when
         stderr is a terminal).
+    via : {"auto", "device", "direct"}
+        "direct": one staged copy per tensor (per 64 MiB of it) straight into place.
+        "device": the file's span of these tensors in 256 MiB staged copies into a
+        temporary device buffer, then device-to-device copies into place (long copies
+        keep the staging pipeline full; costs the span in device memory for the while).
+        "auto" (default): "device" for spans of 256 MiB or more when the device has the
+        room (the span, the arena and 1 GiB free), else "direct".
 
     Every entry is checked before the one arena (a single allocation) is taken; each
     value of the result is a uint8 view into it (``.ptr`` is 256-byte aligned).
@@ -476,10 +484,42 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     placed, total = plan_upload(f, layout)
     if progress is None:
         progress = total >= (256 << 20) and sys.stderr.isatty()
+    if via not in ("auto", "device", "direct"):
+        raise ValueError(f"via={via!r}: 'auto', 'device' or 'direct'")
+    tensors = [t for p in placed for t in p[3]]
+    lo = min((t.offset for t in tensors), default=0)
+    hi = max((t.offset + t.nbytes for t in tensors), default=0)
+    span = hi - lo
+    if via == "auto":
+        via = "direct"
+        if span >= (256 << 20):
+            free, _ = barecuda.Device(int(device) if device is not None else None).mem_info()
+            if free >= span + total + (1 << 30):
+                via = "device"
     arena = barecuda.empty(max(total, 1), "uint8", device=device, stream=stream)
     bar = _Progress(sum(p[2] for p in placed), f"upload {os.path.basename(f.path)}", bool(progress))
     out: Dict[str, Any] = {"__arena__": arena}
     base = arena.ptr
+    if via == "device" and span:
+        tmp = barecuda.empty(span, "uint8", device=device, stream=stream)
+        for s0 in range(0, span, _SPAN_PIECE):
+            k = min(_SPAN_PIECE, span - s0)
+            mv = f._view(lo + s0, k)
+            try:
+                copy_htod(tmp.ptr + s0, mv, stream, device=device)
+            finally:
+                mv.release()
+            bar.step(min(k * bar.total // span, bar.total - bar.done - 1) if s0 + k < span else bar.total - bar.done)
+        for key, off, n, infos in placed:
+            d = off
+            for t in infos:
+                arena[d:d + t.nbytes].copy_from(tmp[t.offset - lo:t.offset - lo + t.nbytes], stream)
+                d += t.nbytes
+            out[key] = arena[off:off + n]
+        if stream is not None:
+            stream.synchronize()
+        del tmp
+        placed = []
     for key, off, n, infos in placed:
         dst = base + off
         for t in infos:
