@@ -110,7 +110,13 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     b.ctx = dev.ctx
     b.stream_handle = h
     b._stream = stream
-    a.allocate(b, nbytes, h)
+    # An allocator may call the driver on h without the GIL (a cache miss): a Stream
+    # closed meanwhile on another thread is destroyed after it (stream_done).
+    cdef Stream so = stream_use(stream)
+    try:
+        a.allocate(b, nbytes, h)
+    finally:
+        stream_done(so)
     b._allocator = a
     b.root_stream = h
     if b.ptr != 0:
@@ -257,8 +263,12 @@ cdef DeviceBuffer use_begin(DeviceBuffer b):
 cdef void use_end(DeviceBuffer o) noexcept:
     if o is None:
         return
-    if bc_use_leave(&o._uses) == 0 and o._pins == 0 and bc_flag_take(&o._free_pending):
+    if bc_use_leave(&o._uses) != 0:
+        return
+    if o._pins == 0 and bc_flag_take(&o._free_pending):
         _run_deferred_free(o)
+    elif o._kind == KIND_CLOSED and o._allocator is None and o._root is None and o._owner is not None:
+        o._owner = None        # a closed foreign import: its producer goes after the last call
 
 
 cdef void _run_deferred_free(DeviceBuffer o) noexcept:
@@ -465,7 +475,8 @@ cdef class DeviceBuffer:
             bc_owners_remove(&_owners, &self._reg)
             self._kind = KIND_CLOSED
             self.ptr = 0
-            self._owner = None
+            if bc_use_count(&self._uses) == 0:
+                self._owner = None     # (a foreign producer in use on another thread: use_end drops it)
 
     def __enter__(self):
         return self
