@@ -373,6 +373,7 @@ cdef class Stream:
         finishes first: the destruction then happens when it returns. Closing a
         stream while a capture on it runs raises ``ValueError`` (end the capture first)."""
         cdef CUstream h
+        cdef CUresult rc
         if self.closed:
             return
         if self._captures > 0:
@@ -393,7 +394,12 @@ cdef class Stream:
             bc_flag_set(&self._destroy_pending)
             if bc_use_count(&self._uses) == 0 and bc_flag_take(&self._destroy_pending):
                 self._dead = NULL
-                check(D.cuStreamDestroy(h), b"cuStreamDestroy")
+                rc = D.cuStreamDestroy(h)
+                if rc != 0:            # as before: a failed destroy leaves the stream open
+                    self.handle = h
+                    self.owned = True
+                    self.closed = False
+                    check(rc, b"cuStreamDestroy")
             return
         self.handle = NULL
         self.owned = False
