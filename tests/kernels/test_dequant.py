@@ -47,9 +47,10 @@ def reference(raw, fmt, shape):
 
 
 def from_dev(b, dtype):
+    """float64 numpy copy of a device array, in its shape (a dtype view is flat)."""
     if dtype == "float32":
-        return b.to_numpy().astype(np.float64)
-    u = b.view("uint16").to_numpy()
+        return b.to_numpy().astype(np.float64).reshape(b.shape)
+    u = b.view("uint16").to_numpy().reshape(b.shape)
     if dtype == "float16":
         return u.view(np.float16).astype(np.float64)
     return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)

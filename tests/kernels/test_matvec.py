@@ -35,7 +35,7 @@ def to_dev(x, dtype, stream=None):
     u = x.view(np.uint32).astype(np.uint64)
     bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return bc.to_device(bits, stream=stream).view("bfloat16"), back
+    return bc.to_device(bits, stream=stream).view("bfloat16", shape=bits.shape), back
 
 
 def check(got, ref, scale, dtype, what):
@@ -49,14 +49,21 @@ def check(got, ref, scale, dtype, what):
 # ------------------------------------------------------------------ CPU: compile
 @pytest.mark.parametrize("arch,fmt", [("sm_90", f) for f in D.FORMATS] + [("sm_80", "f16"), ("sm_80", "q6_k")])
 def test_matvec_source_compiles_without_warnings(arch, fmt):
-    (src, names, defines), = [e for e in M.KERNELS if dict(e[2])["WFMT"] == D.FORMATS[fmt][0]]
+    (src, names, defines), = [e for e in M.KERNELS if dict(e[2])["WFMT"] == D.FORMATS[fmt][0] and
+                              "MV_R" not in dict(e[2])]
     oc = _registry.compile_code(src, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
     assert len(names) == 36
 
 
-def test_kernels_table_covers_every_format():
-    assert sorted(dict(d)["WFMT"] for s, n, d in M.KERNELS) == sorted(v[0] for v in D.FORMATS.values())
+def test_kernels_table_covers_every_format_and_tuning():
+    assert {dict(d)["WFMT"] for s, n, d in M.KERNELS} == {v[0] for v in D.FORMATS.values()}
+    for fmt, n, k, epi in (("f16", 4096, 4096, None), ("bf16", 14336, 4096, "res"), ("f16", 4096, 14336, None),
+                           ("f16", 14336, 4096, "glu"), ("f32", 14336, 4096, None)):
+        want = (("WFMT", D.FORMATS[fmt][0]),) + M._dense_tuning(fmt, n, k, epi)
+        assert any(d == want for s, names, d in M.KERNELS), want
+    for fmt in ("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"):
+        assert (("WFMT", D.FORMATS[fmt][0]),) + M._quant_tuning(fmt) in [d for s, n, d in M.KERNELS]
 
 
 # ------------------------------------------------------------------ CPU: checks on the double
@@ -123,8 +130,15 @@ def test_matvec_launches_on_the_double(fake):
     r = bc.empty((8, 9), "float16")
     assert M.matvec(q, x8, residual=r, out=r) is r
     la = fake.last_launch()
-    assert la.name == "matvec_f16_b8_res" and la.grid == (3, 1, 1)
+    assert la.name == "matvec_f16_b8_res" and la.grid == (2, 1, 1)      # MVQ_R = 2 rows per warp
     assert struct.unpack_from("<5Q", la.params, 0) == (q.ptr, 0, x8.ptr, r.ptr, r.ptr)
+    # a tall dense weight: 4 rows per warp; its gate/up form: one row per warp
+    tall = bc.empty((8200, 64), "float16")
+    x1 = bc.empty((64,), "float16")
+    M.matvec(tall, x1)
+    assert fake.last_launch().grid == (513, 1, 1)
+    M.matvec_silu_mul(tall, tall, x1)
+    assert fake.last_launch().grid == (2050, 1, 1)
     # gate/up
     g, u = bc.empty((16, 256), "float32"), bc.empty((16, 256), "float32")
     xf = bc.empty((256,), "float32")
@@ -217,7 +231,8 @@ def test_matvec_quant_epilogues(fmt):
         half = rg.size
         qg = D.QuantWeight(both[:half], fmt, (n, k))
         qu = D.QuantWeight(both[half:], fmt, (n, k)) if half % 16 == 0 else D.QuantWeight(bc.to_device(ru), fmt, (n, k))
-        xd, x = to_dev(rng.standard_normal((nb, k)), dtype)
+        # small x: silu(g) * u of K-quant weights (|w| up to ~50) must stay inside fp16's range
+        xd, x = to_dev(rng.standard_normal((nb, k)) * 0.01, dtype)
         rd, r = to_dev(rng.standard_normal((nb, n)), dtype)
         sc = np.abs(x) @ np.abs(wg).T
         check(from_dev(M.matvec(qg, xd, residual=rd), dtype).reshape(nb, n), x @ wg.T + r, sc + np.abs(r), dtype, "res")

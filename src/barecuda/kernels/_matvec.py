@@ -14,8 +14,30 @@ __all__ = ["matvec", "plan_matvec", "matvec_silu_mul", "plan_matvec_silu_mul"]
 
 _WARPS = 4            # MV_WARPS in matvec.cu
 _BUCKETS = (1, 2, 4, 8)
-_DEFAULTS = ()        # dense tuning defines (MV_R, MV_U); the source's defaults when empty
-_QDEFAULTS = ()       # quantized tuning defines (MVQ_R); likewise
+# Tuning (csrc/matvec.cu defines), from the sweep of tools/kernels_matvec_gpu.sh on an H200
+# (docs/kernels.md): dense f16/bf16 rows of K >= 8192 keep 2 loads in flight per lane (MV_U=2,
+# 6% faster at 4096x14336 than 4), tall matrices of shorter rows take 4 rows per warp
+# (MV_R=4, 6% faster at 14336x4096); the rest, _glu entries and f32 weights use the source's
+# defaults (MV_R=1, MV_U=4). Quantized weights take 2 rows per warp (MVQ_R=2: x and sum(x)
+# shared; 5-20% faster), except Q4_1 (not measured); _glu entries are one row per warp in
+# any module.
+_WIDE = (("MV_R", 1), ("MV_U", 2))
+_TALL = (("MV_R", 4), ("MV_U", 2))
+_QTUNED = {"q4_k", "q6_k", "q8_0", "q4_0"}
+
+
+def _dense_tuning(fmt, n, k, epi):
+    if fmt == "f32" or epi == "glu":
+        return ()
+    if k >= 8192:
+        return _WIDE
+    if n >= 8192:
+        return _TALL
+    return ()
+
+
+def _quant_tuning(fmt):
+    return (("MVQ_R", 2),) if fmt in _QTUNED else ()
 _EPI = {None: "", "res": "_res", "glu": "_glu"}
 _CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # str(dtype) -> entry suffix
 
@@ -69,14 +91,16 @@ def _prepare(weight, up, x, residual, out, stream, epi):
                 raise ValueError(f"{nm}: address 0x{b.ptr:x} is not aligned to {isz} bytes")
         vw = 16 // isz
         vec = int(k % vw == 0 and wb.ptr % 16 == 0 and xb.ptr % 16 == 0 and (ub is None or ub.ptr % 16 == 0))
-        defines = (("WFMT", t),) + _DEFAULTS
-        rows_per_block = _WARPS * dict(_DEFAULTS).get("MV_R", 1)
+        tune = _dense_tuning(fmt, n, k, epi)
+        defines = (("WFMT", t),) + tune
+        rows_per_block = _WARPS * dict(tune).get("MV_R", 1)
     else:
         if xb.ptr % 16:
             raise ValueError(f"x: address 0x{xb.ptr:x} is not 16-byte aligned (needed with {fmt} weights)")
         vec = 0
-        defines = (("WFMT", t),) + _QDEFAULTS
-        rows_per_block = _WARPS * (1 if epi == "glu" else dict(_QDEFAULTS).get("MVQ_R", 1))
+        tune = _quant_tuning(fmt)
+        defines = (("WFMT", t),) + tune
+        rows_per_block = _WARPS * (1 if epi == "glu" else dict(tune).get("MVQ_R", 1))
     _args.same_device(("x", xb), ("weight", wb), ("up", ub))
     rb = None
     if residual is not None:
@@ -156,4 +180,5 @@ matvec.plan = plan_matvec
 matvec_silu_mul.plan = plan_matvec_silu_mul
 
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
-KERNELS = [("matvec.cu", _NAMES, (("WFMT", v[0]),) + (_DEFAULTS if k in DENSE else _QDEFAULTS)) for k, v in FORMATS.items()]
+KERNELS = ([("matvec.cu", _NAMES, (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k))) for k, v in FORMATS.items()]
+           + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)])
