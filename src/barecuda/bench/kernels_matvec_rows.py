@@ -287,4 +287,5 @@ ALIASES = {"matvec": ("kernels_matvec",)}
 
 if __name__ == "__main__":
     sec = matvec_section(sweep="--sweep" in sys.argv, progress=True)
-    print(sec.format())
+    out = sec.format()
+    print("\n".join(out) if isinstance(out, list) else out)
