@@ -16,7 +16,9 @@
 // memory into shared memory at the same offset modulo 16, so the decoders read shared
 // memory with the block's own alignment (2-byte ones through funnel shifts).
 #pragma once
+#ifndef BCQ_HOST      // tests/kernels/test_dequant.py also compiles the decoders for the host
 #include "common.cuh"
+#endif
 
 // ------------------------------------------------------------------ block layouts
 #define BC_QK_K 256
@@ -197,6 +199,7 @@ template <> struct BcQ<BC_Q4_1> {
     }
 };
 
+#ifndef BCQ_HOST
 // ------------------------------------------------------------------ staging
 // Copy bytes [g, g + len) of a tensor whose bytes end at gend into shared memory at
 // s + (g mod 16), by whole 16-byte chunks (cp.async, no registers), one warp. The
@@ -227,3 +230,4 @@ BC_DEV void bcq_stage(u8* s, const u8* g, int len, const u8* gend, int lane) {
 }
 // shared-memory bytes a staged run of `len` bytes may occupy
 #define BCQ_STAGE_BYTES(len) ((((len) + 15 + 15) / 16) * 16 + 16)
+#endif  // BCQ_HOST
