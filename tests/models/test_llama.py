@@ -99,3 +99,25 @@ def test_errors_before_gpu_memory(fake_kernels, small_f16, tmp_path):
     with pytest.raises(GGUFError, match="'llama.feed_forward_length' is missing"):
         Llama(nokey)
     assert fake.mem_used() == used
+
+
+def test_prefill_gemm_dispatch(fake_kernels, small_f16):
+    """The batched prefill launches (no graph), then leaves the state at the last prompt token."""
+    import ctypes
+    from barecuda.models.llama import Llama
+    fake = fake_kernels
+    m = Llama(small_f16, max_seq=32)
+    prompt = [3, 4, 5, 6, 7, 8]
+    m.graph()
+    m.reset(prompt)
+    graphs, launches = fake.calls("cuGraphLaunch"), fake.launch_count()
+    m.prefill_gemm(prompt, chunk=4)                          # two chunks: 4 + 1 tokens
+    assert fake.calls("cuGraphLaunch") == graphs
+    per_layer = 1 + 3 + 1 + 1 + 1 + 1 + 2 + 1 + 1            # norm, q/k/v, rope, attention, wo, norm, gate/up, silu_mul, down
+    assert fake.launch_count() - launches == 2 * (1 + SMALL["n_layer"] * per_layer)   # + the embedding a chunk
+    assert struct.unpack("<10i", ctypes.string_at(m.state.ptr, 40)) == (5, 8, 6, 0, 3, 4, 5, 6, 7, 8)
+    out = m.generate_ids(prompt, 4, prefill="gemm")
+    assert len(out) == 4
+    with pytest.raises(ValueError, match="prefill="):
+        m.generate_ids(prompt, 4, prefill="flash")
+    m.close()

@@ -25,8 +25,10 @@ Everything that changes per token lives in device memory (``state``: the positio
 current token, the prompt length, the sampled token and the token history), so the
 graph's arguments never change: the host's per-token work is one ``cuGraphLaunch``.
 The same graph consumes the prompt (positions below the prompt length take the next
-prompt token instead of the sampled one): prefill is the decode graph replayed token by
-token (barecuda.kernels has no GEMM yet for a batched prefill).
+prompt token instead of the sampled one): the default prefill is the decode graph
+replayed token by token. ``prefill_gemm`` (``generate_ids(..., prefill="gemm")``) runs the
+prompt as batches through matmul (weights dequantized per layer into a scratch buffer)
+and flash attention; it is checked on the driver double only so far.
 
 Activations, KV cache and logits are float16 (or bfloat16); weights stay in their GGUF
 format (matvec dequantizes in registers); norms are converted to the activation dtype.
@@ -348,17 +350,27 @@ class Llama:
             ge.launch(self.stream)
 
     def generate_ids(self, prompt: Sequence[int], max_new: int, *, temperature: float = 0.0, top_k: int = 0,
-                     top_p: float = 1.0, seed: int = 0, stop: Sequence[int] = (), chunk: int = 16) -> List[int]:
-        """Token ids after ``prompt``: greedy (temperature 0) or sampled; stops after a ``stop`` id."""
+                     top_p: float = 1.0, seed: int = 0, stop: Sequence[int] = (), chunk: int = 16,
+                     prefill: str = "graph") -> List[int]:
+        """Token ids after ``prompt``: greedy (temperature 0) or sampled; stops after a ``stop`` id.
+
+        ``prefill="graph"`` (default) feeds the prompt through the decode graph token by
+        token; ``"gemm"`` runs all but the prompt's last token as a batch (``prefill_gemm``).
+        """
         sampling = _Sampling(temperature, top_k, top_p, seed)
         P = len(prompt)
         max_new = min(max_new, self.max_seq - P + 1)
         if max_new <= 0:
             return []
+        if prefill not in ("graph", "gemm"):
+            raise ValueError(f"prefill={prefill!r}: 'graph' or 'gemm'")
         ge = self.graph(sampling)
         self.reset(prompt)
-        for _ in range(P - 1):              # prefill: the same graph, fed from the prompt
-            ge.launch(self.stream)
+        if prefill == "gemm" and P > 1:
+            self.prefill_gemm(prompt)
+        else:
+            for _ in range(P - 1):          # prefill: the same graph, fed from the prompt
+                ge.launch(self.stream)
         out: List[int] = []
         stops = set(stop)
         while len(out) < max_new:
@@ -373,6 +385,87 @@ class Llama:
                 if t in stops:
                     return out
         return out
+
+    # -- batched prefill (GEMM + flash attention) ---------------------------------------
+    def _dense(self, qw: Any, scratch: Any) -> Any:
+        """The weight as a dense [N, K] array of the activation dtype: itself when it already
+        is one, else dequantized into ``scratch`` (reused: valid until the next call)."""
+        n, k = qw.shape
+        if qw.dense:
+            if qw.format != _DTYPES[self.dtype]:
+                raise NotImplementedError(f"prefill_gemm: {qw.format} weights with {self.dtype} activations")
+            return qw.data.view(self.dtype, (n, k))
+        out = scratch[0:n * k].view(self.dtype, (n, k))
+        return self._KD.dequantize(qw, dtype=self.dtype, out=out, stream=self.stream)
+
+    def _prefill_buffers(self, T: int) -> Dict[str, Any]:
+        pf = getattr(self, "_pf", None)
+        if pf is not None and pf["T"] >= T:
+            return pf
+        bc, c, dt, d = self._bc, self.cfg, self.dtype, self.device
+        wmax = max([qw.shape[0] * qw.shape[1] for L in self.layers for qw in
+                    [w for w, _, _ in L["qkv"]] + [L["wo"], L["gate"], L["up"], L["down"]]])
+        z = lambda *shape: bc.empty(shape, dt, device=d)
+        self._pf = pf = dict(T=T, ids=bc.empty((T,), "int32", device=d), X=z(T, c.dim), H=z(T, c.dim),
+                             Q=z(T, self.nq), K=z(T, self.nkv), V=z(T, self.nkv), O=z(T, self.nq),
+                             G=z(T, c.ffn_dim), U=z(T, c.ffn_dim), A=z(T, c.ffn_dim), W=z(wmax))
+        return pf
+
+    def prefill_gemm(self, prompt: Sequence[int], chunk: int = 256) -> None:
+        """Run ``prompt[:-1]`` as batches of up to ``chunk`` tokens (matmul with the weights
+        dequantized per layer into a scratch buffer, flash attention, K/V copied into the
+        cache), then leave the device state at the prompt's last token, as ``reset`` plus
+        ``len(prompt) - 1`` graph launches would: the next graph launch gives its logits.
+
+        Written against the kernels' documented contracts and checked on the driver double
+        only; ``generate_ids`` defaults to the graph prefill (docs/inference.md).
+        """
+        K, KA = self._K, self._KA
+        from barecuda.kernels import _matmul
+        c, s, dt = self.cfg, self.stream, self.dtype
+        hd = c.head_dim
+        P = len(prompt)
+        n_total = P - 1
+        pf = self._prefill_buffers(min(chunk, max(n_total, 1)))
+        T = pf["T"]
+        scale = 1.0 / math.sqrt(hd)
+        for pos0 in range(0, n_total, T):
+            n = min(T, n_total - pos0)
+            ids = pf["ids"][0:n]
+            self.stream.synchronize()
+            ids.copy_from(struct.pack(f"<{n}i", *prompt[pos0:pos0 + n]))
+            X, H = pf["X"][0:n], pf["H"][0:n]
+            K.embedding(self.table, ids, out=X, stream=s)
+            q = pf["Q"][0:n].view(dt, (n, c.n_head, hd))
+            k = pf["K"][0:n].view(dt, (n, c.n_head_kv, hd))
+            v = pf["V"][0:n].view(dt, (n, c.n_head_kv, hd))
+            for L in self.layers:
+                K.rmsnorm(X, L["attn_norm"], c.eps, out=H, stream=s)
+                for qw, r0, rows in L["qkv"]:
+                    W = self._dense(qw, pf["W"])
+                    for name, lo, width, dst in (("q", 0, self.nq, pf["Q"]), ("k", self.nq, self.nkv, pf["K"]),
+                                                 ("v", self.nq + self.nkv, self.nkv, pf["V"])):
+                        if r0 <= lo and lo + width <= r0 + rows:
+                            _matmul.matmul(H, W[lo - r0:lo - r0 + width], trans_b=True, out=dst[0:n], stream=s)
+                K.rope(q, k, pos=pos0, theta=c.rope_base, layout="llama", rotary_dim=c.n_rot,
+                       scaling=self.rope_scaling, out=q, out_k=k, stream=s)
+                L["k_cache"][pos0:pos0 + n].copy_from(k, s)
+                L["v_cache"][pos0:pos0 + n].copy_from(v, s)
+                o = pf["O"][0:n].view(dt, (n, c.n_head, hd))
+                KA.attention_prefill(q, L["k_cache"][0:pos0 + n], L["v_cache"][0:pos0 + n], causal=True,
+                                     causal_offset=pos0, scale=scale, out=o, stream=s)
+                _matmul.matmul(pf["O"][0:n], self._dense(L["wo"], pf["W"]), trans_b=True, beta=1.0, out=X,
+                               stream=s)
+                K.rmsnorm(X, L["ffn_norm"], c.eps, out=H, stream=s)
+                _matmul.matmul(H, self._dense(L["gate"], pf["W"]), trans_b=True, out=pf["G"][0:n], stream=s)
+                _matmul.matmul(H, self._dense(L["up"], pf["W"]), trans_b=True, out=pf["U"][0:n], stream=s)
+                K.silu_mul(pf["G"][0:n], pf["U"][0:n], out=pf["A"][0:n], stream=s)
+                _matmul.matmul(pf["A"][0:n], self._dense(L["down"], pf["W"]), trans_b=True, beta=1.0, out=X,
+                               stream=s)
+        # the state the graph prefill would have left: at the last prompt token
+        self.stream.synchronize()
+        head = struct.pack("<4i", P - 1, prompt[P - 1], P, 0)
+        self.state[0:_STATE_HEAD].copy_from(head)
 
     def stream_ids(self, prompt: Sequence[int], max_new: int, **kw: Any) -> Iterator[int]:
         """Like ``generate_ids`` but yields each token as soon as it is known."""
