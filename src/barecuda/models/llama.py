@@ -423,6 +423,11 @@ class Llama:
         K, KA = self._K, self._KA
         from barecuda.kernels import _matmul
         c, s, dt = self.cfg, self.stream, self.dtype
+        for L in self.layers:                   # before any launch
+            for qw in [w for w, _, _ in L["qkv"]] + [L["wo"], L["gate"], L["up"], L["down"]]:
+                if qw.dense and qw.format != _DTYPES[dt]:
+                    raise NotImplementedError(f"prefill_gemm: {qw.format} weights with {dt} activations "
+                                              "(use the graph prefill)")
         hd = c.head_dim
         P = len(prompt)
         n_total = P - 1
