@@ -7,7 +7,6 @@ reference logits are closer than the tolerance is a tie the test accepts either 
 then stops comparing (the sequences may diverge from there). SmolLM2: 32 greedy tokens
 identical, and the answer names Paris.
 """
-import os
 
 import pytest
 

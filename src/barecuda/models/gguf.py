@@ -24,7 +24,7 @@ import os
 import struct
 import sys
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "GGUFError", "GGMLType", "GGUFFile", "TensorInfo", "open_gguf", "upload",
