@@ -318,7 +318,7 @@ def test_decode_paged_matches_contiguous_reference():
         assert np.abs(from_dev(out, dtype) - ref).max() < 1e-2, splits
 
 
-@pytest.fixture(params=[(4, 0, 1), (4, 1, 3)], ids=["q-smem", "q-regs-3blk"])
+@pytest.fixture(params=[(4, 0, 1), (4, 1, 2), (4, 1, 3)], ids=["q-smem", "q-regs-2blk", "q-regs-3blk"])
 def pf_variant(request, monkeypatch):
     """Both prefill builds the bench compares (warps, Q in registers, min blocks per SM)."""
     for name, v in zip(("PF_WARPS", "PF_QREG", "PF_MINB"), request.param):

@@ -103,7 +103,7 @@ def test_matmul_dispatch_on_the_double(fake):
     b = bc.empty((64, 136), "bfloat16")
     out = MM.matmul(a, b)
     la = fake.last_launch()
-    assert la.name == "gemm_tc_bf16" and la.block == (256, 1, 1)
+    assert la.name == "gemm_tc_bf16" and la.block == (32 * MM.WARPS_M * MM.WARPS_N, 1, 1)
     assert la.grid == (3 * 2, 1, 1) and la.shared == MM.tc_smem(0, 0)
     assert tuple(out.shape) == (300, 136)
     # M, N, K, lda, ldb, ldc after the three pointers

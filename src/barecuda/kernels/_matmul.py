@@ -16,10 +16,12 @@ __all__ = ["matmul", "plan_matmul"]
 
 SOURCE = "gemm.cu"
 # the tensor-core tile (a specialization: module values read at call time)
-STAGES = 4
+# H200, bf16 (same run): 128x128 tile on 2x2 warps of 64x64, K tile 64, 3 stages: 342 TF/s at
+# 4096^3 and 368 at 8192^3; 2x4 warps of 64x32 with K 32: 293 / 309; 128x256: 268 / 280.
+STAGES = 3
 BM = BN = 128
-BK = 32
-WARPS_M, WARPS_N = 2, 4
+BK = 64
+WARPS_M, WARPS_N = 2, 2
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 def _tc_defines(ta, tb):

@@ -24,7 +24,7 @@
 #define DEC_WARPS 4
 #endif
 #ifndef DEC_STAGES
-#define DEC_STAGES 3
+#define DEC_STAGES 4
 #endif
 #ifndef DEC_L2PF
 #define DEC_L2PF 0   // 1: decode copies carry the L2 256-byte prefetch hint
@@ -36,10 +36,10 @@
 #define ATTN_PREFILL 0   // 1: this build holds attn_prefill_*, else attn_decode_* and kv_append_*
 #endif
 #ifndef PF_QREG
-#define PF_QREG 0    // 1: prefill reads Q straight into registers (no shared Q tile)
+#define PF_QREG 1    // 1: prefill reads Q straight into registers (no shared Q tile)
 #endif
 #ifndef PF_MINB
-#define PF_MINB 1    // prefill __launch_bounds__ minimum blocks per SM
+#define PF_MINB 2    // prefill __launch_bounds__ minimum blocks per SM
 #endif
 #ifndef PF_STAGES
 #define PF_STAGES 2

@@ -22,10 +22,10 @@
 #define TRANS_B 0
 #endif
 #ifndef GEMM_STAGES
-#define GEMM_STAGES 4
+#define GEMM_STAGES 3
 #endif
 #ifndef GEMM_BK
-#define GEMM_BK 32
+#define GEMM_BK 64
 #endif
 #ifndef GEMM_BM
 #define GEMM_BM 128
@@ -37,7 +37,7 @@
 #define GEMM_WARPS_M 2
 #endif
 #ifndef GEMM_WARPS_N
-#define GEMM_WARPS_N 4
+#define GEMM_WARPS_N 2
 #endif
 #ifndef GEMM_SIMT
 #define GEMM_SIMT 0
