@@ -225,7 +225,7 @@ def test_argmax_sample_dispatch(dbl):
     off = bc.zeros(1, "int32")
     t = K.sample(x, temperature=0.8, top_k=40, top_p=0.95, seed=(1 << 64) - 1, offset=off)
     L = dbl.last_launch()
-    assert t.shape == (2,) and L.name == "sample_f32" and L.block == (1024, 1, 1)
+    assert t.shape == (2,) and L.name == "sample_f32" and L.block == (512, 1, 1)
     K.sample(x, temperature=0.0)
     assert dbl.last_launch().name == "argmax_f32"                          # greedy
     with pytest.raises(ValueError, match="top_p"):
@@ -550,7 +550,8 @@ def test_sample_gpu(dtype):
             assert abs(f - p[j]) < 5 * math.sqrt(p[j] * (1 - p[j]) / rows) + 1e-3, (j, f, p[j])
     # top-k: only the k largest; k=1 is greedy
     t = K.sample(b, top_k=5, seed=3).to_numpy()
-    assert set(np.unique(t)) <= set(np.argsort(-l0)[:5])
+    kth = np.sort(l0)[-5]                                  # ties at the 5th value are kept (bf16 ties)
+    assert set(np.unique(t)) <= set(np.flatnonzero(l0 >= kth))
     assert np.all(K.sample(b, top_k=1, seed=3).to_numpy() == np.argmax(l0))
     # top-p: the smallest set of largest tokens with mass >= p
     p = np.exp(l0 - l0.max())
@@ -558,11 +559,11 @@ def test_sample_gpu(dtype):
     order = np.argsort(-p)
     n = int(np.searchsorted(np.cumsum(p[order]), 0.5) + 1)
     t = K.sample(b, top_p=0.5, seed=9).to_numpy()
-    assert set(np.unique(t)) <= set(order[:n + 1])
+    assert set(np.unique(t)) <= set(np.flatnonzero(p >= p[order[min(n, V - 1)]] * (1 - 1e-6)))
     assert len(np.unique(t)) >= min(n, 2)
     # both, and the greedy path
     t = K.sample(b, top_k=50, top_p=0.9, temperature=0.7, seed=11).to_numpy()
-    assert set(np.unique(t)) <= set(order[:50])
+    assert set(np.unique(t)) <= set(np.flatnonzero(l0 >= np.sort(l0)[-50]))
     assert np.all(K.sample(b, temperature=0.0).to_numpy() == np.argmax(l0))
 
 
@@ -576,7 +577,7 @@ def test_sample_large_vocab_and_device_offset():
     c = K.sample(b, top_k=40, top_p=0.95, seed=1, offset=10).to_numpy()
     np.testing.assert_array_equal(a, c)
     for r in range(2):
-        assert a[r] in set(np.argsort(-xr[r])[:40])
+        assert xr[r, a[r]] >= np.sort(xr[r])[-40]
 
 
 @gpu

@@ -116,7 +116,7 @@ def _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, 
     if not total or not (hq + hk):
         return kern, 0, args, (bqo if bk is None else (bqo, bko))
     gx = min(-(-total // _BLOCK), 1 << 20)
-    gy = max(1, min(hq + hk, -(-16384 // total), 65535))      # split the heads when there are few tokens
+    gy = max(1, min(hq + hk, -(-(1 << 21) // total), 65535))   # split the heads: ~2M threads in flight
     grid = (gx, gy)
     return kern, grid, args, (bqo if bk is None else (bqo, bko))
 

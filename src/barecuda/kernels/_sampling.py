@@ -13,6 +13,7 @@ __all__ = ["argmax", "sample"]
 KERNELS = [("sampling.cu", tuple(f"{op}_{c}" for op in ("argmax", "sample") for c in ("f32", "f16", "bf16"))
             + ("philox_raw",), ())]
 _MAX_GRID = 1 << 20
+_SAMPLE_THREADS = 512          # SM_THREADS in sampling.cu (its shared histograms are sized for it)
 
 
 def _logits(x, stream):
@@ -83,7 +84,8 @@ def _prep_sample(x, temperature, top_k, top_p, seed, offset, out, stream):
     bo = _out_ids(out, bx, stream)
     A.same_device(("logits", bx), ("out", bo), ("offset", boff))
     k = get("sampling.cu", f"sample_{code}", (), int(bx.device))
-    return k, min(n, _MAX_GRID), 1024, (bo, bx, n, v, st, 1.0 / t, top_k, top_p, seed, off0, A.ptr_or_0(boff)), bo
+    return k, min(n, _MAX_GRID), _SAMPLE_THREADS, (bo, bx, n, v, st, 1.0 / t, top_k, top_p, seed, off0,
+                                                  A.ptr_or_0(boff)), bo
 
 
 def sample(logits, *, temperature=1.0, top_k=0, top_p=1.0, seed=0, offset=0, out=None, stream=None):

@@ -12,7 +12,7 @@
 // captured graph advances by reading offset_ptr (e.g. the decode position).
 // Thresholds are exact order statistics found by a 4-pass radix select over the
 // logits' order-preserving 32-bit keys (counts for top-k, probability mass for top-p);
-// the token is then found by a prefix sum in index order. One block of 1024 a row.
+// the token is then found by a prefix sum in index order. One block of 512 a row.
 #include "common.cuh"
 
 // float -> u32 whose unsigned order is the float order (NaN -> 0, below -inf)
@@ -49,6 +49,7 @@ BC_DEV void sm_chunk(const T* p, i32 j0, i32 j1, F&& f) {
     constexpr int N = BcVec<T>::N;
     i32 j = j0;
     if (bc_aligned16(p)) {
+#pragma unroll 4
         for (; j + N <= j1; j += N) {
             float v[N];
             bc_vunpack(bc_vload(p + j), v);
@@ -107,11 +108,17 @@ BC_DEV uint4 philox4x32_10(uint4 c, u32 k0, u32 k1) {
 }
 
 // ------------------------------------------------------------------ sampling
+// one block of SM_THREADS a row (the host launches exactly that many)
+#define SM_THREADS 512
+#define SM_WARPS (SM_THREADS / 32)
+
 struct SmShared {
+    u32 wcnt[SM_WARPS][256];      // per-warp histograms: no contention between warps (a float
+    float wmass[SM_WARPS][256];   // atomicAdd in shared memory is a CAS loop that contention stalls)
     u32 cnt[256];
     float mass[256];
     float wsum[32];
-    float stage[32][32];
+    float stage[SM_WARPS][32];
     u32 sel_digit;
     u32 sel_above_cnt;
     float sel_above_mass;
@@ -125,7 +132,7 @@ struct SmShared {
 template <typename T>
 __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, int shift, u32 floor_key,
                         float m, float inv_t) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) { sh.cnt[i] = 0; sh.mass[i] = 0.f; }
+    for (int i = threadIdx.x; i < SM_WARPS * 256; i += blockDim.x) { (&sh.wcnt[0][0])[i] = 0; (&sh.wmass[0][0])[i] = 0.f; }
     __syncthreads();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     sm_row(p, V, [&](i32, float l) {
@@ -145,11 +152,20 @@ __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, i
         if (d >= 0 && lane == __ffs(peers) - 1) {
             float sum = 0.f;
             for (unsigned q = peers; q; q &= q - 1) sum += sh.stage[w][__ffs(q) - 1];
-            atomicAdd(&sh.cnt[d], (u32)__popc(peers));
-            atomicAdd(&sh.mass[d], sum);
+            atomicAdd(&sh.wcnt[w][d], (u32)__popc(peers));
+            atomicAdd(&sh.wmass[w][d], sum);
         }
         __syncwarp(act);
     });
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        u32 c = 0;
+        float ms = 0.f;
+#pragma unroll
+        for (int i = 0; i < SM_WARPS; ++i) { c += sh.wcnt[i][b]; ms += sh.wmass[i][b]; }
+        sh.cnt[b] = c;
+        sh.mass[b] = ms;
+    }
     __syncthreads();
 }
 
@@ -278,7 +294,7 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
 #define SAMPLING_ENTRIES(code, T)                                                                     \
     extern "C" __global__ void argmax_##code(i32* out, const T* x, i64 rows, i32 cols, i64 stride) {  \
         argmax_impl<T>(out, x, rows, cols, stride); }                                                 \
-    extern "C" __global__ void __launch_bounds__(1024) sample_##code(i32* out, const T* logits,       \
+    extern "C" __global__ void __launch_bounds__(SM_THREADS) sample_##code(i32* out, const T* logits,       \
             i64 rows, i32 vocab, i64 stride, float inv_temp, i32 top_k, float top_p, u64 seed,        \
             u64 offset, const i32* offset_ptr) {                                                       \
         sample_impl<T>(out, logits, rows, vocab, stride, inv_temp, top_k, top_p, seed, offset, offset_ptr); }

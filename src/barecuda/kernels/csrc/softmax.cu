@@ -70,23 +70,23 @@ __device__ void softmax_row(T* __restrict__ y, const T* __restrict__ x, i32 cols
                 }
             }
         }
+        // one exp an element: e = exp(v - m_thread) kept, rescaled by exp(m_thread - M) / S
         float s = 0.f;
         const float mloc = m == NEG ? 0.f : m;
 #pragma unroll
         for (int k = 0; k < KV; ++k)
             if (tid + k * bd < nch) {
 #pragma unroll
-                for (int i = 0; i < VN; ++i) s += bc_exp(v[k * VN + i] - mloc);
+                for (int i = 0; i < VN; ++i) { const float e = bc_exp(v[k * VN + i] - mloc); v[k * VN + i] = e; s += e; }
             }
         const float2 ms = softmax_block_merge(m, s);
-        const float M = ms.x == NEG ? 0.f : ms.x;
-        const float inv = ms.y > 0.f ? 1.f / ms.y : 0.f;
+        const float f = (ms.y > 0.f && m != NEG) ? bc_exp(mloc - ms.x) / ms.y : 0.f;
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
             const int c = tid + k * bd;
             if (c < nch) {
 #pragma unroll
-                for (int i = 0; i < VN; ++i) v[k * VN + i] = bc_exp(v[k * VN + i] - M) * inv;
+                for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
                 BcChunk<T, VN>::store(y, c, v + k * VN);
             }
         }
