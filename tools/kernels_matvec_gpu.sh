@@ -19,8 +19,10 @@ for s, n, d in _registry.table():
         print(repr((s, n[0], d)))
 for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
     print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', 1), ('MV_R', r), ('MV_U', u)))))
-for w in (12, 14, 8):
-    print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', w), ('MVQ_R', 2)))))
+for w in (12, 14, 8, 2, 3):
+    for v in ((('MVQ_R', 2),), (('MVQ_P8', 1),), (('MVQ_P8', 1), ('MVQ_R', 2))):
+        print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', w),) + v)))
+print(repr(('dequant.cu', 'dequant_q4_k_f16', (('DQ_P8', 1),))))
 " > "$OUT/warm_jobs.txt"
 seq 0 $(( $(wc -l < "$OUT/warm_jobs.txt") - 1 )) | timeout 150 xargs -P 16 -I{} python3 -c "
 import ast, sys

@@ -122,17 +122,28 @@ HOST_MAIN = r"""
 #include "quant.cuh"
 #include <cstdio>
 #include <vector>
+static int g_parts = 0;                 // 0: unit() decoders, 1: part() decoders
 template <int F> static void run(const u8* q, long nblocks, float* y) {
     using Q = BcQ<F>;
-    for (long b = 0; b < nblocks; ++b)
+    for (long b = 0; b < nblocks; ++b) {
+        if (g_parts) {
+            for (int p = 0; p < Q::QK / 8; ++p) {
+                float v[8], a, c;
+                Q::part(q + b * Q::BYTES, p, v, a, c);
+                for (int i = 0; i < 8; ++i) y[b * Q::QK + p * 8 + i] = std::fma(a, v[i], c);
+            }
+            continue;
+        }
         for (int u = 0; u < Q::UNITS; ++u) {
             float v[32], a[2], c[2];
             Q::unit(q + b * Q::BYTES, u, v, a, c);
             for (int i = 0; i < 32; ++i) y[b * Q::QK + u * 32 + i] = std::fma(a[i >> 4], v[i], c[i >> 4]);
         }
+    }
 }
-int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file
+int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part
     const int f = atoi(argv[1]);
+    g_parts = argc > 5 && argv[5][0] == 'p';
     const long n = atol(argv[3]);
     std::vector<u8> buf(n + 64);            // 16-byte aligned start (new[]), padded for the funnel reads
     FILE* fi = fopen(argv[2], "rb");
@@ -157,7 +168,7 @@ int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file
 
 
 def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
-    """quant.cuh's unit decoders (the code every quant kernel runs), compiled for the CPU with
+    """quant.cuh's decoders (unit() and part(): the code every quant kernel runs), compiled for the CPU with
     a few shims for CUDA intrinsics, reproduce gguf.quants.dequantize bit for bit in float32
     on random blocks of every format (both 2-byte alignments of the odd-sized blocks)."""
     import shutil
@@ -175,11 +186,13 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
         _, t, qk, nb = D.format_info(fmt)
         raw = random_blocks(rng, fmt, qk * 37)
         (tmp_path / "in.bin").write_bytes(raw.tobytes())
-        subprocess.run([str(exe), str(t), str(tmp_path / "in.bin"), str(raw.size), str(tmp_path / "out.bin")], check=True)
-        got = np.fromfile(tmp_path / "out.bin", dtype=np.float32).astype(np.float64)
         ref = reference(raw, fmt, (raw.size // nb * qk,))
-        assert got.shape == ref.shape
-        assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), fmt
+        for mode in ("unit", "part"):
+            subprocess.run([str(exe), str(t), str(tmp_path / "in.bin"), str(raw.size), str(tmp_path / "out.bin"), mode],
+                           check=True)
+            got = np.fromfile(tmp_path / "out.bin", dtype=np.float32).astype(np.float64)
+            assert got.shape == ref.shape
+            assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), (fmt, mode)
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
@@ -338,3 +351,24 @@ def test_dequantize_plan_in_a_captured_graph():
     plan()
     s.synchronize()
     assert np.abs(from_dev(out2, "float32") - reference(raw2, fmt, shape)).max() < 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_dequantize_eight_weights_per_lane(fmt, dtype):
+    """dequant.cu built with DQ_P8=1 (BcQ::part, coalesced stores; the bench's candidate)."""
+    rng = np.random.default_rng()
+    qk = D.format_info(fmt)[2]
+    code = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+    kern = _registry.get("dequant.cu", f"dequant_{fmt}_{code}", (("DQ_P8", 1),))
+    for shape in SHAPES[qk]:
+        raw = random_blocks(rng, fmt, shape[0] * shape[1])
+        ref = reference(raw, fmt, shape)
+        qb = bc.to_device(raw)
+        out = bc.empty(shape, dtype)
+        nblocks = raw.size // D.format_info(fmt)[3]
+        kern.launch(max(1, -(-nblocks // (D._SEG[qk] * 4))), 128, qb, out, nblocks)
+        got = from_dev(out, dtype)
+        tol = 1e-5 * np.abs(ref).max() if dtype == "float32" else rounding(dtype) * np.abs(ref).max() * 1.01
+        assert np.abs(got - ref).max() <= tol, (fmt, dtype, shape)

@@ -325,3 +325,25 @@ def test_matvec_quant_two_rows_per_warp(fmt):
         kern = _registry.get("matvec.cu", f"matvec_f16_b{bucket}_res", (("WFMT", t), ("MVQ_R", 2)))
         kern.launch(-(-n // 8), 128, qb, 0, xd, y, rd, n, k, nb, 0)
         check(from_dev(y, "float16").reshape(nb, n), x @ w.T + r, np.abs(x) @ np.abs(w).T + np.abs(r), "float16", (fmt, n, k, nb))
+
+
+@gpu
+@pytest.mark.parametrize("r", [1, 2])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_matvec_quant_eight_weights_per_lane(fmt, r):
+    """MVQ_P8=1 (BcQ::part: lanes cover blocks contiguously; the bench's candidate layout),
+    one and two rows per warp, batch 1 and 3, fp16 and fp32 x, residual epilogue."""
+    rng = np.random.default_rng()
+    _, t, qk, _ = D.format_info(fmt)
+    defines = (("WFMT", t), ("MVQ_P8", 1)) + ((("MVQ_R", 2),) if r == 2 else ())
+    for n, k, nb, xdt in ((37, qk * 9, 1, "float16"), (5, qk * 3, 3, "float32"), (130, 4096, 3, "float16")):
+        raw = random_blocks(rng, fmt, n * k)
+        w = reference(raw, fmt, (n, k))
+        qb = bc.to_device(raw)
+        xd, x = to_dev(rng.standard_normal((nb, k)), xdt)
+        rd, res = to_dev(rng.standard_normal((nb, n)), xdt)
+        y = bc.empty((nb, n), xdt)
+        code = {"float16": "f16", "float32": "f32"}[xdt]
+        kern = _registry.get("matvec.cu", f"matvec_{code}_b{1 if nb == 1 else 4}_res", defines)
+        kern.launch(-(-n // (4 * r)), 128, qb, 0, xd, y, rd, n, k, nb, 0)
+        check(from_dev(y, xdt).reshape(nb, n), x @ w.T + res, np.abs(x) @ np.abs(w).T + np.abs(res), xdt, (fmt, r, n, k, nb))

@@ -159,6 +159,29 @@ def quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=QUAN
     return out
 
 
+def dequant_p8_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096)):
+    """dequant.cu built with DQ_P8=1 (8 weights per lane, coalesced stores), f16 out."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _registry
+    out = []
+    n, k = shape
+    for fmt in fmts:
+        _, _, qk, bb = D.format_info(fmt)
+        qbytes, obytes = n * k // qk * bb, n * k * 2
+        bufs = _weights(bc, s, qbytes + obytes, lambda: bc.empty((qbytes,), "uint8", stream=s))
+        for b in bufs:
+            b.memset(0x1c, stream=s)
+        y = bc.empty((n, k), "float16", stream=s)
+        kern = _registry.get("dequant.cu", f"dequant_{fmt}_f16", (("DQ_P8", 1),))
+        nblocks = qbytes // bb
+        grid = max(1, min(-(-nblocks // (D._SEG[qk] * 4)), D.sm_count(0) * 16))
+        plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
+        us = _time_plans(bc, s, plans)
+        out.append((f"sweep dequantize {fmt} DQ_P8=1 -> 16 {n}x{k}", us, qbytes + obytes, None))
+        del plans, bufs
+    return out
+
+
 def dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096), dtype="float16"):
     from barecuda.kernels import _dequant as D
     out = []
@@ -197,8 +220,9 @@ def sweep_rows(bc, s, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), varia
     return out
 
 
-def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shapes=((14336, 4096), (4096, 14336)), rs=(1, 2)):
-    """Quantized f16-x batch-1 matvec with MVQ_R rows per warp."""
+def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shapes=((14336, 4096), (4096, 14336)),
+                variants=((), (("MVQ_R", 2),), (("MVQ_P8", 1),), (("MVQ_P8", 1), ("MVQ_R", 2)))):
+    """Quantized f16-x batch-1 matvec with MVQ_R rows per warp and the 8-weights-per-lane layout."""
     from barecuda.kernels import _dequant as D
     from barecuda.kernels import _registry
     out = []
@@ -212,11 +236,13 @@ def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shapes=((14336, 4096), (40
             x = bc.empty((1, k), "float16", stream=s)
             x.memset(0x1c, stream=s)
             y = bc.empty((1, n), "float16", stream=s)
-            for r in rs:
-                kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", t), ("MVQ_R", r)) if r != 1 else (("WFMT", t),))
+            for v in variants:
+                r = dict(v).get("MVQ_R", 1)
+                kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", t),) + v)
                 plans = [kern.bind(-(-n // (4 * r)), 128, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
-                out.append((f"sweep {fmt} {n}x{k} MVQ_R{r}{_occ(kern)}", us, wbytes, None))
+                tag = " ".join(f"{a}={b}" for a, b in v) or "MVQ_R=1"
+                out.append((f"sweep {fmt} {n}x{k} {tag}{_occ(kern)}", us, wbytes, None))
             del bufs
     return out
 
@@ -258,6 +284,7 @@ def matvec_section(ctx=None, sweep=False, progress=False):
     if sweep:
         groups.insert(1, lambda: sweep_rows(bc, s))
         groups.insert(3, lambda: qsweep_rows(bc, s))
+        groups.insert(5, lambda: dequant_p8_rows(bc, s))
     for make in groups:
         got = make()
         rows += got

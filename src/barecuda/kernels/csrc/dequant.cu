@@ -10,6 +10,9 @@
 #include "quant.cuh"
 
 #define DQ_WARPS 4
+#ifndef DQ_P8
+#define DQ_P8 0         // 1 = 8 weights per lane (BcQ::part: coalesced stores), 0 = 32 (BcQ::unit)
+#endif
 
 template <typename OT> BC_DEV void dq_store32(OT* y, const float* w) {
 #pragma unroll
@@ -46,6 +49,24 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
         const int nbk = (int)min((long long)SEGB, nblocks - sg * SEGB);
         const u8* g = qb + sg * SEGB * Q::BYTES;
         const u8* s0 = stage[wi][buf] + (reinterpret_cast<u64>(g) & 15);
+#if DQ_P8
+        // 8 weights per lane, lanes covering blocks contiguously: coalesced 16-byte stores
+        constexpr int P = Q::QK / 8;
+        for (int gp = lane; gp < nbk * P; gp += 32) {
+            const int blk = gp / P, pi = gp % P;
+            float q[8], a, c;
+            Q::part(s0 + blk * Q::BYTES, pi, q, a, c);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
+            OT* yp = y + ((sg * SEGB + blk) * Q::QK + pi * 8);
+#pragma unroll
+            for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
+                BcVec<OT> v;
+                bc_vpack(v, q + i * BcVec<OT>::N);
+                bc_vstore(yp + i * BcVec<OT>::N, v);
+            }
+        }
+#else
         for (int u = lane; u < nbk * Q::UNITS; u += 32) {
             const int blk = u / Q::UNITS, ui = u % Q::UNITS;
             float q[32], a[2], c[2];
@@ -54,6 +75,7 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
             for (int i = 0; i < 32; ++i) q[i] = fmaf(a[i >> 4], q[i], c[i >> 4]);
             dq_store32(y + ((sg * SEGB + blk) * Q::QK + ui * 32), q);
         }
+#endif
         __syncwarp();
     }
 }

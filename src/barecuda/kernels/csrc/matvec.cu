@@ -28,6 +28,9 @@
 #ifndef MV_U
 #define MV_U 4          // dense: 16-byte loads in flight per row per lane
 #endif
+#ifndef MVQ_P8
+#define MVQ_P8 0        // quantized: 1 = 8 weights per lane (BcQ::part), 0 = 32 (BcQ::unit)
+#endif
 #ifndef MVQ_R
 #define MVQ_R 1         // quantized: rows per warp (not for _glu entries)
 #endif
@@ -202,6 +205,38 @@ BC_DEV void mv_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
         bcq_wait<1>();
         __syncwarp();
         const int nbk = min(SEGB, nblk - sg * SEGB);
+#if MVQ_P8
+        // 8 weights per lane, lanes covering the blocks contiguously: one 16-byte load of x
+        // per lane and batch row, coalesced across the warp
+        constexpr int P = Q::QK / 8;
+        for (int gp = lane; gp < nbk * P; gp += 32) {
+            const int blk = gp / P, pi = gp % P;
+            float q[NT][8], a[NT], c[NT];
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const u8* g = src[t] + (long long)sg * SEGB * Q::BYTES;
+                const u8* sb = stage[wi][sg & 1][t] + (reinterpret_cast<u64>(g) & 15) + blk * Q::BYTES;
+                Q::part(sb, pi, q[t], a[t], c[t]);
+            }
+            const long long k = ((long long)sg * SEGB + blk) * Q::QK + pi * 8;
+#pragma unroll
+            for (int b = 0; b < B; ++b) {
+                if (b >= nb) break;
+                float xf[8];
+                mv_ldx<XT, 8>(x + (long long)b * K + k, xf);
+                float sx = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) sx += xf[i];
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    float d = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) d = fmaf(q[t][i], xf[i], d);
+                    acc[t][b] += a[t] * d + c[t] * sx;
+                }
+            }
+        }
+#else
         for (int u = lane; u < nbk * Q::UNITS; u += 32) {
             const int blk = u / Q::UNITS, ui = u % Q::UNITS;
             float q[NT][32], a[NT][2], c[NT][2];
@@ -229,6 +264,7 @@ BC_DEV void mv_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
                 }
             }
         }
+#endif
         __syncwarp();
     }
 #pragma unroll

@@ -89,7 +89,9 @@ BC_DEV u16 bcq_u16(const u8* p) { return *reinterpret_cast<const u16*>(p); }
 
 // ------------------------------------------------------------------ formats
 // BcQ<F>: QK (weights per block), BYTES (per block), UNITS (32-weight units per block),
-// and unit(blk, u, q, a, c): decode unit u of the block at blk (shared memory).
+// unit(blk, u, q, a, c): decode unit u of the block at blk (shared memory), and
+// part(blk, p, q, a, c): the 8 weights 8p..8p+7 of the block, w = a * q + c (the layout
+// where a warp's lanes cover a block contiguously: coalesced x loads and output stores).
 template <int F> struct BcQ;
 
 template <> struct BcQ<BC_Q4_K> {
@@ -120,6 +122,26 @@ template <> struct BcQ<BC_Q4_K> {
                 for (int b = 0; b < 4; ++b) q[16 * v + 4 * i + b] = bcq_u2f((w[i] >> (8 * b + shift)) & 15u);
         }
     }
+    // part p (0..31): the 8 weights 8p..8p+7 (sub-block p / 4): w[i] = a * q[i] + c
+    BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
+        const uint4 h = *reinterpret_cast<const uint4*>(blk);
+        const int u = p >> 2;
+        const int j = u & 3;
+        const u32 b0 = (h.y >> (8 * j)) & 0xffu, b1 = (h.z >> (8 * j)) & 0xffu, b2 = (h.w >> (8 * j)) & 0xffu;
+        u32 sc, m;
+        if (u < 4) { sc = b0 & 63u; m = b1 & 63u; }
+        else       { sc = (b2 & 15u) | ((b0 >> 6) << 4); m = (b2 >> 4) | ((b1 >> 6) << 4); }
+        a = bc_half_to_float((u16)(h.x & 0xffffu)) * (float)sc;
+        c = -bc_half_to_float((u16)(h.x >> 16)) * (float)m;
+        const u32* qs = reinterpret_cast<const u32*>(blk + 16 + 32 * (u >> 1) + 8 * (p & 3));
+        const u32 shift = (u & 1) * 4u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const u32 w = qs[i] >> shift;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((w >> (8 * b)) & 15u);
+        }
+    }
 };
 
 template <> struct BcQ<BC_Q6_K> {
@@ -143,6 +165,21 @@ template <> struct BcQ<BC_Q6_K> {
             for (int b = 0; b < 4; ++b)
                 q[4 * i + b] = bcq_u2f(((ql[i] >> (8 * b + lsh)) & 15u) | (((qh[i] >> (8 * b + hsh)) & 3u) << 4));
     }
+    // part p (0..31): weights 8p..8p+7 = half 8p/128, quarter, l0..l0+7 of the unit layout
+    BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
+        const int hf = p >> 4, qt = (p >> 2) & 3, l0 = 8 * (p & 3);
+        a = bc_half_to_float(bcq_u16(blk + 208)) * (float)reinterpret_cast<const i8*>(blk)[192 + 8 * hf + 2 * qt + (l0 >> 4)];
+        c = -32.f * a;
+        u32 ql[2], qh[2];
+        bcq_words_a2<2>(blk + 64 * hf + 32 * (qt & 1) + l0, ql);
+        bcq_words_a2<2>(blk + 128 + 32 * hf + l0, qh);
+        const u32 lsh = (qt >> 1) * 4u, hsh = 2u * qt;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int b = 0; b < 4; ++b)
+                q[4 * i + b] = bcq_u2f(((ql[i] >> (8 * b + lsh)) & 15u) | (((qh[i] >> (8 * b + hsh)) & 3u) << 4));
+    }
 };
 
 template <> struct BcQ<BC_Q8_0> {
@@ -155,6 +192,18 @@ template <> struct BcQ<BC_Q8_0> {
         bcq_words_a2<8>(blk + 2, w);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
+            const u32 v = w[i] ^ 0x80808080u;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((v >> (8 * b)) & 0xffu);
+        }
+    }
+    BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
+        a = bc_half_to_float(bcq_u16(blk));
+        c = -128.f * a;
+        u32 w[2];
+        bcq_words_a2<2>(blk + 2 + 8 * p, w);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
             const u32 v = w[i] ^ 0x80808080u;
 #pragma unroll
             for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((v >> (8 * b)) & 0xffu);
@@ -178,6 +227,17 @@ template <> struct BcQ<BC_Q4_0> {
                 q[16 + 4 * i + b] = bcq_u2f((w[i] >> (8 * b + 4)) & 15u);
             }
     }
+    BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
+        a = bc_half_to_float(bcq_u16(blk));
+        c = -8.f * a;
+        u32 w[2];
+        bcq_words_a2<2>(blk + 2 + 8 * (p & 1), w);
+        const u32 sh = (p >> 1) * 4u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((w[i] >> (8 * b + sh)) & 15u);
+    }
 };
 
 template <> struct BcQ<BC_Q4_1> {
@@ -196,6 +256,19 @@ template <> struct BcQ<BC_Q4_1> {
                 q[4 * i + b] = bcq_u2f((w[i] >> (8 * b)) & 15u);
                 q[16 + 4 * i + b] = bcq_u2f((w[i] >> (8 * b + 4)) & 15u);
             }
+    }
+    BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
+        const u32 dm = *reinterpret_cast<const u32*>(blk);
+        a = bc_half_to_float((u16)(dm & 0xffffu));
+        c = bc_half_to_float((u16)(dm >> 16));
+        const u32* qs = reinterpret_cast<const u32*>(blk + 4 + 8 * (p & 1));
+        const u32 sh = (p >> 1) * 4u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const u32 w = qs[i] >> sh;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((w >> (8 * b)) & 15u);
+        }
     }
 };
 
