@@ -4,6 +4,8 @@ supported ISA, written to a package-data folder with a manifest.
 
     python -m barecuda.kernels._prebuild [--out DIR] [--archs 80,86,89,90,100,120] [--jobs N]
 
+(``BARECUDA_PREBUILD_ARCHS=80,90`` sets the default architectures, e.g. for setup.py's call.)
+
 Run at wheel-build time by setup.py (when NVRTC is importable there, or with
 ``BARECUDA_PREBUILD_KERNELS=1``); the registry loads these files before the compile
 cache. Files are named by the specialization digest (``_registry.digest``: the
@@ -119,7 +121,8 @@ def main(argv=None):
     import argparse
     p = argparse.ArgumentParser(prog="python -m barecuda.kernels._prebuild", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=R.PREBUILT, help="folder (default: the package's prebuilt/)")
-    p.add_argument("--archs", default=",".join(map(str, DEFAULT_ARCHS)), help="cubin architectures, e.g. 80,90")
+    p.add_argument("--archs", default=os.environ.get("BARECUDA_PREBUILD_ARCHS") or ",".join(map(str, DEFAULT_ARCHS)),
+                   help="cubin architectures, e.g. 80,90 (default: $BARECUDA_PREBUILD_ARCHS or %(default)s)")
     p.add_argument("--no-ptx", action="store_true")
     p.add_argument("--jobs", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
