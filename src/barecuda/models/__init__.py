@@ -13,10 +13,15 @@ Nothing heavy happens at import: each submodule imports what it needs (numpy,
 
 See docs/inference.md.
 """
-__all__ = ["gguf", "tokenizer", "reference", "llama"]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and stubtest; at run time each loads on first use
+    from barecuda.models import gguf, llama, reference, synthetic, tokenizer, torch_llama
+
+__all__ = ["gguf", "tokenizer", "reference", "llama", "synthetic", "torch_llama"]
 
 
-def __getattr__(name: str):  # PEP 562: submodules on first use
+def __getattr__(name: str) -> Any:  # PEP 562: submodules on first use
     if name in __all__:
         import importlib
         return importlib.import_module(f"barecuda.models.{name}")

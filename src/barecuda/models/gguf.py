@@ -270,9 +270,11 @@ class GGUFFile:
 
     # -- parsing
     def _parse(self) -> None:
-        c = _Cursor(self._mv, 0, self.file_size, self.path)
+        mv = self._mv
+        assert mv is not None
+        c = _Cursor(mv, 0, self.file_size, self.path)
         c.need(4, "the magic")
-        magic = bytes(self._mv[0:4])
+        magic = bytes(mv[0:4])
         if magic != GGUF_MAGIC:
             raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
         c.pos = 4

@@ -148,6 +148,7 @@ class Llama:
         if cfg.has_rope_freqs:
             from barecuda.models.reference import llama3_params
             p = llama3_params(cfg, f)
+            assert p is not None
             self.rope_scaling = {"rope_type": "llama3", "factor": p["factor"], "low_freq_factor": p["low_freq_factor"],
                                  "high_freq_factor": p["high_freq_factor"],
                                  "original_max_position_embeddings": p["original_context"]}
@@ -158,7 +159,11 @@ class Llama:
         import barecuda
         from barecuda import kernels as K
         from barecuda.kernels import _attention as KA, _dequant as KD, _matvec as KM
-        self._bc, self._K, self._KA, self._KD, self._KM = barecuda, K, KA, KD, KM
+        self._bc: Any = barecuda
+        self._K: Any = K
+        self._KA: Any = KA
+        self._KD: Any = KD
+        self._KM: Any = KM
         self.device = barecuda.Device(device) if device is not None else barecuda.Device()
         self.stream = barecuda.Stream(self.device)
         t0 = time.perf_counter()

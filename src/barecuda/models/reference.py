@@ -243,7 +243,7 @@ def llama3_params(cfg: "LlamaConfig", f: GGUFFile) -> Optional[dict]:
         return None
     got = dequantize_tensor(f.tensor("rope_freqs.weight")).astype(np.float64)
     a = cfg.arch + "."
-    params = dict(factor=float(got.max()), low_freq_factor=float(f.get(a + "rope.scaling.low_freq_factor", 1.0)),
+    params: Dict[str, Any] = dict(factor=float(got.max()), low_freq_factor=float(f.get(a + "rope.scaling.low_freq_factor", 1.0)),
                   high_freq_factor=float(f.get(a + "rope.scaling.high_freq_factor", 4.0)),
                   original_context=int(f.get(a + "rope.scaling.original_context_length", 8192)))
     want = llama3_factors(cfg.n_rot, cfg.rope_base, **params)

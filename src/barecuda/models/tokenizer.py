@@ -95,7 +95,7 @@ class Tokenizer:
             bpe = models.BPE(vocab, [(m[3], m[4]) for m in merges], unk_token=tokens[unk] if unk is not None else None,
                              fuse_unk=True, byte_fallback=True)
             tok = tk.Tokenizer(bpe)
-            norm = [normalizers.Replace(" ", "\u2581")]
+            norm: List[Any] = [normalizers.Replace(" ", "\u2581")]
             if f.get("tokenizer.ggml.add_space_prefix", True):
                 norm.insert(0, normalizers.Prepend("\u2581"))
             tok.normalizer = normalizers.Sequence(norm)
@@ -135,6 +135,7 @@ class Tokenizer:
         tpl = self.chat_template
         if tpl is None:
             raise GGUFError(f"{self.path}: the file has no tokenizer.chat_template")
+        jinja2: Any
         try:
             import jinja2
         except ImportError:

@@ -56,7 +56,7 @@ class TorchLlama:
         self.ar = torch.arange(max_seq, device=device)
         self.weight_bytes = sum(t.numel() * t.element_size() for L in self.layers for t in L.values()) + \
             self.out.numel() * self.out.element_size()
-        self.graph = None
+        self.graph: Any = None
 
     def _norm(self, x: Any, w: Any) -> Any:
         t = self.torch
