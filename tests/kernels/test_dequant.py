@@ -198,7 +198,7 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_dequant_source_compiles_without_warnings(arch):
     (src, names, defines), = [e for e in D.KERNELS]
-    oc = _registry.compile_code(src, defines, target="cubin", arch=arch)
+    oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
     assert oc.log.strip() == ""
     assert len(names) == 15
 
@@ -215,7 +215,7 @@ def lowered_ptx_get(source, name, defines=(), device=None):
     from barecuda._program import ObjectCode
     key = (source, defines)
     if key not in _PTX:
-        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
+        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80", cache=True).code
         code = code.decode() if isinstance(code, bytes) else code
         _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
     return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)

@@ -51,7 +51,7 @@ def check(got, ref, scale, dtype, what):
 def test_matvec_source_compiles_without_warnings(arch, fmt):
     (src, names, defines), = [e for e in M.KERNELS if dict(e[2])["WFMT"] == D.FORMATS[fmt][0] and
                               "MV_R" not in dict(e[2])]
-    oc = _registry.compile_code(src, defines, target="cubin", arch=arch)
+    oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
     assert oc.log.strip() == ""
     assert len(names) == 36
 
