@@ -68,13 +68,13 @@ $PY -c 'import sys, platform; print("python", sys.version.split()[0], platform.p
 PYTEST=("$PY" -m pytest --gpu -p no:cacheprovider)
 SAN=$(command -v compute-sanitizer || { [ -x /usr/local/cuda/bin/compute-sanitizer ] && echo /usr/local/cuda/bin/compute-sanitizer; })
 SANFLAGS=(--report-api-errors no --target-processes application-only --error-exitcode 86 --print-limit 20)
-SEEDS=tests/test_seeds_gpu.py
+SEEDS=tests/stress/test_concurrency_gpu.py
 # racecheck/synccheck: the pool tests and one staging case (every staging case under racecheck
 # does not fit the run: 40 s covered only part of the file on the H200)
-RACE_TESTS="$(ls tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ') tests/test_staging_gpu.py::test_htod[default-1-stream]"
+RACE_TESTS="$(ls tests/memory/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ') tests/memory/test_staging_gpu.py::test_htod[default-1-stream]"
 # memcheck runs over the tests that exercise ownership, launch, graphs and pools (the whole suite under the
 # sanitizer takes far longer than one device call allows)
-MEM_TESTS=$(ls tests/test_memory*gpu*.py tests/test_ownership*gpu*.py tests/test_launch*gpu*.py tests/test_graph_gpu.py tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ')
+MEM_TESTS=$(ls tests/memory/test_buffers_gpu.py tests/interop/test_interop_gpu.py tests/memory/test_ownership*gpu*.py tests/launch/test_launch*gpu*.py tests/graph/test_graph_gpu.py tests/memory/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ')
 
 LOCK=(); command -v flock >/dev/null && LOCK=(flock /tmp/barecuda-build.lock)
 stage build build.log "$(budget 150 420)" "${LOCK[@]}" "$PY" setup.py build_ext --inplace -q -j "$JOBS"
@@ -116,7 +116,7 @@ fi
         printf '%-12s %-22s %4ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
     done
     echo "seeds:       $(grep -E '(passed|failed|error|skipped)' "$OUT/seeds.log" 2>/dev/null | tail -1)"
-    grep -E '^tests/test_seeds_gpu.py::' "$OUT/seeds.log" 2>/dev/null | sed 's/^/seed:        /'
+    grep -E '^tests/stress/test_concurrency_gpu.py::' "$OUT/seeds.log" 2>/dev/null | sed 's/^/seed:        /'
     echo "tests:       $(grep -E '(passed|failed|error|skipped)' "$OUT/tests.log" 2>/dev/null | tail -1)"
     for t in memcheck racecheck synccheck; do
         [ -f "$OUT/$t.log" ] && echo "$(printf '%-12s' "$t:") $(grep -E 'ERROR SUMMARY' "$OUT/$t.log" | tail -1)" \
