@@ -68,13 +68,14 @@ __all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", 
             "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
             "ipc", "nccl"]
 
-# CUDA graphs (_graph.pyx, _graph_exec.pyx, _capture.pyx, _host_node.pyx)
-from barecuda._graph import Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle
-from barecuda._host_node import check_host_errors
-from barecuda._graph_exec import GraphExec, ExecKernelNode, ArgUpdate
-from barecuda._capture import Capture, capture, is_capturing
+# CUDA graphs: the graph wing (barecuda.graph, each module with its own __all__)
+from barecuda.graph import (
+    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode, ArgUpdate,
+    Capture, capture, is_capturing, check_host_errors,
+)
+from barecuda import graph
 __all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode", "ArgUpdate",
-            "Capture", "capture", "is_capturing", "check_host_errors"]
+            "Capture", "capture", "is_capturing", "check_host_errors", "graph"]
 
 # staging settings (core)
 from barecuda._staging import configure_staging

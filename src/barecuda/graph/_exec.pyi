@@ -2,10 +2,13 @@ from typing import final
 from typing import Any, Optional, Sequence, Tuple, Union
 
 from barecuda._device import Device
-from barecuda._graph import Graph, GraphNode, KernelNode
+from barecuda.graph._graph import Graph
+from barecuda.graph._nodes import GraphNode, KernelNode
+from barecuda.graph._args import ArgUpdate, ExecKernelNode
 from barecuda._launch import Kernel
 
 _Dims = Union[int, Sequence[int]]
+__all__ = ["GraphExec"]
 
 class GraphExec:
     graph: Graph
@@ -22,29 +25,3 @@ class GraphExec:
     def prepare_args(self, slots: Sequence[Tuple[Union["ExecKernelNode", KernelNode], int]]) -> "ArgUpdate": ...
     def set_enabled(self, node: GraphNode, enabled: bool) -> None: ...
     def is_enabled(self, node: GraphNode) -> bool: ...
-
-@final
-class ExecKernelNode:
-    exec: GraphExec
-    node: KernelNode
-    kernel: Kernel
-    @property
-    def args(self) -> Tuple[Any, ...]: ...
-    @property
-    def grid(self) -> Tuple[int, int, int]: ...
-    @property
-    def block(self) -> Tuple[int, int, int]: ...
-    @property
-    def shared_mem(self) -> int: ...
-    def set_arg(self, index: int, value: Any, /) -> None: ...
-    def set_args(self, *args: Any) -> None: ...
-    def set_dims(self, grid: Optional[_Dims] = ..., block: Optional[_Dims] = ...,
-                 shared_mem: Optional[int] = ...) -> None: ...
-
-@final
-class ArgUpdate:
-    exec: GraphExec
-    def __len__(self) -> int: ...
-    @property
-    def slots(self) -> Tuple[Tuple[ExecKernelNode, int], ...]: ...
-    def set(self, *values: Any) -> None: ...

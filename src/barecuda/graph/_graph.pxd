@@ -1,12 +1,12 @@
-"""CUDA graphs: the graph and its nodes (executables: _graph_exec.pxd)."""
+"""CUDA graphs: the graph (nodes: _nodes.pxd; executables: _exec.pxd)."""
 from barecuda._abi cimport (CUgraph, CUgraphExec, CUgraphNode, CUcontext, CUstream,
                             CUDA_KERNEL_NODE_PARAMS_v2, CUgraphConditionalHandle, CUDA_MEMCPY3D,
                             CUDA_MEMSET_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUgraphConditionalNodeType)
 from barecuda._device cimport Device
 from barecuda._launch cimport Kernel
+from barecuda.graph._nodes cimport GraphNode, KernelNode
 
 
-cdef class GraphNode
 cdef class ConditionalHandle
 cdef class ConditionalNode
 
@@ -51,22 +51,6 @@ cdef class Graph:
     cdef GraphNode _wrap(self, CUgraphNode h)
 
 
-cdef class GraphNode:
-    cdef CUgraphNode handle
-    cdef object _graph_ref          # weak reference to the Graph (nodes never keep a graph alive: no cycle)
-    cdef object __weakref__
-    cdef readonly str kind
-    cdef readonly Py_ssize_t index
-
-
-cdef class KernelNode(GraphNode):
-    cdef readonly Kernel kernel
-    cdef char *buf                  # the node's parameter block (kernel.argbytes)
-    cdef void **ptrs                # kernelParams: one pointer per slot into buf
-    cdef CUDA_KERNEL_NODE_PARAMS_v2 p
-    cdef list _vals                 # the Python value packed in each slot (keeps buffers alive)
-
-
 cdef class ConditionalHandle:
     cdef readonly Graph graph
     cdef CUgraphConditionalHandle h
@@ -80,9 +64,9 @@ cdef class ConditionalNode(GraphNode):
     cdef readonly str type
 
 
-# Append objs to a graph's reference list, pinning DeviceBuffers (their close() defers).
-cdef int hold(list keep, object objs) except -1
-# DriverVersionError naming the version of the optional entry point `name` unless fn is set.
-cdef int need(void *fn, str name) except -1
+# `value` as a launch priority of g's device (TypeError / ValueError before any node is touched).
+cdef int check_priority(Graph g, object value) except? -999999
+# Set node n's launch priority attribute.
+cdef int set_node_priority(Graph g, KernelNode n, int priority) except -1
 # An empty Graph object without a handle, on dev (_capture fills it).
 cdef Graph graph_shell(Device dev)

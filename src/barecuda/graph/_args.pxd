@@ -1,37 +1,10 @@
-"""CUDA graphs: executable graphs and kernel-node handles."""
-from barecuda._abi cimport CUgraphExec, CUgraphNode, CUcontext, CUstream, CUDA_KERNEL_NODE_PARAMS_v2
-from barecuda._device cimport Device
+"""CUDA graphs: kernel-node handles and batched argument updates of an executable."""
+from barecuda._abi cimport CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2
 from barecuda._launch cimport Kernel
-from barecuda._graph cimport Graph, KernelNode
 from barecuda._pack cimport bc_param
+from barecuda.graph._nodes cimport KernelNode
+from barecuda.graph._exec cimport GraphExec
 from cpython.ref cimport PyObject
-
-
-cdef class GraphExec:
-    cdef CUgraphExec handle
-    cdef readonly Graph graph
-    cdef readonly Device device
-    cdef CUcontext ctx
-    cdef CUstream last              # stream of the latest launch
-    cdef object _last_stream        # ... and its object, kept alive while launches may run on it
-    cdef bint launched
-    cdef bint multi                 # launched on more than one stream
-    cdef list _graphs               # the graph it came from and the latest update's
-    cdef tuple _refs                # what the graph it runs referenced (Graph._refs: a shared snapshot)
-    cdef tuple _bufs                # the DeviceBuffers among _refs (marked used when they go)
-    cdef Graph _source              # the graph whose parameters it runs (its own, or the latest update's)
-    cdef readonly unsigned long long flags
-    cdef dict _params               # node index -> _KernelParams of the nodes that have handles
-    cdef tuple _kernels             # the Kernels it runs (launch refuses when one's module was closed)
-    cdef size_t _kernels_seen       # _launch.kernels_closed() when _kernels were last found alive
-    cdef bint _kernels_ok           # ... (False: check at the next launch)
-
-    cdef int _live(self) except -1
-    cdef void _mark_used(self) noexcept
-    cdef void _mark_params(self) noexcept
-    cdef int _hold_refs(self, Graph graph) except -1
-    cdef int _check_kernels(self) except -1
-    cdef int _refresh_params(self, Graph graph) except -1
 
 
 cdef class _KernelParams:
@@ -79,3 +52,7 @@ cdef class ArgUpdate:
     cdef int _restore(self, Py_ssize_t upto, Py_ssize_t first_node) except -1
     cdef int _commit(self, tuple values, Py_ssize_t nodes_done) except -1
     cdef Py_ssize_t _node_index(self, Py_ssize_t j)
+
+
+# The token the handle and update constructors take (they come from GraphExec only).
+cdef object handle_token()

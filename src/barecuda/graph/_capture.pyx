@@ -8,6 +8,7 @@ graph hold the kernel (or plan) and its arguments, and remember the kernel by it
 CUfunction so that ``Graph.kernel_nodes`` can map captured kernel nodes back to it.
 The caching allocator's capture path (graph memory) is in ``_pool.pyx``.
 """
+__all__ = ["Capture", "capture", "is_capturing"]
 cimport cython
 from libc.string cimport memset
 from cpython.mem cimport PyMem_Calloc, PyMem_Free
@@ -30,7 +31,8 @@ from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slo
 from barecuda._driver_pool cimport flush_capture_frees
 from barecuda._pool cimport bc_block, FROM_GRAPH, capture_started, capture_ended
 from barecuda._launch cimport Kernel, set_capture_hook
-from barecuda._graph cimport Graph, need, graph_shell, hold
+from barecuda.graph._graph cimport Graph, graph_shell
+from barecuda.graph._nodes cimport need, hold
 from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()

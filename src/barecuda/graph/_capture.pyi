@@ -1,7 +1,9 @@
 from typing import final
 from typing import Any
 
-from barecuda._graph import Graph
+from barecuda.graph._graph import Graph
+
+__all__ = ["Capture", "capture", "is_capturing"]
 
 @final
 class Capture:

@@ -7,6 +7,7 @@ exceptions host-node callables raise: kept (up to 1000, then counted), raised by
 ``CudaWarning`` at exit when never retrieved. ``Graph.add_host`` (``_graph.pyx``) makes
 the nodes.
 """
+__all__ = ["check_host_errors"]
 cimport cython
 from cpython.ref cimport PyObject
 

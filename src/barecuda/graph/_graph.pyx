@@ -1,14 +1,16 @@
-"""CUDA graphs: the graph and its nodes.
+"""CUDA graphs: the graph.
 
 Owns: explicit graphs (``Graph``: kernel, memcpy, memset, host-function, event,
-child-graph, empty and conditional nodes with explicit dependencies), the node objects
-(``GraphNode``, ``KernelNode``, ``ConditionalNode``, ``ConditionalHandle``), node
-objects for captured graphs (``Graph.nodes``/``kernel_nodes``: kernel nodes mapped back
-to the Kernels the capture saw launched).
+child-graph, empty and conditional nodes with explicit dependencies), conditional
+nodes and their handles (``ConditionalNode``, ``ConditionalHandle``), node objects for
+captured graphs (``Graph.nodes``/``kernel_nodes``: kernel nodes mapped back to the
+Kernels the capture saw launched), kernel-node priorities.
 
-The rest of the graph concern: stream capture in ``_capture.pyx``, executable graphs and
-kernel-node handles in ``_graph_exec.pyx`` (``Graph.instantiate`` makes them there), the
-host-node trampoline and its exception store in ``_host_node.pyx``.
+The rest of the graph wing (``barecuda.graph``): the node classes in ``_nodes.pyx``,
+stream capture in ``_capture.pyx``, executable graphs in ``_exec.pyx``
+(``Graph.instantiate`` makes them there), kernel-node handles and batched argument
+updates in ``_args.pyx``, the host-node trampoline and its exception store in
+``_host_node.pyx``.
 
 Lifetimes: a Graph holds every object its nodes reference (buffers, kernels, callables,
 events, child graphs); a captured graph holds what barecuda launched into it (see
@@ -17,6 +19,8 @@ events, child graphs); a captured graph holds what barecuda launched into it (se
 Host-node exceptions are stored (never lost) and raised by the next
 ``GraphExec.launch``/``synchronize``/``check_host_errors`` in the process.
 """
+__all__ = ["Graph", "ConditionalNode", "ConditionalHandle"]
+
 cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uintptr_t
@@ -31,28 +35,19 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS,
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Event
-from barecuda._buffer cimport DeviceBuffer, pin, unpin, KIND_CLOSED
-from barecuda._host cimport PinnedBuffer, hold_host
+from barecuda._buffer cimport DeviceBuffer
+from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
-from barecuda._host_node cimport _HostCall, host_trampoline
+from barecuda.graph._host_node cimport _HostCall, host_trampoline
+from barecuda.graph._nodes cimport GraphNode, KernelNode, hold, need, new_kernel_node, node_token
 from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-_TOKEN = object()
 
 _KINDS = ("kernel", "memcpy", "memset", "host", "graph", "empty", "event_wait", "event_record",
           "ext_semaphore_signal", "ext_semaphore_wait", "mem_alloc", "mem_free", "batch_mem_op", "conditional")
-
-
-cdef int need(void *fn, str name) except -1:
-    """DriverVersionError naming the version of optional entry point `name` (from the ABI
-    table, through _loader.require) unless it was resolved."""
-    if fn == NULL:
-        bname = name.encode()
-        require(<const void *>fn, bname, b"CUDA graphs")
-    return 0
 
 
 # --------------------------------------------------------------- helpers
@@ -128,136 +123,6 @@ cdef int _ptr_of(object obj, CUdeviceptr *dev, void **host, size_t *size, str wh
                     f"{type(obj).__name__} (graph copies cannot stage pageable host memory)")
 
 
-# -------------------------------------------------------------------- nodes
-cdef class GraphNode:
-    """A node of a :class:`Graph` (returned by the ``add_*`` methods)."""
-
-    def __cinit__(self, token=None):
-        if token is not _TOKEN:
-            raise TypeError("graph nodes come from Graph.add_* methods")
-        self.handle = NULL
-
-    def __repr__(self):
-        return f"<barecuda.GraphNode {self.kind} #{self.index}>"
-
-    @property
-    def graph(self):
-        """The graph of this node (a node does not keep its graph alive)."""
-        return _graph_of(self)
-
-    @property
-    def handle_int(self):
-        """The ``CUgraphNode`` as an int."""
-        return <size_t>self.handle
-
-
-cdef Graph _graph_of(GraphNode n):
-    g = n._graph_ref() if n._graph_ref is not None else None
-    if g is None:
-        raise ValueError(f"the graph of {n!r} is gone")
-    return <Graph>g
-
-
-@cython.final
-cdef class KernelNode(GraphNode):
-    """A kernel node: the kernel, its launch dimensions and its own parameter block.
-
-    ``set_arg`` on this node changes the graph (later instantiations and
-    ``GraphExec.update``); to change an executable graph use
-    ``GraphExec.kernel_node(node).set_arg``.
-    """
-
-    def __dealloc__(self):
-        PyMem_Free(self.buf)
-        PyMem_Free(self.ptrs)
-        self.buf = NULL
-        self.ptrs = NULL
-
-    def __repr__(self):
-        return f"<barecuda.KernelNode {self.kernel.name!r} #{self.index}>"
-
-    @property
-    def grid(self):
-        return (self.p.gridDimX, self.p.gridDimY, self.p.gridDimZ)
-
-    @property
-    def block(self):
-        return (self.p.blockDimX, self.p.blockDimY, self.p.blockDimZ)
-
-    @property
-    def shared_mem(self):
-        return self.p.sharedMemBytes
-
-    @property
-    def args(self):
-        """The values last packed, one per parameter."""
-        return tuple(self._vals)
-
-    @property
-    def priority(self):
-        """The node's launch priority attribute (``CU_LAUNCH_ATTRIBUTE_PRIORITY``; 0 until
-        set; captured launches carry their stream's). Lower numbers are higher priority.
-        It takes effect in executables instantiated with ``use_node_priority=True``;
-        otherwise kernels run at the priority of the stream the graph is launched into.
-        Setting it changes the graph (later instantiations), not existing executables,
-        and checks the value against ``Device.stream_priority_range()`` first."""
-        cdef CUlaunchAttributeValue v
-        cdef Graph g = _graph_of(self)
-        g._live()
-        need(<void *>D.cuGraphKernelNodeGetAttribute, "cuGraphKernelNodeGetAttribute")
-        memset(&v, 0, sizeof(v))
-        set_current(g.ctx)
-        check(D.cuGraphKernelNodeGetAttribute(self.handle, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v),
-              b"cuGraphKernelNodeGetAttribute")
-        return v.priority
-
-    @priority.setter
-    def priority(self, value):
-        cdef Graph g = _graph_of(self)
-        g._live()
-        set_node_priority(g, self, check_priority(g, value))
-
-    def set_arg(self, Py_ssize_t index, value):
-        """Repack parameter ``index`` of this node in the graph (``cuGraphKernelNodeSetParams``)."""
-        cdef list keep = []
-        cdef Graph g = _graph_of(self)
-        g._live()
-        pack_arg(self.kernel, index, value, self.buf, NULL, keep)
-        set_current(g.ctx)
-        check(D.cuGraphKernelNodeSetParams(self.handle, &self.p), b"cuGraphKernelNodeSetParams")
-        self._vals[index] = value
-        hold(g._keep, (value,))         # executables made earlier may hold the old value themselves
-        if keep:
-            hold(g._keep, keep)
-
-
-@cython.final
-cdef class _Pin:
-    """Pins a DeviceBuffer's allocation while it lives: the buffer's close() then defers
-    the free (see _buffer.pxd, pin/unpin). Held next to the buffer in a graph's references."""
-    cdef DeviceBuffer buf
-
-    def __dealloc__(self):
-        if self.buf is not None:
-            unpin(self.buf)
-
-
-cdef int hold(list keep, object objs) except -1:
-    """Append objs to keep, each open DeviceBuffer with a _Pin and each open PinnedBuffer
-    with its pin (hold_host) (a closed one is left to the caller's own check)."""
-    cdef _Pin p
-    for o in objs:
-        keep.append(o)
-        if isinstance(o, DeviceBuffer) and (<DeviceBuffer>o)._kind != KIND_CLOSED:
-            p = _Pin.__new__(_Pin)
-            pin(<DeviceBuffer>o)
-            p.buf = <DeviceBuffer>o
-            keep.append(p)
-        elif type(o) is PinnedBuffer and not (<PinnedBuffer>o)._closed:
-            keep.append(hold_host(<PinnedBuffer>o))
-    return 0
-
-
 cdef int check_priority(Graph g, object value) except? -999999:
     """``value`` as a launch priority of g's device: an int within
     ``cuCtxGetStreamPriorityRange`` (greatest <= value <= least), else TypeError /
@@ -286,22 +151,6 @@ cdef int set_node_priority(Graph g, KernelNode n, int priority) except -1:
     return 0
 
 
-cdef KernelNode _new_kernel_node(Kernel k):
-    """A KernelNode of k with a zeroed parameter block and its slot pointers (not yet adopted)."""
-    cdef KernelNode n = KernelNode.__new__(KernelNode, _TOKEN)
-    cdef Py_ssize_t i
-    n.kind = "kernel"
-    n.kernel = k
-    memset(&n.p, 0, sizeof(n.p))
-    n.buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
-    n.ptrs = <void **>PyMem_Malloc(max(k.nparams, 1) * sizeof(void *))
-    if n.buf == NULL or n.ptrs == NULL:
-        raise MemoryError()
-    memset(n.buf, 0, max(k.argbytes, 1))
-    for i in range(k.nparams):
-        n.ptrs[i] = n.buf + k.params[i].offset
-    return n
-
 
 @cython.final
 cdef class ConditionalHandle:
@@ -309,7 +158,7 @@ cdef class ConditionalHandle:
     as an unsigned 64-bit argument; device code sets it with ``cudaGraphSetConditional``."""
 
     def __cinit__(self, token=None):
-        if token is not _TOKEN:
+        if token is not node_token():
             raise TypeError("conditional handles come from Graph.conditional_handle()")
 
     @property
@@ -351,7 +200,7 @@ cdef class Graph:
         self.owned = False
         self._clear()
         self.captured = False
-        if token is _TOKEN or device is _TOKEN:
+        if token is node_token() or device is node_token():
             return
         cdef Device dev = device_of(device)
         cdef CUgraph g = NULL
@@ -501,7 +350,7 @@ cdef class Graph:
         if shared_mem > 0xFFFFFFFF:
             raise ValueError(f"shared_mem={shared_mem} bytes exceeds kernel {kernel.name!r}'s limit")
         smem = shared_mem
-        n = _new_kernel_node(kernel)
+        n = new_kernel_node(kernel)
         check_dims(kernel, grid, block, smem, &n.p.gridDimX, &n.p.blockDimX)
         n.p.sharedMemBytes = smem
         for i in range(kernel.nparams):
@@ -687,7 +536,7 @@ cdef class Graph:
             check(rc, call)
         finally:
             PyMem_Free(deps)
-        n = GraphNode.__new__(GraphNode, _TOKEN)
+        n = GraphNode.__new__(GraphNode, node_token())
         n.handle = h
         n.kind = kind
         self._adopt(n)
@@ -713,7 +562,7 @@ cdef class Graph:
         check(D.cuGraphConditionalHandleCreate(&h, self.handle, self.ctx, default,
                                                CU_GRAPH_COND_ASSIGN_DEFAULT if assign_default else 0),
               b"cuGraphConditionalHandleCreate")
-        c = ConditionalHandle.__new__(ConditionalHandle, _TOKEN)
+        c = ConditionalHandle.__new__(ConditionalHandle, node_token())
         c.graph = self
         c.h = h
         c.default = default
@@ -756,7 +605,7 @@ cdef class Graph:
         for i in range(size):
             if bodies[i] == NULL:
                 raise RuntimeError(f"cuGraphAddNode returned no body graph {i} for the conditional node")
-            b = Graph.__new__(Graph, _TOKEN)
+            b = Graph.__new__(Graph, node_token())
             b.handle = bodies[i]
             b.owned = False
             b.device = self.device
@@ -764,7 +613,7 @@ cdef class Graph:
             b._parent = self        # the body's handle lives as long as this graph
             self._keep.append(b._keep)   # what the body's nodes reference (a list, not the body: no cycle)
             out.append(b)
-        n = ConditionalNode.__new__(ConditionalNode, _TOKEN)
+        n = ConditionalNode.__new__(ConditionalNode, node_token())
         n.handle = h
         n.kind = "conditional"
         n.type = tname
@@ -852,12 +701,12 @@ cdef class Graph:
             if k is not None and (k.nparams < 0 or k.func == NULL or (k.nparams > 0 and p.kernelParams == NULL)):
                 k = None                # no layout, module closed, or parameters given as `extra`
         if k is None:
-            gn = GraphNode.__new__(GraphNode, _TOKEN)
+            gn = GraphNode.__new__(GraphNode, node_token())
             gn.handle = h
             gn.kind = _kind_name(t)
             self._adopt(gn)
             return gn
-        kn = _new_kernel_node(k)
+        kn = new_kernel_node(k)
         for i in range(k.nparams):
             memcpy(kn.ptrs[i], p.kernelParams[i], k.params[i].size)
         kn.p = p
@@ -933,7 +782,7 @@ cdef class Graph:
         if use_node_priority:
             flags |= CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
         if _graph_exec is None:         # the module above this one (it cimports this one)
-            from barecuda import _graph_exec as m
+            from barecuda.graph import _exec as m
             _graph_exec = m
         return _graph_exec._instantiate(self, upload, flags)
 
@@ -943,7 +792,7 @@ cdef object _graph_exec = None
 
 cdef Graph graph_shell(Device dev):
     """An empty Graph object without a handle (a capture fills it)."""
-    cdef Graph g = Graph.__new__(Graph, _TOKEN)
+    cdef Graph g = Graph.__new__(Graph, node_token())
     g.device = dev
     g.ctx = dev.ctx
     return g

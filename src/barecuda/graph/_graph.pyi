@@ -5,34 +5,12 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Uni
 from barecuda._device import Device
 from barecuda._launch import Kernel, LaunchPlan
 from barecuda._stream import Event, Stream
-from barecuda._graph_exec import GraphExec
+from barecuda.graph._exec import GraphExec
+from barecuda.graph._nodes import GraphNode, KernelNode
 
-_Deps = Union["GraphNode", Iterable["GraphNode"], None]
+_Deps = Union[GraphNode, Iterable[GraphNode], None]
 _Dims = Union[int, Sequence[int]]
-
-class GraphNode:
-    graph: "Graph"
-    kind: str
-    index: int
-    @property
-    def handle_int(self) -> int: ...
-
-@final
-class KernelNode(GraphNode):
-    kernel: Kernel
-    @property
-    def grid(self) -> Tuple[int, int, int]: ...
-    @property
-    def block(self) -> Tuple[int, int, int]: ...
-    @property
-    def shared_mem(self) -> int: ...
-    @property
-    def args(self) -> Tuple[Any, ...]: ...
-    @property
-    def priority(self) -> int: ...
-    @priority.setter
-    def priority(self, value: int) -> None: ...
-    def set_arg(self, index: int, value: Any) -> None: ...
+__all__ = ["Graph", "ConditionalNode", "ConditionalHandle"]
 
 @final
 class ConditionalHandle:
