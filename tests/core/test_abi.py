@@ -173,6 +173,14 @@ def test_pxd_driver_table_matches_the_header():
     assert slots == [s[0] for s in OUR_SYMBOLS]
 
 
+def test_pxd_driver_table_is_generated_from_the_header():
+    """_abi.pxd's bc_driver_t is what tools/gen_abi.py writes from BC_DRIVER_SYMBOLS
+    (names, order and parameter lists: the table is written once, in the header)."""
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gen_abi.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 # ------------------------------------------------------------- vs cuda.h
 @needs_cuda_h
 def test_enum_values_match_cuda_h():

@@ -136,10 +136,11 @@ print(before, os.environ.get("NCCL_NVLS_ENABLE"))
 """
 
 
-def test_nvls_off_unless_user_set(fakenccl_path, fake_lib_path):
+def test_nccl_settings_are_left_to_the_user(fakenccl_path, fake_lib_path):
+    """barecuda never writes NCCL_NVLS_ENABLE (docs/multi-gpu.md: the user's setting)."""
     p = _run(NVLS, BARECUDA_NCCL=fakenccl_path, BARECUDA_LIBCUDA=fake_lib_path, NCCL_NVLS_ENABLE=None)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["None", "0"]
+    assert p.stdout.split() == ["None", "None"]
     p = _run(NVLS, BARECUDA_NCCL=fakenccl_path, BARECUDA_LIBCUDA=fake_lib_path, NCCL_NVLS_ENABLE="1")
     assert p.stdout.split() == ["1", "1"]
 
@@ -380,6 +381,25 @@ def test_bfloat16_by_name(fnccl):
     for buf in bufs:
         got = (buf.to_numpy().astype(np.uint32) << 16).view(np.float32)
         np.testing.assert_array_equal(got, xs[0] + xs[1])
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("name, np_name", [("float", "float64"), ("int", "int64"), ("double", "float64"),
+                                           ("<f4", "float32"), ("half", "float16")])
+def test_dtype_names_mean_what_they_mean_everywhere(fnccl, name, np_name):
+    """dtype= takes barecuda's dtype table's spellings, with numpy's meanings ("float"
+    is float64, "int" is int64), checked by the sums NCCL computes on those bytes."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng()
+    xs = [rng.integers(-20, 20, 32).astype(np_name) for _ in range(2)]
+    a, b = _pair()
+    bufs = [bc.to_device(x.view(np.uint8)) for x in xs]     # untyped bytes: dtype= decides
+    with nccl.group():
+        a.all_reduce(bufs[0], dtype=name)
+        b.all_reduce(bufs[1], dtype=name)
+    for buf in bufs:
+        np.testing.assert_array_equal(buf.to_numpy().view(np_name), xs[0] + xs[1])
     a.close()
     b.close()
 

@@ -3,8 +3,8 @@
 One-process form: ``Communicator.for_devices`` over every visible GPU (on a one-GPU
 machine: a single rank, which still runs every collective). Two-process form: two
 ranks started with multiprocessing ``spawn`` sharing a unique id; skipped cleanly with
-fewer than 2 GPUs. NVLink multicast stays off (NCCL_NVLS_ENABLE=0 in this process and
-every child).
+fewer than 2 GPUs. NVLink multicast stays off (the tests set NCCL_NVLS_ENABLE=0 in this
+process and every child: barecuda leaves it to its user).
 """
 import multiprocessing as mp
 import os

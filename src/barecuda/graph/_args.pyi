@@ -5,6 +5,7 @@ from barecuda._launch import Kernel
 from barecuda.graph._exec import GraphExec
 from barecuda.graph._nodes import KernelNode
 
+_Dims = Union[int, Sequence[int]]
 __all__ = ["ExecKernelNode", "ArgUpdate"]
 
 @final

@@ -12,7 +12,7 @@ __all__ = ["ExecKernelNode", "ArgUpdate"]
 cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uint8_t, uint16_t, uint32_t
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.mem cimport PyMem_Realloc, PyMem_Free
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
@@ -21,20 +21,18 @@ from cpython.object cimport PyTypeObject, Py_TYPE
 cdef extern from "Python.h":
     PyTypeObject PyLong_Type
 
+import operator
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
-from barecuda._loader cimport driver_table, runtime_state, set_current
-from barecuda._stream cimport stream_handle, wait_interruptible, _query_fn
+from barecuda._errors cimport check
+from barecuda._loader cimport driver_table, set_current
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._launch cimport Kernel, pack_arg, check_dims, kernels_closed
-from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
-from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
-from barecuda.graph._graph cimport Graph
-from barecuda.graph._nodes cimport GraphNode, KernelNode, need
-from barecuda._errors import make_error
-import operator
+from barecuda._pack cimport bc_param, bc_store_int, int_ok, int_in_range, _bc_as_ll
+from barecuda._signature cimport bc_kind_is_pointer
+from barecuda.graph._nodes cimport KernelNode
 from barecuda.graph._exec cimport GraphExec
+from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef const size_t *_closed = kernels_closed()       # kernels invalidated so far (_launch.pyx)
@@ -223,7 +221,7 @@ cdef class ExecKernelNode:
         t = Py_TYPE(value)
         if t is &PyLong_Type and int_ok(kind):
             v = _bc_as_ll(value, &ovf)
-            if ovf == 0 and v >= bc_kind_min[kind] and (v < 0 or <unsigned long long>v <= bc_kind_max[kind]):
+            if ovf == 0 and int_in_range(kind, v):
                 bc_store_int(slot, p.size, <unsigned long long>v)
             else:       # a u64 above 2**63, or the range error
                 pack_arg(self.st.kernel, index, value, self.st.buf, self.exec.last, _NO_KEEP)
@@ -356,7 +354,7 @@ cdef inline int _pack_fast(_KernelParams st, Py_ssize_t index, object value, CUs
     cdef int ovf = 0
     if t is &PyLong_Type and int_ok(kind):
         v = _bc_as_ll(value, &ovf)
-        if ovf == 0 and v >= bc_kind_min[kind] and (v < 0 or <unsigned long long>v <= bc_kind_max[kind]):
+        if ovf == 0 and int_in_range(kind, v):
             bc_store_int(slot, p.size, <unsigned long long>v)
             return 0
     elif t is <PyTypeObject *>DeviceBuffer and bc_kind_is_pointer(kind) and (<DeviceBuffer>value).ptr != 0:

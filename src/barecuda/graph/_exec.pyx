@@ -16,32 +16,24 @@ __all__ = ["GraphExec"]
 
 cimport cython
 from libc.string cimport memcpy, memset
-from libc.stdint cimport uint8_t, uint16_t, uint32_t
-from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
-from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
-from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.mem cimport PyMem_Malloc
+from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
-from cpython.object cimport PyTypeObject, Py_TYPE
 
-cdef extern from "Python.h":
-    PyTypeObject PyLong_Type
-
+import operator
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, set_current
 from barecuda._stream cimport stream_handle, wait_interruptible, _query_fn
-from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
-from barecuda._launch cimport Kernel, pack_arg, check_dims, kernels_closed
-from barecuda._pack cimport bc_param, bc_store_int, int_ok, _bc_as_ll
-from barecuda._signature cimport bc_kind_min, bc_kind_max, bc_kind_is_pointer
+from barecuda._buffer cimport DeviceBuffer, note_use
+from barecuda._launch cimport Kernel, kernels_closed
 from barecuda.graph._graph cimport Graph
 from barecuda.graph._nodes cimport GraphNode, KernelNode, need
 from barecuda.graph._host_node cimport pending_host_errors
+from barecuda.graph._args cimport _KernelParams, ExecKernelNode, ArgUpdate, _arg_slot, handle_token
 from barecuda._errors import make_error
 from barecuda.graph._host_node import check_host_errors
-import operator
-from barecuda.graph._args cimport _KernelParams, ExecKernelNode, ArgUpdate, _arg_slot, handle_token
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
