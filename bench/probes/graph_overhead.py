@@ -1,6 +1,6 @@
 """barecuda's own overhead on the graph hot paths, measured against the driver double.
 
-    PYTHONPATH=src python3 tools/graph_overhead.py [--reps N] [--repeat R]
+    PYTHONPATH=src python3 bench/probes/graph_overhead.py [--reps N] [--repeat R]
 
 The driver double (tests/fakecuda) makes every driver call nearly free, so a barecuda
 call timed against it is (almost) barecuda's own overhead. Each row is timed beside the
@@ -31,7 +31,7 @@ import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))   # bench/probes/ -> the repository
 
 
 def _use_double():

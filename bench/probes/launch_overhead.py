@@ -1,6 +1,6 @@
 """barecuda's own overhead per launch, measured against the driver double (no GPU).
 
-    PYTHONPATH=src python3 tools/launch_overhead.py [--n 200000] [--repeats 7] [--alloc]
+    PYTHONPATH=src python3 bench/probes/launch_overhead.py [--n 200000] [--repeats 7] [--alloc]
 
 The double (tests/fakecuda) makes every driver call nearly free, so the time of a
 ``kernel.launch`` against it is (almost) barecuda's own work: argument packing, the
@@ -30,7 +30,7 @@ import tempfile
 import time
 import types
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # bench/probes/ -> the repository
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
 _SHIM = r"""
@@ -186,7 +186,7 @@ def main(argv=None):
     ap.add_argument("--alloc", action="store_true")
     ap.add_argument("--only", default="", help="comma-separated row keys")
     ap.add_argument("--loop", metavar="KEY", help="only run row KEY --n times, untimed (for callgrind: see "
-                    "tools/launch_instructions.sh)")
+                    "bench/probes/launch_instructions.sh)")
     a = ap.parse_args(argv)
     _fake_driver()
     import barecuda as bc

@@ -1,6 +1,6 @@
 """Which reader the tensors of this machine's torch and CuPy take, and what each costs.
 
-    python3 tools/tensor_paths_gpu.py [--n 20000] [--rounds 7]      (a GPU, torch/CuPy with CUDA)
+    python3 bench/probes/tensor_paths_gpu.py [--n 20000] [--rounds 7]      (a GPU, torch/CuPy with CUDA)
 
 For the lead's GPU runs beside the benchmark's tensor rows (torch4p, cupy4p): prints
 the path barecuda takes for each library (torch: DLPack's C exchange API or the

@@ -59,14 +59,10 @@ __all__ = [
 ]
 
 # -- dist: IPC, several GPUs, NCCL (docs/multi-gpu.md)
-from barecuda._ipc import (
-    IpcAllocator, IpcMemoryPool, IpcError, IpcStaleHandleError, IpcForeignHostError, IpcAlreadyOpenError,
-)
+# (IPC names live in barecuda.ipc only; the old top-level spellings: __getattr__ below)
 from barecuda._topology import devices, topology, topology_report, p2p_attributes, DevicePool
 from barecuda import ipc, nccl
-__all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
-            "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
-            "ipc", "nccl"]
+__all__ += ["devices", "topology", "topology_report", "p2p_attributes", "DevicePool", "ipc", "nccl"]
 
 # CUDA graphs: the graph wing (barecuda.graph, each module with its own __all__)
 from barecuda.graph import (
@@ -94,3 +90,17 @@ __all__ += [
 # launch: public settings
 from barecuda._launch import set_launch_releases_gil, launch_releases_gil
 __all__ += ["set_launch_releases_gil", "launch_releases_gil"]
+
+# Names that moved, kept for one release: ``barecuda.IpcAllocator`` still works, with a
+# DeprecationWarning naming ``barecuda.ipc.IpcAllocator`` (one spelling per fact).
+_MOVED_TO_IPC = ("IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
+                 "IpcAlreadyOpenError")
+
+
+def __getattr__(name):
+    if name in _MOVED_TO_IPC:
+        import warnings
+        warnings.warn(f"barecuda.{name} is deprecated and goes in the next release; use barecuda.ipc.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(ipc, name)
+    raise AttributeError(f"module 'barecuda' has no attribute {name!r}")

@@ -31,7 +31,7 @@ def _ipc_live(fake):
 def test_export_pickle_open_close(fake):
     np = pytest.importorskip("numpy")
     src = np.random.default_rng().random(257).astype(np.float32)
-    buf = bc.IpcAllocator(0).alloc(src.nbytes).view("float32")
+    buf = bc.ipc.IpcAllocator(0).alloc(src.nbytes).view("float32")
     buf.copy_from(src)
     h = ipc.export_buffer(buf)
     assert h.kind == "ipc" and h.nbytes == src.nbytes and h.shape == (257,) and h.dtype == "float32"
@@ -50,7 +50,7 @@ def test_export_pickle_open_close(fake):
 
 def test_offset_inside_allocation(fake):
     np = pytest.importorskip("numpy")
-    base = bc.IpcAllocator(0).alloc(4096)
+    base = bc.ipc.IpcAllocator(0).alloc(4096)
     data = np.arange(4096, dtype=np.uint8)
     base.copy_from(data)
     # a buffer that starts 1024 bytes inside the allocation (a foreign view of it)
@@ -66,7 +66,7 @@ def test_offset_inside_allocation(fake):
 
 
 def test_close_unmaps_and_reopen(fake):
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     h = _foreign(ipc.export_buffer(buf))
     v = ipc.open_buffer(h)
     v.close()
@@ -77,11 +77,11 @@ def test_close_unmaps_and_reopen(fake):
 
 
 def test_open_twice_in_one_process(fake):
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     h = _foreign(ipc.export_buffer(buf))
     v = ipc.open_buffer(h)
     n = fake.calls("cuIpcOpenMemHandle")
-    with pytest.raises(bc.IpcAlreadyOpenError, match="already open in this process"):
+    with pytest.raises(bc.ipc.IpcAlreadyOpenError, match="already open in this process"):
         ipc.open_buffer(h)
     assert fake.calls("cuIpcOpenMemHandle") == n      # refused before the driver
     v.close()
@@ -90,32 +90,32 @@ def test_open_twice_in_one_process(fake):
 def test_driver_already_mapped_is_mapped(fake):
     # The same allocation through a handle that claims another exporter: only the
     # driver can tell, and its CUDA_ERROR_ALREADY_MAPPED becomes IpcAlreadyOpenError.
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     h = _foreign(ipc.export_buffer(buf))
     v = ipc.open_buffer(h)
     other = _foreign(ipc.export_buffer(buf), pid=1)
-    with pytest.raises(bc.IpcAlreadyOpenError, match="already mapped"):
+    with pytest.raises(bc.ipc.IpcAlreadyOpenError, match="already mapped"):
         ipc.open_buffer(other)
     v.close()
 
 
 def test_own_process_refused_before_driver(fake):
-    buf = bc.IpcAllocator(0).alloc(64)
+    buf = bc.ipc.IpcAllocator(0).alloc(64)
     h = ipc.export_buffer(buf)
     n = fake.calls("cuIpcOpenMemHandle")
-    with pytest.raises(bc.IpcError, match="this very process"):
+    with pytest.raises(bc.ipc.IpcError, match="this very process"):
         ipc.open_buffer(h)
     assert fake.calls("cuIpcOpenMemHandle") == n
 
 
 def test_foreign_host_refused(fake):
-    h = _foreign(ipc.export_buffer(bc.IpcAllocator(0).alloc(64)))
+    h = _foreign(ipc.export_buffer(bc.ipc.IpcAllocator(0).alloc(64)))
     h.hostname = "some-other-host"
-    with pytest.raises(bc.IpcForeignHostError, match="some-other-host"):
+    with pytest.raises(bc.ipc.IpcForeignHostError, match="some-other-host"):
         ipc.open_buffer(h)
-    h = _foreign(ipc.export_buffer(bc.IpcAllocator(0).alloc(64)))
+    h = _foreign(ipc.export_buffer(bc.ipc.IpcAllocator(0).alloc(64)))
     h.boot_id = "00000000-dead-beef-0000-000000000000"
-    with pytest.raises(bc.IpcForeignHostError, match="boot"):
+    with pytest.raises(bc.ipc.IpcForeignHostError, match="boot"):
         ipc.open_buffer(h)
 
 
@@ -123,23 +123,23 @@ def test_dead_exporter_is_stale(fake):
     p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                        timeout=60)
     dead = int(p.stdout)
-    h = _foreign(ipc.export_buffer(bc.IpcAllocator(0).alloc(64)), pid=dead)
-    with pytest.raises(bc.IpcStaleHandleError, match="has exited"):
+    h = _foreign(ipc.export_buffer(bc.ipc.IpcAllocator(0).alloc(64)), pid=dead)
+    with pytest.raises(bc.ipc.IpcStaleHandleError, match="has exited"):
         ipc.open_buffer(h)
 
 
 def test_freed_buffer_is_stale(fake):
-    buf = bc.IpcAllocator(0).alloc(64)
+    buf = bc.ipc.IpcAllocator(0).alloc(64)
     h = _foreign(ipc.export_buffer(buf))
     buf.close()
-    with pytest.raises(bc.IpcStaleHandleError, match="freed"):
+    with pytest.raises(bc.ipc.IpcStaleHandleError, match="freed"):
         ipc.open_buffer(h)
 
 
 def test_exporter_keeps_buffer_alive(fake):
     import gc
     live = fake.live("mem")
-    h = ipc.export_buffer(bc.IpcAllocator(0).alloc(64))
+    h = ipc.export_buffer(bc.ipc.IpcAllocator(0).alloc(64))
     gc.collect()
     assert fake.live("mem") == live + 1           # the handle holds the only reference
     h.release()
@@ -150,12 +150,12 @@ def test_exporter_keeps_buffer_alive(fake):
 
 def test_default_pool_buffer_explains(fake):
     buf = bc.alloc(1024)                          # cuMemAllocAsync: the device's default pool
-    with pytest.raises(bc.IpcError, match="default pool"):
+    with pytest.raises(bc.ipc.IpcError, match="default pool"):
         ipc.export_buffer(buf)
 
 
 def test_ipc_pool_export(fake):
-    pool = bc.IpcMemoryPool(0)
+    pool = bc.ipc.IpcMemoryPool(0)
     buf = pool.alloc(4096)
     h = ipc.export_buffer(buf)
     assert h.kind == "pool" and h.pool_fd >= 0 and h.pool_key == pool.handle
@@ -170,12 +170,12 @@ def test_ipc_pool_export(fake):
 
 def test_empty_and_wrong_types(fake):
     with pytest.raises(ValueError, match="empty"):
-        ipc.export_buffer(bc.IpcAllocator(0).alloc(0))
+        ipc.export_buffer(bc.ipc.IpcAllocator(0).alloc(0))
     with pytest.raises(TypeError):
         ipc.open_buffer(b"not a handle")
     with pytest.raises(TypeError):
         ipc.open_event("nope")
-    h = _foreign(ipc.export_buffer(bc.IpcAllocator(0).alloc(64)))
+    h = _foreign(ipc.export_buffer(bc.ipc.IpcAllocator(0).alloc(64)))
     h.data = b"short"
     with pytest.raises(ValueError, match="malformed"):
         ipc.open_buffer(h)
@@ -198,13 +198,13 @@ def test_event_export_open(fake):
 
 
 def test_timing_event_refused(fake):
-    with pytest.raises(bc.IpcError, match="ipc_event"):
+    with pytest.raises(bc.ipc.IpcError, match="ipc_event"):
         ipc.export_event(bc.Event(0))
 
 
 def test_pool_descriptor_travels_through_resource_sharer(fake):
     import struct
-    pool = bc.IpcMemoryPool(0)
+    pool = bc.ipc.IpcMemoryPool(0)
     buf = pool.alloc(4096)
     h = ipc.export_buffer(buf)
     h2 = pickle.loads(pickle.dumps(h))
@@ -219,7 +219,7 @@ def test_pool_descriptor_travels_through_resource_sharer(fake):
 
 
 def test_pool_import_reaches_driver(fake):
-    pool = bc.IpcMemoryPool(0)
+    pool = bc.ipc.IpcMemoryPool(0)
     h = _foreign(ipc.export_buffer(pool.alloc(4096)))
     # the double has no second process: importing the pool is where it stops
     with pytest.raises(bc.CudaNotSupportedError):
@@ -229,7 +229,7 @@ def test_pool_import_reaches_driver(fake):
 
 def test_close_while_exported_waits_for_release(fake):
     live = fake.live("mem")
-    buf = bc.IpcAllocator(0).alloc(64)
+    buf = bc.ipc.IpcAllocator(0).alloc(64)
     h = ipc.export_buffer(buf)
     buf.close()                                   # the handle's pin defers the free
     assert fake.live("mem") == live + 1

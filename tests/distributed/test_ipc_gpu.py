@@ -65,7 +65,7 @@ def _roundtrip(buf, rng):
 
 def test_producer_consumer_driver_memory():
     rng = np.random.default_rng()
-    buf = bc.IpcAllocator(0).alloc(4 * (1 << 20) + 4 * 3).view("float32")
+    buf = bc.ipc.IpcAllocator(0).alloc(4 * (1 << 20) + 4 * 3).view("float32")
     x, status, payload, code = _roundtrip(buf, rng)
     assert status == "ok", payload
     np.testing.assert_array_equal(payload, x)
@@ -75,7 +75,7 @@ def test_producer_consumer_driver_memory():
 
 def test_producer_consumer_pool_memory():
     rng = np.random.default_rng()
-    pool = bc.IpcMemoryPool(0)
+    pool = bc.ipc.IpcMemoryPool(0)
     buf = pool.alloc(4 * 65537).view("float32")
     x, status, payload, code = _roundtrip(buf, rng)
     if status == "err" and "EPERM" in payload:
@@ -112,7 +112,7 @@ def test_no_leak_over_1000_open_close_cycles():
     # open until it exits) is in both readings of each pair.
     size = 256 << 20
     dev = bc.Device(0)
-    buf = bc.IpcAllocator(0).alloc(size)
+    buf = bc.ipc.IpcAllocator(0).alloc(size)
     h = ipc.export_buffer(buf)
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
@@ -145,7 +145,7 @@ def test_stale_handle_after_free():
     # 64 MiB: an allocation of its own. A small cuMemAlloc can come out of a block the
     # driver keeps after cuMemFree (seen on the H200 after the other IPC tests: the freed
     # 1 MiB handle still opened), and then the handle is not stale at the driver level.
-    buf = bc.IpcAllocator(0).alloc(64 << 20)
+    buf = bc.ipc.IpcAllocator(0).alloc(64 << 20)
     h = ipc.export_buffer(buf)
     h.release()
     buf.close()

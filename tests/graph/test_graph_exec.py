@@ -478,7 +478,7 @@ def test_instantiate_flags_and_upload(fake, vadd, stream):
 
 
 def test_kernel_node_priority_is_the_nodes_attribute_and_runs_with_use_node_priority(fake, vadd, stream):
-    """add_kernel(priority=)/add_plan(priority=) and KernelNode.priority set and read the
+    """add_kernel(priority=)/add_plan(priority=) and KernelNode.set_priority/get_priority set and read the
     node's CU_LAUNCH_ATTRIBUTE_PRIORITY; an executable instantiated with
     use_node_priority=True launches each kernel at its node's priority, one without at
     the stream's. Out-of-range values and non-ints are refused before the attribute call."""
@@ -488,18 +488,18 @@ def test_kernel_node_priority_is_the_nodes_attribute_and_runs_with_use_node_prio
     a = g.add_kernel(vadd, 1, 1, 0, 0, 0, 1, priority=hi)
     b = g.add_plan(vadd.bind(1, 1, 0, 0, 0, 2), depends_on=[a], priority=hi + 1)
     c = g.add_kernel(vadd, 1, 1, 0, 0, 0, 3, depends_on=[b])
-    assert (a.priority, b.priority, c.priority) == (hi, hi + 1, 0)
-    c.priority = lo
-    assert c.priority == lo
+    assert (a.get_priority(), b.get_priority(), c.get_priority()) == (hi, hi + 1, 0)
+    c.set_priority(lo)
+    assert c.get_priority() == lo
     sets = fake.calls("cuGraphKernelNodeSetAttribute")
     for bad, err in ((lo + 1, ValueError), (hi - 1, ValueError), (1.5, TypeError), (True, TypeError)):
         with pytest.raises(err, match="priority" if err is ValueError else None):
-            c.priority = bad
+            c.set_priority(bad)
         with pytest.raises(err):
             g.add_kernel(vadd, 1, 1, 0, 0, 0, 4, priority=bad)
     assert fake.calls("cuGraphKernelNodeSetAttribute") == sets and len(g.nodes()) == 3
     with pytest.raises(ValueError, match=r"range -?\d+\.\.-?\d+"):
-        a.priority = lo + 7
+        a.set_priority(lo + 7)
     n_ints = []
     for flag in (True, False):
         before = fake.launch_count()
@@ -524,9 +524,9 @@ def test_kernel_node_priority_driver_failure_is_typed_and_the_node_stays(fake, v
     if hasattr(ei.value, "__notes__"):
         assert "added without its priority" in ei.value.__notes__[0]
     (node,) = g.nodes()
-    assert node.priority == 0
-    node.priority = -1
-    assert node.priority == -1
+    assert node.get_priority() == 0
+    node.set_priority(-1)
+    assert node.get_priority() == -1
 
 
 def test_instantiate_failure_names_the_node(fake, stream):
@@ -598,3 +598,15 @@ def test_arg_update_and_launch_do_not_grow_the_heap(fake, vadd, stream):
         exe.launch(stream)
 
     _assert_heap_flat(step)
+
+
+def test_kernel_node_priority_property_is_a_deprecated_alias(fake, vadd):
+    """KernelNode.priority (a property that called the driver) still works for one
+    release, with a DeprecationWarning naming get_priority/set_priority."""
+    g = bc.Graph()
+    node = g.add_kernel(vadd, 1, 32, 0, 0, 0, 1)
+    with pytest.warns(DeprecationWarning, match="get_priority"):
+        assert node.priority == node.get_priority() == 0
+    with pytest.warns(DeprecationWarning, match="set_priority"):
+        node.priority = -1
+    assert node.get_priority() == -1

@@ -74,9 +74,9 @@ def test_node_priorities_are_kept_and_run_with_use_node_priority(vadd):
     k1 = g.add_kernel(vadd, blocks(n), 256, c, da, db, n, priority=hi)             # c = a + b
     k2 = g.add_plan(vadd.bind(blocks(n), 256, d, da, da, n), priority=lo)         # d = a + a
     k3 = g.add_kernel(vadd, blocks(n), 256, e, c, d, n, depends_on=[k1, k2])      # e = c + d
-    assert (k1.priority, k2.priority, k3.priority) == (hi, lo, 0)
-    k3.priority = hi
-    assert k3.priority == hi
+    assert (k1.get_priority(), k2.get_priority(), k3.get_priority()) == (hi, lo, 0)
+    k3.set_priority(hi)
+    assert k3.get_priority() == hi
     exe = g.instantiate(use_node_priority=True)
     for _ in range(2):
         exe.launch(s)
@@ -86,7 +86,7 @@ def test_node_priorities_are_kept_and_run_with_use_node_priority(vadd):
         vadd.launch(blocks(n), 256, c, db, db, n, stream=high)
     cg.keep_alive(c, db)
     (node,) = cg.kernel_nodes()
-    assert node.priority == high.priority == hi
+    assert node.get_priority() == high.priority == hi
     cg.instantiate(use_node_priority=True).launch(high)
     np.testing.assert_array_equal(c.to_numpy(stream=high), b + b)
 

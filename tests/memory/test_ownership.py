@@ -143,7 +143,7 @@ def test_graph_refuses_a_closed_buffer(fake, vadd):
 # ------------------------------------------------------------------- IPC
 def test_ipc_export_of_a_view_holds_the_owner(fake):
     live = fake.live("mem")
-    buf = bc.IpcAllocator(0).alloc(64)
+    buf = bc.ipc.IpcAllocator(0).alloc(64)
     v = buf.view("uint8")
     h = ipc.export_buffer(v)
     v.close()

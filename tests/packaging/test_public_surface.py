@@ -40,3 +40,29 @@ def test_build_info_says_how_barecuda_was_built():
     assert int(BUILD["cython"].split(".")[0]) >= 3
     assert BUILD["compiler"] and BUILD["key"]
     assert ("-g0" in BUILD["compile_args"]) == (BUILD["mode"] == "release") or BUILD["compiler"] == "msvc"
+
+
+def test_ipc_names_live_in_barecuda_ipc_only():
+    """One spelling per name: the IPC classes are barecuda.ipc's; the old top-level
+    spellings still work for one release, with a DeprecationWarning naming the new one."""
+    import warnings
+    import barecuda.ipc as ipc
+    names = ("IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
+             "IpcAlreadyOpenError")
+    assert not set(names) & set(bc.__all__) and set(names) <= set(ipc.__all__)
+    for n in names:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert getattr(bc, n) is getattr(ipc, n)
+        assert [x.category for x in w] == [DeprecationWarning] and f"barecuda.ipc.{n}" in str(w[0].message)
+
+
+def test_graph_names_come_from_the_wing_modules():
+    """barecuda.graph assembles its modules' own __all__; barecuda re-exports each name."""
+    import barecuda.graph as g
+    from barecuda.graph import _args, _capture, _exec, _graph, _host_node, _nodes
+    parts = [_graph, _nodes, _exec, _args, _capture, _host_node]
+    assert g.__all__ == [n for m in parts for n in m.__all__]
+    for m in parts:
+        for n in m.__all__:
+            assert getattr(g, n) is getattr(m, n) is getattr(bc, n), n

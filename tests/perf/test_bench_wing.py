@@ -124,6 +124,36 @@ def test_baseline_flags_more_than_five_percent():
     assert any(cells[-1] == "FAIL" for _, cells in sec.lines)
 
 
+def test_baseline_checks_a_row_against_its_floor_row():
+    """A row with a ``floor`` is checked as its ratio to that floor row of the same run
+    (both against the same raw C row): a machine whose floor is high stays green, a
+    regression of barecuda's own share turns it red. Graph rows carry one ratio."""
+    base = {"tolerance": 0.05, "rows": {
+        "torch4p": {"column": "issue", "floor": "floortorch4p", "ratio": 1.08, "tolerance": 0},
+        "bc_setarg": {"column": "issue", "floor": "floor_setone", "ratio": 1.10, "tolerance": 0}}}
+    doc = _doc({"torch4p": 1.24, "floortorch4p": 1.16})
+    doc["graph"] = [{"key": "bc_setarg", "ratio": 1.50}, {"key": "floor_setone", "ratio": 1.40}]
+    got = {r[0]: r for r in report.compare_baseline(doc, base)}
+    assert got["torch4p"][4] == "pass" and got["torch4p"][2] == pytest.approx(1.24 / 1.16)
+    assert got["bc_setarg"][4] == "pass" and got["bc_setarg"][2] == pytest.approx(1.5 / 1.4)
+    doc = _doc({"torch4p": 1.30, "floortorch4p": 1.16})
+    doc["graph"] = [{"key": "bc_setarg", "ratio": 1.60}, {"key": "floor_setone", "ratio": 1.40}]
+    got = {r[0]: r[4] for r in report.compare_baseline(doc, base)}
+    assert got == {"torch4p": "FAIL", "bc_setarg": "FAIL"}
+    got = {r[0]: r[4] for r in report.compare_baseline(_doc({"torch4p": 1.2}), base)}   # no floor measured
+    assert got == {"torch4p": "n/a", "bc_setarg": "n/a"}
+    new = report.updated_baseline(_doc({"torch4p": 1.2, "floortorch4p": 1.15}), base)
+    assert new["rows"]["torch4p"]["floor"] == "floortorch4p"
+    assert new["rows"]["torch4p"]["ratio"] == round(1.2 / 1.15, 3)
+
+
+def test_the_stored_baseline_checks_tensor_rows_against_their_floor():
+    """bench/baseline.json: torch tensors <= 1.08x their floor, node.set_arg <= 1.10x its."""
+    base = report.load_baseline(os.path.join(REPO, "bench", "baseline.json"))
+    assert base["rows"]["torch4p"]["floor"] == "floortorch4p" and base["rows"]["torch4p"]["ratio"] == 1.08
+    assert base["rows"]["bc_setarg"]["floor"] == "floor_setone" and base["rows"]["bc_setarg"]["ratio"] == 1.10
+
+
 def test_baseline_skips_a_missing_peer_row_and_honours_row_tolerance():
     base = {"tolerance": 0.05, "rows": {
         "bc4": {"column": "issue", "ratio": 1.09},
@@ -173,7 +203,7 @@ def test_command_line_json_and_baseline(fake_lib_path, tmp_path):
                         "--update-baseline", str(newbase)],
                        capture_output=True, text=True, env=env, timeout=240)
     assert "STAGE FAILED" not in p.stdout, p.stdout + p.stderr
-    assert "fakecuda test double" in p.stdout
+    assert "(BARECUDA_LIBCUDA), not the system's libcuda" in p.stdout   # says whose figures they are
     assert "baseline (baseline.json, ratio to raw C)" in p.stdout
     assert p.stdout.rstrip().splitlines()[-1].startswith("baseline: ")
     doc = json.loads(out.read_text())

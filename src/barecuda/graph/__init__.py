@@ -1,7 +1,7 @@
 """CUDA graphs (docs/graphs.md): graphs built node by node or by stream capture,
 executable graphs, kernel-node handles and batched argument updates, host nodes.
 
-One module per part, each with its own ``__all__``, assembled here:
+One module per part, each with its own ``__all__``, assembled here (in this order):
 
 - ``_graph``: ``Graph`` (explicit graphs, conditionals, captured graphs' nodes);
 - ``_nodes``: ``GraphNode``, ``KernelNode``;
@@ -20,10 +20,13 @@ from barecuda.graph._args import *  # noqa: F401,F403
 from barecuda.graph._capture import *  # noqa: F401,F403
 from barecuda.graph._host_node import *  # noqa: F401,F403
 
-__all__ = []
-__all__ += _graph.__all__
-__all__ += _nodes.__all__
-__all__ += _exec.__all__
-__all__ += _args.__all__
-__all__ += _capture.__all__
-__all__ += _host_node.__all__
+# Each module's __all__, in this order (a literal list, so that type checkers read it;
+# tests/packaging/test_public_surface.py checks it is exactly the modules' lists).
+__all__ = [
+    "Graph", "ConditionalNode", "ConditionalHandle",         # _graph
+    "GraphNode", "KernelNode",                               # _nodes
+    "GraphExec",                                             # _exec
+    "ExecKernelNode", "ArgUpdate",                           # _args
+    "Capture", "capture", "is_capturing",                    # _capture
+    "check_host_errors",                                     # _host_node
+]

@@ -25,6 +25,7 @@ cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uintptr_t
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
+from cpython.ref cimport PyObject
 from cpython.list cimport PyList_GET_SIZE
 
 import os
@@ -40,6 +41,7 @@ from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda.graph._host_node cimport _HostCall, host_trampoline
 from barecuda.graph._nodes cimport GraphNode, KernelNode, hold, need, new_kernel_node, node_token
+from barecuda._lazy cimport lazy_module
 from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()
@@ -55,22 +57,24 @@ cdef object _kind_name(CUgraphNodeType t):
     return _KINDS[<int>t] if 0 <= <int>t < len(_KINDS) else f"type {<int>t}"
 
 
-cdef CUgraphNode *_dep_array(Graph g, object depends_on, size_t *n) except? NULL:
-    """CUgraphNode array for depends_on (a node or an iterable of nodes of g); NULL when empty.
-    The caller frees it with PyMem_Free."""
+cdef int _dep_array(Graph g, object depends_on, CUgraphNode **out, size_t *n) except -1:
+    """In out, the CUgraphNode array for depends_on (a node or an iterable of nodes of g);
+    NULL when empty. The caller frees it with PyMem_Free."""
     cdef GraphNode d
     cdef CUgraphNode *arr
     cdef size_t i = 0
     if depends_on is None:
         n[0] = 0
-        return NULL
+        out[0] = NULL
+        return 0
     if isinstance(depends_on, GraphNode):
         deps = (depends_on,)
     else:
         deps = tuple(depends_on)
     n[0] = len(deps)
     if n[0] == 0:
-        return NULL
+        out[0] = NULL
+        return 0
     for x in deps:
         if not isinstance(x, GraphNode):
             raise TypeError(f"depends_on takes graph nodes, got {type(x).__name__}")
@@ -82,7 +86,8 @@ cdef CUgraphNode *_dep_array(Graph g, object depends_on, size_t *n) except? NULL
     for x in deps:
         arr[i] = (<GraphNode>x).handle
         i += 1
-    return arr
+    out[0] = arr
+    return 0
 
 
 cdef int _ptr_of(object obj, CUdeviceptr *dev, void **host, size_t *size, str what) except -1:
@@ -361,7 +366,7 @@ cdef class Graph:
         n.p.func = kernel.func
         n.p.kernelParams = n.ptrs if kernel.nparams > 0 else NULL
         n.p.ctx = kernel.ctx
-        deps = _dep_array(self, depends_on, &nd)
+        _dep_array(self, depends_on, &deps, &nd)
         try:
             set_current(self.ctx)
             check(D.cuGraphAddKernelNode(&h, self.handle, deps, nd, &n.p), b"cuGraphAddKernelNode")
@@ -506,9 +511,10 @@ cdef class Graph:
     cdef GraphNode _add_simple(self, str kind, object depends_on, tuple refs, CUDA_MEMCPY3D *cp,
                                CUDA_MEMSET_NODE_PARAMS *sp, CUDA_HOST_NODE_PARAMS *hp, object obj):
         cdef size_t nd = 0
-        cdef CUgraphNode *deps = _dep_array(self, depends_on, &nd)
+        cdef CUgraphNode *deps = NULL
         cdef CUgraphNode h = NULL
         cdef CUresult rc
+        _dep_array(self, depends_on, &deps, &nd)
         cdef GraphNode n
         try:
             set_current(self.ctx)
@@ -593,7 +599,7 @@ cdef class Graph:
             # (valid for the node's lifetime) holding the body graphs; the caller passes none.
             p.conditional.phGraph_out = NULL
             p.conditional.ctx = self.ctx
-            deps = _dep_array(self, depends_on, &nd)
+            _dep_array(self, depends_on, &deps, &nd)
             set_current(self.ctx)
             check(D.cuGraphAddNode(&h, self.handle, deps, NULL, nd, &p), b"cuGraphAddNode")
         finally:
@@ -770,7 +776,6 @@ cdef class Graph:
         -------
         GraphExec
         """
-        global _graph_exec
         cdef unsigned long long flags = 0
         self._live()
         if not self.owned:
@@ -781,13 +786,11 @@ cdef class Graph:
             flags |= CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH
         if use_node_priority:
             flags |= CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
-        if _graph_exec is None:         # the module above this one (it cimports this one)
-            from barecuda.graph import _exec as m
-            _graph_exec = m
-        return _graph_exec._instantiate(self, upload, flags)
+        # _exec cimports this module: imported on first use (_lazy.pxd)
+        return lazy_module(&_exec_mod, "barecuda.graph._exec")._instantiate(self, upload, flags)
 
 
-cdef object _graph_exec = None
+cdef PyObject *_exec_mod = NULL       # barecuda.graph._exec, once instantiate first ran
 
 
 cdef Graph graph_shell(Device dev):

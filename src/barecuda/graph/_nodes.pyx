@@ -25,9 +25,16 @@ from barecuda._host cimport PinnedBuffer, hold_host
 from barecuda._launch cimport Kernel, pack_arg
 from barecuda.graph._graph cimport Graph, check_priority, set_node_priority
 
+import warnings
+
 cdef bc_driver_t *D = driver_table()
 
 _TOKEN = object()
+
+
+def _deprecated(old, new):
+    warnings.warn(f"{old} is deprecated and goes in the next release; use {new}", DeprecationWarning,
+                  stacklevel=3)
 
 
 cdef object node_token():
@@ -109,14 +116,12 @@ cdef class KernelNode(GraphNode):
         """The values last packed, one per parameter."""
         return tuple(self._vals)
 
-    @property
-    def priority(self):
+    def get_priority(self):
         """The node's launch priority attribute (``CU_LAUNCH_ATTRIBUTE_PRIORITY``; 0 until
-        set; captured launches carry their stream's). Lower numbers are higher priority.
-        It takes effect in executables instantiated with ``use_node_priority=True``;
-        otherwise kernels run at the priority of the stream the graph is launched into.
-        Setting it changes the graph (later instantiations), not existing executables,
-        and checks the value against ``Device.stream_priority_range()`` first."""
+        set; captured launches carry their stream's), read from the driver. Lower numbers
+        are higher priority. It takes effect in executables instantiated with
+        ``use_node_priority=True``; otherwise kernels run at the priority of the stream
+        the graph is launched into."""
         cdef CUlaunchAttributeValue v
         cdef Graph g = _graph_of(self)
         g._live()
@@ -127,11 +132,25 @@ cdef class KernelNode(GraphNode):
               b"cuGraphKernelNodeGetAttribute")
         return v.priority
 
-    @priority.setter
-    def priority(self, value):
+    def set_priority(self, value):
+        """Set the node's launch priority attribute: changes the graph (later
+        instantiations), not existing executables; ``value`` is checked against
+        ``Device.stream_priority_range()`` first."""
         cdef Graph g = _graph_of(self)
         g._live()
         set_node_priority(g, self, check_priority(g, value))
+
+    @property
+    def priority(self):
+        """Deprecated alias of :meth:`get_priority` / :meth:`set_priority` (a property
+        must not call the driver); removed in the next release."""
+        _deprecated("KernelNode.priority", "KernelNode.get_priority()")
+        return self.get_priority()
+
+    @priority.setter
+    def priority(self, value):
+        _deprecated("KernelNode.priority = ...", "KernelNode.set_priority(...)")
+        self.set_priority(value)
 
     def set_arg(self, Py_ssize_t index, value):
         """Repack parameter ``index`` of this node in the graph (``cuGraphKernelNodeSetParams``)."""
