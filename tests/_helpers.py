@@ -8,6 +8,13 @@ time: child interpreters started by the tests import this module too.
 - ``FakeCuda`` (and ``Launch``): the ctypes view of the driver double's control API.
 - ``child_env``, ``run_child``, ``result_of``: run code in a fresh interpreter against
   a given driver library (the barecuda under test, the tests directory importable).
+- ``fresh``: random data of a dtype; ``pending_model``: the double's pending-work model;
+  ``live_mem_after_gc``: live allocations once garbage and pool caches are gone.
+- ``graph_double``, ``graphs_live``, ``execs_live``, ``fake_read``, ``fake_write``,
+  ``vadd_block``: graphs on the double (tests/graph/).
+- ``exchange_api_class``: a tensor class with DLPack's C exchange API (torch 2.10+'s).
+- ``IMPORTS``: every way a user gets a second handle on our memory (views, re-imports,
+  another library's wrapper: ``ForeignArray``; a hand-built CAI dict: ``cai_dict``).
 - ``in_fork``: run code in a forked child; ``DriverCalls``: count every driver call
   (for "calls no driver": closed objects, objects made before a fork).
 """
@@ -16,6 +23,7 @@ import json
 import os
 import re
 import subprocess
+import struct
 import sys
 import textwrap
 import time
@@ -289,3 +297,207 @@ class DriverCalls:
                 fails.append(f"{self.total() - before} driver call(s) in the child in all")
             return "\n".join(fails)
         return in_fork(child)
+
+def fresh(n, dtype, seed=None):
+    """n random values of `dtype`; `seed` is a seed or a numpy Generator (drawn from as is).
+    (numpy is imported here, not at module level: child interpreters import this module)."""
+    import numpy as np
+    g = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return g.standard_normal(n).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return g.integers(info.min, info.max, size=n, dtype=dt, endpoint=True)
+    if dt.kind == "b":
+        return g.integers(0, 2, size=n).astype(bool)
+    raise AssertionError(dt)
+
+
+def pending_model(fake):
+    """The double's pending-work model (tests/fakecuda): which memory queued work still
+    uses, and frees that came too early. Returns the double's library, typed."""
+    lib = fake.lib
+    lib.fakecuda_pending_mode.argtypes = [ctypes.c_int]
+    lib.fakecuda_pending_mode.restype = ctypes.c_int
+    lib.fakecuda_early_frees.argtypes = []
+    lib.fakecuda_early_frees.restype = ctypes.c_longlong
+    lib.fakecuda_pending_refs.argtypes = [ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int]
+    lib.fakecuda_pending_refs.restype = ctypes.c_int
+    lib.cuMemAlloc.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
+    lib.cuMemFreeAsync.argtypes = [ctypes.c_ulonglong, ctypes.c_void_p]
+    return lib
+
+
+def live_mem_after_gc(fake):
+    """Live device allocations in the double once garbage and the caching pools' spare
+    blocks are gone."""
+    import gc
+    import barecuda
+    gc.collect()
+    barecuda.trim_memory()
+    return fake.live("mem")
+
+
+# ------------------------------------------------ imports of our memory, views to re-imports
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+
+
+class ForeignArray:
+    """Another library's float32 device array over an address (what CuPy's or PyTorch's
+    wrapper of our buffer looks like to barecuda): its own DLPack capsule (legacy,
+    no deleter) and CAI. It knows nothing of barecuda's ownership."""
+
+    def __init__(self, ptr, n, offset=0):
+        self.ptr, self.n, self.offset = ptr, n, offset
+        self._shape = (ctypes.c_int64 * 1)(n)
+        self._mt = _DLManagedTensor()
+        t = self._mt.dl_tensor
+        t.data, t.device_type, t.device_id, t.ndim = ptr, 2, 0, 1
+        t.code, t.bits, t.lanes, t.shape, t.strides, t.byte_offset = 2, 32, 1, ctypes.addressof(self._shape), None, \
+            offset
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return _capsule_new(ctypes.addressof(self._mt), b"dltensor", None)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"data": (self.ptr + self.offset, False), "shape": (self.n,), "typestr": "<f4", "version": 3,
+                "stream": None}
+
+
+_KEEP = []
+
+
+def _kept(a):
+    """A bare capsule keeps nothing alive (its deleter would): the test keeps the array."""
+    _KEEP.append(a)
+    return a
+
+
+def _bc():
+    import barecuda
+    return barecuda
+
+
+# How a user gets a second handle on our memory. "raw" is untracked by design
+# (docs/errors.md): the test does what the contract asks of the caller.
+def cai_dict(b):
+    """An import of `b` through a CUDA array interface dict built by hand (by address)."""
+    return _bc().as_device_buffer({"data": (b.ptr, False), "shape": (b.nbytes // 4,), "typestr": "<f4",
+                                "version": 3})
+
+
+IMPORTS = {
+    "view": lambda b: b.view("float32"),
+    "slice": lambda b: b[0:b.nbytes // 2],
+    "dlpack_reimport": lambda b: _bc().as_device_buffer(b.__dlpack__(stream=-1)),
+    "cai_reimport": lambda b: _bc().DeviceBuffer.from_cuda_array_interface(b),
+    "cai_dict_by_hand": cai_dict,
+    "foreign_dlpack": lambda b: _bc().DeviceBuffer.from_dlpack(ForeignArray(b.ptr, b.nbytes // 4)),
+    "foreign_dlpack_capsule": lambda b: _bc().as_device_buffer(_kept(ForeignArray(b.ptr, b.nbytes // 4)).__dlpack__()),
+    "foreign_cai": lambda b: _bc().as_device_buffer(ForeignArray(b.ptr, b.nbytes // 4)),
+    "foreign_cai_interior": lambda b: _bc().as_device_buffer(ForeignArray(b.ptr, b.nbytes // 8, offset=b.nbytes // 2)),
+}
+
+
+# ------------------------------------------------------------------ graphs on the double
+def graph_double(fake):
+    """The double's graph control API (live counts, graph launches, conditionals), typed."""
+    lib = fake.lib
+    for name, res, args in [
+        ("fakecuda_graph_live", ctypes.c_int, [ctypes.c_char_p]),
+        ("fakecuda_graph_launches", ctypes.c_longlong, []),
+        ("fakecuda_graph_set_conditional", ctypes.c_int, [ctypes.c_ulonglong, ctypes.c_uint]),
+        ("fakecuda_graph_nodes", ctypes.c_int, [ctypes.c_void_p]),
+        ("fakecuda_pending_mode", ctypes.c_int, [ctypes.c_int]),
+        ("fakecuda_early_frees", ctypes.c_longlong, []),
+        ("fakecuda_pending_refs", ctypes.c_int, [ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int]),
+    ]:
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+def graphs_live(fake):
+    """Graphs alive in the double."""
+    return graph_double(fake).fakecuda_graph_live(b"graph")
+
+
+def execs_live(fake):
+    """Executable graphs alive in the double."""
+    return graph_double(fake).fakecuda_graph_live(b"exec")
+
+
+def fake_read(buf, n=None):
+    """The bytes of a buffer of the double (its device memory is host memory)."""
+    return ctypes.string_at(buf.ptr, buf.nbytes if n is None else n)
+
+
+def fake_write(buf, data):
+    """Write bytes into a buffer of the double, behind barecuda's back."""
+    ctypes.memmove(buf.ptr, data, len(data))
+
+
+def vadd_block(out, a, b, n):
+    """The parameter block of ``vadd(out, a, b, n)``, packed independently of barecuda."""
+    return struct.pack("<QQQI", int(out), int(a), int(b), n)
+
+
+def exchange_api_class(current, counts):
+    """A tensor class that publishes DLPack's C exchange API (the capsule PyTorch 2.10+
+    puts on torch.Tensor), its two functions barecuda calls written with ctypes: a
+    non-owning DLTensor of the object, and the current stream (``current[0]``)."""
+    import ctypes as C
+
+    class DLTensor(C.Structure):
+        _fields_ = [("data", C.c_void_p), ("device_type", C.c_int32), ("device_id", C.c_int32), ("ndim", C.c_int32),
+                    ("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16), ("shape", C.c_void_p),
+                    ("strides", C.c_void_p), ("byte_offset", C.c_uint64)]
+    to_fn = C.CFUNCTYPE(C.c_int, C.py_object, C.POINTER(DLTensor))
+    stream_fn = C.CFUNCTYPE(C.c_int, C.c_int32, C.c_int32, C.POINTER(C.c_void_p))
+
+    class Api(C.Structure):
+        _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32), ("prev", C.c_void_p), ("alloc", C.c_void_p),
+                    ("from_py", C.c_void_p), ("to_py", C.c_void_p), ("dltensor", to_fn), ("stream", stream_fn)]
+    shape = (C.c_int64 * 1)(16)
+
+    def dltensor(obj, out):
+        counts["dltensor"] += 1
+        t = out.contents
+        t.data, t.device_type, t.device_id, t.ndim = obj.ptr - 8, obj.kind, obj.dev, 1
+        t.code, t.bits, t.lanes, t.shape, t.strides, t.byte_offset = 2, 32, 1, C.addressof(shape), None, 8
+        return 0
+
+    def stream(device_type, device_id, out):
+        counts["stream"] += 1
+        assert device_type == 2                       # kDLCUDA
+        out[0] = current[0]
+        return 0
+    keep = [to_fn(dltensor), stream_fn(stream), shape, C.create_string_buffer(b"dlpack_exchange_api")]
+    api = Api(1, 3, None, None, None, None, keep[0], keep[1])
+    new = C.PYFUNCTYPE(C.py_object, C.c_void_p, C.c_void_p, C.c_void_p)(("PyCapsule_New", C.pythonapi))
+
+    class Tensor:
+        __dlpack_c_exchange_api__ = new(C.addressof(api), C.addressof(keep[3]), None)
+        _keep = (api, keep)
+
+        def __init__(self, ptr, device, kind=2):
+            self.ptr, self.dev, self.kind = ptr, device, kind
+    return Tensor

@@ -34,7 +34,7 @@ FAKE_DEPS = (*FAKE_SRCS, *glob.glob(os.path.join(FAKE_DIR, "*.h")),
              os.path.join(REPO, "include", "barecuda", "cuda_errors.h"))
 CFLAGS = ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-std=gnu11", "-pthread"]
 
-if TESTS not in sys.path:  # for `from fakecuda import ptx` and `from _helpers import ...`
+if TESTS not in sys.path:  # for `import ptx` and `from _helpers import ...`
     sys.path.insert(0, TESTS)
 
 from _helpers import FakeCuda  # noqa: E402  (shared helpers live in tests/_helpers.py)
@@ -179,10 +179,39 @@ def fake(_fake_session):
     _fake_session.reset()
 
 
+@pytest.fixture
+def pending(fake):
+    """The double's pending-work model, on for the test: fails the test if memory was
+    freed while queued work still used it (see _helpers.pending_model)."""
+    from _helpers import pending_model
+    lib = pending_model(fake)
+    lib.fakecuda_pending_mode(0)
+    gc.collect()
+    lib.fakecuda_pending_mode(1)
+    early0 = lib.fakecuda_early_frees()
+    yield lib
+    assert lib.fakecuda_early_frees() == early0, "memory freed while queued work used it"
+    lib.fakecuda_pending_mode(0)
+
+
+@pytest.fixture
+def vadd(fake, ptx):
+    """The kernel ``vadd(out, a, b, n)`` loaded in the driver double."""
+    import barecuda
+    return barecuda.Module.from_ptx(ptx.VADD).get_kernel("vadd")
+
+
+@pytest.fixture
+def stream(fake):
+    """A new Stream on the driver double."""
+    import barecuda
+    return barecuda.Stream()
+
+
 @pytest.fixture(scope="session")
 def ptx():
-    """PTX texts for CPU tests (see tests/fakecuda/ptx.py)."""
-    from fakecuda import ptx as mod
+    """PTX texts for CPU tests (see tests/ptx/__init__.py)."""
+    import ptx as mod
     return mod
 
 

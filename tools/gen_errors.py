@@ -11,7 +11,7 @@ This script rewrites the generated block (between the ``BEGIN GENERATED`` and
   src/barecuda/_errors.pyx builds at import from the same C table.
 
 Usage: ``python3 tools/gen_errors.py`` (rewrite) or ``--check`` (exit 1 and name the
-stale files; tests/test_errors.py runs this).
+stale files; tests/core/test_errors.py runs this).
 """
 import os
 import re

@@ -22,7 +22,7 @@
 # `-m gpu`, in two shards. The pytest plugin tools/gpu_leak_plugin.py frees what barecuda caches (pools
 # trimmed, garbage collected) at the end of the session, so a "Leaked N bytes" report is memory that nothing
 # freed: the stage then fails (LEAKS) even when pytest and the error summary pass. In the shard with the seed
-# checks, a pytest failure of test_seeds_gpu.py alone is reported as TIMING (their margins are timings,
+# checks, a pytest failure of tests/stress/test_concurrency_gpu.py alone is reported as TIMING (their margins are timings,
 # which the sanitizer distorts), not as a failure; sanitizer errors and leaks still fail it.
 # NCCL tests need 2 GPUs for their multi-rank cases; on one GPU those skip and the rest run.
 #
@@ -101,10 +101,10 @@ $PY -c 'import sys, platform; print("python", sys.version.split()[0], platform.p
 PYTEST=("$PY" -m pytest --gpu -p no:cacheprovider)
 SAN=$(command -v compute-sanitizer || { [ -x /usr/local/cuda/bin/compute-sanitizer ] && echo /usr/local/cuda/bin/compute-sanitizer; })
 SANFLAGS=(--report-api-errors no --target-processes application-only --error-exitcode 86 --print-limit 20)
-SEEDS=tests/test_seeds_gpu.py
+SEEDS=tests/stress/test_concurrency_gpu.py
 # racecheck/synccheck: the pool tests and one staging case (every staging case under racecheck
 # does not fit the run: 40 s covered only part of the file on the H200)
-RACE_TESTS="$(ls tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ') tests/test_staging_gpu.py::test_htod[default-1-stream]"
+RACE_TESTS="$(ls tests/memory/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ') tests/memory/test_staging_gpu.py::test_htod[default-1-stream]"
 # memcheck covers every file with GPU tests (a `gpu` mark anywhere in it), found by a glob so that new
 # folders (tests/kernels/, tests/models/) are in without editing this script; split in two shards by
 # alternating files, the seed checks in shard 2.
@@ -176,7 +176,7 @@ fi
         printf '%-12s %-22s %4ss\n' "${NAMES[$i]}" "${STATUS[$i]}" "${SECS[$i]}"
     done
     echo "seeds:       $(grep -E '(passed|failed|error|skipped)' "$OUT/seeds.log" 2>/dev/null | tail -1)"
-    grep -E '^tests/test_seeds_gpu.py::' "$OUT/seeds.log" 2>/dev/null | sed 's/^/seed:        /'
+    grep -E '^tests/stress/test_concurrency_gpu.py::' "$OUT/seeds.log" 2>/dev/null | sed 's/^/seed:        /'
     echo "tests:       $(grep -E '(passed|failed|error|skipped)' "$OUT/tests.log" 2>/dev/null | tail -1)"
     for t in memcheck racecheck synccheck; do
         [ -f "$OUT/$t.log" ] && echo "$(printf '%-12s' "$t:") $(grep -E 'ERROR SUMMARY' "$OUT/$t.log" | tail -1)" \

@@ -17,9 +17,10 @@
 #include "barecuda/bc_kinds.h"   /* BC_K_*, the kind table */
 
 /* Whether kernel launches release the GIL around cuLaunchKernel by default.
- * The launch benchmark (bench/) measured 1.016x of raw C with the GIL held and
- * 1.05x when released (release + re-take costs ~130-200 ns), so the default keeps
- * it. Programs flip it at run time with barecuda.set_launch_releases_gil(). */
+ * Off: releasing and re-taking the GIL costs more per launch than the launch gains
+ * (the decision and its figures: docs/architecture.md, "Launch: packing in C by the
+ * real signature; the GIL is held"). Programs flip it at run time with
+ * barecuda.set_launch_releases_gil(). */
 #ifndef BC_LAUNCH_RELEASES_GIL
 #define BC_LAUNCH_RELEASES_GIL 0
 #endif

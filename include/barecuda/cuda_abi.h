@@ -9,7 +9,7 @@
  * cuCtxSynchronize at 13000 would return a function taking a CUcontext, asking
  * for cuMemAlloc at 2000 the 32-bit one -- the version pins the signature.
  *
- * tests/test_abi.py compares these values with NVIDIA's cuda.h where one is
+ * tests/core/test_abi.py compares these values with NVIDIA's cuda.h where one is
  * installed; nothing here may depend on that header.
  */
 #ifndef BARECUDA_CUDA_ABI_H

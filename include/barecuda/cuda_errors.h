@@ -15,7 +15,7 @@
  *     bare numbers;
  *   - the lookup table behind bc_error_lookup();
  *   - the Cython names in src/barecuda/_errors.pxd and the CUresult IntEnum in
- *     src/barecuda/_errors.pyi (written by tools/gen_errors.py; tests/test_errors.py
+ *     src/barecuda/_errors.pyi (written by tools/gen_errors.py; tests/core/test_errors.py
  *     fails when they are out of date).
  *
  * X(code, NAME, description, hint or NULL, sticky).  Keep the list sorted by code:

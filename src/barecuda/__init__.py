@@ -59,22 +59,19 @@ __all__ = [
 ]
 
 # -- dist: IPC, several GPUs, NCCL (docs/multi-gpu.md)
-from barecuda._ipc import (
-    IpcAllocator, IpcMemoryPool, IpcError, IpcStaleHandleError, IpcForeignHostError, IpcAlreadyOpenError,
-)
+# (IPC names live in barecuda.ipc only; the old top-level spellings: __getattr__ below)
 from barecuda._topology import devices, topology, topology_report, p2p_attributes, DevicePool
 from barecuda import ipc, nccl
-__all__ += ["IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
-            "IpcAlreadyOpenError", "devices", "topology", "topology_report", "p2p_attributes", "DevicePool",
-            "ipc", "nccl"]
+__all__ += ["devices", "topology", "topology_report", "p2p_attributes", "DevicePool", "ipc", "nccl"]
 
-# CUDA graphs (_graph.pyx, _graph_exec.pyx, _capture.pyx, _host_node.pyx)
-from barecuda._graph import Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle
-from barecuda._host_node import check_host_errors
-from barecuda._graph_exec import GraphExec, ExecKernelNode, ArgUpdate
-from barecuda._capture import Capture, capture, is_capturing
+# CUDA graphs: the graph wing (barecuda.graph, each module with its own __all__)
+from barecuda.graph import (
+    Graph, GraphNode, KernelNode, ConditionalNode, ConditionalHandle, GraphExec, ExecKernelNode, ArgUpdate,
+    Capture, capture, is_capturing, check_host_errors,
+)
+from barecuda import graph
 __all__ += ["Graph", "GraphNode", "KernelNode", "ConditionalNode", "ConditionalHandle", "GraphExec", "ExecKernelNode", "ArgUpdate",
-            "Capture", "capture", "is_capturing", "check_host_errors"]
+            "Capture", "capture", "is_capturing", "check_host_errors", "graph"]
 
 # staging settings (core)
 from barecuda._staging import configure_staging
@@ -93,3 +90,17 @@ __all__ += [
 # launch: public settings
 from barecuda._launch import set_launch_releases_gil, launch_releases_gil
 __all__ += ["set_launch_releases_gil", "launch_releases_gil"]
+
+# Names that moved, kept for one release: ``barecuda.IpcAllocator`` still works, with a
+# DeprecationWarning naming ``barecuda.ipc.IpcAllocator`` (one spelling per fact).
+_MOVED_TO_IPC = ("IpcAllocator", "IpcMemoryPool", "IpcError", "IpcStaleHandleError", "IpcForeignHostError",
+                 "IpcAlreadyOpenError")
+
+
+def __getattr__(name):
+    if name in _MOVED_TO_IPC:
+        import warnings
+        warnings.warn(f"barecuda.{name} is deprecated and goes in the next release; use barecuda.ipc.{name}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(ipc, name)
+    raise AttributeError(f"module 'barecuda' has no attribute {name!r}")

@@ -23,49 +23,11 @@ import platform
 import random
 import sys
 
+from barecuda import _ptx_samples
+
 W = 14                    # label column
+VADD_PTX = _ptx_samples.DOCTOR_VADD   # the check kernel (one place for the package's PTX)
 
-VADD_PTX = r"""
-.version 8.0
-.target sm_52
-.address_size 64
-
-.visible .entry bc_doctor_vadd(
-    .param .u64 vadd_out,
-    .param .u64 vadd_a,
-    .param .u64 vadd_b,
-    .param .u32 vadd_n
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<8>;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mad.lo.u32 %r4, %r1, %r2, %r3;
-    ld.param.u32 %r5, [vadd_n];
-    setp.ge.u32 %p1, %r4, %r5;
-    @%p1 bra $L_done;
-    mul.wide.u32 %rd1, %r4, 4;
-    ld.param.u64 %rd2, [vadd_a];
-    cvta.to.global.u64 %rd2, %rd2;
-    add.u64 %rd2, %rd2, %rd1;
-    ld.param.u64 %rd3, [vadd_b];
-    cvta.to.global.u64 %rd3, %rd3;
-    add.u64 %rd3, %rd3, %rd1;
-    ld.param.u64 %rd4, [vadd_out];
-    cvta.to.global.u64 %rd4, %rd4;
-    add.u64 %rd4, %rd4, %rd1;
-    ld.global.f32 %f1, [%rd2];
-    ld.global.f32 %f2, [%rd3];
-    add.rn.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd4], %f3;
-$L_done:
-    ret;
-}
-"""
 
 # ------------------------------------------------------------------ settings and build
 def settings():

@@ -16,13 +16,10 @@ import threading
 
 from barecuda._errors cimport bc_state_t
 from barecuda._loader cimport runtime_state, ensure_driver
-from barecuda._device cimport device_at
+from barecuda._device cimport device_at, MAX_DEVICES
 from barecuda._stream cimport resolve_device
 
 cdef bc_state_t *ST = runtime_state()
-
-cdef enum:
-    MAX_DEVICES = 256
 
 # Borrowed pointers for the lock-free read; the list holds the references.
 cdef PyObject *_default_alloc[MAX_DEVICES]

@@ -1,6 +1,11 @@
 """Devices and their primary contexts."""
 from barecuda._abi cimport CUdevice, CUcontext
 
+# The most devices barecuda's per-device tables hold (contexts, Device objects, default
+# allocators): the one definition.
+cdef enum:
+    MAX_DEVICES = 256
+
 cdef class Device:
     cdef readonly int ordinal
     cdef CUdevice handle

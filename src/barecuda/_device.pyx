@@ -14,8 +14,8 @@ import threading
 cimport cython
 
 from libc.string cimport memset
-from barecuda._host_node cimport pending_host_errors
-from barecuda._host_node import check_host_errors
+from barecuda.graph._host_node cimport pending_host_errors
+from barecuda.graph._host_node import check_host_errors
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, \
     CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
@@ -25,9 +25,7 @@ from barecuda._loader cimport (driver_table, runtime_state, ensure_driver, set_c
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-cdef enum:
-    MAX_DEVICES = 256
-cdef CUcontext _primary[MAX_DEVICES]
+cdef CUcontext _primary[MAX_DEVICES]       # MAX_DEVICES: _device.pxd
 # ordinal -> identity properties of Device (fixed per process; see _identity)
 cdef dict _IDENTITY = {}
 memset(_primary, 0, sizeof(_primary))

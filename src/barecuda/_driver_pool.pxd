@@ -1,6 +1,6 @@
 """The allocators that leave caching to the driver, and the free rule of driver memory
 (see _driver_pool.pyx)."""
-from barecuda._abi cimport CUmemoryPool, CUstream
+from barecuda._abi cimport CUmemoryPool, CUstream, CUcontext, CUresult
 from barecuda._buffer cimport Allocator, DeviceBuffer
 
 
@@ -13,6 +13,10 @@ cdef class DriverMemoryPool(Allocator):
 # For an allocator's stream-ordered free of b (cuMemFreeAsync): the stream to order it
 # on (order_stream), after waiting for the whole context when b's Stream was closed or
 # work on another stream used it (used_elsewhere).
+# The allocate of every allocator on a driver pool (cuMemAllocFromPoolAsync on s, kind
+# `kind`, nothing for size 0); the driver's answer in rc, for the caller to word.
+cdef int pool_alloc(DeviceBuffer b, size_t size, CUmemoryPool pool, CUcontext ctx, CUstream s, int kind,
+                    CUresult *rc) except -1
 cdef int free_order(DeviceBuffer b, CUstream *out) except -1
 # An allocator's deallocate for memory the driver hands out stream-ordered
 # (cuMemAllocAsync, cuMemAllocFromPoolAsync): takes b.ptr (leaves 0) and frees it with

@@ -13,7 +13,7 @@ from libc.string cimport memset
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_SUPPORTED,
+from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_SUPPORTED,
                               CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed)
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
@@ -197,6 +197,26 @@ cdef class DriverAllocator(Allocator):
 
 
 @cython.final
+cdef int pool_alloc(DeviceBuffer b, size_t size, CUmemoryPool pool, CUcontext ctx, CUstream s, int kind,
+                    CUresult *rc) except -1:
+    """The allocate of every allocator on a driver pool: b takes `size` bytes of `pool`
+    on stream s (``cuMemAllocFromPoolAsync`` without the GIL), with buffer kind `kind`;
+    nothing for size 0. The driver's answer is left in rc (the caller words the error)."""
+    cdef CUdeviceptr p = 0
+    b.ptr = 0
+    b.nbytes = size
+    b._kind = kind
+    rc[0] = CUDA_SUCCESS
+    if size == 0:
+        return 0
+    set_current(ctx)
+    with nogil:
+        rc[0] = D.cuMemAllocFromPoolAsync(&p, size, pool, s)
+    if rc[0] == CUDA_SUCCESS:
+        b.ptr = p
+    return 0
+
+
 cdef class DriverMemoryPool(Allocator):
     """An allocator on a driver memory pool (``cuMemPoolCreate``), or on the device's
     default pool (``default=True``), allocating with ``cuMemAllocFromPoolAsync`` and
@@ -256,24 +276,15 @@ cdef class DriverMemoryPool(Allocator):
         self.pool = NULL
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
-        cdef CUdeviceptr p = 0
-        cdef CUresult rc
-        cdef CUmemoryPool pool = self.pool
-        b.ptr = 0
-        b.nbytes = size
-        b._kind = KIND_ASYNC
-        if size == 0:
-            return 0
-        set_current(self.ctx)
-        with nogil:
-            rc = D.cuMemAllocFromPoolAsync(&p, size, pool, s)
-        if rc != 0:
+        cdef CUresult rc = CUDA_SUCCESS
+        pool_alloc(b, size, self.pool, self.ctx, s, KIND_ASYNC, &rc)
+        if rc != CUDA_SUCCESS:
             raise make_error(rc, "cuMemAllocFromPoolAsync",
                              f"requested {size} bytes ({fmt_bytes(size)}) on device {self.device.ordinal}; "
                              f"pool stats: {self.stats()}")
-        b.ptr = p
-        note_graph_alloc(b, s)
-        self.n_allocs += 1
+        if size != 0:
+            note_graph_alloc(b, s)
+            self.n_allocs += 1
         return 0
 
     cdef int deallocate(self, DeviceBuffer b) except -1:

@@ -578,8 +578,9 @@ cdef object _stream_fn(object obj, int kind):
     return f
 
 
-cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
-    """The library's current stream on `ordinal` (where its pending work on obj is queued)."""
+cdef int _producer_stream(object obj, int kind, int ordinal, CUstream *out) except -1:
+    """The library's current stream on `ordinal` (where its pending work on obj is
+    queued), in out (NULL: the legacy default stream)."""
     cdef intptr_t c
     if kind == FAST_TORCH:
         f = _torch_stream_fn if _torch_stream_fn is not None else _stream_fn(obj, kind)
@@ -589,10 +590,12 @@ cdef CUstream _producer_stream(object obj, int kind, int ordinal) except? NULL:
         if _cupy_stream_c != NULL:
             c = _cupy_stream_c()
             if c == -1 and PyErr_Occurred():        # its `except? -1`
-                return NULL
-            return <CUstream>c
+                return -1
+            out[0] = <CUstream>c
+            return 0
         h = f()
-    return <CUstream><size_t>h
+    out[0] = <CUstream><size_t>h
+    return 0
 
 
 cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, int ordinal, CUstream consumer,
@@ -602,13 +605,15 @@ cdef int _order_tensor(object obj, int kind, const bc_dlpack_exchange_api *api, 
     with the packer's memo (bc_stream_memo, _interop.pxd) only the first orders."""
     cdef const void *source = <const void *>api if api != NULL else <const void *><size_t>kind
     cdef void *h = NULL
+    cdef CUstream producer = NULL
     # (the callers with a memo have checked it: this runs for a launch's first tensor)
     if api != NULL:
         if api.current_work_stream(kDLCUDA, ordinal, &h) != 0:
             return -1                       # the library set the exception
         _order_after_producer(<CUstream>h, consumer, dev)
     else:
-        _order_after_producer(_producer_stream(obj, kind, ordinal), consumer, dev)
+        _producer_stream(obj, kind, ordinal, &producer)
+        _order_after_producer(producer, consumer, dev)
     if memo != NULL:
         memo.source = source
         memo.ordinal = ordinal

@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Sharing device memory and events between processes (CUDA IPC).
 
 Owns: the memory and event handles (``MemHandle``, ``EventHandle``), exporting and
@@ -53,7 +52,7 @@ from barecuda._errors cimport (
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, hold
-from barecuda._driver_pool cimport free_async, free_sync
+from barecuda._driver_pool cimport free_async, free_sync, pool_alloc
 from barecuda._stream cimport Event
 
 from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info
@@ -170,7 +169,7 @@ cdef class IpcAllocator(Allocator):
 
     Examples
     --------
-    >>> buf = bc.IpcAllocator(0).alloc(1 << 20)
+    >>> buf = bc.ipc.IpcAllocator(0).alloc(1 << 20)
     >>> handle = bc.ipc.export_buffer(buf)      # picklable
     """
 
@@ -246,18 +245,9 @@ cdef class IpcMemoryPool(Allocator):
         return <size_t>self.pool
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
-        cdef CUdeviceptr p = 0
         cdef CUresult rc
-        b.ptr = 0
-        b.nbytes = size
-        b._kind = KIND_SYNC
-        if size == 0:
-            return 0
-        set_current(self.ctx)
-        with nogil:
-            rc = D.cuMemAllocFromPoolAsync(&p, size, self.pool, s)
+        pool_alloc(b, size, self.pool, self.ctx, s, KIND_SYNC, &rc)
         check(rc, b"cuMemAllocFromPoolAsync")
-        b.ptr = p
         return 0
 
     cdef int deallocate(self, DeviceBuffer b) except -1:
@@ -408,7 +398,7 @@ def export_buffer(DeviceBuffer buf not None):
                 "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (a device's default pool -- what cuMemAllocAsync and "
                 "barecuda's default allocator use -- never is), so it cannot be shared with another process "
                 f"(cuMemPoolExportToShareableHandle returned {_rc_name(rc)}). Allocate shared buffers from "
-                "barecuda.IpcMemoryPool(device) or barecuda.IpcAllocator(device).")
+                "barecuda.ipc.IpcMemoryPool(device) or barecuda.ipc.IpcAllocator(device).")
         rc = D.cuMemPoolExportPointer(&pd, buf.ptr)
         if rc != CUDA_SUCCESS:
             os.close(fd)
@@ -428,7 +418,7 @@ def export_buffer(DeviceBuffer buf not None):
             raise IpcError(
                 f"cuIpcGetMemHandle refused this buffer ({_rc_name(rc)}): only memory from cuMemAlloc can be "
                 "shared this way (not managed, host or imported memory). Allocate it from "
-                "barecuda.IpcAllocator(device) or barecuda.IpcMemoryPool(device).")
+                "barecuda.ipc.IpcAllocator(device) or barecuda.ipc.IpcMemoryPool(device).")
         h = MemHandle("ipc", (<char *>mh.reserved)[:64], buf.ptr - base, buf.nbytes, buf.shape, _dtype_name(buf),
                       buf.device.uuid, host, boot, os.getpid())
     h._keep = hold(buf)     # an export pins the allocation owner: closing buf defers the free
@@ -532,7 +522,7 @@ cdef int _pidfd_getfd(int pid, int fd) except -1:
                 raise IpcError(
                     f"pidfd_getfd could not take the pool's file descriptor from pid {pid} (EPERM): this process "
                     "may not ptrace the exporter (see /proc/sys/kernel/yama/ptrace_scope). Share memory from "
-                    "barecuda.IpcAllocator instead (no file descriptor), or let the exporter allow it "
+                    "barecuda.ipc.IpcAllocator instead (no file descriptor), or let the exporter allow it "
                     "(prctl PR_SET_PTRACER).")
             if e == errno.EBADF:
                 raise IpcStaleHandleError(f"the exporter (pid {pid}) released this pool handle (fd {fd} is closed)")

@@ -174,7 +174,7 @@ cdef inline int _pack_one(Kernel k, Py_ssize_t i, object arg, char *slot, CUstre
     if t is &PyLong_Type:
         if int_ok(kind):
             x = _bc_as_ll(arg, &ovf)
-            if ovf == 0 and x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
+            if ovf == 0 and int_in_range(kind, x):
                 bc_store_int(slot, p.size, <unsigned long long>x)
                 return 0
         return pack_int(k, p, i, arg, slot)

@@ -1,4 +1,3 @@
-# cython: language_level=3
 """NCCL collectives on barecuda buffers and streams, with NCCL loaded at run time.
 
 Owns: finding and loading ``libnccl.so.2`` (``load``, ``library_path``, ``version``),
@@ -13,9 +12,9 @@ Where libnccl.so.2 is looked for, in order:
 3. the dynamic loader's own search (``LD_LIBRARY_PATH``, ``ldconfig``), then
    ``/usr/lib/x86_64-linux-gnu``, ``/usr/lib64``, ``/usr/local/cuda/lib64``.
 
-NVLink multicast (NVLS) is never used: before the first communicator is created,
-``NCCL_NVLS_ENABLE=0`` is put into the environment unless the user set it, and
-barecuda never calls ``cuMulticastCreate``.
+barecuda never calls ``cuMulticastCreate`` and never changes the user's NCCL settings:
+whether NCCL uses NVLink multicast is ``NCCL_NVLS_ENABLE``'s to say (docs/multi-gpu.md
+says when to turn it off).
 """
 import os
 import sys
@@ -23,6 +22,8 @@ import threading
 
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
+
+from barecuda._dtype cimport resolve_dtype
 from libc.stdint cimport uintptr_t
 from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._errors cimport bc_state_t, bc_driver_usable
@@ -286,35 +287,43 @@ cdef int _ready() except -1:
     return 0
 
 
-def _keep_nvls_off():
-    """NVLink multicast stays off (shared machines): NCCL_NVLS_ENABLE=0 unless set."""
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-
-
 # ------------------------------------------------------------------ dtypes / ops
-_DTYPES = {
-    "int8": (0, 1), "char": (0, 1), "uint8": (1, 1), "int32": (2, 4), "int": (2, 4), "uint32": (3, 4),
-    "int64": (4, 8), "uint64": (5, 8), "float16": (6, 2), "half": (6, 2), "float32": (7, 4), "float": (7, 4),
-    "float64": (8, 8), "double": (8, 8), "bfloat16": (9, 2), "float8_e4m3fn": (10, 1), "float8_e4m3": (10, 1),
-    "float8_e5m2": (11, 1),
+# NCCL's data type of each dtype barecuda knows (_dtype.pyx's canonical names: one table
+# of names, so "float" is float64 and "int" is int64 here too, as in numpy and every
+# other barecuda call), with its size in bytes (the fp8 types are NCCL's only).
+_NCCL_TYPES = {
+    "int8": (0, 1), "uint8": (1, 1), "int32": (2, 4), "uint32": (3, 4), "int64": (4, 8), "uint64": (5, 8),
+    "float16": (6, 2), "float32": (7, 4), "float64": (8, 8), "bfloat16": (9, 2),
+    "float8_e4m3fn": (10, 1), "float8_e5m2": (11, 1),
 }
+# NCCL's own spellings of two of them (ncclChar, and fp8 e4m3 without "fn").
+_NCCL_SPELLINGS = {"char": "int8", "float8_e4m3": "float8_e4m3fn"}
 _OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 
-#: The dtype names every operation accepts (``dtype=`` or the buffer's own dtype).
-DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
-          "float8_e4m3fn", "float8_e5m2")
+#: The dtype names every operation accepts (``dtype=`` or the buffer's own dtype);
+#: any spelling barecuda's dtype table resolves to one of them works too.
+DTYPES = tuple(_NCCL_TYPES)
 #: The reduction operations.
 OPS = ("sum", "prod", "max", "min", "avg")
 
 
 cdef tuple _dtype_of(object dtype):
-    key = str(dtype).lower()
+    """(NCCL data type, itemsize) of `dtype`: a name of DTYPES, a torch dtype, or any
+    spelling of barecuda's dtype table (numpy's meanings: "float" is float64)."""
+    key = str(dtype).lower() if not isinstance(dtype, str) else dtype.lower()
     if key.startswith("torch."):
         key = key[6:]
+    found = _NCCL_TYPES.get(_NCCL_SPELLINGS.get(key, key))
+    if found is not None:
+        return found
     try:
-        return _DTYPES[key]
-    except KeyError:
-        raise TypeError(f"NCCL has no data type for {dtype!r}; supported: {', '.join(DTYPES)}") from None
+        name = resolve_dtype(dtype)[0]
+    except TypeError:
+        name = None
+    found = _NCCL_TYPES.get(name)
+    if found is None:
+        raise TypeError(f"NCCL has no data type for {dtype!r}; supported: {', '.join(DTYPES)}")
+    return found
 
 
 cdef int _op_of(object op) except -1:
@@ -403,7 +412,6 @@ def get_unique_id():
     cdef ncclUniqueId uid
     cdef int rc
     _ready()
-    _keep_nvls_off()
     with nogil:
         rc = NC.ncclGetUniqueId(&uid)
     _ck(rc, "ncclGetUniqueId", NULL)
@@ -497,7 +505,6 @@ cdef class Communicator:
         ensure_driver(ST)
         cdef Device dev = device_of(device)
         _ready()
-        _keep_nvls_off()
         memcpy(uid.internal, <char *>unique_id.data, 128)
         _bind(dev)
         with nogil:
@@ -539,7 +546,6 @@ cdef class Communicator:
         if len({(<Device>d).ordinal for d in devs}) != n:
             raise ValueError("a device is listed twice")
         _ready()
-        _keep_nvls_off()
         for d in devs:
             (<Device>d).activate()
         forget_current()

@@ -76,6 +76,12 @@ cdef inline bint int_ok(int kind) noexcept nogil:
     return (bc_kind_flags[kind] & BC_F_INT) != 0
 
 
+# The one integer range check of a parameter kind (bc_kinds.h's range), for an int read
+# as a C long long (a u64 above 2**63 does not get here: the caller's overflow path).
+cdef inline bint int_in_range(int kind, long long x) noexcept nogil:
+    return x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind])
+
+
 cdef inline void store_float(int kind, char *slot, double d) noexcept nogil:
     if kind == BC_K_F32 or kind == BC_K_B32:
         bc_store_f32(slot, d)

@@ -92,7 +92,7 @@ cdef int pack_int(object k, const bc_param *p, Py_ssize_t i, object v, char *slo
         return raise_type(k, p, i, v)
     x = _bc_as_ll(v, &ovf)
     if ovf == 0:
-        if x >= bc_kind_min[kind] and (x < 0 or <unsigned long long>x <= bc_kind_max[kind]):
+        if int_in_range(kind, x):
             bc_store_int(slot, p.size, <unsigned long long>x)
             return 0
     elif ovf > 0 and bc_kind_max[kind] == UINT64_MAX:

@@ -74,7 +74,7 @@ cdef class MemoryPool(Allocator):
     cdef bint closed
 
     cdef bc_scache *cache_for(self, CUstream s, object stream_obj) except NULL
-    cdef bc_block *take_cross_stream(self, int cls, bc_scache *own) except? NULL
+    cdef int take_cross_stream(self, int cls, bc_scache *own, bc_block **out) except -1
     cdef int release_cached(self, bint sync_first) except -1
     cdef int flush_deferred(self) except -1
     cdef int free_block(self, bc_block *blk, CUstream s) except -1

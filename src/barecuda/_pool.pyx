@@ -278,8 +278,8 @@ cdef class MemoryPool(Allocator):
         self.nevents += 1
         return 0
 
-    cdef bc_block *take_cross_stream(self, int cls, bc_scache *own) except? NULL:
-        """A cached block of class cls that another stream has finished with, or NULL."""
+    cdef int take_cross_stream(self, int cls, bc_scache *own, bc_block **out) except -1:
+        """In out: a cached block of class cls that another stream has finished with, or NULL."""
         cdef bc_block *b
         cdef bc_block *prev
         cdef bc_scache *c
@@ -290,7 +290,8 @@ cdef class MemoryPool(Allocator):
             self.ready.heads[cls] = b.next
             self.ready.nblocks -= 1
             self.ready.nbytes -= b.size
-            return b
+            out[0] = b
+            return 0
         for i in range(self.ncaches):
             c = self.caches[i]
             if c == own or c.heads[cls] == NULL:
@@ -316,11 +317,13 @@ cdef class MemoryPool(Allocator):
                     self._put_event(b.event)
                     b.event = NULL
                     self.n_cross_stream += 1
-                    return b
+                    out[0] = b
+                    return 0
                 prev = b
                 b = b.next
                 tries += 1
-        return NULL
+        out[0] = NULL
+        return 0
 
     # ---------------------------------------------------------- allocation
     cdef int allocate(self, DeviceBuffer buf, size_t size, CUstream s) except -1:
@@ -351,7 +354,7 @@ cdef class MemoryPool(Allocator):
                 self._put_event(b.event)
                 b.event = NULL
         else:
-            b = self.take_cross_stream(cls, c)
+            self.take_cross_stream(cls, c, &b)
             if b != NULL:
                 self.cached -= b.size
                 self.n_hits += 1
@@ -403,7 +406,7 @@ cdef class MemoryPool(Allocator):
         cdef bint over = False
         if self.deferred_bytes >= self.deferred_limit:
             self.flush_deferred()
-            b = self.take_cross_stream(cls, NULL)
+            self.take_cross_stream(cls, NULL, &b)
             if b != NULL:
                 self.cached -= b.size
                 return b

@@ -255,8 +255,8 @@ def configure_staging(*, chunk_bytes=None, chunks=None, threads=None, threshold=
     nt_htod, nt_dtoh : bool
         Do the host-side copy of that direction with streaming (non-temporal) stores,
         bypassing the cache (x86-64 only; ignored elsewhere). Defaults: off for
-        host->device (slower into the pinned chunks on the H200 VM), on for
-        device->host (about 2x there).
+        host->device, on for device->host (why: docs/architecture.md, "Copies
+        from pageable memory go through pinned chunks").
     spin_us : float
         After each piece of work the threads (and the caller waiting for them) spin
         this many microseconds before sleeping on a condition variable (default 50).
@@ -437,11 +437,9 @@ def _configure_from_env():
     threads = _env_size("BARECUDA_STAGING_THREADS")
     chunks = _env_size("BARECUDA_STAGING_CHUNKS")
     if threads is None:
-        # H200 VMs, 256 MiB (tools/staging_sweep.py, 8 chunks of 8 MiB; pinned 55 GB/s):
-        # device->host 4 threads 21-33 GB/s, 6 threads 33-53, 8 threads 41-53, 12
-        # threads 52-53; host->device 4 threads 28, 8 threads 42-47, 12 threads 49-50,
-        # 16 threads 45-48. Three threads per four cores, at most 12: the rest is
-        # left to the caller's other threads and the driver's own.
+        # Three threads per four cores, at most 12: the rest is left to the caller's
+        # other threads and the driver's own (why these numbers: docs/architecture.md,
+        # "Copies from pageable memory go through pinned chunks").
         cores = _usable_cores()
         threads = min(12, max(2, cores * 3 // 4), cores)
     try:

@@ -23,8 +23,9 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NO
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device, device_at, current_device
 from barecuda._errors import CudaWarning
-from barecuda._host_node cimport pending_host_errors
-from barecuda._host_node import check_host_errors
+from barecuda.graph._host_node cimport pending_host_errors
+from barecuda._lazy cimport lazy_module
+from barecuda.graph._host_node import check_host_errors
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -254,7 +255,7 @@ cdef int stream_after(CUstream waiter, CUstream producer, CUcontext ctx) except 
 _close_hooks = []
 _close_hooks_lock = threading.Lock()
 
-cdef object _capture_fn = None      # barecuda._capture.capture, once Stream.capture first ran
+cdef PyObject *_capture_mod = NULL     # barecuda.graph._capture, once Stream.capture first ran
 
 
 def add_close_hook(hook):
@@ -553,11 +554,8 @@ cdef class Stream:
     # -- CUDA graphs (owned by _capture.pyx): capture delegates there
     def capture(self, mode="global"):
         """``with stream.capture(mode) as graph:`` -- see :func:`barecuda.capture`."""
-        global _capture_fn
-        if _capture_fn is None:     # _capture cimports this module: imported on first use, once
-            from barecuda._capture import capture
-            _capture_fn = capture
-        return _capture_fn(self, mode)
+        # graph._capture cimports this module: imported on first use (_lazy.pxd)
+        return lazy_module(&_capture_mod, "barecuda.graph._capture").capture(self, mode)
 
 
 cdef Stream stream_use(object obj):

@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Several GPUs in one process: the device list, the topology report (peer access,
 performance rank and atomics from ``cuDeviceGetP2PAttribute``, PCI and NUMA identity),
 placement across devices (``DevicePool``) and the raw peer-copy loop the benchmark

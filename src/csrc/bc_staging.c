@@ -2,15 +2,15 @@
  * src/csrc/bc_staging.c -- host<->device copies from pageable memory at pinned speed.
  *
  * The driver copies pageable memory through its own small staging buffers, one
- * core and no overlap: ~9 GB/s host->device on an H200 whose DMA engines do 55 GB/s
- * from page-locked memory. A stager does the staging itself:
+ * core and no overlap, far below what the DMA engines do from page-locked memory
+ * (figures: docs/measurements.md). A stager does the staging itself:
  *
  *   - K page-locked chunks (cuMemHostAlloc, PORTABLE), each guarded by an event
  *     (DISABLE_TIMING) recorded after the last DMA that used it: a chunk is written
  *     by the host only after its event completed, so no DMA ever reads or writes a
  *     chunk the host is changing;
  *   - a pool of T-1 worker threads plus the calling thread that split every
- *     host-side memcpy between them (one core copies ~10-15 GB/s);
+ *     host-side memcpy between them (one core cannot keep up with the DMA);
  *   - host->device: memcpy piece i into chunk i % K, cuMemcpyHtoDAsync, record the
  *     chunk's event; the memcpy of piece i+1 overlaps the DMA of piece i. Returns
  *     once every source byte is in a chunk (the caller may reuse its memory; the
@@ -42,7 +42,8 @@
 /* Large copies with streaming (non-temporal) stores: the bytes are headed for a DMA
  * engine or for a buffer the caller will not read for a while, so they need not pass
  * through the cache, and skipping the read-for-ownership of every destination line
- * is worth ~1.5x in copy bandwidth. SSE2 is part of x86-64, no dispatch needed. */
+ * pays where the destination is the pinned chunks (device->host: see the defaults
+ * below). SSE2 is part of x86-64, no dispatch needed. */
 #if BC_STAGING_HAVE_NT
 static void bc_copy_nt(void *dst_, const void *src_, size_t n) {
     char *dst = (char *)dst_;
@@ -87,11 +88,9 @@ static inline void bc_copy(void *dst, const void *src, size_t n, int nt) {
  * default 50 us) before sleeping: the next chunk of a large copy comes within
  * microseconds. */
 
-/* Defaults from the H200 VMs (16 and 32 cores; tools/staging_sweep.py): streaming
- * stores took device->host from 12-31 to 43-53 GB/s but host->device from ~41 down
- * to ~28 GB/s; 8 chunks of 8 MiB held device->host at 52-53 GB/s from 8 to 24
- * threads where 4 chunks dipped to 38-49 at some thread counts; below ~8 MiB the
- * thread wake-ups cost more than staging gains (4 MiB: 5 vs 10.7 GB/s plain). */
+/* Defaults: 8 chunks of 8 MiB, streaming stores for device->host only, staging from
+ * 8 MiB up, 50 us of spin. Why each (measured with python -m barecuda.bench.staging_sweep):
+ * docs/architecture.md, "Copies from pageable memory go through pinned chunks". */
 static bc_staging_config bc_staging_cfg = {
     (size_t)8 << 20, 8, 8, (size_t)8 << 20, (size_t)256 << 10, (size_t)512 << 10, 0, BC_STAGING_HAVE_NT, 50000LL};
 static long bc_staging_cfg_gen = 1;             /* bumped by every configure */

@@ -349,7 +349,7 @@ int valid_location(CUmemLocation loc);
 int managed_range(CUdeviceptr p, size_t n);
 fk_launch *launch_at(int back);
 
-/* ------------------------------------------ CUDA graphs: capture hooks (graph.c) */
+/* ------------------------------------------ CUDA graphs: capture hooks (capture.c) */
 CUresult fk_cap_kernel(CUfunction f, const launch_req *r, unsigned char *buf, int *taken);
 CUresult fk_cap_copy(CUstream s, CUmemorytype dt, void *dh, CUdeviceptr dd, CUmemorytype st, const void *sh,
                      CUdeviceptr sd, size_t bytes, int *taken);

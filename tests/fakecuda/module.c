@@ -31,7 +31,7 @@ void write_log(void *buf, void **size_slot, const char *msg) {
  * numbers, so production code needs no knowledge of it:
  *   - ELF (cubin): "\x7fELF", ELF64 little-endian, e_machine EM_CUDA (190). Kernels do
  *     not run here, so instead of SASS the double reads the PTX-like text of a section
- *     named ".nv.fakecuda.ptx" (tests/fakecuda/ptx.py builds such images); an ELF
+ *     named ".nv.fakecuda.ptx" (tests/ptx/__init__.py builds such images); an ELF
  *     without it is a cubin for a real GPU: CUDA_ERROR_NO_BINARY_FOR_GPU.
  *   - fatbin: a little-endian u32 0xBA55ED50, u16 version, u16 header size, u64 size of
  *     the entries; each entry: u16 kind (1 PTX, 2 ELF), u16, u32 entry header size,

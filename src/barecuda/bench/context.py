@@ -1,7 +1,7 @@
 """The benchmark context: kernels, buffers and streams every rows module measures with.
 
-Owns: the hand-written PTX kernels (0, 4 and 16 parameters; each does almost nothing
-so that the CPU cost of issuing the launch dominates), their argument values, the
+Owns: the names of the kernels (0, 4 and 16 parameters; their PTX is in
+barecuda/_ptx_samples.py), their argument values, the
 ``Settings`` of a run, and ``Context``: the raw objects (driver-only, made by
 ``_baseline``) and the barecuda objects, built once per run and handed to every
 rows module's section functions as ``ctx``.
@@ -9,125 +9,14 @@ rows module's section functions as ``ctx``.
 import struct
 from typing import Any
 
+from barecuda import _ptx_samples
 from barecuda.bench.harness import why
 
 __all__ = ["PTX", "K0", "K4", "K4P", "K16", "K4_N", "K4_X", "K16_SIG", "Settings", "Context", "pack_k4", "pack_k16"]
 
-# ---------------------------------------------------------------- kernels
-# Hand-written PTX. Each kernel does almost nothing (one thread writes one value) so
-# that the CPU cost of issuing the launch dominates.
-PTX = r"""
-.version 8.0
-.target sm_52
-.address_size 64
-
-.visible .entry bc_k0()
-{
-    ret;
-}
-
-.visible .entry bc_k4(
-    .param .u64 bc_k4_out,
-    .param .u64 bc_k4_in,
-    .param .u32 bc_k4_n,
-    .param .f32 bc_k4_x
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<5>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k4_done;
-    ld.param.u64 %rd1, [bc_k4_out];
-    ld.param.u64 %rd2, [bc_k4_in];
-    ld.param.u32 %r1, [bc_k4_n];
-    ld.param.f32 %f1, [bc_k4_x];
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    ld.global.f32 %f2, [%rd4];
-    cvt.rn.f32.u32 %f3, %r1;
-    fma.rn.f32 %f2, %f2, %f1, %f3;
-    st.global.f32 [%rd3], %f2;
-$L_k4_done:
-    ret;
-}
-
-.visible .entry bc_k4p(
-    .param .u64 bc_k4p_out,
-    .param .u64 bc_k4p_a,
-    .param .u64 bc_k4p_b,
-    .param .u64 bc_k4p_c
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<9>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k4p_done;
-    ld.param.u64 %rd1, [bc_k4p_out];
-    ld.param.u64 %rd2, [bc_k4p_a];
-    ld.param.u64 %rd3, [bc_k4p_b];
-    ld.param.u64 %rd4, [bc_k4p_c];
-    cvta.to.global.u64 %rd5, %rd1;
-    cvta.to.global.u64 %rd6, %rd2;
-    cvta.to.global.u64 %rd7, %rd3;
-    cvta.to.global.u64 %rd8, %rd4;
-    ld.global.f32 %f1, [%rd6];
-    ld.global.f32 %f2, [%rd7];
-    ld.global.f32 %f3, [%rd8];
-    fma.rn.f32 %f1, %f1, %f2, %f3;
-    st.global.f32 [%rd5], %f1;
-$L_k4p_done:
-    ret;
-}
-
-.visible .entry bc_k16(
-    .param .u64 bc_k16_p0,
-    .param .u32 bc_k16_a1,
-    .param .f32 bc_k16_a2,
-    .param .u64 bc_k16_p3,
-    .param .s32 bc_k16_a4,
-    .param .f64 bc_k16_a5,
-    .param .u64 bc_k16_p6,
-    .param .u64 bc_k16_a7,
-    .param .u32 bc_k16_a8,
-    .param .f32 bc_k16_a9,
-    .param .u64 bc_k16_p10,
-    .param .s64 bc_k16_a11,
-    .param .f32 bc_k16_a12,
-    .param .u32 bc_k16_a13,
-    .param .u64 bc_k16_p14,
-    .param .f64 bc_k16_a15
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .b64 %rd<3>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k16_done;
-    ld.param.u64 %rd1, [bc_k16_p0];
-    cvta.to.global.u64 %rd2, %rd1;
-    ld.param.u32 %r1, [bc_k16_a1];
-    ld.param.u32 %r2, [bc_k16_a8];
-    ld.param.u32 %r4, [bc_k16_a13];
-    add.u32 %r5, %r1, %r2;
-    add.u32 %r5, %r5, %r4;
-    st.global.u32 [%rd2], %r5;
-$L_k16_done:
-    ret;
-}
-"""
+# Hand-written PTX (barecuda/_ptx_samples.py). Each kernel does almost nothing (one thread
+# writes one value) so that the CPU cost of issuing the launch dominates.
+PTX = _ptx_samples.BENCH_KERNELS
 
 K0, K4, K16 = "bc_k0", "bc_k4", "bc_k16"
 K4P = "bc_k4p"          # four pointers: out = a * b + c (the tensors-on-the-fast-path rows)

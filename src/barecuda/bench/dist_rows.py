@@ -118,7 +118,7 @@ def allreduce_rows(sizes=SIZES, rounds=5):
 def _exporter(q, done):
     import barecuda as bc
     from barecuda import ipc
-    buf = bc.IpcAllocator(0).alloc(64 * MiB)
+    buf = bc.ipc.IpcAllocator(0).alloc(64 * MiB)
     q.put(ipc.export_buffer(buf))
     done.wait(300)
 

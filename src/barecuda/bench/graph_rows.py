@@ -27,39 +27,12 @@ beyond the call. The ``set_arg`` group also has the floor with the driver call i
 the raw ``cuGraphExecKernelNodeSetParams``, no check): the least any Python-callable
 ``set_arg`` can cost; ``node.set_arg`` divided by it is barecuda's own share.
 """
+from barecuda import _ptx_samples
 from barecuda.bench.harness import median as _median, round_ratio
 
 ORDER = 30
 NODES = 100
-VADD_PTX = r"""
-.version 8.0
-.target sm_52
-.address_size 64
-.visible .entry gvadd(.param .u64 o, .param .u64 a, .param .u64 b, .param .u32 n)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<3>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<8>;
-    ld.param.u64 %rd1, [o];
-    ld.param.u64 %rd2, [a];
-    ld.param.u64 %rd3, [b];
-    ld.param.u32 %r2, [n];
-    mov.u32 %r1, %tid.x;
-    setp.ge.u32 %p1, %r1, %r2;
-    @%p1 bra $L__done;
-    mul.wide.u32 %rd4, %r1, 4;
-    add.s64 %rd5, %rd1, %rd4;
-    add.s64 %rd6, %rd2, %rd4;
-    add.s64 %rd7, %rd3, %rd4;
-    ld.global.f32 %f1, [%rd6];
-    ld.global.f32 %f2, [%rd7];
-    add.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd5], %f3;
-$L__done:
-    ret;
-}
-"""
+VADD_PTX = _ptx_samples.GRAPH_VADD
 
 
 class _Row:

@@ -76,8 +76,9 @@ def format_table(env, sections, settings, failures=None):
            f"barecuda {env.get('barecuda', '?')} benchmark -- {gpu} (cc {env.get('compute_capability', '?')}), "
            f"driver CUDA {env.get('driver_version', '?')}, Python {env['python']}",
            f"CPU: {env['cpu']}; rounds: {settings.rounds} (alternated); x = ratio to the raw C row of the same run"]
-    if str(gpu).startswith("FakeCUDA"):
-        out.append("NOTE: running on the fakecuda test double -- these numbers mean nothing.")
+    if env.get("driver_override"):
+        out.append(f"NOTE: the driver is {env['driver_override']} (BARECUDA_LIBCUDA), not the system's "
+                   "libcuda: the figures are of that library.")
     for s in sections:
         out.extend(s.format())
     out.append("=" * RULE)
@@ -111,6 +112,7 @@ def environment():
         import barecuda as bc
         env["barecuda"] = bc.__version__
         env["driver_path"] = bc.driver_path()
+        env["driver_override"] = os.environ.get("BARECUDA_LIBCUDA") or None
         env["driver_version"] = "%d.%d" % bc.driver_version()
         d = bc.Device(0)
         env["gpu"] = d.name
@@ -145,14 +147,34 @@ def load_baseline(path):
 
 
 def _measured(doc):
-    """``{key: row}`` of every row in the document that carries ratios."""
+    """``{key: row}`` of every row in the document that carries ratios (a ``{column:
+    ratio}`` dict, or one ratio: the graph rows')."""
     out = {}
     for v in doc.values():
         if isinstance(v, list):
             for r in v:
-                if isinstance(r, dict) and "key" in r and isinstance(r.get("ratio"), dict):
+                if isinstance(r, dict) and "key" in r and isinstance(r.get("ratio"), (dict, int, float)):
                     out[r["key"]] = r
     return out
+
+
+def _ratio(rows, key, column):
+    """The ratio to raw C of row `key` in `column` (rows with one ratio have no columns)."""
+    r = rows.get(key)
+    x = r.get("ratio") if r else None
+    return x.get(column) if isinstance(x, dict) else x
+
+
+def _checked(rows, b):
+    """The figure a baseline row checks: the row's ratio to raw C, or, for a row with a
+    ``floor``, its ratio to that floor row of the same run (both against the same raw C
+    row), so that what the floor itself costs on a machine cannot turn the check red."""
+    col = b.get("column", "issue")
+    got = _ratio(rows, b["key"], col)
+    if got is None or not b.get("floor"):
+        return got
+    floor = _ratio(rows, b["floor"], col)
+    return got / floor if floor else None
 
 
 def _row_tolerance(base, b):
@@ -163,8 +185,9 @@ def compare_baseline(doc, base):
     """Compare a run's ratios with the baseline's.
 
     Returns a list of ``(key, label, measured, baseline, status)``; status is
-    ``"pass"``, ``"FAIL"`` (the ratio to raw C grew by more than the tolerance: the
-    row's ``tolerance``, else the file's, else 5%), ``"n/a"`` (the row was not
+    ``"pass"``, ``"FAIL"`` (the ratio to raw C -- or, for a row with a ``floor``, to
+    that floor row of the same run -- grew by more than the tolerance: the row's
+    ``tolerance``, else the file's, else 5%), ``"n/a"`` (the row was not
     measured) or ``"skip"`` (not measured, and the row ``needs`` something this
     machine lacks: a peer library such as torch with CUDA, or CuPy).
     """
@@ -172,7 +195,7 @@ def compare_baseline(doc, base):
     out = []
     for key, b in base["rows"].items():
         r = rows.get(key)
-        got = (r.get("ratio") or {}).get(b.get("column", "issue")) if r else None
+        got = _checked(rows, dict(b, key=key))
         label = b.get("label") or (r or {}).get("label") or key
         if got is None:
             out.append((key, label, None, b["ratio"], "skip" if b.get("needs") else "n/a"))
@@ -218,11 +241,11 @@ def updated_baseline(doc, base=None):
     for key, b in keys.items():
         col = b.get("column", "issue")
         r = rows.get(key)
-        got = (r.get("ratio") or {}).get(col) if r else None
+        got = _checked(rows, dict(b, key=key))
         if got is None:
             if "ratio" in b:
                 out["rows"][key] = dict(b)          # not measured this time: keep the stored figure
             continue
         out["rows"][key] = {"column": col, "ratio": round(got, 3), "label": (r or {}).get("label", b.get("label"))}
-        out["rows"][key].update({k: b[k] for k in ("needs", "tolerance") if k in b})
+        out["rows"][key].update({k: b[k] for k in ("needs", "tolerance", "floor") if k in b})
     return out

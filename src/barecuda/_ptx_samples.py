@@ -1,0 +1,199 @@
+"""PTX texts the package itself loads: the doctor's check kernel and the benchmark's
+kernels (one place for the package's PTX; the tests have theirs in tests/ptx/).
+
+Hand-written for ``sm_52`` so that every GPU the driver supports JIT-compiles them.
+"""
+
+__all__ = ["DOCTOR_VADD", "BENCH_KERNELS", "GRAPH_VADD"]
+
+
+# bc_doctor_vadd(out, a, b, n): out[i] = a[i] + b[i], float32 (python -m barecuda).
+DOCTOR_VADD = r"""
+.version 8.0
+.target sm_52
+.address_size 64
+
+.visible .entry bc_doctor_vadd(
+    .param .u64 vadd_out,
+    .param .u64 vadd_a,
+    .param .u64 vadd_b,
+    .param .u32 vadd_n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<8>;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.u32 %r4, %r1, %r2, %r3;
+    ld.param.u32 %r5, [vadd_n];
+    setp.ge.u32 %p1, %r4, %r5;
+    @%p1 bra $L_done;
+    mul.wide.u32 %rd1, %r4, 4;
+    ld.param.u64 %rd2, [vadd_a];
+    cvta.to.global.u64 %rd2, %rd2;
+    add.u64 %rd2, %rd2, %rd1;
+    ld.param.u64 %rd3, [vadd_b];
+    cvta.to.global.u64 %rd3, %rd3;
+    add.u64 %rd3, %rd3, %rd1;
+    ld.param.u64 %rd4, [vadd_out];
+    cvta.to.global.u64 %rd4, %rd4;
+    add.u64 %rd4, %rd4, %rd1;
+    ld.global.f32 %f1, [%rd2];
+    ld.global.f32 %f2, [%rd3];
+    add.rn.f32 %f3, %f1, %f2;
+    st.global.f32 [%rd4], %f3;
+$L_done:
+    ret;
+}
+"""
+
+
+# The launch benchmark's kernels (barecuda.bench.context): each does almost nothing (one
+# thread writes one value) so that the CPU cost of issuing the launch dominates.
+BENCH_KERNELS = r"""
+.version 8.0
+.target sm_52
+.address_size 64
+
+.visible .entry bc_k0()
+{
+    ret;
+}
+
+.visible .entry bc_k4(
+    .param .u64 bc_k4_out,
+    .param .u64 bc_k4_in,
+    .param .u32 bc_k4_n,
+    .param .f32 bc_k4_x
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<4>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<5>;
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    or.b32 %r3, %r1, %r2;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra $L_k4_done;
+    ld.param.u64 %rd1, [bc_k4_out];
+    ld.param.u64 %rd2, [bc_k4_in];
+    ld.param.u32 %r1, [bc_k4_n];
+    ld.param.f32 %f1, [bc_k4_x];
+    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    ld.global.f32 %f2, [%rd4];
+    cvt.rn.f32.u32 %f3, %r1;
+    fma.rn.f32 %f2, %f2, %f1, %f3;
+    st.global.f32 [%rd3], %f2;
+$L_k4_done:
+    ret;
+}
+
+.visible .entry bc_k4p(
+    .param .u64 bc_k4p_out,
+    .param .u64 bc_k4p_a,
+    .param .u64 bc_k4p_b,
+    .param .u64 bc_k4p_c
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<4>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<9>;
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    or.b32 %r3, %r1, %r2;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra $L_k4p_done;
+    ld.param.u64 %rd1, [bc_k4p_out];
+    ld.param.u64 %rd2, [bc_k4p_a];
+    ld.param.u64 %rd3, [bc_k4p_b];
+    ld.param.u64 %rd4, [bc_k4p_c];
+    cvta.to.global.u64 %rd5, %rd1;
+    cvta.to.global.u64 %rd6, %rd2;
+    cvta.to.global.u64 %rd7, %rd3;
+    cvta.to.global.u64 %rd8, %rd4;
+    ld.global.f32 %f1, [%rd6];
+    ld.global.f32 %f2, [%rd7];
+    ld.global.f32 %f3, [%rd8];
+    fma.rn.f32 %f1, %f1, %f2, %f3;
+    st.global.f32 [%rd5], %f1;
+$L_k4p_done:
+    ret;
+}
+
+.visible .entry bc_k16(
+    .param .u64 bc_k16_p0,
+    .param .u32 bc_k16_a1,
+    .param .f32 bc_k16_a2,
+    .param .u64 bc_k16_p3,
+    .param .s32 bc_k16_a4,
+    .param .f64 bc_k16_a5,
+    .param .u64 bc_k16_p6,
+    .param .u64 bc_k16_a7,
+    .param .u32 bc_k16_a8,
+    .param .f32 bc_k16_a9,
+    .param .u64 bc_k16_p10,
+    .param .s64 bc_k16_a11,
+    .param .f32 bc_k16_a12,
+    .param .u32 bc_k16_a13,
+    .param .u64 bc_k16_p14,
+    .param .f64 bc_k16_a15
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<3>;
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    or.b32 %r3, %r1, %r2;
+    setp.ne.u32 %p1, %r3, 0;
+    @%p1 bra $L_k16_done;
+    ld.param.u64 %rd1, [bc_k16_p0];
+    cvta.to.global.u64 %rd2, %rd1;
+    ld.param.u32 %r1, [bc_k16_a1];
+    ld.param.u32 %r2, [bc_k16_a8];
+    ld.param.u32 %r4, [bc_k16_a13];
+    add.u32 %r5, %r1, %r2;
+    add.u32 %r5, %r5, %r4;
+    st.global.u32 [%rd2], %r5;
+$L_k16_done:
+    ret;
+}
+"""
+
+
+# gvadd(o, a, b, n): o[i] = a[i] + b[i] for the first block (the graph benchmark rows).
+GRAPH_VADD = r"""
+.version 8.0
+.target sm_52
+.address_size 64
+.visible .entry gvadd(.param .u64 o, .param .u64 a, .param .u64 b, .param .u32 n)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<3>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [o];
+    ld.param.u64 %rd2, [a];
+    ld.param.u64 %rd3, [b];
+    ld.param.u32 %r2, [n];
+    mov.u32 %r1, %tid.x;
+    setp.ge.u32 %p1, %r1, %r2;
+    @%p1 bra $L__done;
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    add.s64 %rd6, %rd2, %rd4;
+    add.s64 %rd7, %rd3, %rd4;
+    ld.global.f32 %f1, [%rd6];
+    ld.global.f32 %f2, [%rd7];
+    add.f32 %f3, %f1, %f2;
+    st.global.f32 [%rd5], %f3;
+$L__done:
+    ret;
+}
+"""

@@ -1,0 +1,35 @@
+from typing import final
+from typing import Any, Optional, Sequence, Tuple, Union
+
+from barecuda._launch import Kernel
+from barecuda.graph._exec import GraphExec
+from barecuda.graph._nodes import KernelNode
+
+_Dims = Union[int, Sequence[int]]
+__all__ = ["ExecKernelNode", "ArgUpdate"]
+
+@final
+class ExecKernelNode:
+    exec: GraphExec
+    node: KernelNode
+    kernel: Kernel
+    @property
+    def args(self) -> Tuple[Any, ...]: ...
+    @property
+    def grid(self) -> Tuple[int, int, int]: ...
+    @property
+    def block(self) -> Tuple[int, int, int]: ...
+    @property
+    def shared_mem(self) -> int: ...
+    def set_arg(self, index: int, value: Any, /) -> None: ...
+    def set_args(self, *args: Any) -> None: ...
+    def set_dims(self, grid: Optional[_Dims] = ..., block: Optional[_Dims] = ...,
+                 shared_mem: Optional[int] = ...) -> None: ...
+
+@final
+class ArgUpdate:
+    exec: GraphExec
+    def __len__(self) -> int: ...
+    @property
+    def slots(self) -> Tuple[Tuple[ExecKernelNode, int], ...]: ...
+    def set(self, *values: Any) -> None: ...

@@ -1,0 +1,3 @@
+__all__ = ["check_host_errors"]
+
+def check_host_errors() -> None: ...
