@@ -18,7 +18,8 @@ from barecuda.kernels import _dequant as D
 from barecuda.kernels import _matvec as M
 from barecuda.kernels import _registry
 
-from test_dequant import QFORMATS, from_dev, lowered_ptx_get, random_blocks, reference
+pytest.importorskip("gguf")
+from _quant_helpers import QFORMATS, from_dev, lowered_ptx_get, random_blocks, reference  # noqa: E402
 
 gpu = pytest.mark.gpu
 DTYPES = ["float32", "float16", "bfloat16"]
