@@ -154,7 +154,10 @@ else
     for t in memcheck racecheck synccheck; do want $t && skip $t "no compute-sanitizer"; done
 fi
 want doctor && stage doctor doctor.log "$(budget 30 150)" "$PY" -m barecuda
-BENCH=("$PY" -m barecuda.bench --rounds 15 --json "$OUT/bench.json" --baseline bench/baseline.json)
+# the launch, memory, graph, compile and distributed sections (the baseline rows); the kernel sections take
+# minutes of their own and run in a call of their own (BENCH_ROWS=kernels_norms,... or all)
+BENCH_ROWS=${BENCH_ROWS:-launch,threads,alloccheck,alloc,copy,smallcopy,staging,graph,compile,allreduce,ipc,peercopy}
+BENCH=("$PY" -m barecuda.bench --rows "$BENCH_ROWS" --rounds 15 --json "$OUT/bench.json" --baseline bench/baseline.json)
 (( UPDATE )) && BENCH+=(--update-baseline "$OUT/baseline.json")
 want bench && stage bench bench.log "$(budget 150 5)" "${BENCH[@]}"
 if (( UPDATE )) && [ -s "$OUT/baseline.json" ]; then
