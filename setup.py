@@ -198,14 +198,25 @@ class build_ext(_build_ext):
     content key changed, everything when the build key changed; compile in parallel."""
 
     def finalize_options(self):
-        from Cython.Build import cythonize
         if self.parallel is None:               # `build_ext -j N` wins over BARECUDA_BUILD_JOBS
             self.parallel = JOBS if JOBS > 1 else None
-        jobs = int(self.parallel or 0)
+        super().finalize_options()
+
+    def run(self):
+        # Here, not in finalize_options: pip's metadata step finalizes this command too.
+        keys = self._cythonize()
+        super().run()
+        _write_json(KEY_FILE, BUILD_INFO)
+        _write_json(CYTHON_KEYS_FILE, keys)
+
+    def _cythonize(self):
+        """Point every extension at its C file, regenerating the stale ones; returns the
+        content keys to record once the build succeeded."""
+        from Cython.Build import cythonize
         changed = _key_changed()
         if changed:
             self.force = True
-        exts = self.distribution.ext_modules
+        exts = self.extensions
         pyx_of = {e.name: e.sources[0] for e in exts if e.sources[0].endswith(".pyx")}
         keys = _content_keys(sorted(pyx_of.values()))
         last = {} if changed else (_read_json(CYTHON_KEYS_FILE) or {})
@@ -214,21 +225,19 @@ class build_ext(_build_ext):
         # The shared module's C depends only on the build key (Cython version, directives).
         shared = [e for e in exts if e.name == SHARED_UTILITY
                   and (changed or not os.path.exists(_c_path(SHARED_UTILITY)))]
-        for e in exts:
-            if e.name in pyx_of and e not in stale:     # up to date: compile its C file as it is
-                e.sources = [_c_path(e.name)] + e.sources[1:]
+        done = {}
         if stale or shared:
+            jobs = self.parallel if isinstance(self.parallel, int) and self.parallel > 1 else 0
             done = {e.name: e for e in cythonize(
-                stale + shared, compiler_directives=directives, include_path=["src"],
-                force=True, quiet=True, nthreads=jobs, shared_utility_qualified_name=SHARED_UTILITY)}
-            exts[:] = [done.get(e.name, e) for e in exts]
-        self._cython_keys = keys
-        super().finalize_options()
-
-    def run(self):
-        super().run()
-        _write_json(KEY_FILE, BUILD_INFO)
-        _write_json(CYTHON_KEYS_FILE, self._cython_keys)
+                [_extension(e.name, list(e.sources)) for e in stale + shared],
+                compiler_directives=directives, include_path=["src"], force=True, quiet=True,
+                nthreads=jobs, shared_utility_qualified_name=SHARED_UTILITY)}
+        for e in exts:
+            if e.name in done:
+                e.sources = list(done[e.name].sources)
+            elif e.name in pyx_of:              # up to date: compile its C file as it is
+                e.sources = [_c_path(e.name)] + e.sources[1:]
+        return keys
 
 
 _write_build_info()
