@@ -2,7 +2,8 @@
 
 `activation.cu` defines a device function; `apply.cu` declares it `extern` and calls
 it from a kernel. Each is compiled to LTO-IR (`rdc=True`, `target="ltoir"`) and
-`bc.link` optimizes across both into one cubin. Needs `pip install nvidia-nvjitlink`.
+`bc.link` optimizes across both into one cubin. Needs a GPU, numpy and nvJitLink
+(from a barecuda checkout: `pip install ".[nvrtc]"`, or `".[nvrtc-cu12]"` for a CUDA 12 driver).
 """
 import numpy as np
 

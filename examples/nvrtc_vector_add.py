@@ -1,6 +1,7 @@
 """Vector add from CUDA C++ source: compile with NVRTC, launch, check against numpy.
 
-Needs a GPU, numpy and NVRTC (`pip install "barecuda[nvrtc]"`). Run twice to see
+Needs a GPU, numpy and NVRTC (from a barecuda checkout: `pip install ".[nvrtc]"`, or
+`".[nvrtc-cu12]"` for a CUDA 12 driver). Run twice to see
 the compile cache at work: the second run loads the kernel from disk.
 """
 import time
