@@ -28,9 +28,9 @@ def main():
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     da, db = bc.to_device(a), bc.to_device(b)
-    out = bc.empty(n * 4)
+    out = bc.empty(n, "float32")
     kernel.launch((n + 255) // 256, 256, out, da, db, n)
-    got = np.frombuffer(out.copy_to(), dtype=np.float32)
+    got = out.to_numpy()
     np.testing.assert_array_equal(got, a + b)
     print(f"vector add OK: {n} elements, {code.kind} for {code.arch}, NVRTC {bc.nvrtc_version()}, "
           f"compile {1e3 * (t1 - t0):.1f} ms, cache {bc.cache_info()['directory']}")
