@@ -219,6 +219,11 @@ def nvrtc_archs():
     return _info(_NVRTC)["archs"]
 
 
+def nvjitlink_path():
+    """The nvJitLink library barecuda opened (loads it on first use)."""
+    return _info(_NVJITLINK)["path"]
+
+
 def nvjitlink_version():
     """nvJitLink's version as ``(major, minor)`` (None when it does not say); loads it on first use."""
     return _info(_NVJITLINK)["version"]
