@@ -67,6 +67,9 @@ directives = {
     "initializedcheck": DEBUG,
     "embedsignature": True,
     "cdivision": True,
+    # Free-threaded CPython (3.13t, 3.14t) imports the modules without re-enabling the
+    # GIL; no effect on a GIL build. docs/packaging.md ("Free-threaded Python").
+    "freethreading_compatible": True,
 }
 macros = []
 if DEBUG:
