@@ -209,6 +209,7 @@ class build_ext(_build_ext):
         # Here, not in finalize_options: pip's metadata step finalizes this command too.
         keys = self._cythonize()
         super().run()
+        # A build-time hook (prebuilt kernel code, ...) goes here, after the extensions.
         _write_json(KEY_FILE, BUILD_INFO)
         _write_json(CYTHON_KEYS_FILE, keys)
 
