@@ -209,9 +209,9 @@ class build_ext(_build_ext):
         # Here, not in finalize_options: pip's metadata step finalizes this command too.
         keys = self._cythonize()
         super().run()
-        # A build-time hook (prebuilt kernel code, ...) goes here, after the extensions.
         _write_json(KEY_FILE, BUILD_INFO)
         _write_json(CYTHON_KEYS_FILE, keys)
+        _prebuild_kernels(self)        # build-time hooks go here, after the extensions
 
     def _cythonize(self):
         """Point every extension at its C file, regenerating the stale ones; returns the
@@ -242,6 +242,24 @@ class build_ext(_build_ext):
             elif e.name in pyx_of:              # up to date: compile its C file as it is
                 e.sources = [_c_path(e.name)] + e.sources[1:]
         return keys
+
+
+# --- kernels: prebuilt cubins/PTX for the wheel (src/barecuda/kernels/_prebuild.py, docs/kernels.md).
+# Runs after the extensions are built, in a child interpreter that imports the fresh build.
+# BARECUDA_PREBUILD_KERNELS=1: always (fails without NVRTC); =0: never; unset: only for
+# non-in-place builds (wheels) when NVRTC is importable here, so `pip install .` without
+# NVRTC and in-place developer builds stay fast (kernels then compile on first use).
+def _prebuild_kernels(cmd):
+    import importlib.util
+    import subprocess
+    want = os.environ.get("BARECUDA_PREBUILD_KERNELS", "").strip()
+    if want == "0" or (not want and (cmd.inplace or importlib.util.find_spec("nvidia.cu13") is None
+                                     and importlib.util.find_spec("nvidia.cuda_nvrtc") is None)):
+        return
+    root = os.path.abspath("src" if cmd.inplace else cmd.build_lib)
+    out = os.path.join(root, "barecuda", "kernels", "prebuilt")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    subprocess.run([sys.executable, "-m", "barecuda.kernels._prebuild", "--out", out], env=env, check=True)
 
 
 _write_build_info()

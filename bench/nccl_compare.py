@@ -48,7 +48,15 @@ def rank_main(quick):
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    if os.environ.get("BARECUDA_NCCL_COMPARE_STORE") == "client":
+        # spawned by main(): the parent holds the store's server (and so its port) already
+        from datetime import timedelta
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                              timeout=timedelta(seconds=600))
+        dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
+                                device_id=torch.device("cuda", local))
+    else:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
     obj = [nccl.get_unique_id() if rank == 0 else None]
     dist.broadcast_object_list(obj, src=0)
     comm = nccl.Communicator(rank, world, obj[0], device=local)
@@ -111,8 +119,36 @@ def print_table(out):
 
 def _spawned(rank, world, port, quick, q):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), BARECUDA_NCCL_COMPARE_STORE="client")
     q.put(rank_main(quick))
+
+
+def _parent_store():
+    """The store's server, made here before the ranks start, on a port the OS hands out
+    (port 0) and keeps bound for the whole job: the ranks connect as clients. (Picking a
+    free port, closing it and letting rank 0 bind it again raced: torch's TCPStore failed
+    with EADDRINUSE on the 2x H200.)"""
+    from datetime import timedelta
+    import socket
+    import torch.distributed as dist
+
+    def make(port):
+        return dist.TCPStore("127.0.0.1", port, None, is_master=True, timeout=timedelta(seconds=600),
+                             wait_for_workers=False)
+    try:
+        return make(0)                  # the OS picks; store.port says which
+    except (RuntimeError, TypeError, ValueError):
+        pass
+    for attempt in range(8):            # a torch whose store refuses port 0: pick one, retry if taken
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+        try:
+            return make(port)
+        except RuntimeError as e:
+            if "in use" not in str(e).lower() and "eaddrinuse" not in str(e).lower():
+                raise
+    raise RuntimeError("nccl_compare: no free port for torch's TCPStore after 8 tries")
 
 
 def main():
@@ -127,18 +163,16 @@ def main():
             return
     else:
         import multiprocessing as mp
-        import socket
-        with socket.socket() as so:
-            so.bind(("127.0.0.1", 0))
-            port = so.getsockname()[1]
+        store = _parent_store()         # held (bound) until both ranks are done
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        ps = [ctx.Process(target=_spawned, args=(r, 2, port, a.quick, q)) for r in range(2)]
+        ps = [ctx.Process(target=_spawned, args=(r, 2, store.port, a.quick, q)) for r in range(2)]
         for p in ps:
             p.start()
         outs = [q.get(timeout=1200) for _ in ps]
         for p in ps:
             p.join()
+        del store
         out = next(o for o in outs if o is not None)
     if not a.no_extra:
         dr = _dist_rows()

@@ -71,6 +71,7 @@ class FakeCuda:
             "fakecuda_reset": (ctypes.c_int, []),
             "fakecuda_fail": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int]),
             "fakecuda_calls": (ctypes.c_longlong, [ctypes.c_char_p]),
+            "fakecuda_delay": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_int]),
             "fakecuda_version_requested": (ctypes.c_int, [ctypes.c_char_p]),
             "fakecuda_live": (ctypes.c_int, [ctypes.c_char_p]),
             "fakecuda_mem_used": (ctypes.c_longlong, [ctypes.c_int]),
@@ -95,6 +96,12 @@ class FakeCuda:
     def fail(self, symbol, code, after=0, times=1):
         """Make call number after+1 (from now) of `symbol` return `code`, `times` times (-1: forever)."""
         if self.lib.fakecuda_fail(symbol.encode(), int(code), int(after), int(times)) != 0:
+            raise KeyError(f"the fake driver has no entry point {symbol!r}")
+
+    def delay(self, symbol, usec):
+        """Every later call of `symbol` sleeps `usec` microseconds at its entry (outside the
+        double's lock, before it reads its arguments); 0 ends it, reset() clears all."""
+        if self.lib.fakecuda_delay(symbol.encode(), int(usec)) != 0:
             raise KeyError(f"the fake driver has no entry point {symbol!r}")
 
     def calls(self, symbol):

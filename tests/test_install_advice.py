@@ -29,8 +29,12 @@ def _req_name(req):
     return re.split(r"[<>=!~;\[ ]", req, 1)[0].strip().lower()
 
 
+# Third-party packages advised for an optional feature outside barecuda's extras.
+OPTIONAL_THIRD_PARTY = {"jinja2"}          # chat templates (barecuda/models/tokenizer.py)
+
+
 def _known_packages():
-    known = {pkg for spec in _libfind.LIBRARIES for pkg, _ in spec.packages.values()}
+    known = {pkg for spec in _libfind.LIBRARIES for pkg, _ in spec.packages.values()} | OPTIONAL_THIRD_PARTY
     known |= {_req_name(r) for reqs in _extras().values() for r in reqs}
     return known
 
@@ -50,6 +54,7 @@ def _advice_texts():
             yield f"_libfind.describe({spec.title}, {major})", _libfind.describe(spec, ["x: no"], major)
 
 
+_PROSE = {"from", "or", "for", "and", "to", "once", "with", "then", "if", "in", "on", "(from", "--", "-", "is"}
 _PIP = re.compile(r"pip install ((?:[^`\n;&|)]|\)(?=[\]\"']))+)")
 
 
@@ -64,6 +69,8 @@ def test_every_advised_package_and_extra_exists():
     seen = 0
     for where, text, m in _commands():
         for tok in m.group(1).split():
+            if tok in _PROSE:                    # the command ended; the sentence goes on
+                break
             tok = tok.strip("\"'`,")
             if not tok or tok.startswith("-") or tok in (".", "&&"):
                 continue

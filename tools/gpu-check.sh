@@ -7,8 +7,24 @@
 # earlier one failed; the last lines printed are the benchmark table, the baseline comparison and a pass/fail
 # summary of each stage. The whole run is kept under 9 minutes: each stage gets a timeout from what is left.
 #
-# Usage: tools/gpu-check.sh [--update-baseline]
+# Usage: tools/gpu-check.sh [--part 1|2] [--stages LIST] [--shard K/N] [--update-baseline]
+#   --part 1           = --stages build,seeds,tests,memcheck --shard 1/2
+#   --part 2           = --stages build,memcheck,racecheck,synccheck,doctor,bench --shard 2/2
+#                      (two device calls cover everything; without --part every stage runs, memcheck over
+#                      all GPU test files, which one call's time limit may cut short)
+#   --stages LIST      comma-separated subset of build,seeds,tests,memcheck,racecheck,synccheck,doctor,bench
+#   --shard K/N        memcheck runs shard K of N of the GPU test files (the seed checks are in shard N)
 #   --update-baseline  rewrite bench/baseline.json (and $OUT/baseline.json) with this run's ratios to raw C
+#   GPU_CHECK_SECONDS  the whole run's time budget (default 570); stages get timeouts from what is left
+#
+# memcheck runs with --leak-check full over EVERY GPU test file (any tests/**/test_*.py that marks tests
+# `gpu`: program, NCCL, IPC, seeds, and the tests/kernels/ and tests/models/ folders when they exist), with
+# `-m gpu`, in two shards. The pytest plugin tools/gpu_leak_plugin.py frees what barecuda caches (pools
+# trimmed, garbage collected) at the end of the session, so a "Leaked N bytes" report is memory that nothing
+# freed: the stage then fails (LEAKS) even when pytest and the error summary pass. In the shard with the seed
+# checks, a pytest failure of test_seeds_gpu.py alone is reported as TIMING (their margins are timings,
+# which the sanitizer distorts), not as a failure; sanitizer errors and leaks still fail it.
+# NCCL tests need 2 GPUs for their multi-rank cases; on one GPU those skip and the rest run.
 #
 # compute-sanitizer flags (docs/measurements.md says the same):
 #   --report-api-errors no             barecuda provokes driver API errors on purpose (probing
@@ -17,8 +33,8 @@
 #                                      real reports. Memory errors in kernels and in copies are still reported.
 #   --target-processes application-only  the suite's subprocess tests (doctor, benchmark CLI) run unsanitized.
 #   --error-exitcode 86                a sanitizer finding fails the stage even when pytest passes.
-#   memcheck runs the GPU suite without the seed checks (their concurrency margins are timings, which the
-#   sanitizer distorts); racecheck and synccheck run the staging and pool GPU tests.
+#   --leak-check full                  memcheck: device allocations never freed are reported (and fail the stage).
+#   racecheck and synccheck run the staging and pool GPU tests.
 set -o pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
@@ -28,18 +44,35 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 JOBS=$(nproc 2>/dev/null || echo 4)
 START=$(date +%s)
-DEADLINE=$((START + 570))          # 9.5 min
+DEADLINE=$((START + ${GPU_CHECK_SECONDS:-570}))          # 9.5 min unless told
 export BARECUDA_BUILD_JOBS=$JOBS
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
 UPDATE=0
-for a in "$@"; do
-    case $a in
+STAGES=build,seeds,tests,memcheck,racecheck,synccheck,doctor,bench
+SHARD=1/1
+while (( $# )); do
+    case $1 in
         --update-baseline) UPDATE=1 ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
-        *) echo "gpu-check.sh: unknown argument $a (see --help)" >&2; exit 2 ;;
+        --part|--part=*)
+            if [[ $1 == --part ]]; then shift; p=${1:-}; else p=${1#--part=}; fi
+            case $p in
+                1) STAGES=build,seeds,tests,memcheck; SHARD=1/2 ;;
+                2) STAGES=build,memcheck,racecheck,synccheck,doctor,bench; SHARD=2/2 ;;
+                *) echo "gpu-check.sh: --part 1 or 2" >&2; exit 2 ;;
+            esac ;;
+        --stages) shift; STAGES=${1:-} ;;
+        --stages=*) STAGES=${1#--stages=} ;;
+        --shard) shift; SHARD=${1:-} ;;
+        --shard=*) SHARD=${1#--shard=} ;;
+        -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+        *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
+    shift
 done
-
+[[ $SHARD =~ ^([0-9]+)/([0-9]+)$ ]] && (( BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= BASH_REMATCH[2] )) \
+    || { echo "gpu-check.sh: --shard K/N with 1 <= K <= N" >&2; exit 2; }
+SHARD_K=${BASH_REMATCH[1]}; SHARD_N=${BASH_REMATCH[2]}
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
 declare -a NAMES STATUS SECS
 left() { echo $((DEADLINE - $(date +%s))); }
 # budget CAP RESERVE: seconds for the next stage: at most CAP, leaving RESERVE for later stages
@@ -72,31 +105,58 @@ SEEDS=tests/test_seeds_gpu.py
 # racecheck/synccheck: the pool tests and one staging case (every staging case under racecheck
 # does not fit the run: 40 s covered only part of the file on the H200)
 RACE_TESTS="$(ls tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ') tests/test_staging_gpu.py::test_htod[default-1-stream]"
-# memcheck runs over the tests that exercise ownership, launch, graphs and pools (the whole suite under the
-# sanitizer takes far longer than one device call allows)
-MEM_TESTS=$(ls tests/test_memory*gpu*.py tests/test_ownership*gpu*.py tests/test_launch*gpu*.py tests/test_graph_gpu.py tests/test_pool*gpu*.py 2>/dev/null | tr '\n' ' ')
+# memcheck covers every file with GPU tests (a `gpu` mark anywhere in it), found by a glob so that new
+# folders (tests/kernels/, tests/models/) are in without editing this script; split in two shards by
+# alternating files, the seed checks in shard 2.
+mapfile -t GPU_FILES < <(find tests -name 'test_*.py' -not -path '*/fakecuda/*' -print0 2>/dev/null \
+    | xargs -0 grep -lE 'mark\.gpu|pytestmark *= *.*gpu' 2>/dev/null | grep -v "^$SEEDS\$" | sort)
+# this run's memcheck shard: files i with i % N == K-1, the seed checks in shard N
+MEM_FILES=()
+for i in "${!GPU_FILES[@]}"; do (( i % SHARD_N == SHARD_K - 1 )) && MEM_FILES+=("${GPU_FILES[$i]}"); done
+(( SHARD_K == SHARD_N )) && MEM_FILES+=("$SEEDS")
+MEMFLAGS=(--leak-check full)
+export PYTHONPATH="$REPO/tools:$PYTHONPATH"      # gpu_leak_plugin (loaded with -p under memcheck only)
+# memcheck_stage NAME SHARD TIMEOUT FILES...: memcheck with the leak check over FILES; the status says
+# LEAKS when a device allocation was never freed, TIMING when only seed checks failed (see the header).
+memcheck_stage() {
+    local name=$1 t=$2; shift 2
+    stage "$name" "$name.log" "$t" "$SAN" --tool memcheck "${SANFLAGS[@]}" "${MEMFLAGS[@]}" \
+        "${PYTEST[@]}" -p gpu_leak_plugin -m gpu "$@" -q -rfE -k "not grow_the_heap"   # the sanitizer's own allocations grow RSS
+    local i=$(( ${#STATUS[@]} - 1 )) log="$OUT/$name.log"
+    if grep -qE 'Leaked [0-9]+ bytes|LEAK SUMMARY: [1-9]' "$log"; then
+        STATUS[$i]="LEAKS"
+    elif [[ ${STATUS[$i]} == FAIL* ]] && grep -qE '^FAILED ' "$log" \
+            && ! grep -E '^FAILED ' "$log" | grep -qv "^FAILED $SEEDS::"; then
+        STATUS[$i]="TIMING(seeds only)"
+    fi
+}
 
 LOCK=(); command -v flock >/dev/null && LOCK=(flock /tmp/barecuda-build.lock)
-stage build build.log "$(budget 150 420)" "${LOCK[@]}" "$PY" setup.py build_ext --inplace -q -j "$JOBS"
-stage seeds seeds.log "$(budget 60 400)" "${PYTEST[@]}" "$SEEDS" -v -rs
-stage tests tests.log "$(budget 230 200)" "${PYTEST[@]}" tests -q -rfEs --tb=short --durations=10 --ignore="$SEEDS"
+want build && stage build build.log "$(budget 150 420)" "${LOCK[@]}" "$PY" setup.py build_ext --inplace -q -j "$JOBS"
+echo "GPU test files: ${GPU_FILES[*]} $SEEDS; memcheck shard $SHARD_K/$SHARD_N: ${MEM_FILES[*]}"
+# reserves: what the later stages of this run need (the stages not run need nothing)
+r_after_tests=0; want memcheck && r_after_tests=130; want racecheck && r_after_tests=$((r_after_tests + 50))
+want bench && r_after_tests=$((r_after_tests + 180))
+want seeds && stage seeds seeds.log "$(budget 60 $((r_after_tests + 230)))" "${PYTEST[@]}" "$SEEDS" -v -rs
+want tests && stage tests tests.log "$(budget 230 "$r_after_tests")" "${PYTEST[@]}" tests -q -rfEs --tb=short \
+    --durations=10 --ignore="$SEEDS"
+r_after_mem=0; want racecheck && r_after_mem=50; want synccheck && r_after_mem=$((r_after_mem + 40))
+want bench && r_after_mem=$((r_after_mem + 180))
 if [ -n "$SAN" ]; then
-    # shellcheck disable=SC2086 -- MEM_TESTS is a list of paths
-    stage memcheck memcheck.log "$(budget 150 130)" "$SAN" --tool memcheck "${SANFLAGS[@]}" \
-        "${PYTEST[@]}" $MEM_TESTS -q -k "not grow_the_heap"   # the sanitizer's own allocations grow RSS
+    want memcheck && memcheck_stage memcheck "$(budget 600 "$r_after_mem")" "${MEM_FILES[@]}"
     # shellcheck disable=SC2086 -- RACE_TESTS is a list of paths
-    stage racecheck racecheck.log "$(budget 40 110)" "$SAN" --tool racecheck "${SANFLAGS[@]}" \
-        "${PYTEST[@]}" $RACE_TESTS -q
+    want racecheck && stage racecheck racecheck.log "$(budget 40 $((r_after_mem - 50)))" "$SAN" --tool racecheck \
+        "${SANFLAGS[@]}" "${PYTEST[@]}" $RACE_TESTS -q
     # shellcheck disable=SC2086
-    stage synccheck synccheck.log "$(budget 40 90)" "$SAN" --tool synccheck "${SANFLAGS[@]}" \
-        "${PYTEST[@]}" $RACE_TESTS -q
+    want synccheck && stage synccheck synccheck.log "$(budget 40 $((r_after_mem - 90)))" "$SAN" --tool synccheck \
+        "${SANFLAGS[@]}" "${PYTEST[@]}" $RACE_TESTS -q
 else
-    for t in memcheck racecheck synccheck; do skip $t "no compute-sanitizer"; done
+    for t in memcheck racecheck synccheck; do want $t && skip $t "no compute-sanitizer"; done
 fi
-stage doctor doctor.log "$(budget 30 60)" "$PY" -m barecuda
+want doctor && stage doctor doctor.log "$(budget 30 150)" "$PY" -m barecuda
 BENCH=("$PY" -m barecuda.bench --rounds 15 --json "$OUT/bench.json" --baseline bench/baseline.json)
 (( UPDATE )) && BENCH+=(--update-baseline "$OUT/baseline.json")
-stage bench bench.log "$(budget 150 5)" "${BENCH[@]}"
+want bench && stage bench bench.log "$(budget 150 5)" "${BENCH[@]}"
 if (( UPDATE )) && [ -s "$OUT/baseline.json" ]; then
     cp "$OUT/baseline.json" bench/baseline.json && echo "bench/baseline.json rewritten (copy in $OUT/baseline.json)"
 fi
@@ -122,6 +182,8 @@ fi
         [ -f "$OUT/$t.log" ] && echo "$(printf '%-12s' "$t:") $(grep -E 'ERROR SUMMARY' "$OUT/$t.log" | tail -1)" \
             "| pytest: $(grep -E '(passed|failed|error)' "$OUT/$t.log" | grep -v 'ERROR SUMMARY' | tail -1)"
     done
+    [ -f "$OUT/memcheck.log" ] && grep -E 'Leaked [0-9]+ bytes|LEAK SUMMARY' "$OUT/memcheck.log" | head -5 \
+        | sed 's/^/memcheck leak: /'
     grep -E '^(driver|state|self-check|launch overhead|status):' "$OUT/doctor.log" 2>/dev/null | sed 's/^/doctor:      /'
     grep -E '^  \[[0-9]+\]' "$OUT/doctor.log" 2>/dev/null | head -4 | sed 's/^ */device:      /'
     grep -E '^baseline: ' "$OUT/bench.log" 2>/dev/null | tail -1 | sed 's/^baseline: /baseline:    /' \
@@ -130,3 +192,6 @@ fi
 # The device tool returns at most 8 files: keep summary, tests, memcheck, bench log and json, and pack every
 # log into one archive.
 ( cd "$OUT" && tar czf logs.tgz ./*.log 2>/dev/null && rm -f build.log seeds.log racecheck.log synccheck.log doctor.log )
+# the exit status: 0 only when every stage run passed (TIMING of the seed checks under memcheck included)
+for st in "${STATUS[@]}"; do [[ $st == PASS || $st == TIMING* || $st == SKIPPED* ]] || exit 1; done
+exit 0

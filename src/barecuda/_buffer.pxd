@@ -21,6 +21,14 @@ cdef extern from "barecuda/bc_owners.h" nogil:     # the table behind view_at (_
     void bc_owners_move(bc_owners *t, ptrdiff_t *frm, void *obj, ptrdiff_t *to)
     const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p)
 
+cdef extern from "barecuda/bc_uses.h" nogil:      # use counts (docs/architecture.md, "Close versus in-flight use")
+    void bc_use_enter(long *n)
+    long bc_use_leave(long *n)
+    long bc_use_count(long *n)
+    void bc_flag_set(int *f)
+    int bc_flag_take(int *f)
+    int bc_flag_get(int *f)
+
 # DeviceBuffer._kind
 cdef enum:
     KIND_ASYNC = 0      # owned, from cuMemAllocAsync (freed with cuMemFreeAsync)
@@ -43,7 +51,9 @@ cdef class DeviceBuffer:
     cdef CUstream root_stream       # the owner's stream (note_use compares with it)
     cdef bint *use_flag             # &owner.used_elsewhere (note_use sets it)
     cdef Py_ssize_t _pins           # (owner) live dependants; the free waits for the last
-    cdef bint _free_pending         # (owner) closed while pinned: unpin frees
+    cdef int _free_pending          # (owner) closed, free not done yet: the last unpin / use_end frees
+                                    #   (taken atomically: bc_flag_take, so the free runs once)
+    cdef long _uses                 # (owner) driver calls in flight without the GIL (use_begin/use_end; atomic)
     cdef int _free_kind             # (owner) _kind before a deferred close (the allocator reads it)
     cdef CUdeviceptr _free_ptr      # (owner) ptr before a deferred close (ptr reads 0 once closed)
     cdef bint _graph_alloc          # (owner) driver memory allocated on a capturing stream (_driver_pool): a
@@ -97,6 +107,17 @@ cdef void unpin(DeviceBuffer b) noexcept
 cdef object hold(DeviceBuffer b)
 # hold() for each DeviceBuffer among objs (a list; empty when there is none).
 cdef list holds(object objs)
+
+# ---- use counts: a driver call made without the GIL on b's memory (docs/architecture.md,
+# "Close versus in-flight use"). use_begin enters the OWNER's count, then raises
+# ValueError (count left again) when b is closed; it returns the owner, which the caller
+# gives to use_end after the call (in a finally). A close() meanwhile marks the buffer
+# closed at once and leaves the free to the last use_end (never skipped). GIL held for
+# both; the count itself is atomic (bc_uses.h).
+cdef DeviceBuffer use_begin(DeviceBuffer b)
+# Leaves the count; the last one out of a closed owner runs its deferred free (failures
+# become CudaWarning). None is accepted (nothing). Never raises.
+cdef void use_end(DeviceBuffer o) noexcept
 
 cdef inline void note_use(DeviceBuffer b, CUstream s) noexcept nogil:
     """Record that queued work on stream s uses b: marks the OWNER (cheap; per launch argument).

@@ -34,7 +34,7 @@ from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
-from barecuda._stream cimport Stream, stream_handle, resolve_device
+from barecuda._stream cimport Stream, stream_handle, resolve_device, stream_use, stream_done
 from barecuda._allocators cimport default_allocator
 from barecuda._dlpack cimport kDLCUDA
 from barecuda._lazy cimport lazy_module
@@ -110,7 +110,13 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     b.ctx = dev.ctx
     b.stream_handle = h
     b._stream = stream
-    a.allocate(b, nbytes, h)
+    # An allocator may call the driver on h without the GIL (a cache miss): a Stream
+    # closed meanwhile on another thread is destroyed after it (stream_done).
+    cdef Stream so = stream_use(stream)
+    try:
+        a.allocate(b, nbytes, h)
+    finally:
+        stream_done(so)
     b._allocator = a
     b.root_stream = h
     if b.ptr != 0:
@@ -241,15 +247,38 @@ cdef void unpin(DeviceBuffer b) noexcept:
     cdef DeviceBuffer o = owner_of(b)
     if o._pins > 0:
         o._pins -= 1
-    if o._pins == 0 and o._free_pending:
-        o._free_pending = False
+    if o._pins == 0 and bc_use_count(&o._uses) == 0 and bc_flag_take(&o._free_pending):
+        _run_deferred_free(o)
+
+
+cdef DeviceBuffer use_begin(DeviceBuffer b):
+    cdef DeviceBuffer o = owner_of(b)
+    bc_use_enter(&o._uses)         # enter first, then look: a close() after this sees the count
+    if b._kind == KIND_CLOSED:
+        use_end(o)
+        raise ValueError("operation on a closed DeviceBuffer (use after close())")
+    return o
+
+
+cdef void use_end(DeviceBuffer o) noexcept:
+    if o is None:
+        return
+    if bc_use_leave(&o._uses) != 0:
+        return
+    if o._pins == 0 and bc_flag_take(&o._free_pending):
+        _run_deferred_free(o)
+    elif o._kind == KIND_CLOSED and o._allocator is None and o._root is None and o._owner is not None:
+        o._owner = None        # a closed foreign import: its producer goes after the last call
+
+
+cdef void _run_deferred_free(DeviceBuffer o) noexcept:
+    try:
+        _deferred_free(o)
+    except BaseException as e:
         try:
-            _deferred_free(o)
-        except BaseException as e:
-            try:
-                warnings.warn(f"deferred free of DeviceBuffer ({o.nbytes} bytes) failed: {e}", CudaWarning)
-            except BaseException:
-                pass
+            warnings.warn(f"deferred free of DeviceBuffer ({o.nbytes} bytes) failed: {e}", CudaWarning)
+        except BaseException:
+            pass
 
 
 cdef int _deferred_free(DeviceBuffer o) except -1:
@@ -422,14 +451,20 @@ cdef class DeviceBuffer:
             self._owner = None
             unpin(root)
             return
-        if self._pins > 0 and self._allocator is not None:
+        if self._allocator is not None:
+            # Closed at once; the free waits for the last dependant (unpin) and the last
+            # driver call in flight on another thread (use_end). Mark first, then read the
+            # counts (bc_uses.h): whoever takes the pending flag frees, exactly once.
             self._free_kind = self._kind
             self._free_ptr = self.ptr
-            self._free_pending = True
             self._kind = KIND_CLOSED
             self.ptr = 0           # closed reads as address 0 everywhere (launch's fast check)
             self._owner = None
-            return
+            bc_flag_set(&self._free_pending)
+            if self._pins > 0 or bc_use_count(&self._uses) > 0 or not bc_flag_take(&self._free_pending):
+                return
+            self._kind = self._free_kind
+            self.ptr = self._free_ptr
         try:
             if self._allocator is not None:
                 if bc_driver_usable(ST):
@@ -440,7 +475,8 @@ cdef class DeviceBuffer:
             bc_owners_remove(&_owners, &self._reg)
             self._kind = KIND_CLOSED
             self.ptr = 0
-            self._owner = None
+            if bc_use_count(&self._uses) == 0:
+                self._owner = None     # (a foreign producer in use on another thread: use_end drops it)
 
     def __enter__(self):
         return self
@@ -676,25 +712,34 @@ cdef class DeviceBuffer:
             else:
                 _capture_use(s, self, None)
         set_current(self.ctx)
-        p = self.ptr
-        if w == 8:
-            with nogil:
-                rc = D.cuMemsetD8Async(p, <unsigned char>v, count, s)
-            check(rc, b"cuMemsetD8Async")
-        elif w == 16:
-            with nogil:
-                rc = D.cuMemsetD16Async(p, <unsigned short>v, count, s)
-            check(rc, b"cuMemsetD16Async")
-        else:
-            with nogil:
-                rc = D.cuMemsetD32Async(p, <unsigned int>v, count, s)
-            check(rc, b"cuMemsetD32Async")
-        if stream is None:
-            with nogil:
-                rc = D.cuStreamSynchronize(s)
-            check(rc, b"cuStreamSynchronize")
-        else:
-            note_use(self, s)
+        # Held over the GIL-free calls: a close() on another thread defers the free or
+        # the stream's destruction to use_end / stream_done (docs/architecture.md).
+        cdef DeviceBuffer o = use_begin(self)
+        cdef Stream so = None
+        try:
+            so = stream_use(stream if stream is not None else self._stream)
+            p = self.ptr
+            if w == 8:
+                with nogil:
+                    rc = D.cuMemsetD8Async(p, <unsigned char>v, count, s)
+                check(rc, b"cuMemsetD8Async")
+            elif w == 16:
+                with nogil:
+                    rc = D.cuMemsetD16Async(p, <unsigned short>v, count, s)
+                check(rc, b"cuMemsetD16Async")
+            else:
+                with nogil:
+                    rc = D.cuMemsetD32Async(p, <unsigned int>v, count, s)
+                check(rc, b"cuMemsetD32Async")
+            if stream is None:
+                with nogil:
+                    rc = D.cuStreamSynchronize(s)
+                check(rc, b"cuStreamSynchronize")
+            else:
+                note_use(self, s)
+        finally:
+            stream_done(so)
+            use_end(o)
         return self
 
     # -- managed memory (barecuda._managed)

@@ -94,6 +94,12 @@ cdef class Capture:
         cdef Device dev = (<Stream>self.stream).device if isinstance(self.stream, Stream) else device_of(None)
         if self.active:
             raise RuntimeError("this capture is already running")
+        for other in _active_captures:
+            if (<Capture>other).hs == self.hs:
+                # Before the driver (which would answer CUDA_ERROR_ILLEGAL_STATE and leave
+                # the running capture alone): one stream, one capture at a time.
+                raise ValueError(f"stream 0x{<size_t>self.hs:x} is already capturing: captures on one stream "
+                                 "do not nest (end the running capture first, or capture on another stream)")
         ensure_driver(ST)
         need(<void *>D.cuStreamBeginCapture, "cuStreamBeginCapture")
         dev.activate()
@@ -107,6 +113,8 @@ cdef class Capture:
         _recent_reset(self)
         check(D.cuStreamBeginCapture(self.hs, <CUstreamCaptureMode>self.mode), b"cuStreamBeginCapture")
         self.active = True
+        if type(self.stream) is Stream:
+            (<Stream>self.stream)._captures += 1        # Stream.close() refuses while it runs
         capture_started()
         _active_captures.append(self)
         set_capture_hook(_record_launch)
@@ -120,6 +128,8 @@ cdef class Capture:
             return False
         self.active = False
         self.graph.capturing = False
+        if type(self.stream) is Stream:
+            (<Stream>self.stream)._captures -= 1
         _active_captures.remove(self)
         self.keep = None
         _seen_free(&self.seen)

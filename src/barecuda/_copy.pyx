@@ -15,10 +15,10 @@ from libc.string cimport memset
 from barecuda._abi cimport *
 from barecuda._errors cimport check
 from barecuda._loader cimport driver_table, set_current
-from barecuda._stream cimport stream_handle, resolve_device, stream_after
+from barecuda._stream cimport Stream, stream_handle, resolve_device, stream_after, stream_use, stream_done
 from barecuda._staging cimport staged_htod, staged_dtoh
 from barecuda._dtype cimport np_module, resolve_dtype, nbytes_of
-from barecuda._buffer cimport (DeviceBuffer, new_buffer, note_use,
+from barecuda._buffer cimport (DeviceBuffer, new_buffer, note_use, use_begin, use_end,
                                checked_size, order_stream, capture_use_t, capture_use_slot, captured_use,
                                refuse_captured)
 from barecuda._host cimport PinnedBuffer, get_host, find_pinned
@@ -61,6 +61,11 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream, str op) exc
     src._check_contiguous("a copy")
     if dst.nbytes != src.nbytes:
         _raise_mismatch(dst._dtype, dst.nbytes, src._dtype, src.nbytes)
+    if n != 0 and dst.device.ordinal == src.device.ordinal and dst.ptr < src.ptr + n and src.ptr < dst.ptr + n:
+        # One allocation, overlapping ranges: CUDA leaves the result undefined (docs/errors.md).
+        raise ValueError(f"overlapping copy: source [0x{src.ptr:x}, +{n}) and destination [0x{dst.ptr:x}, +{n}) "
+                         "share bytes of one allocation, and CUDA leaves such a copy's result undefined; copy "
+                         "through a temporary buffer (src.copy()) instead")
     if stream is not None:
         stream_handle(stream, &s)
     if n == 0:
@@ -73,21 +78,37 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream, str op) exc
     else:
         captured_use(CAP, s, dst, src)
     set_current(dst.ctx)
-    if stream is None and ss != s:
-        stream_after(s, ss, dst.ctx)
-    if dst.device.ordinal == src.device.ordinal:
-        with nogil:
-            rc = D.cuMemcpyDtoDAsync(dst.ptr, src.ptr, n, s)
-        check(rc, b"cuMemcpyDtoDAsync")
-    else:
-        with nogil:
-            rc = D.cuMemcpyPeerAsync(dst.ptr, dst.ctx, src.ptr, src.ctx, n, s)
-        check(rc, b"cuMemcpyPeerAsync")
-    if stream is None:
-        _sync(s)
-    else:
-        note_use(dst, s)
-        note_use(src, s)
+    # Held over the GIL-free calls: a close() on another thread defers the free or the
+    # stream's destruction until they return (docs/architecture.md).
+    cdef DeviceBuffer od = use_begin(dst)
+    cdef DeviceBuffer osr = None
+    cdef Stream so = None
+    cdef Stream so2 = None
+    try:
+        osr = use_begin(src)
+        so = stream_use(stream if stream is not None else dst._stream)
+        if stream is None and src._stream is not dst._stream:
+            so2 = stream_use(src._stream)
+        if stream is None and ss != s:
+            stream_after(s, ss, dst.ctx)
+        if dst.device.ordinal == src.device.ordinal:
+            with nogil:
+                rc = D.cuMemcpyDtoDAsync(dst.ptr, src.ptr, n, s)
+            check(rc, b"cuMemcpyDtoDAsync")
+        else:
+            with nogil:
+                rc = D.cuMemcpyPeerAsync(dst.ptr, dst.ctx, src.ptr, src.ctx, n, s)
+            check(rc, b"cuMemcpyPeerAsync")
+        if stream is None:
+            _sync(s)
+        else:
+            note_use(dst, s)
+            note_use(src, s)
+    finally:
+        stream_done(so2)
+        stream_done(so)
+        use_end(osr)
+        use_end(od)
     return 0
 
 
@@ -118,6 +139,8 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host, 
     else:
         order_stream(dev, &s)
     get_host(host, &view, to_host)
+    cdef DeviceBuffer od = None
+    cdef Stream so = None
     try:
         n = view.len
         if n != dev.nbytes:
@@ -128,6 +151,9 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host, 
         if n == 0:
             return 0
         set_current(ctx)
+        # Held over the GIL-free calls (staging included): see _copy_dd.
+        od = use_begin(dev)
+        so = stream_use(stream if stream is not None else dev._stream)
         dptr = dev.ptr
         hp = view.buf
         if to_host:
@@ -167,6 +193,8 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host, 
         if p is not None and not captured:
             p.note_async_use(s)         # (a captured copy's graph holds p instead)
     finally:
+        stream_done(so)
+        use_end(od)
         PyBuffer_Release(&view)
     return 0
 
@@ -177,7 +205,12 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host, 
 cdef int _sync_on(object stream) except -1:
     cdef CUstream h = NULL
     stream_handle(stream, &h)
-    return _sync(h)
+    cdef Stream so = stream_use(stream)
+    try:
+        _sync(h)
+    finally:
+        stream_done(so)
+    return 0
 
 
 # ------------------------------------------------------ DeviceBuffer copy methods
@@ -470,15 +503,30 @@ cdef void _pitched_fill(_pitched_desc *c, _Side d, _Side sr, size_t dx, size_t d
 cdef int _pitched_run(_pitched_desc *c, _Side d, _Side sr, object stream, CUstream s, bint captured) except -1:
     """Queue the copy (cuMemcpy2DAsync or cuMemcpy3DAsync), then _after_copy."""
     cdef CUresult rc
-    if _pitched_desc is CUDA_MEMCPY2D:
-        with nogil:
-            rc = D.cuMemcpy2DAsync(c, s)
-        check(rc, b"cuMemcpy2DAsync")
-    else:
-        with nogil:
-            rc = D.cuMemcpy3DAsync(c, s)
-        check(rc, b"cuMemcpy3DAsync")
-    return _after_copy(d, sr, stream, s, captured)
+    cdef DeviceBuffer o1 = None
+    cdef DeviceBuffer o2 = None
+    cdef Stream so = None
+    try:
+        # Held over the GIL-free calls: see _copy_dd.
+        if d.dev is not None:
+            o1 = use_begin(d.dev)
+        if sr.dev is not None:
+            o2 = use_begin(sr.dev)
+        so = stream_use(stream if stream is not None else
+                        d.dev._stream if d.dev is not None else sr.dev._stream if sr.dev is not None else None)
+        if _pitched_desc is CUDA_MEMCPY2D:
+            with nogil:
+                rc = D.cuMemcpy2DAsync(c, s)
+            check(rc, b"cuMemcpy2DAsync")
+        else:
+            with nogil:
+                rc = D.cuMemcpy3DAsync(c, s)
+            check(rc, b"cuMemcpy3DAsync")
+        return _after_copy(d, sr, stream, s, captured)
+    finally:
+        stream_done(so)
+        use_end(o2)
+        use_end(o1)
 
 
 def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, dst_x=0, dst_y=0,

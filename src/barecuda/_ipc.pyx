@@ -129,6 +129,11 @@ cdef object _check_origin(object h, str what):
             f"this {what} handle was made on host {h.hostname!r} (boot id {h.boot_id or '?'}), but this is "
             f"{host!r} (boot id {boot or '?'}): CUDA IPC handles only work between processes of one machine "
             "and one boot. Use NCCL (barecuda.nccl) to move data between machines.")
+    if type(h.pid) is not int or h.pid <= 0:
+        # os.kill(0 or -n, 0) signals a process group and "succeeds": such a pid would
+        # pass both checks below (own process, exporter alive) without meaning anything.
+        raise IpcError(f"malformed {what} handle: its exporter pid is {h.pid!r}; a handle from "
+                       "export_buffer/export_event carries the exporter's pid, a positive int")
     if h.pid == os.getpid():
         raise IpcError(
             f"this {what} handle was exported by this very process (pid {h.pid}); the driver cannot open "
@@ -600,6 +605,10 @@ def open_buffer(h, *, device=None):
         raise TypeError(f"expected a barecuda.ipc.MemHandle, not {type(h).__name__}")
     if h.kind not in ("ipc", "pool") or len(h.data) != 64:
         raise ValueError(f"malformed MemHandle (kind {h.kind!r}, {len(h.data)} data bytes)")
+    if type(h.offset) is not int or type(h.nbytes) is not int or h.offset < 0 or h.nbytes < 0 \
+            or h.offset + h.nbytes > <object>(<size_t>-1 >> 1):
+        raise ValueError(f"malformed MemHandle: offset {h.offset!r} and nbytes {h.nbytes!r} must be ints "
+                         ">= 0 (below 2**63 together)")
     ensure_driver(ST)
     require(<const void *>D.cuIpcOpenMemHandle, b"cuIpcOpenMemHandle", b"IPC")
     _check_origin(h, "memory")
@@ -632,25 +641,59 @@ def open_buffer(h, *, device=None):
                     f"the driver could not open this memory handle ({e}); most likely the exporter freed the "
                     "buffer (or released the handle) before it was opened.") from e
         check(rc, b"cuMemPoolImportPointer" if h.kind == "pool" else b"cuIpcOpenMemHandle")
-        m = _IpcMapping.__new__(_IpcMapping)
-        (<_IpcMapping>m).device = dev
-        (<_IpcMapping>m).ctx = dev.ctx
-        (<_IpcMapping>m).base = p
-        (<_IpcMapping>m).from_pool = h.kind == "pool"
-        (<_IpcMapping>m).pool = ip
-        (<_IpcMapping>m).key = key
-        b = DeviceBuffer.__new__(DeviceBuffer)
-        (<DeviceBuffer>b).ptr = p + h.offset
-        (<DeviceBuffer>b).nbytes = h.nbytes
+        # Mapped: from here on, any error closes the mapping again (else the allocation
+        # could not be opened again in this process: the driver maps it once).
+        try:
+            _check_mapped_bounds(p, h.offset, h.nbytes)
+            m = _IpcMapping.__new__(_IpcMapping)
+            (<_IpcMapping>m).device = dev
+            (<_IpcMapping>m).ctx = dev.ctx
+            (<_IpcMapping>m).base = p
+            (<_IpcMapping>m).from_pool = h.kind == "pool"
+            (<_IpcMapping>m).pool = ip
+            (<_IpcMapping>m).key = key
+            b = DeviceBuffer.__new__(DeviceBuffer)
+        except BaseException:
+            _unmap(p, h.kind == "pool")
+            raise
+        (<DeviceBuffer>b).ptr = p + <size_t>h.offset
+        (<DeviceBuffer>b).nbytes = <size_t>h.nbytes
         (<DeviceBuffer>b).device = dev
         (<DeviceBuffer>b).ctx = dev.ctx
         (<DeviceBuffer>b).stream_handle = NULL
         (<DeviceBuffer>b)._kind = KIND_SYNC
-        (<DeviceBuffer>b)._allocator = m
+        (<DeviceBuffer>b)._allocator = m           # from here on, closing b unmaps
         _open_views[key] = b
     if h.dtype != "uint8" or len(h.shape) != 1:
-        return b.view(h.dtype, h.shape)      # a typed view; it keeps the mapping (b) alive
+        try:
+            return b.view(h.dtype, h.shape)      # a typed view; it keeps the mapping (b) alive
+        except BaseException:
+            b.close()                            # a bad dtype/shape: unmapped again
+            raise
     return b
+
+
+cdef int _check_mapped_bounds(CUdeviceptr p, object offset, object nbytes) except -1:
+    """[p + offset, + nbytes) must lie inside the allocation the driver mapped at p
+    (cuMemGetAddressRange): a handle's offset and size are the sender's word, not truth."""
+    cdef CUdeviceptr base = 0
+    cdef size_t size = 0
+    cdef CUresult rc = D.cuMemGetAddressRange(&base, &size, p)
+    if rc != 0:
+        check(rc, b"cuMemGetAddressRange")
+    if p < base or offset + nbytes > <object>(base + size - p):
+        raise IpcError(f"the handle describes {nbytes} bytes at offset {offset}, but the allocation it maps "
+                       f"has {base + size - p} bytes from the mapped address: a malformed or forged handle "
+                       "(nothing was opened)")
+    return 0
+
+
+cdef void _unmap(CUdeviceptr p, bint from_pool) noexcept:
+    """Close a mapping open_buffer made, on an error before a DeviceBuffer owned it."""
+    if from_pool:
+        D.cuMemFree(p)
+    else:
+        D.cuIpcCloseMemHandle(p)
 
 
 def open_event(h, *, device=None):

@@ -40,10 +40,10 @@ from barecuda._abi cimport *
 from barecuda._errors cimport bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
-from barecuda._stream cimport Stream, stream_handle
+from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
 from barecuda._launch_config cimport LaunchConfig, parse_dims, validate_config, config_rec, check_limits, \
     geometry_text
-from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
+from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin, owner_of, use_end, bc_use_enter, KIND_CLOSED
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda._signature cimport *
 from barecuda._pack cimport *
@@ -435,7 +435,10 @@ cdef class Kernel:
             return
         _pack_args(self, _items(args), sbuf, sptrs, r.stream)
         r.params = sptrs
-        _issue(self, &r)
+        if _release_gil:
+            _issue_held(self, &r, _items(args), PyTuple_GET_SIZE(args), config.stream)
+        else:
+            _issue(self, &r)
 
     def bind(self, grid, block, *args, stream=None, shared_mem=0):
         """Pack the arguments once and return a :class:`LaunchPlan`; ``plan()``
@@ -487,11 +490,11 @@ cdef object _launch(Kernel k, object grid, object block, PyObject **argv, Py_ssi
             args = _args_tuple(argv, nargs)
         _capture_hook(<size_t>r.stream, k, k, args)
     if k.argbytes > BC_SMALL_ARGBYTES or k.nparams > BC_SMALL_NPARAMS:
-        _launch_heap(k, argv, &r, False)
+        _launch_heap(k, argv, &r, False, nargs, stream)
         return None
     _pack_args(k, argv, sbuf, sptrs, r.stream)
     r.params = sptrs
-    _issue_now(k, &r)
+    _issue_now(k, &r, argv, nargs, stream)
     return None
 
 
@@ -553,7 +556,8 @@ cdef int _install_launch() except -1:
 _install_launch()
 
 
-cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r, bint config) except -1:
+cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r, bint config, Py_ssize_t nargs=0,
+                      object stream=None) except -1:
     """Launch path for parameter blocks too big for the stack buffer (config: r is a
     LaunchConfig's, issued with its launch attributes)."""
     cdef char *buf = <char *>PyMem_Malloc(max(k.argbytes, 1))
@@ -566,7 +570,7 @@ cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r, bint config) 
         if config:
             _issue(k, r)
         else:
-            _issue_now(k, r)
+            _issue_now(k, r, args, nargs, stream)
     finally:
         PyMem_Free(buf)
         PyMem_Free(ptrs)
@@ -616,22 +620,79 @@ cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
     return 0
 
 
-cdef inline int _issue_now(Kernel k, bc_launch_rec *r) except -1:
+cdef inline int _issue_now(Kernel k, bc_launch_rec *r, PyObject **argv, Py_ssize_t nargs, object stream) except -1:
     """Kernel.launch's issue: only grid, block, smem, stream and params of r are set
     (no launch attributes; the kernel was checked alive at the start of the call,
-    with the GIL held). One cuLaunchKernel, behind the one GIL switch."""
+    with the GIL held). One cuLaunchKernel, behind the one GIL switch. argv[0..nargs)
+    and stream are read only when the GIL is released (_issue_now_released)."""
     cdef CUresult rc
     cdef CUfunction f = k.func
     set_current(k.ctx)
     if _release_gil:
+        return _issue_now_released(k, r, argv, nargs, stream)
+    rc = D.cuLaunchKernel(f, r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
+                          r.smem, r.stream, r.params, NULL)
+    if rc != 0:
+        _launch_failed(k, rc, "cuLaunchKernel", r)
+    return 0
+
+
+# ---- use counts of a launch that releases the GIL (docs/architecture.md, "Close versus
+# in-flight use"). With the GIL held (the default) no close() can run between the packer's
+# checks and cuLaunchKernel, so the default path holds nothing; these run only in the
+# GIL-released branch: each DeviceBuffer argument's owner and the barecuda Stream are held
+# over the call, so a close() on another thread defers its free / destroy until the launch
+# is queued (after which stream order protects the memory).
+cdef int _hold_args(PyObject **argv, Py_ssize_t n) except -1:
+    """Enter the use count of each DeviceBuffer argument's owner; then, when one of them
+    was closed, leave them all again and raise ValueError."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        if Py_TYPE(<object>argv[i]) is <PyTypeObject *>DeviceBuffer:
+            bc_use_enter(&owner_of(<DeviceBuffer>argv[i])._uses)
+    for i in range(n):
+        if Py_TYPE(<object>argv[i]) is <PyTypeObject *>DeviceBuffer and (<DeviceBuffer>argv[i])._kind == KIND_CLOSED:
+            _release_args(argv, n)
+            raise ValueError(f"argument {i}: operation on a closed DeviceBuffer (use after close())")
+    return 0
+
+
+cdef void _release_args(PyObject **argv, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        if Py_TYPE(<object>argv[i]) is <PyTypeObject *>DeviceBuffer:
+            use_end(owner_of(<DeviceBuffer>argv[i]))
+
+
+cdef int _issue_now_released(Kernel k, bc_launch_rec *r, PyObject **argv, Py_ssize_t nargs,
+                             object stream) except -1:
+    cdef CUresult rc
+    cdef CUfunction f = k.func
+    cdef Stream so = None
+    _hold_args(argv, nargs)
+    try:
+        so = stream_use(stream)
         with nogil:
             rc = D.cuLaunchKernel(f, r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
                                   r.smem, r.stream, r.params, NULL)
-    else:
-        rc = D.cuLaunchKernel(f, r.grid[0], r.grid[1], r.grid[2], r.block[0], r.block[1], r.block[2],
-                              r.smem, r.stream, r.params, NULL)
+    finally:
+        stream_done(so)
+        _release_args(argv, nargs)
     if rc != 0:
         _launch_failed(k, rc, "cuLaunchKernel", r)
+    return 0
+
+
+cdef int _issue_held(Kernel k, bc_launch_rec *r, PyObject **argv, Py_ssize_t nargs, object stream) except -1:
+    """_issue with the arguments' owners and the stream held (GIL-released launches)."""
+    cdef Stream so = None
+    _hold_args(argv, nargs)
+    try:
+        so = stream_use(stream)
+        _issue(k, r)
+    finally:
+        stream_done(so)
+        _release_args(argv, nargs)
     return 0
 
 
@@ -744,13 +805,19 @@ cdef class LaunchPlan:
         """Launch. No packing, no validation beyond the kernel being alive."""
         if _capture_hook != NULL:
             _capture_hook(<size_t>self.rec.stream, self, self.kernel, self._args)
-        _issue(self.kernel, &self.rec)
+        if _release_gil:
+            _plan_held(self)      # (a plan pins its buffers already: only the stream is held)
+        else:
+            _issue(self.kernel, &self.rec)
 
     def launch(self):
         """Same as calling the plan."""
         if _capture_hook != NULL:
             _capture_hook(<size_t>self.rec.stream, self, self.kernel, self._args)
-        _issue(self.kernel, &self.rec)
+        if _release_gil:
+            _plan_held(self)
+        else:
+            _issue(self.kernel, &self.rec)
 
     @cython.binding(False)      # a plain method descriptor: CPython calls it straight (no CyFunction)
     def set_arg(self, Py_ssize_t index, value):
@@ -845,7 +912,14 @@ cdef class PlanList:
             for p in self._plans:
                 _capture_hook(<size_t>(<LaunchPlan>p).rec.stream, p, (<LaunchPlan>p).kernel,
                               (<LaunchPlan>p)._args)
-        bad = _issue_recs(self.recs, self.n, &rc)
+        if _release_gil:
+            streams = _hold_streams(self._plans)
+            try:
+                bad = _issue_recs(self.recs, self.n, &rc)
+            finally:
+                _release_streams(streams)
+        else:
+            bad = _issue_recs(self.recs, self.n, &rc)
         if bad >= 0:
             _batch_failed(self._plans[bad], bad, rc)
 
@@ -883,5 +957,36 @@ def launch_all(plans):
         if _capture_hook != NULL:
             _capture_hook(<size_t>p.rec.stream, p, p.kernel, p._args)
         rp = &p.rec
-        if _issue_recs(&rp, 1, &rc) >= 0:
+        if _release_gil:
+            _plan_held(p)
+        elif _issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)
+
+
+# ---- GIL-released plan launches: the plans pin their buffers (a close() defers the free
+# to the plan's end), so only their streams are held over the call (see _hold_args).
+cdef int _plan_held(LaunchPlan p) except -1:
+    cdef Stream so = stream_use(p._stream)
+    try:
+        _issue(p.kernel, &p.rec)
+    finally:
+        stream_done(so)
+    return 0
+
+
+cdef list _hold_streams(object plans):
+    """stream_use for each plan's barecuda Stream (a list of those held)."""
+    cdef list held = []
+    try:
+        for p in plans:
+            if type((<LaunchPlan>p)._stream) is Stream:
+                held.append(stream_use((<LaunchPlan>p)._stream))
+    except BaseException:
+        _release_streams(held)
+        raise
+    return held
+
+
+cdef void _release_streams(list held) noexcept:
+    for so in held:
+        stream_done(<Stream>so)

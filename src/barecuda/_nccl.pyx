@@ -25,7 +25,8 @@ from barecuda._abi cimport CUstream, CUdeviceptr
 from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
-from barecuda._stream cimport stream_handle
+from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
+from barecuda._buffer cimport DeviceBuffer, use_begin, use_end
 from barecuda._interop cimport bc_array, array_of, order_array
 
 from barecuda._errors import BarecudaError, _LibraryNotFoundError
@@ -711,27 +712,42 @@ cdef class Communicator:
         if recvbuf is not None and recvbuf is not sendbuf:
             order_array(recvbuf, &ra, self.device, s)
         _bind(self.device)
-        with nogil:
-            if which == C_ALL_REDUCE:
-                rc = NC.ncclAllReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
-                                      <ncclRedOp_t>o, self.comm, s)
-            elif which == C_BROADCAST:
-                rc = NC.ncclBroadcast(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, root,
-                                      self.comm, s)
-            elif which == C_REDUCE:
-                rc = NC.ncclReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
-                                   <ncclRedOp_t>o, root, self.comm, s)
-            elif which == C_ALL_GATHER:
-                rc = NC.ncclAllGather(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
-                                      self.comm, s)
-            elif which == C_REDUCE_SCATTER:
-                rc = NC.ncclReduceScatter(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+        # Held over the GIL-free call: a close() of either buffer or of the stream on
+        # another thread waits for it (docs/architecture.md, "Close versus in-flight use").
+        cdef DeviceBuffer o1 = None
+        cdef DeviceBuffer o2 = None
+        cdef Stream so = None
+        try:
+            if type(sendbuf) is DeviceBuffer:
+                o1 = use_begin(<DeviceBuffer>sendbuf)
+            if type(recvbuf) is DeviceBuffer and recvbuf is not sendbuf:
+                o2 = use_begin(<DeviceBuffer>recvbuf)
+            so = stream_use(stream)
+            with nogil:
+                if which == C_ALL_REDUCE:
+                    rc = NC.ncclAllReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
                                           <ncclRedOp_t>o, self.comm, s)
-            elif which == C_SEND:
-                rc = NC.ncclSend(<const void *>sa.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
-            else:
-                rc = NC.ncclRecv(<void *>ra.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
-            forget_current()
+                elif which == C_BROADCAST:
+                    rc = NC.ncclBroadcast(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti, root,
+                                          self.comm, s)
+                elif which == C_REDUCE:
+                    rc = NC.ncclReduce(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                       <ncclRedOp_t>o, root, self.comm, s)
+                elif which == C_ALL_GATHER:
+                    rc = NC.ncclAllGather(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                          self.comm, s)
+                elif which == C_REDUCE_SCATTER:
+                    rc = NC.ncclReduceScatter(<const void *>sa.ptr, <void *>ra.ptr, count, <ncclDataType_t>dti,
+                                              <ncclRedOp_t>o, self.comm, s)
+                elif which == C_SEND:
+                    rc = NC.ncclSend(<const void *>sa.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
+                else:
+                    rc = NC.ncclRecv(<void *>ra.ptr, count, <ncclDataType_t>dti, root, self.comm, s)
+                forget_current()
+        finally:
+            stream_done(so)
+            use_end(o2)
+            use_end(o1)
         if rc != ncclSuccess:
             self._fail(rc, _CALLS[which])
         if which == C_SEND:

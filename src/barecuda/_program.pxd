@@ -21,7 +21,8 @@ cdef class Program:
     cdef list _headers            # [(name bytes, source bytes)] sorted
     cdef tuple _options           # normalized option strings, without -arch
     cdef object _key              # hashable, everything above
-    cdef dict _last               # (kind, arch, names) -> ObjectCode, this program's own memo
+    cdef dict _last               # (kind, arch, names, deps) -> ObjectCode, this program's own memo
+    cdef object _deps             # _compile_deps.Deps: headers it may read from disk, or None
 
 
 cdef class Library:

@@ -11,6 +11,7 @@ version-skew rules) are in ``_nvrtc.pyx``; the memo and on-disk cache in
 the PTX parameter types.
 """
 cimport cython
+import hashlib
 import os
 import sys
 import warnings
@@ -27,7 +28,7 @@ from barecuda._module cimport Module
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import DriverVersionError, CudaWarning, make_error
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
-from barecuda import _compile_cache, _libfind
+from barecuda import _compile_cache, _compile_deps, _libfind
 from barecuda._compile_cache import cache_dir, cache_info, clear_cache
 from barecuda._nvrtc import (
     CompilerNotFoundError, CompileError, LinkError, nvrtc_version, nvrtc_path, nvrtc_archs,
@@ -247,7 +248,8 @@ cdef class Program:
     -----
     The architecture is chosen by :meth:`compile` (``arch=``, default: the device's).
     Compiles are cached: in-process (a repeated compile is a dictionary lookup) and
-    on disk (see :func:`cache_dir`), keyed by everything that changes the output.
+    on disk (see :func:`cache_dir`), keyed by everything that changes the output,
+    headers read from disk and the NVRTC library included (docs/nvrtc.md).
     """
 
     def __init__(self, source, *, name="program.cu", headers=None, include_paths=(), defines=None,
@@ -304,6 +306,8 @@ cdef class Program:
         self._options = tuple(opts)
         self._key = (self._src, self.name, tuple(self._headers), self._options)
         self._last = {}
+        # the headers it may read from disk (None: none; then the key needs nothing more)
+        self._deps = _compile_deps.prepare(self._src, self.name, self._headers, self._options)
 
     @property
     def options(self):
@@ -343,24 +347,35 @@ cdef class Program:
         names = tuple(name_expressions) if not isinstance(name_expressions, str) else (name_expressions,)
         # the device matters when the architecture or the driver decides the output
         ordinal = (<Device>device_of(device)).ordinal if (arch is None or target == "auto") else None
-        mkey = (target, arch, ordinal, names)
-        if cache:
-            try:
-                hit = self._last.get(mkey)
-            except TypeError:          # unhashable device/arch: no memo
-                hit = None
-            if hit is not None:
-                _compile_cache.note_memory_hit()
-                return hit
-        oc = self._compile(target, names, arch, device, cache)
-        if cache:
-            try:
-                self._last[mkey] = oc
-            except TypeError:
-                pass
+        if not cache:
+            return self._compile(target, names, arch, device, False, (), False)
+        deps = ()
+        disk = True
+        if self._deps is not None:
+            # headers read from disk are part of the key: an edited one is a new compile.
+            # Some not known (a computed #include): no disk cache, which outlives the process
+            deps, why = self._deps.resolve()
+            if why is not None:
+                _compile_cache.note_skip(f"{self.name}: {why}")
+                disk = False
+        mkey = (target, arch, ordinal, names, deps)
+        try:
+            hit = self._last.get(mkey)
+        except TypeError:              # unhashable device/arch: no memo
+            hit = None
+        if hit is not None:
+            _compile_cache.note_memory_hit()
+            return hit
+        oc = self._compile(target, names, arch, device, True, deps, disk)
+        if deps and self._deps.resolve()[0] != deps:
+            return oc                  # a header changed while NVRTC read it: remember nothing
+        try:
+            self._last[mkey] = oc
+        except TypeError:
+            pass
         return oc
 
-    def _compile(self, str target, tuple names, arch, device, bint cache):
+    def _compile(self, str target, tuple names, arch, device, bint cache, tuple deps, bint disk):
         nv = nvrtc_version()
         if arch is None or target == "auto":
             drv, cc = _device_target(device)
@@ -375,18 +390,23 @@ cdef class Program:
             if "-rdc=true" not in self._options:
                 opts.append("-rdc=true")
         opts.extend(self._options)
-        key = (self._key, tuple(opts), names, kind, nv)
+        key = (self._key, tuple(opts), names, kind, nv, deps)
         if cache:
             oc = _compile_cache.memo_get(key)
             if oc is not None:
                 return oc
-            d = cache_dir() or None
-            digest = None
+            d = (cache_dir() or None) if disk else None
+            digest = blob = None
             if d is not None:
-                digest = _compile_cache.key_digest(
-                    (b"barecuda-nvrtc-2", repr(nv).encode(), kind.encode(), self.name.encode(),
-                     "\0".join(opts).encode(), "\0".join(names).encode(), self._src), self._headers)
-            oc = _compile_cache.disk_get(key, d, digest, ObjectCode._make)
+                # the full key: every input, the headers read from disk (path, SHA-256),
+                # and the NVRTC library's identity (nvrtcVersion gives only major.minor)
+                blob = _compile_cache.key_blob(
+                    (b"barecuda-nvrtc-3", repr(nv).encode(), _compile_cache.library_identity(nvrtc_path()),
+                     kind.encode(), self.name.encode(), "\0".join(opts).encode(),
+                     "\0".join(names).encode(), self._src,
+                     b"".join(os.fsencode(p) + b"\0" + h for p, h in deps)), self._headers)
+                digest = hashlib.sha256(blob).hexdigest()
+            oc = _compile_cache.disk_get(key, d, digest, ObjectCode._make, blob)
             if oc is not None:
                 return oc
         bopts = [o.encode() for o in opts]
@@ -401,8 +421,10 @@ cdef class Program:
             popts[0] = b"-arch=compute_" + arch_opt.split("_", 1)[1].rstrip("af").encode()
             _, ptx, _, _ = nvrtc_compile(self._src, self.name.encode(), self._headers, popts, bnames, "ptx")
         oc = ObjectCode._make(code, kind, arch_opt, ptx, log, lowered, nv)
+        if cache and deps and self._deps.resolve()[0] != deps:
+            cache = False              # a header changed while NVRTC read it: the output matches no key
         if cache:
-            _compile_cache.store(key, d, digest, oc, (code, kind, arch_opt, ptx, log, lowered, nv))
+            _compile_cache.store(key, d, digest, oc, (code, kind, arch_opt, ptx, log, lowered, nv), blob)
         return oc
 
     def __repr__(self):

@@ -67,6 +67,11 @@ cdef str _strip_comments(str text):
     return "".join(parts)
 
 
+# The largest .align a parameter may declare: the parameter space holds 32764 bytes, so
+# no layout needs more (and the packer keeps alignments in 32 bits).
+cdef object _MAX_PARAM_ALIGN = 32768
+
+
 def _parse_param(str decl, str kernel):
     toks = _TOKEN_RE.findall(decl)
     if not toks or toks[0] != ".param":
@@ -82,6 +87,11 @@ def _parse_param(str decl, str kernel):
             if j + 1 < len(toks) and toks[j + 1].isdigit():
                 if t is None:                  # after the type, .align belongs to .ptr
                     param_align = int(toks[j + 1])
+                    if param_align <= 0 or param_align & (param_align - 1) or param_align > _MAX_PARAM_ALIGN:
+                        raise ValueError(
+                            f"PTX .entry {kernel}: parameter {decl.strip()[:80]!r} has .align {param_align}: "
+                            f"a parameter's alignment must be a power of two no larger than {_MAX_PARAM_ALIGN} "
+                            "(the size of the kernel parameter space)")
                 j += 2
                 continue
         elif tok.startswith("."):
@@ -186,8 +196,8 @@ cdef tuple _sig_entry(object s, Py_ssize_t j):
     if isinstance(s, tuple) and len(s) in (2, 3) and s[0] == "bytes":
         size = int(s[1])
         align = int(s[2]) if len(s) == 3 else 1
-        if size <= 0 or align <= 0 or align & (align - 1):
-            raise ValueError(f"signature[{j}]: bad struct spec {s!r}: want ('bytes', size[, power-of-two align])")
+        if size <= 0 or align <= 0 or align & (align - 1) or align > _MAX_PARAM_ALIGN:
+            raise ValueError(f"signature[{j}]: bad struct spec {s!r}: want ('bytes', size[, power-of-two align <= {_MAX_PARAM_ALIGN}])")
         return (f"b8[{size}]", BC_K_BYTES, size, align)
     if isinstance(s, str):
         key = s.strip().lower()

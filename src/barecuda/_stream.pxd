@@ -2,6 +2,13 @@
 from barecuda._abi cimport CUstream, CUevent, CUcontext, CUresult
 from barecuda._device cimport Device
 
+cdef extern from "barecuda/bc_uses.h" nogil:      # use counts (docs/architecture.md, "Close versus in-flight use")
+    void bc_use_enter(long *n)
+    long bc_use_leave(long *n)
+    long bc_use_count(long *n)
+    void bc_flag_set(int *f)
+    int bc_flag_take(int *f)
+
 cdef class Stream:
     cdef CUstream handle
     cdef readonly Device device
@@ -12,6 +19,10 @@ cdef class Stream:
     cdef int _priority          # cached (see Stream.priority)
     cdef bint _non_blocking
     cdef bint _flags_known      # _priority/_non_blocking are valid
+    cdef long _uses             # driver calls naming the handle in flight without the GIL (stream_use; atomic)
+    cdef int _destroy_pending   # closed while in use: the last stream_done destroys _dead (bc_flag_take)
+    cdef CUstream _dead         # the handle close() left to the last stream_done
+    cdef int _captures          # barecuda captures running on it (_capture.pyx): close() refuses
 
     cdef int _load_flags(self) except -1
 
@@ -43,6 +54,16 @@ cdef inline int stream_handle(object obj, CUstream *out) except -1:
         out[0] = (<Stream>obj).handle
         return 0
     return _foreign_stream(obj, out)
+
+# ---- use counts (docs/architecture.md, "Close versus in-flight use"): before a driver call
+# that names obj's handle without the GIL. For a barecuda Stream: enters its use count,
+# then raises ValueError (count left again) if it is closed, and returns it; anything
+# else (None, foreign streams): returns None. Give the result to stream_done afterwards
+# (in a finally): a close() meanwhile destroys the stream at the last stream_done.
+cdef Stream stream_use(object obj)
+# Leaves the count (None: nothing); the last one out of a closed stream destroys it
+# (a failure becomes a CudaWarning). Never raises.
+cdef void stream_done(Stream s) noexcept
 
 # -- for the memory modules
 # The Device for (device, stream): device None -> the stream's device (a barecuda Stream)

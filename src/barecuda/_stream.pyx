@@ -368,14 +368,39 @@ cdef class Stream:
 
         Afterwards every method and every use as ``stream=`` raises ``ValueError``.
         A stream wrapped with :meth:`from_handle` or :meth:`default` is only marked
-        closed (barecuda never destroys streams it did not create)."""
+        closed (barecuda never destroys streams it did not create). A call another
+        thread is making on the stream right now (a copy, a memset, a synchronize)
+        finishes first: the destruction then happens when it returns. Closing a
+        stream while a capture on it runs raises ``ValueError`` (end the capture first)."""
+        cdef CUstream h
+        cdef CUresult rc
         if self.closed:
             return
+        if self._captures > 0:
+            raise ValueError("this stream is capturing: end the capture first (leave its `with capture(...)` "
+                             "block), then close the stream")
         ensure_driver(ST)
         if self.owned and self.handle != NULL:
             set_current(self.ctx)
             _run_close_hooks(<size_t>self.handle)
-            check(D.cuStreamDestroy(self.handle), b"cuStreamDestroy")
+            h = self.handle
+            self.handle = NULL
+            self.owned = False
+            self.closed = True
+            self._keepalive = None
+            # Closed at once; destroyed now unless a call on another thread still names
+            # the handle (stream_use): then by the last stream_done (bc_uses.h).
+            self._dead = h
+            bc_flag_set(&self._destroy_pending)
+            if bc_use_count(&self._uses) == 0 and bc_flag_take(&self._destroy_pending):
+                self._dead = NULL
+                rc = D.cuStreamDestroy(h)
+                if rc != 0:            # as before: a failed destroy leaves the stream open
+                    self.handle = h
+                    self.owned = True
+                    self.closed = False
+                    check(rc, b"cuStreamDestroy")
+            return
         self.handle = NULL
         self.owned = False
         self.closed = True
@@ -469,7 +494,11 @@ cdef class Stream:
         """
         cdef double t = _timeout_arg(timeout)
         _guard_stream(self)
-        wait_until(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
+        cdef Stream so = stream_use(self)      # the wait releases the GIL (a close() meanwhile waits for it)
+        try:
+            wait_until(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
+        finally:
+            stream_done(so)
         if pending_host_errors()[0]:
             check_host_errors()     # an exception a CUDA graph host node stored (docs/graphs.md)
 
@@ -478,8 +507,12 @@ cdef class Stream:
         _guard_stream(self)
         cdef CUstream h = self.handle
         cdef CUresult rc
-        with nogil:
-            rc = D.cuStreamSynchronize(h)
+        cdef Stream so = stream_use(self)
+        try:
+            with nogil:
+                rc = D.cuStreamSynchronize(h)
+        finally:
+            stream_done(so)
         if rc != 0:
             check(rc, b"cuStreamSynchronize")
 
@@ -525,6 +558,41 @@ cdef class Stream:
             from barecuda._capture import capture
             _capture_fn = capture
         return _capture_fn(self, mode)
+
+
+cdef Stream stream_use(object obj):
+    cdef Stream s
+    if type(obj) is not Stream:
+        return None
+    s = <Stream>obj
+    bc_use_enter(&s._uses)         # enter first, then look (bc_uses.h)
+    if s.closed:
+        stream_done(s)
+        _stream_closed_error(s)
+    return s
+
+
+cdef void stream_done(Stream s) noexcept:
+    cdef CUresult rc
+    cdef CUstream h
+    if s is None:
+        return
+    if bc_use_leave(&s._uses) != 0 or not bc_flag_take(&s._destroy_pending):
+        return
+    h = s._dead
+    s._dead = NULL
+    if h == NULL or not bc_driver_usable(ST):
+        return                                      # shutdown or forked child: leak
+    try:
+        set_current(s.ctx)
+        rc = D.cuStreamDestroy(h)
+        if rc != 0:
+            warn_destroy_failed(rc, b"cuStreamDestroy", "Stream.close (deferred to the last call in flight)")
+    except BaseException as e:
+        try:
+            warnings.warn(f"Stream.close (deferred): {e!r}", CudaWarning)
+        except BaseException:
+            pass
 
 
 cdef int _run_close_hooks(size_t handle) except -1:

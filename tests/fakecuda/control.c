@@ -71,6 +71,7 @@ FK_EXPORT int fakecuda_reset(void) {
     FK_LOCK_SCOPE;
     memset(g_calls, 0, sizeof(g_calls));
     memset(g_faults, 0, sizeof(g_faults));
+    memset(g_delay_us, 0, sizeof(g_delay_us));
     memset(g_version_requested, 0, sizeof(g_version_requested));
     for (i = 0; i < FK_RING; i++) {
         free(g_ring[i].params);
@@ -96,6 +97,17 @@ FK_EXPORT int fakecuda_fail(const char *symbol, int cuda_result, int after_n_cal
     g_faults[i].after = after_n_calls < 0 ? 0 : after_n_calls;
     g_faults[i].times = times;
     g_faults[i].seen = 0;
+    return 0;
+}
+
+/* Every later call of `symbol` sleeps `usec` microseconds at its entry, outside the lock
+ * and before it looks at its arguments (0: no delay; cleared by fakecuda_reset): widens
+ * the window of races between a call in flight and another thread (tests/test_close_races.py). */
+FK_EXPORT int fakecuda_delay(const char *symbol, int usec) {
+    int i = sym_index(symbol);
+    FK_LOCK_SCOPE;
+    if (i < 0) return -1;
+    g_delay_us[i] = usec < 0 ? 0 : usec;
     return 0;
 }
 

@@ -65,6 +65,7 @@ extern long long g_calls[FK_NSYM];
 
 extern fk_fault g_faults[FK_NSYM];
 extern long long g_faults_fired[FK_NSYM];
+extern int g_delay_us[FK_NSYM];   /* fakecuda_delay: microseconds slept at each entry */
 
 extern int g_version_requested[FK_NSYM];
 

@@ -4,6 +4,8 @@
  */
 #include "fake_internal.h"
 
+#include <time.h>
+
 const char *const fk_sym_names[FK_NSYM] = {
 #define FK_X_NAME(name, version, required, params) #name,
     BC_DRIVER_SYMBOLS(FK_X_NAME)
@@ -32,6 +34,7 @@ long long g_calls[FK_NSYM];
 fk_fault g_faults[FK_NSYM];
 /* Injected failures that fired, per entry point, since load (never reset). */
 long long g_faults_fired[FK_NSYM];
+int g_delay_us[FK_NSYM];
 int g_version_requested[FK_NSYM];
 
 int g_initialized;
@@ -206,11 +209,12 @@ void init_devices(void) {
 }
 
 /* Count the call, then apply an injected fault. Returns the injected result or 0. */
-CUresult fk_begin(int sym) {
+static CUresult fk_begin_locked(int sym, int *delay_us) {
     fk_fault *f;
     CUresult rc = CUDA_SUCCESS;
     FK_LOCK_SCOPE;
     g_calls[sym]++;
+    *delay_us = g_delay_us[sym];
     f = &g_faults[sym];
     if (f->armed) {
         long long n = f->seen++;
@@ -219,6 +223,18 @@ CUresult fk_begin(int sym) {
             g_faults_fired[sym]++;
             if (f->times > 0 && --f->times == 0) f->armed = 0;
         }
+    }
+    return rc;
+}
+
+CUresult fk_begin(int sym) {
+    int delay_us = 0;
+    CUresult rc = fk_begin_locked(sym, &delay_us);
+    /* fakecuda_delay: sleep at the entry, outside the lock and before the call looks at
+     * its arguments -- a wide window for races between a caller and another thread. */
+    if (delay_us > 0) {
+        struct timespec ts = {delay_us / 1000000, (long)(delay_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
     }
     return rc;
 }

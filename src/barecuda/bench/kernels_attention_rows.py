@@ -1,0 +1,276 @@
+"""Attention rows (issue 23): decode attention GB/s on the KV bytes and % of spec bandwidth,
+prefill flash attention TFLOP/s, each beside a device-copy row and torch's op in the same run.
+
+Section ``kernels_attention`` (``--rows kernels_attention``). Decode rotates over enough
+separate caches that the bytes touched per round exceed 512 MB (L2 is 50-60 MB), and the
+rotation is one CUDA graph (one node per call) so the CPU's issue cost is not measured.
+Torch's decode row is SDPA (GQA) on the same shapes, captured in a torch CUDA graph the same
+way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
+"""
+import math
+
+from barecuda.bench.report import Section
+
+ORDER = 62
+SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}          # HBM spec bandwidth, GB/s
+PEAK_TF = {"H200": 989.0, "H100": 989.0}             # dense bf16/fp16 tensor TFLOP/s (SXM)
+COLUMNS = [("value", 12), ("% spec", 8), ("vs torch", 9)]
+
+
+def _spec(bc):
+    name = bc.Device().name
+    for k in SPEC_GBS:
+        if k in name:
+            return k, SPEC_GBS[k], PEAK_TF[k]
+    return name, None, None
+
+
+def _time_graph(bc, s, fn_nodes, reps=20):
+    """ms per replay of a graph built by fn_nodes(graph) (median of reps)."""
+    g = bc.Graph()
+    fn_nodes(g)
+    exe = g.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(reps):
+        e0.record(s)
+        exe.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def _chain(g, plans):
+    prev = None
+    for p in plans:
+        prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
+
+
+def copy_gbs(bc, s, nbytes=1 << 30):
+    a = bc.empty((nbytes,), "uint8", stream=s)
+    b = bc.empty((nbytes,), "uint8", stream=s)
+    a.memset(1, stream=s)
+    b.copy_from(a, stream=s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(5):
+        e0.record(s)
+        b.copy_from(a, stream=s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    ts.sort()
+    return 2 * nbytes / (ts[len(ts) // 2] * 1e-3) / 1e9
+
+
+def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
+                                           (32, 8, 64, 8192)), layout="head_major"):
+    from barecuda.kernels import _attention as A
+    out = []
+    for nh, nkv, d, ctx in shapes:
+        kv_bytes = 2 * ctx * nkv * d * 2
+        n = max(2, math.ceil((512 << 20) / kv_bytes))
+        caches = []
+        shape = (nkv, ctx, d) if layout == "head_major" else (ctx, nkv, d)
+        for _ in range(n):
+            k = bc.empty(shape, "bfloat16", stream=s)
+            v = bc.empty(shape, "bfloat16", stream=s)
+            k.memset(0x3c, stream=s)
+            v.memset(0x3c, stream=s)
+            caches.append((k, v))
+        q = bc.empty((nh, d), "bfloat16", stream=s)
+        q.memset(0x3c, stream=s)
+        o = bc.empty((nh, d), "bfloat16", stream=s)
+        ln = bc.empty((1,), "int32", stream=s)
+        ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
+        plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, stream=s) for k, v in caches]
+        ms = _time_graph(bc, s, lambda g, p=plans: _chain(g, p)) / n
+        gbs = kv_bytes / (ms * 1e-3) / 1e9
+        tgbs = None
+        if torch is not None:
+            try:
+                tgbs = _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes)
+            except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
+                tgbs = f"n/a ({type(exc).__name__})"
+        tag = "hm" if layout == "head_major" else "tm"
+        out.append((f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}", ms * 1e3, gbs, tgbs))
+        del plans, caches
+    return out
+
+
+def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes):
+    F = torch.nn.functional
+    ks = [torch.ones(1, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    vs = [torch.ones(1, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    q = torch.ones(1, nh, 1, d, device="cuda", dtype=torch.bfloat16)
+
+    def body():
+        for k, v in zip(ks, vs):
+            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    st = torch.cuda.Stream()
+    with torch.cuda.stream(st):
+        body()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ts.sort()
+    ms = ts[len(ts) // 2] / n
+    return kv_bytes / (ms * 1e-3) / 1e9
+
+
+def prefill_rows(bc, s, torch=None, shapes=((4, 32, 32, 128, 4096, True), (1, 32, 8, 128, 4096, True),
+                                            (4, 32, 32, 64, 4096, True), (4, 32, 32, 128, 4096, False))):
+    from barecuda.kernels import _attention as A
+    out = []
+    for b, nh, nkv, d, sq, causal in shapes:
+        q = bc.empty((b, sq, nh, d), "bfloat16", stream=s)
+        k = bc.empty((b, sq, nkv, d), "bfloat16", stream=s)
+        v = bc.empty((b, sq, nkv, d), "bfloat16", stream=s)
+        for x in (q, k, v):
+            x.memset(0x3c, stream=s)
+        o = bc.empty((b, sq, nh, d), "bfloat16", stream=s)
+        p = A.plan_attention_prefill(q, k, v, causal=causal, out=o, stream=s)
+        ms = _time_graph(bc, s, lambda g: _chain(g, [p] * 5), reps=5) / 5
+        flop = 4.0 * b * nh * sq * sq * d * (0.5 if causal else 1.0)
+        tf = flop / (ms * 1e-3) / 1e12
+        ttf = None
+        if torch is not None:
+            try:
+                ttf = _torch_prefill(torch, b, nh, nkv, d, sq, causal, flop)
+            except Exception as exc:   # noqa: BLE001
+                ttf = f"n/a ({type(exc).__name__}: {exc})"[:60]
+        out.append((f"prefill bf16 b{b} h{nh}/{nkv} d{d} s{sq} {'causal' if causal else 'full'}", ms * 1e3, tf, ttf))
+    return out
+
+
+def _torch_prefill(torch, b, nh, nkv, d, sq, causal, flop):
+    F = torch.nn.functional
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q = torch.randn(b, nh, sq, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(b, nkv, sq, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(b, nkv, sq, d, device="cuda", dtype=torch.bfloat16)
+    if nkv != nh:   # the flash backend takes no GQA: give it the repeated heads (not timed)
+        k = k.repeat_interleave(nh // nkv, dim=1)
+        v = v.repeat_interleave(nh // nkv, dim=1)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        for _ in range(3):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(5):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(5):
+                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            e1.record()
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1) / 5)
+    ts.sort()
+    return flop / (ts[len(ts) // 2] * 1e-3) / 1e12
+
+
+def issue_rows(bc, s, n=500):
+    """CPU issue cost (us per call) of the decode op, its plan and the raw Kernel.launch of the same kernel."""
+    import time
+    from barecuda.kernels import _attention as A
+    q = bc.empty((32, 128), "bfloat16", stream=s)
+    k = bc.empty((8, 4096, 128), "bfloat16", stream=s)
+    o = bc.empty((32, 128), "bfloat16", stream=s)
+    ln = bc.zeros((1,), "int32", stream=s)
+    ws = bc.zeros((A.decode_workspace_size(32, 8, 128, 16),), "uint8", stream=s)
+    kw = dict(out=o, kv_layout="head_major", n_splits=16, workspace=ws, stream=s)
+    plan = A.plan_attention_decode(q, k, k, ln, **kw)
+    kern, grid, block, smem, args, _, _ = A._prep_decode(q, k, k, ln, o, None, 0, None, 16, ws, s, "head_major")
+    rows = []
+    for label, f in (("issue: attention_decode() op", lambda: A.attention_decode(q, k, k, ln, **kw)),
+                     ("issue: its plan()", plan),
+                     ("issue: raw Kernel.launch, same kernel", lambda: kern.launch(grid, block, *args, stream=s,
+                                                                                 shared_mem=smem))):
+        for _ in range(50):
+            f()
+        s.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            f()
+        rows.append((label, (time.perf_counter() - t) / n * 1e6))
+        s.synchronize()
+    return rows
+
+
+def _torch():
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return torch
+    except Exception:   # noqa: BLE001
+        pass
+    return None
+
+
+def attention_section(ctx=None):
+    import barecuda as bc
+    torch = _torch()
+    s = bc.Stream()
+    card, spec, peak = _spec(bc)
+    sec = Section("kernels_attention", f"attention kernels ({card})", [("us", 9), ("result", 12), ("% spec", 8),
+                                                                       ("torch", 12), ("x torch", 8)])
+    cp = copy_gbs(bc, s)
+    sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f} GB/s", f"{100 * cp / spec:.0f}%" if spec else "", "", ""])
+    drows = decode_rows(bc, s, torch) + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major")
+    for label, us, gbs, tg in drows:
+        tcell = f"{tg:.0f} GB/s" if isinstance(tg, float) else (tg or "")
+        x = f"{gbs / tg:.2f}" if isinstance(tg, float) else ""
+        sec.add(label, [f"{us:.1f}", f"{gbs:.0f} GB/s", f"{100 * gbs / spec:.0f}%" if spec else "", tcell, x])
+    for label, us, tf, tt in prefill_rows(bc, s, torch):
+        tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
+        x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
+        sec.add(label, [f"{us:.0f}", f"{tf:.0f} TF/s", f"{100 * tf / peak:.0f}%pk" if peak else "", tcell, x])
+    for label, us in issue_rows(bc, s):
+        sec.add(label, [f"{us:.2f}", "", "", "", ""])
+    import os
+    if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other tile choices, same run
+        from barecuda.kernels import _attention as A
+        names = ("PF_WARPS", "PF_QREG", "PF_MINB")
+        old = tuple(getattr(A, n) for n in names)
+        for cfg in ((4, 1, 3), (4, 1, 2), (4, 0, 2)):
+            for n, v in zip(names, cfg):
+                setattr(A, n, v)
+            try:
+                for label, us, tf, tt in prefill_rows(bc, s, None, shapes=((4, 32, 32, 128, 4096, True),
+                                                                           (4, 32, 32, 128, 4096, False))):
+                    sec.add(label + " [w{} qreg{} minb{}]".format(*cfg), [f"{us:.0f}", f"{tf:.0f} TF/s", "", "", ""])
+            finally:
+                for n, v in zip(names, old):
+                    setattr(A, n, v)
+        ow, os_, opf = A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF
+        for w, st, pf in ((4, 4, 0), (4, 4, 1), (4, 3, 1), (8, 2, 1)):
+            A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF = w, st, pf
+            try:
+                for label, us, gbs, _ in decode_rows(bc, s, None, shapes=((32, 8, 128, 4096), (32, 8, 128, 32768))):
+                    sec.add(label + f" [{w}w {st}st pf{pf}]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
+                                                               f"{100 * gbs / spec:.0f}%" if spec else "", "", ""])
+            finally:
+                A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF = ow, os_, opf
+    return sec
+
+
+SECTIONS = {"kernels_attention": attention_section}
+
+if __name__ == "__main__":
+    print(attention_section().format())

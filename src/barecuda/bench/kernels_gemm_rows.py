@@ -1,0 +1,109 @@
+"""GEMM rows (issue 23): built-in ``matmul`` TFLOP/s and % of the dense tensor peak, beside
+cuBLAS through ``torch.matmul`` in the same run (GEMM is compute-bound at these shapes, so L2
+rotation does not apply).
+
+Section ``kernels_gemm`` (``--rows kernels_gemm``); ``python -m barecuda.bench.kernels_gemm_rows``
+prints the table alone.
+"""
+from barecuda.bench.report import Section
+
+ORDER = 61
+PEAK_TF = {"H200": 989.0, "H100": 989.0}      # dense fp16/bf16 tensor TFLOP/s (SXM)
+SHAPES = (("bfloat16", 4096, 4096, 4096, False, False), ("float16", 4096, 4096, 4096, False, False),
+          ("bfloat16", 4096, 4096, 4096, False, True), ("bfloat16", 8192, 8192, 8192, False, False),
+          ("bfloat16", 2048, 14336, 4096, False, True), ("float32", 2048, 2048, 2048, False, False))
+
+
+def _median(ts):
+    ts = sorted(ts)
+    return ts[len(ts) // 2]
+
+
+def gemm_rows(bc, s, torch=None, shapes=SHAPES):
+    from barecuda.kernels import _matmul as MM
+    rows = []
+    for dt, m, n, k, ta, tb in shapes:
+        a = bc.empty((k, m) if ta else (m, k), dt, stream=s)
+        b = bc.empty((n, k) if tb else (k, n), dt, stream=s)
+        a.memset(0x3c, stream=s)
+        b.memset(0x3c, stream=s)
+        o = bc.empty((m, n), dt, stream=s)
+        p = MM.plan_matmul(a, b, out=o, trans_a=ta, trans_b=tb, stream=s)
+        reps = 10 if dt != "float32" else 3
+        for _ in range(2):
+            p()
+        e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+        ts = []
+        for _ in range(5):
+            e0.record(s)
+            for _ in range(reps):
+                p()
+            e1.record(s)
+            e1.synchronize()
+            ts.append(e1.elapsed_ms(e0) / reps)
+        ms = _median(ts)
+        flop = 2.0 * m * n * k
+        tf = flop / (ms * 1e-3) / 1e12
+        ttf = None
+        if torch is not None:
+            try:
+                tdt = getattr(torch, dt)
+                x = torch.ones((k, m) if ta else (m, k), device="cuda", dtype=tdt)
+                y = torch.ones((n, k) if tb else (k, n), device="cuda", dtype=tdt)
+                xx = x.T if ta else x
+                yy = y.T if tb else y
+                torch.backends.cuda.matmul.allow_tf32 = False
+                for _ in range(3):
+                    torch.matmul(xx, yy)
+                tts = []
+                for _ in range(5):
+                    t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    t0.record()
+                    for _ in range(reps):
+                        torch.matmul(xx, yy)
+                    t1.record()
+                    t1.synchronize()
+                    tts.append(t0.elapsed_time(t1) / reps)
+                ttf = flop / (_median(tts) * 1e-3) / 1e12
+            except Exception as exc:   # noqa: BLE001
+                ttf = f"n/a ({type(exc).__name__})"
+        label = f"matmul {dt} {m}x{n}x{k}{' ta' if ta else ''}{' tb' if tb else ''}"
+        rows.append((label, ms * 1e3, tf, ttf))
+    return rows
+
+
+def gemm_section(ctx=None):
+    import barecuda as bc
+    from barecuda.bench.kernels_attention_rows import _torch
+    torch = _torch()
+    s = bc.Stream()
+    name = bc.Device().name
+    card = next((c for c in PEAK_TF if c in name), name)
+    peak = PEAK_TF.get(card)
+    sec = Section("kernels_gemm", f"GEMM ({card})", [("us", 9), ("result", 12), ("% peak", 8), ("cuBLAS", 12),
+                                                      ("x cuBLAS", 9)])
+    for label, us, tf, tt in gemm_rows(bc, s, torch):
+        tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
+        x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
+        sec.add(label, [f"{us:.0f}", f"{tf:.1f} TF/s", f"{100 * tf / peak:.0f}%" if peak else "", tcell, x])
+    import os
+    if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
+        from barecuda.kernels import _matmul as MM
+        names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES")
+        old = tuple(getattr(MM, n) for n in names)
+        for cfg in ((128, 256, 2, 4, 32, 4), (128, 128, 2, 2, 32, 4), (128, 128, 2, 2, 64, 3)):
+            for n, v in zip(names, cfg):
+                setattr(MM, n, v)
+            try:
+                for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[2], SHAPES[3])):
+                    sec.add(label + " [{}x{} w{}x{} k{} {}st]".format(*cfg), [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
+            finally:
+                for n, v in zip(names, old):
+                    setattr(MM, n, v)
+    return sec
+
+
+SECTIONS = {"kernels_gemm": gemm_section}
+
+if __name__ == "__main__":
+    print(gemm_section().format())

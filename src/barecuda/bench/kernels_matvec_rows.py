@@ -1,0 +1,318 @@
+"""Matvec and dequantize rows (issue 23): GB/s on the weight bytes and % of spec bandwidth,
+beside a device-copy row and cuBLAS (``torch.nn.functional.linear``) in the same run.
+
+Section ``kernels_matvec`` (``--rows kernels_matvec``). Each row times one CUDA graph that
+chains one matvec per weight over enough separate weights that the bytes touched per
+replay exceed 512 MB (L2 is 50-60 MB on H100/H200), so every weight byte comes from HBM;
+torch's row is the same chain captured in a torch CUDA graph. Bytes counted: the weight
+as stored (quantized bytes for GGUF formats), plus x and y. Dequantize counts bytes read
+plus bytes written. ``python -m barecuda.bench.kernels_matvec_rows [--sweep]`` prints the
+table alone (``--sweep`` adds the dense tuning variants, MV_R x MV_U).
+"""
+import math
+import sys
+
+from barecuda.bench.report import Section
+
+ORDER = 61
+SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}
+COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch GB/s", 11), ("vs torch", 9)]
+ROTATE_BYTES = 512 << 20
+
+DENSE = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
+QUANT = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096)]
+
+
+def _spec(bc):
+    name = bc.Device().name
+    for k in SPEC_GBS:
+        if k in name:
+            return k, SPEC_GBS[k]
+    return name, None
+
+
+def _median(ts):
+    ts = sorted(ts)
+    return ts[len(ts) // 2]
+
+
+def _time_plans(bc, s, plans, reps=15):
+    """microseconds per plan: one graph chaining the plans, median over replays."""
+    g = bc.Graph()
+    prev = None
+    for p in plans:
+        prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
+    exe = g.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(reps):
+        e0.record(s)
+        exe.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return _median(ts) * 1e3 / len(plans)
+
+
+def copy_gbs(bc, s, nbytes=1 << 30):
+    a = bc.empty((nbytes,), "uint8", stream=s)
+    b = bc.empty((nbytes,), "uint8", stream=s)
+    a.memset(1, stream=s)
+    b.copy_from(a, stream=s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(7):
+        e0.record(s)
+        b.copy_from(a, stream=s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return 2 * nbytes / (_median(ts) * 1e-3) / 1e9
+
+
+def _weights(bc, s, nbytes, make):
+    n = max(2, math.ceil(ROTATE_BYTES / nbytes))
+    return [make() for _ in range(n)]
+
+
+def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
+    F = torch.nn.functional
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    ws = [torch.full((n, k), 0.01, device="cuda", dtype=dt) for _ in range(count)]
+    x = torch.full((batch, k), 0.01, device="cuda", dtype=dt)
+    ys = [torch.empty((batch, n), device="cuda", dtype=dt) for _ in range(count)]
+
+    def body():
+        for w, y in zip(ws, ys):
+            torch.matmul(x, w.t(), out=y)
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        body()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    del g, ws, ys
+    torch.cuda.empty_cache()
+    return _median(ts) * 1e3 / count
+
+
+def dense_rows(bc, s, torch=None, dtype="float16", shapes=DENSE, batches=(1,)):
+    from barecuda.kernels import _matvec as M
+    out = []
+    for n, k in shapes:
+        for batch in batches:
+            wbytes = n * k * 2
+            ws = _weights(bc, s, wbytes, lambda: bc.empty((n, k), dtype, stream=s))
+            for w in ws:
+                w.memset(0x1c, stream=s)
+            x = bc.empty((batch, k), dtype, stream=s)
+            x.memset(0x1c, stream=s)
+            y = bc.empty((batch, n), dtype, stream=s)
+            plans = [M.plan_matvec(w, x, out=y, stream=s) for w in ws]
+            us = _time_plans(bc, s, plans)
+            nbytes = wbytes + 2 * batch * (n + k)
+            tus = None
+            if torch is not None:
+                try:
+                    tus = _torch_linear_us(torch, n, k, batch, dtype, len(ws))
+                except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
+                    tus = f"n/a ({type(exc).__name__})"
+            out.append((f"matvec {dtype} {n}x{k} b{batch}", us, nbytes, tus))
+            del plans, ws
+    return out
+
+
+def quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=QUANT, xdtype="float16", batches=(1,)):
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _matvec as M
+    out = []
+    for fmt in fmts:
+        _, _, qk, bb = D.format_info(fmt)
+        for n, k in shapes:
+            for batch in batches:
+                wbytes = n * k // qk * bb
+                bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+                for b in bufs:
+                    b.memset(0x1c, stream=s)      # f16 0x1c1c = 0.0039: sane scales everywhere
+                x = bc.empty((batch, k), xdtype, stream=s)
+                x.memset(0x1c, stream=s)
+                y = bc.empty((batch, n), xdtype, stream=s)
+                plans = [M.plan_matvec(D.QuantWeight(b, fmt, (n, k)), x, out=y, stream=s) for b in bufs]
+                us = _time_plans(bc, s, plans)
+                out.append((f"matvec {fmt} x{xdtype[5:]} {n}x{k} b{batch}", us, wbytes + 2 * batch * (n + k), None))
+                del plans, bufs
+    return out
+
+
+def dequant_p8_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096)):
+    """dequant.cu built with DQ_P8=1 (8 weights per lane, coalesced stores), f16 out."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _registry
+    out = []
+    n, k = shape
+    for fmt in fmts:
+        _, _, qk, bb = D.format_info(fmt)
+        qbytes, obytes = n * k // qk * bb, n * k * 2
+        bufs = _weights(bc, s, qbytes + obytes, lambda: bc.empty((qbytes,), "uint8", stream=s))
+        for b in bufs:
+            b.memset(0x1c, stream=s)
+        y = bc.empty((n, k), "float16", stream=s)
+        kern = _registry.get("dequant.cu", f"dequant_{fmt}_f16", (("DQ_P8", 1),))
+        nblocks = qbytes // bb
+        grid = max(1, min(-(-nblocks // (D._SEG[qk] * 4)), D.sm_count(0) * 16))
+        plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
+        us = _time_plans(bc, s, plans)
+        out.append((f"sweep dequantize {fmt} DQ_P8=1 -> 16 {n}x{k}", us, qbytes + obytes, None))
+        del plans, bufs
+    return out
+
+
+def dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096), dtype="float16"):
+    from barecuda.kernels import _dequant as D
+    out = []
+    n, k = shape
+    for fmt in fmts:
+        _, _, qk, bb = D.format_info(fmt)
+        qbytes = n * k // qk * bb
+        obytes = n * k * 2
+        bufs = _weights(bc, s, qbytes + obytes, lambda: bc.empty((qbytes,), "uint8", stream=s))
+        for b in bufs:
+            b.memset(0x1c, stream=s)
+        y = bc.empty((n, k), dtype, stream=s)
+        plans = [D.plan_dequantize(b, fmt, (n, k), dtype=dtype, out=y, stream=s) for b in bufs]
+        us = _time_plans(bc, s, plans)
+        out.append((f"dequantize {fmt} -> {dtype[5:]} {n}x{k}", us, qbytes + obytes, None))
+        del plans, bufs
+    return out
+
+
+def sweep_rows(bc, s, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), variants=((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))):
+    """Dense f16 batch-1 matvec built with other tuning defines (MV_R rows/warp, MV_U loads)."""
+    from barecuda.kernels import _registry
+    out = []
+    for n, k in shapes:
+        wbytes = n * k * 2
+        ws = _weights(bc, s, wbytes, lambda: bc.empty((n, k), "float16", stream=s))
+        x = bc.empty((1, k), "float16", stream=s)
+        y = bc.empty((1, n), "float16", stream=s)
+        for r, u in variants:
+            kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", 1), ("MV_R", r), ("MV_U", u)))
+            grid = -(-n // (4 * r))
+            plans = [kern.bind(grid, 128, w, 0, x, y, 0, n, k, 1, 1, stream=s) for w in ws]
+            us = _time_plans(bc, s, plans)
+            out.append((f"sweep f16 {n}x{k} R{r} U{u}{_occ(kern)}", us, wbytes, None))
+        del ws
+    return out
+
+
+def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shapes=((14336, 4096), (4096, 14336)),
+                variants=((), (("MVQ_R", 2),), (("MVQ_P8", 1),), (("MVQ_P8", 1), ("MVQ_R", 2)))):
+    """Quantized f16-x batch-1 matvec with MVQ_R rows per warp and the 8-weights-per-lane layout."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _registry
+    out = []
+    for fmt in fmts:
+        _, t, qk, bb = D.format_info(fmt)
+        for n, k in shapes:
+            wbytes = n * k // qk * bb
+            bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+            for b in bufs:
+                b.memset(0x1c, stream=s)
+            x = bc.empty((1, k), "float16", stream=s)
+            x.memset(0x1c, stream=s)
+            y = bc.empty((1, n), "float16", stream=s)
+            for v in variants:
+                r = dict(v).get("MVQ_R", 1)
+                kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", t),) + v)
+                plans = [kern.bind(-(-n // (4 * r)), 128, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
+                us = _time_plans(bc, s, plans)
+                tag = " ".join(f"{a}={b}" for a, b in v) or "MVQ_R=1"
+                out.append((f"sweep {fmt} {n}x{k} {tag}{_occ(kern)}", us, wbytes, None))
+            del bufs
+    return out
+
+
+def _occ(kern):
+    try:
+        return f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(128)} blk/SM]"
+    except Exception:   # noqa: BLE001
+        return ""
+
+
+def _torch():
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return torch
+    except Exception:   # noqa: BLE001
+        pass
+    return None
+
+
+def matvec_section(ctx=None, sweep=False, progress=False):
+    import barecuda as bc
+    torch = _torch()
+    s = bc.Stream()
+    card, spec = _spec(bc)
+    cp = copy_gbs(bc, s)
+    if progress:
+        print(f"  device copy: {cp:.0f} GB/s on {card}", flush=True)
+    rows = []
+    groups = [lambda: dense_rows(bc, s, torch, "float16"),
+              lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k")),
+              lambda: dequant_rows(bc, s),
+              lambda: dense_rows(bc, s, torch, "bfloat16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)]),
+              lambda: quant_rows(bc, s, fmts=("q8_0", "q4_0", "q4_1")),
+              lambda: dense_rows(bc, s, torch, "float16", shapes=[(4096, 4096), (14336, 4096)], batches=(4, 8)),
+              lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k"), shapes=[(14336, 4096)], xdtype="bfloat16"),
+              lambda: quant_rows(bc, s, fmts=("q4_k",), shapes=[(14336, 4096)], batches=(4, 8))]
+    if sweep:
+        groups.insert(1, lambda: sweep_rows(bc, s))
+        groups.insert(3, lambda: qsweep_rows(bc, s))
+        groups.insert(5, lambda: dequant_p8_rows(bc, s))
+    for make in groups:
+        got = make()
+        rows += got
+        if progress:        # the table comes at the end; a run cut short still shows its rows
+            for label, us, nbytes, tus in got:
+                print(f"  {label}: {us:.1f} us {nbytes / (us * 1e-6) / 1e9:.0f} GB/s torch {tus}", flush=True)
+    sec = Section("kernels_matvec", f"matvec / dequantize on {card} (device copy {cp:.0f} GB/s"
+                  + (f" = {100 * cp / spec:.1f}% of {spec:.0f} spec)" if spec else ")"), COLUMNS, data=[])
+    sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f}", f"{100 * cp / spec:.1f}" if spec else "-", "", ""])
+    for label, us, nbytes, tus in rows:
+        gbs = nbytes / (us * 1e-6) / 1e9
+        pct = f"{100 * gbs / spec:.1f}" if spec else "-"
+        if isinstance(tus, (int, float)):
+            tg = nbytes / (tus * 1e-6) / 1e9
+            tcol, ratio = f"{tg:.0f}", f"{tus / us:.2f}x"
+        else:
+            tcol, ratio = (tus or "-"), "-"
+        sec.add(label, [f"{us:.1f}", f"{gbs:.0f}", pct, tcol, ratio])
+        sec.data.append({"label": label, "us": us, "bytes": nbytes, "gbs": gbs, "spec_pct": 100 * gbs / spec if spec else None,
+                         "torch_us": tus if isinstance(tus, (int, float)) else None, "copy_gbs": cp, "card": card})
+    return sec
+
+
+SECTIONS = {"kernels_matvec": matvec_section}
+ALIASES = {"matvec": ("kernels_matvec",)}
+
+
+if __name__ == "__main__":
+    sec = matvec_section(sweep="--sweep" in sys.argv, progress=True)
+    out = sec.format()
+    print("\n".join(out) if isinstance(out, list) else out)

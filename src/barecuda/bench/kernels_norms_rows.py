@@ -1,0 +1,352 @@
+"""Row-wise and elementwise kernel rows (issue 23, K1's ops): GB/s and % of spec
+bandwidth beside a device-copy row and torch's op in the same run; the op issue cost
+beside raw ``cuLaunchKernel`` of the same kernel.
+
+Sections
+--------
+``kernels_norms``  (``--rows kernels_norms``): each row times one CUDA graph chaining
+    one op per buffer set over enough sets that a replay touches >= 512 MB (L2 is
+    50-60 MB on H100/H200), so every byte comes from HBM; torch's row is the same chain
+    in a torch CUDA graph. Bytes counted: every array read once plus every array written
+    (weights included). Decode-shape rows (one row / one token) report the time per op
+    with the buffers L2-resident, as in a decode step.
+``kernels_issue``  (``--rows kernels_issue``): CPU ns per call to issue the kernel:
+    raw C ``cuLaunchKernel`` with a pre-packed parameter block (the floor),
+    ``Kernel.launch`` with the op's arguments, the op's plan, and the op function
+    (``barecuda.kernels.rmsnorm(x, w, out=y, stream=s)``), with DeviceBuffers and torch tensors.
+
+``python -m barecuda.bench.kernels_norms_rows`` prints both.
+"""
+import math
+import struct
+import sys
+
+from barecuda.bench.report import Section
+
+ORDER = 60
+SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}
+COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch us", 9), ("torch GB/s", 11), ("vs torch", 9)]
+ROTATE_BYTES = 512 << 20
+
+
+def _spec(bc):
+    name = bc.Device().name
+    for k in SPEC_GBS:
+        if k in name:
+            return k, SPEC_GBS[k]
+    return name, None
+
+
+def _median(ts):
+    ts = sorted(ts)
+    return ts[len(ts) // 2]
+
+
+def _time_plans(bc, s, plans, reps=15):
+    """microseconds per plan: one graph chaining the plans, median over replays."""
+    g = bc.Graph()
+    prev = None
+    for p in plans:
+        prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
+    exe = g.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(reps):
+        e0.record(s)
+        exe.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return _median(ts) * 1e3 / len(plans)
+
+
+def copy_gbs(bc, s, nbytes=1 << 30):
+    a = bc.empty((nbytes,), "uint8", stream=s)
+    b = bc.empty((nbytes,), "uint8", stream=s)
+    a.memset(1, stream=s)
+    b.copy_from(a, stream=s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(7):
+        e0.record(s)
+        b.copy_from(a, stream=s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return 2 * nbytes / (_median(ts) * 1e-3) / 1e9
+
+
+def _torch():
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return torch
+    except Exception:   # noqa: BLE001
+        pass
+    return None
+
+
+def _torch_us(torch, body, count, reps=15):
+    """microseconds per op of ``body()`` (which issues ``count`` ops) in a torch CUDA graph."""
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        body()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    del g
+    return _median(ts) * 1e3 / count
+
+
+def _fill(bc, s, b):
+    b.view("uint8").memset(0x3c, stream=s)       # bf16/f16 0x3c3c: ~0.01 / 1.06: finite everywhere
+    return b
+
+
+# ------------------------------------------------------------------ bandwidth rows
+def _case(bc, s, K, torch, name, dtype, shape, make, nbytes_op, torch_make=None, decode=False):
+    """One row: ``make(bufs) -> plan`` over rotating buffer sets; torch_make(tbufs) -> callable."""
+    n = 20 if decode else max(2, math.ceil(ROTATE_BYTES / nbytes_op))
+    sets = 1 if decode else n
+    bsets = [make_bufs(bc, s, dtype, shape, name) for _ in range(sets)]
+    plans = [make(K, bsets[i % sets], s) for i in range(n)]
+    us = _time_plans(bc, s, plans)
+    del plans, bsets
+    tus = None
+    if torch is not None and torch_make is not None:
+        try:
+            tsets = [make_tbufs(torch, dtype, shape, name) for _ in range(sets)]
+            fns = [torch_make(torch, tsets[i % sets]) for i in range(n)]
+
+            def body():
+                for f in fns:
+                    f()
+            tus = _torch_us(torch, body, n)
+            del fns, tsets
+            torch.cuda.empty_cache()
+        except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
+            tus = f"n/a ({type(exc).__name__})"
+    return us, tus
+
+
+def make_bufs(bc, s, dtype, shape, name):
+    rows, cols = shape
+    e = lambda sh, dt=dtype: _fill(bc, s, bc.empty(sh, dt, stream=s))   # noqa: E731
+    if name.startswith("silu_mul"):
+        return {"x": e((rows, 2 * cols)), "y": e((rows, cols))}
+    if name.startswith("rope"):
+        return {"q": e((rows, 32, 128)), "k": e((rows, 8, 128)), "pos": bc.zeros(1, "int32", stream=s)}
+    if name.startswith("embedding"):
+        return {"t": e((128256, cols)), "ids": bc.zeros(rows, "int32", stream=s), "y": e((rows, cols))}
+    if name.startswith(("argmax", "sample")):
+        return {"x": e((rows, cols)), "y": bc.empty(rows, "int32", stream=s)}
+    return {"x": e((rows, cols)), "r": e((rows, cols)), "w": e(cols), "b": e(cols), "y": e((rows, cols)),
+            "h": e((rows, cols))}
+
+
+def make_tbufs(torch, dtype, shape, name):
+    dt = getattr(torch, dtype)
+    rows, cols = shape
+    f = lambda *sh: torch.full(sh, 0.01, device="cuda", dtype=dt)   # noqa: E731
+    if name.startswith("silu_mul"):
+        return {"x": f(rows, 2 * cols), "y": f(rows, cols)}
+    if name.startswith("embedding"):
+        return {"t": f(128256, cols), "ids": torch.zeros(rows, device="cuda", dtype=torch.int32), "y": f(rows, cols)}
+    if name.startswith(("argmax", "sample")):
+        return {"x": f(rows, cols), "y": torch.empty(rows, device="cuda", dtype=torch.int64)}
+    return {"x": f(rows, cols), "r": f(rows, cols), "w": f(cols), "b": f(cols), "y": f(rows, cols)}
+
+
+def _t_rms(torch, b):
+    F = torch.nn.functional
+    return lambda: F.rms_norm(b["x"], (b["x"].shape[-1],), b["w"], eps=1e-6)
+
+
+def _t_rms_res(torch, b):
+    F = torch.nn.functional
+
+    def f():
+        h = b["x"] + b["r"]
+        return F.rms_norm(h, (h.shape[-1],), b["w"], eps=1e-6)
+    return f
+
+
+def _t_ln(torch, b):
+    F = torch.nn.functional
+    return lambda: F.layer_norm(b["x"], (b["x"].shape[-1],), b["w"], b["b"], eps=1e-5)
+
+
+def _t_softmax(torch, b):
+    return lambda: torch.softmax(b["x"], dim=-1, out=None)
+
+
+def _t_silu_mul(torch, b):
+    F = torch.nn.functional
+    d = b["y"].shape[-1]
+    return lambda: torch.mul(F.silu(b["x"][:, :d]), b["x"][:, d:], out=b["y"])
+
+
+def _t_add(torch, b):
+    return lambda: torch.add(b["x"], b["r"], out=b["y"])
+
+
+def _t_argmax(torch, b):
+    return lambda: torch.argmax(b["x"], dim=-1)
+
+
+def _t_embedding(torch, b):
+    F = torch.nn.functional
+    return lambda: F.embedding(b["ids"], b["t"])
+
+
+CASES = [
+    # label, name, dtype, (rows, cols), op -> plan, bytes per op, torch, decode
+    ("rmsnorm bf16 32768x4096", "rmsnorm", "bfloat16", (32768, 4096),
+     lambda K, b, s: K.rmsnorm.plan(b["x"], b["w"], out=b["y"], stream=s), 2, _t_rms, False),
+    ("rmsnorm+residual bf16 32768x4096", "rmsnorm_res", "bfloat16", (32768, 4096),
+     lambda K, b, s: K.rmsnorm.plan(b["x"], b["w"], residual=b["r"], residual_out=b["h"], out=b["y"], stream=s),
+     4, _t_rms_res, False),
+    ("layernorm bf16 32768x4096", "layernorm", "bfloat16", (32768, 4096),
+     lambda K, b, s: K.layernorm.plan(b["x"], b["w"], b["b"], out=b["y"], stream=s), 2, _t_ln, False),
+    ("softmax bf16 32768x4096", "softmax", "bfloat16", (32768, 4096),
+     lambda K, b, s: K.softmax.plan(b["x"], out=b["y"], stream=s), 2, _t_softmax, False),
+    ("softmax f32 32768x4096", "softmax", "float32", (32768, 4096),
+     lambda K, b, s: K.softmax.plan(b["x"], out=b["y"], stream=s), 2, _t_softmax, False),
+    ("softmax bf16 64x128256 (vocab)", "softmax", "bfloat16", (64, 128256),
+     lambda K, b, s: K.softmax.plan(b["x"], out=b["y"], stream=s), 2, _t_softmax, False),
+    ("silu_mul bf16 8192x14336", "silu_mul", "bfloat16", (8192, 14336),
+     lambda K, b, s: K.silu_mul.plan(b["x"], out=b["y"], stream=s), 3, _t_silu_mul, False),
+    ("add bf16 32768x4096", "add", "bfloat16", (32768, 4096),
+     lambda K, b, s: K.add.plan(b["x"], b["r"], out=b["y"], stream=s), 3, _t_add, False),
+    ("rope bf16 8192 tok x (32+8) heads x 128, in place", "rope", "bfloat16", (8192, 40 * 128),
+     lambda K, b, s: K.rope.plan(b["q"], b["k"], out=b["q"], out_k=b["k"], pos=b["pos"], stream=s), 2, None, False),
+    # decode shapes: one row / one token, L2-resident
+    ("decode: rmsnorm bf16 1x4096", "rmsnorm", "bfloat16", (1, 4096),
+     lambda K, b, s: K.rmsnorm.plan(b["x"], b["w"], out=b["y"], stream=s), 2, _t_rms, True),
+    ("decode: rmsnorm+residual bf16 1x4096", "rmsnorm_res", "bfloat16", (1, 4096),
+     lambda K, b, s: K.rmsnorm.plan(b["x"], b["w"], residual=b["r"], residual_out=b["r"], out=b["y"], stream=s),
+     4, _t_rms_res, True),
+    ("decode: rope bf16 1 tok x (32+8) x 128", "rope", "bfloat16", (1, 40 * 128),
+     lambda K, b, s: K.rope.plan(b["q"], b["k"], out=b["q"], out_k=b["k"], pos=b["pos"], stream=s), 2, None, True),
+    ("decode: silu_mul bf16 1x14336", "silu_mul", "bfloat16", (1, 14336),
+     lambda K, b, s: K.silu_mul.plan(b["x"], out=b["y"], stream=s), 3, _t_silu_mul, True),
+    ("decode: embedding bf16 1 tok x 4096", "embedding", "bfloat16", (1, 4096),
+     lambda K, b, s: K.embedding.plan(b["t"], b["ids"], out=b["y"], stream=s), 2, _t_embedding, True),
+    ("decode: argmax bf16 1x128256", "argmax", "bfloat16", (1, 128256),
+     lambda K, b, s: K.argmax.plan(b["x"], out=b["y"], stream=s), 1, _t_argmax, True),
+    ("decode: sample bf16 1x128256 (T 0.7)", "sample", "bfloat16", (1, 128256),
+     lambda K, b, s: K.sample.plan(b["x"], temperature=0.7, seed=1, out=b["y"], stream=s), 1, None, True),
+    ("decode: sample bf16 1x128256 (k 40, p 0.9)", "sample", "bfloat16", (1, 128256),
+     lambda K, b, s: K.sample.plan(b["x"], temperature=0.7, top_k=40, top_p=0.9, seed=1, out=b["y"], stream=s),
+     1, None, True),
+]
+
+
+def norms_section(ctx=None, only=None):
+    import barecuda as bc
+    import barecuda.kernels as K
+    torch = _torch()
+    s = bc.Stream()
+    card, spec = _spec(bc)
+    cp = copy_gbs(bc, s)
+    sec = Section("kernels_norms", f"norms / softmax / elementwise on {card} (device copy {cp:.0f} GB/s"
+                  + (f" = {100 * cp / spec:.1f}% of {spec:.0f} spec)" if spec else ")"), COLUMNS, data=[])
+    sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f}", f"{100 * cp / spec:.1f}" if spec else "-", "", "", ""])
+    for label, name, dtype, shape, make, nt, tmake, decode in CASES:
+        if only and not any(o in label for o in only):
+            continue
+        rows, cols = shape
+        isz = 4 if dtype == "float32" else 2
+        nbytes = nt * rows * cols * isz
+        if name in ("argmax", "sample"):
+            nbytes = rows * cols * isz
+        if name == "embedding":
+            nbytes = 2 * rows * cols * isz
+        try:
+            us, tus = _case(bc, s, K, torch, name, dtype, shape, make, nbytes, tmake, decode)
+        except Exception as exc:   # noqa: BLE001 -- one failing row does not end the section
+            sec.add(label, [f"n/a ({type(exc).__name__}: {exc})"[:60], "", "", "", "", ""])
+            continue
+        gbs = nbytes / (us * 1e-6) / 1e9
+        pct = f"{100 * gbs / spec:.1f}" if spec else "-"
+        if isinstance(tus, (int, float)):
+            tcol, tg, ratio = f"{tus:.1f}", f"{nbytes / (tus * 1e-6) / 1e9:.0f}", f"{tus / us:.2f}x"
+        else:
+            tcol, tg, ratio = (tus or "-"), "-", "-"
+        sec.add(label, [f"{us:.2f}", f"{gbs:.0f}", pct, tcol, tg, ratio])
+        sec.data.append({"label": label, "us": us, "bytes": nbytes, "gbs": gbs,
+                         "spec_pct": 100 * gbs / spec if spec else None, "decode": decode,
+                         "torch_us": tus if isinstance(tus, (int, float)) else None, "copy_gbs": cp, "card": card})
+    return sec
+
+
+# ------------------------------------------------------------------ issue cost
+def issue_section(ctx=None):
+    import barecuda as bc
+    import barecuda.kernels as K
+    from barecuda.bench import _baseline as B
+    from barecuda.bench.harness import c_row, py_row, ratios, run_rounds
+    from barecuda.bench.report import fmt_ns, fmt_x
+    s = bc.Stream()
+    x = bc.zeros((1, 64), "float32", stream=s)
+    w = bc.zeros(64, "float32", stream=s)
+    y = bc.zeros((1, 64), "float32", stream=s)
+    plan = K.rmsnorm.plan(x, w, out=y, stream=s)
+    k, args, tb = plan.kernel, tuple(plan.args), plan.block[0]
+    pb = B.ParamBlock([struct.pack("<Q", y.ptr), bytes(8), struct.pack("<Q", x.ptr), bytes(8),
+                       struct.pack("<Q", w.ptr), struct.pack("<i", 64), struct.pack("<q", 64), bytes(8),
+                       struct.pack("<q", 64), bytes(8), struct.pack("<f", 1e-6)])
+    ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "a": args, "tb": tb}
+    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 11 args)", k.handle, 1, tb, pb, s)]
+    rows.append(py_row("launch_rms", "Kernel.launch(1, block, *11 args)", "k.launch(1, tb, *a, stream=s)",
+                       ns, "s.synchronize()", ref="raw_rms"))
+    rows.append(py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"))
+    rows.append(py_row("op_rms", "K.rmsnorm(x, w, out=y, stream=s), DeviceBuffers",
+                       "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"))
+    torch = _torch()
+    if torch is not None:
+        tx = torch.zeros(1, 64, device="cuda")
+        tw = torch.zeros(64, device="cuda")
+        ty = torch.zeros(1, 64, device="cuda")
+        ts = torch.cuda.current_stream()
+        tns = {"K": K, "x": tx, "w": tw, "y": ty, "s": ts, "torch": torch}
+        rows.append(py_row("op_rms_torch", "K.rmsnorm(x, w, out=y, stream=torch stream), torch tensors",
+                           "K.rmsnorm(x, w, out=y, stream=s)", tns, "torch.cuda.synchronize()", ref="raw_rms"))
+        rows.append(py_row("torch_rms", "torch.nn.functional.rms_norm(x, (64,), w) (for scale)",
+                           "torch.nn.functional.rms_norm(x, (64,), w, eps=1e-6)", tns, "torch.cuda.synchronize()",
+                           ref="raw_rms"))
+    rounds = 10
+    run_rounds(rows, rounds, 5, 0, 0, B.ctx_sync)
+    rat = ratios(rows)
+    sec = Section("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64; ratio to raw C)",
+                  [("issue", 9), ("x raw", 7)], data=[r.as_json(rat) for r in rows])
+    for r in rows:
+        sec.add(r.label, f"n/a ({r.na})" if r.na else [fmt_ns(r.result()["issue"]), fmt_x(rat[r.key]["issue"])])
+    return sec
+
+
+SECTIONS = {"kernels_norms": norms_section, "kernels_issue": issue_section}
+ALIASES = {"norms": ("kernels_norms", "kernels_issue")}
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if "--issue-only" not in sys.argv:
+        print("\n".join(norms_section(only=args or None).format()))
+    if "--no-issue" not in sys.argv:
+        print("\n".join(issue_section().format()))

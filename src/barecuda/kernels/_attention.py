@@ -1,0 +1,411 @@
+"""Attention ops: decode over a KV cache (split-KV, length read from device memory),
+causal/full prefill flash attention, and the KV-cache append (csrc/attention.cu).
+
+Layouts (elements; the last axis, the head dim D, is contiguous everywhere):
+
+- decode ``q``: ``[n_heads, D]`` (rows may be strided, e.g. a slice of a fused QKV buffer);
+  ``k_cache``/``v_cache``: ``[max_ctx, n_kv, D]`` (any token/head strides, multiples of 8), or
+  ``[n_kv, max_ctx, D]`` with ``kv_layout='head_major'`` (faster: each head reads one run), or,
+  with ``block_table``, pages ``[n_pages, page_size, n_kv, D]`` and an int32 table of page
+  indices (logical page ``i`` of the sequence is ``block_table[i]``); ``length``: an int32
+  device scalar (the number of cached tokens, plus ``len_offset``), read by the kernel, so a
+  captured graph replays unchanged while the caller advances it.
+- prefill ``q``: ``[S, n_heads, D]`` or ``[B, S, n_heads, D]``; ``k``/``v``:
+  ``[S_kv, n_kv, D]`` / ``[B, S_kv, n_kv, D]``; causal masks key ``j`` for query ``i`` when
+  ``j > i + causal_offset`` (0: PyTorch's ``is_causal``, top-left aligned).
+
+GQA: query head ``h`` reads KV head ``h // (n_heads // n_kv)``.
+"""
+import math
+
+from barecuda.kernels import _args, _registry
+
+__all__ = ["attention_decode", "plan_attention_decode", "attention_prefill", "plan_attention_prefill",
+           "kv_append", "plan_kv_append", "decode_workspace_size"]
+
+SOURCE = "attention.cu"
+HEAD_DIMS = (64, 80, 96, 128)
+GROUPS = (1, 2, 4, 8)
+DEC_WARPS = 4
+DEC_STAGES = 4      # measured best on H200 (4 stages, 1 block/SM: 66% of spec at 32k vs 64% with 3)
+DEC_L2PF = 0
+PF_WARPS = 4
+PF_STAGES = 2
+PF_QREG = 1         # Q straight into registers; 2 blocks/SM (H200: 254 vs 250 TF/s causal)
+PF_MINB = 2
+PF_BN = 64
+MAX_SPLITS = 1024
+_LOG2E = 1.4426950408889634
+_DT = ("f16", "bf16")
+
+
+def _dec_defines(d, group):
+    return (("HEAD_DIM", d), ("GROUP", group), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES),
+            ("DEC_L2PF", DEC_L2PF))
+
+
+_sms = {}
+
+
+def _rs(d):
+    return d * 2 + 16
+
+
+def decode_smem(d, group):
+    pipe = DEC_STAGES * 2 * 16 * DEC_WARPS * _rs(d)
+    merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
+    weights = 4 * group * MAX_SPLITS          # the last block's split weights
+    return max(pipe, merge, weights)
+
+
+def prefill_smem(d, warps=None):
+    q = 0 if PF_QREG else 16 * (warps or PF_WARPS) * _rs(d)
+    return q + PF_STAGES * 2 * PF_BN * _rs(d)
+
+
+def _pf_defines(d):
+    return (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS), ("PF_QREG", PF_QREG), ("PF_MINB", PF_MINB))
+
+
+KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
+             _dec_defines(d, g)) for d in HEAD_DIMS for g in GROUPS]
+           + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
+
+
+def _kernel(name, defines, smem, device):
+    k = _registry.get(SOURCE, name, defines, device)
+    if smem > 48 * 1024 and k.max_dynamic_shared_memory < smem:
+        k.set_max_dynamic_shared_memory(smem)
+    return k
+
+
+def _dtname(b):
+    """The dtype's name ('float16', 'bfloat16', ...): DeviceBuffer.dtype is a numpy dtype
+    when numpy is installed, else a str."""
+    return str(b.dtype)
+
+
+def _half(b, name):
+    code = {"float16": "f16", "bfloat16": "bf16"}.get(_dtname(b))
+    if code is None:
+        raise TypeError(f"{name}: dtype {_dtname(b)} is not supported (expected float16 or bfloat16)")
+    return code
+
+
+def _strides(b):
+    st = b.strides
+    if st is None:
+        st, acc = [], 1
+        for s in reversed(b.shape):
+            st.append(acc)
+            acc *= s
+        st = st[::-1]
+    return tuple(st)
+
+
+def _check_vec(b, name):
+    if b.ptr % 16:
+        raise ValueError(f"{name}: address 0x{b.ptr:x} is not 16-byte aligned")
+    st = _strides(b)
+    if st[-1] != 1 and b.shape[-1] > 1:
+        raise ValueError(f"{name}: the head dim (last axis) must be contiguous")
+    for i, s in enumerate(st[:-1]):
+        if b.shape[i] > 1 and s % 8:
+            raise ValueError(f"{name}: stride {s} of axis {i} is not a multiple of 8 elements (16 bytes)")
+    return st
+
+
+def _scalar_i32(b, name):
+    if _dtname(b) != "int32":
+        raise TypeError(f"{name}: dtype {_dtname(b)}, expected int32 (a device scalar)")
+    n = 1
+    for s in b.shape:
+        n *= s
+    if n < 1:
+        raise ValueError(f"{name}: empty")
+    _args.check_align(b, name, 4)
+
+
+def _cache_geometry(kb, vb, table, layout="token_major", name_k="k_cache"):
+    """(max_ctx, n_kv, d, tok_stride, head_stride, page_size) of a contiguous or paged cache."""
+    if layout not in ("token_major", "head_major"):
+        raise ValueError(f"kv_layout={layout!r}: expected 'token_major' or 'head_major'")
+    if table is None:
+        want = "[max_ctx, n_kv, head_dim]" if layout == "token_major" else "[n_kv, max_ctx, head_dim]"
+        if len(kb.shape) != 3:
+            raise ValueError(f"{name_k}: expected {want}, got shape {tuple(kb.shape)}")
+        st = _check_vec(kb, name_k)
+        if layout == "token_major":
+            max_ctx, n_kv, d = kb.shape
+        else:
+            n_kv, max_ctx, d = kb.shape
+            st = (st[1], st[0], st[2])
+        page = 0
+    else:
+        if layout != "token_major":
+            raise ValueError("kv_layout='head_major' is for contiguous caches (pages are token-major)")
+        if len(kb.shape) != 4:
+            raise ValueError(f"{name_k}: with block_table expected pages [n_pages, page_size, n_kv, head_dim], "
+                             f"got shape {tuple(kb.shape)}")
+        n_pages, page, n_kv, d = kb.shape
+        st = _check_vec(kb, name_k)
+        if st[0] != page * st[1]:
+            raise ValueError(f"{name_k}: pages must hold page_size consecutive token rows (stride {st[0]} != "
+                             f"{page} x {st[1]})")
+        st = st[1:]
+        if _dtname(table) != "int32":
+            raise TypeError(f"block_table: dtype {table.dtype}, expected int32")
+        n_tab = 1
+        for s in table.shape:
+            n_tab *= s
+        if table.strides is not None and n_tab > 1 and len(table.shape) == 1 and table.strides[0] != 1:
+            raise ValueError("block_table: must be contiguous")
+        _args.check_align(table, "block_table", 4)
+        max_ctx = n_tab * page
+    if tuple(vb.shape) != tuple(kb.shape) or _strides(vb) != _strides(kb):
+        raise ValueError(f"v_cache: shape {tuple(vb.shape)} / strides must equal k_cache's {tuple(kb.shape)}")
+    if vb.dtype != kb.dtype:
+        raise TypeError(f"v_cache: dtype {vb.dtype} differs from k_cache's {kb.dtype}")
+    _check_vec(vb, "v_cache")
+    if d not in HEAD_DIMS and not (d % 16 == 0 and 16 <= d <= 256):
+        raise ValueError(f"head_dim {d}: supported 64, 80, 96, 128 (any multiple of 16 up to 256)")
+    return max_ctx, n_kv, d, st[0], st[1], page
+
+
+def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
+    """Bytes of the decode workspace: partial outputs, their log-sum-exp, one counter per KV head."""
+    return 4 * (n_heads * n_splits * (head_dim + 1) + n_kv)
+
+
+def _default_splits(kernel, n_kv, max_ctx, smem, device):
+    key = (int(device), smem, DEC_WARPS)
+    per = _sms.get(key)
+    if per is None:
+        from barecuda._device import Device
+        dev = device if isinstance(device, Device) else Device(int(device))
+        sms = dev.attribute("multiprocessor_count")
+        occ = max(1, kernel.max_active_blocks_per_sm(DEC_WARPS * 32, smem))
+        per = _sms[key] = sms * occ
+    # one wave: blocks resident at once, divided among the KV heads (rounded down)
+    bn = 16 * DEC_WARPS
+    return max(1, min((max_ctx + bn - 1) // bn, per // n_kv, MAX_SPLITS))
+
+
+def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream,
+                 kv_layout="token_major"):
+    qb = _args.array(q, "q", stream)
+    kb = _args.array(k_cache, "k_cache", stream)
+    vb = _args.array(v_cache, "v_cache", stream)
+    lb = _args.array(length, "length", stream)
+    tb = None if block_table is None else _args.array(block_table, "block_table", stream)
+    code = _half(qb, "q")
+    if kb.dtype != qb.dtype:
+        raise TypeError(f"k_cache: dtype {kb.dtype} differs from q's {qb.dtype}")
+    _scalar_i32(lb, "length")
+    max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
+    n_heads, dq, q_st = _args.rows(qb, "q")
+    if dq != d:
+        raise ValueError(f"q: head dim {dq} differs from the cache's {d}")
+    if n_heads % n_kv:
+        raise ValueError(f"q: {n_heads} heads is not a multiple of the cache's {n_kv} KV heads")
+    group = n_heads // n_kv
+    if group > 16:
+        raise ValueError(f"GQA group {group} > 16 query heads per KV head is not supported")
+    if qb.ptr % 16 or q_st % 8:
+        raise ValueError("q: rows must be 16-byte aligned (address and row stride)")
+    _args.same_device(("q", qb), ("k_cache", kb), ("v_cache", vb), ("length", lb), ("block_table", tb))
+    ob = _args.out_array(out, tuple(qb.shape), qb.dtype, qb, stream)
+    _args.check_align(ob, "out", 4)
+    len_offset = _args.int_arg(len_offset, "len_offset", -(1 << 31), (1 << 31) - 1)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    scale = _args.scalar_f32(scale, "scale")
+    device = qb.device
+    defines = _dec_defines(d, group)
+    smem = decode_smem(d, group)
+    kern = _kernel(f"attn_decode_{code}", defines, smem, device)
+    if n_splits is None:
+        n_splits = _default_splits(kern, n_kv, max_ctx, smem, device)
+    n_splits = _args.int_arg(n_splits, "n_splits", 1, MAX_SPLITS)
+    ws = None
+    if n_splits > 1:
+        need = decode_workspace_size(n_heads, n_kv, d, n_splits)
+        if workspace is None:
+            from barecuda._buffer import zeros
+            ws = zeros((need,), "uint8", device=device, stream=stream)
+        else:
+            ws = _args.array(workspace, "workspace", stream)
+            if ws.nbytes < need:
+                raise ValueError(f"workspace: {ws.nbytes} bytes, need {need} (decode_workspace_size); it must "
+                                 "be zeroed once before first use and not shared by concurrent calls")
+            _args.check_align(ws, "workspace", 16)
+    part = 0 if ws is None else ws        # a buffer argument keeps the workspace alive in plans
+    counters = 0 if ws is None else ws.ptr + 4 * n_heads * n_splits * (d + 1)
+    args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
+            0 if tb is None else tb, page, n_heads, n_splits, scale * _LOG2E)
+    return kern, (n_splits, n_kv), DEC_WARPS * 32, smem, args, ob, ws
+
+
+def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_offset=0, block_table=None,
+                     n_splits=None, workspace=None, kv_layout="token_major", stream=None):
+    """One query token per head against a KV cache: ``softmax(q k^T * scale) v`` over the
+    first ``length[0] + len_offset`` cached tokens (clamped to the cache), GQA.
+
+    Parameters
+    ----------
+    q : device array, float16 or bfloat16, ``[n_heads, D]``
+    k_cache, v_cache : device arrays ``[max_ctx, n_kv, D]`` (or pages, with ``block_table``)
+    length : int32 device scalar, read by the kernel at run time
+    out : ``[n_heads, D]``, optional
+    scale : float, default ``1/sqrt(D)``
+    len_offset : int added to ``length[0]`` (1 when ``length`` holds the new token's position)
+    block_table : int32 device array of page indices, optional (paged KV cache)
+    n_splits : int, optional
+        KV splits (flash-decoding); default: enough blocks to fill the device for ``max_ctx``.
+        With more than one, a workspace of :func:`decode_workspace_size` bytes holds the
+        partial results; the last block of each KV head merges them.
+    workspace : device buffer, optional; zeroed before its first use, never shared by
+        concurrent calls (its counters re-arm themselves after every launch)
+    kv_layout : ``'token_major'`` (``[max_ctx, n_kv, D]``) or ``'head_major'``
+        (``[n_kv, max_ctx, D]``: each head's keys contiguous, the faster layout to read)
+    stream : stream-like, optional
+
+    Returns
+    -------
+    DeviceBuffer or ``out``
+    """
+    kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
+                                                        block_table, n_splits, workspace, stream, kv_layout)
+    kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
+    return ob
+
+
+def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_offset=0, block_table=None,
+                          n_splits=None, workspace=None, kv_layout="token_major", stream=None):
+    """The launch of :func:`attention_decode`, packed once: a ``LaunchPlan`` (call it to
+    replay, or ``graph.add_plan`` it). Give ``out=`` (the plan writes there on every replay).
+    Its workspace is allocated once and kept alive by the plan's arguments."""
+    kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
+                                                        block_table, n_splits, workspace, stream, kv_layout)
+    return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)
+
+
+# ------------------------------------------------------------------ KV append
+def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream, kv_layout="token_major"):
+    knb = _args.array(k_new, "k_new", stream)
+    vnb = _args.array(v_new, "v_new", stream)
+    kb = _args.array(k_cache, "k_cache", stream)
+    vb = _args.array(v_cache, "v_cache", stream)
+    pb = _args.array(pos, "pos", stream)
+    tb = None if block_table is None else _args.array(block_table, "block_table", stream)
+    code = _half(kb, "k_cache")
+    for n, b in (("k_new", knb), ("v_new", vnb)):
+        if b.dtype != kb.dtype:
+            raise TypeError(f"{n}: dtype {b.dtype} differs from k_cache's {kb.dtype}")
+    _scalar_i32(pb, "pos")
+    max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
+    rk = _args.rows(knb, "k_new")
+    rv = _args.rows(vnb, "v_new")
+    if rk[:2] != (n_kv, d) or rv[:2] != (n_kv, d):
+        raise ValueError(f"k_new/v_new: expected {n_kv} rows of {d} (one token's K and V), got "
+                         f"{rk[:2]} and {rv[:2]}")
+    if rk[2] != rv[2]:
+        raise ValueError("k_new/v_new: the row strides must be equal")
+    for n, b in (("k_new", knb), ("v_new", vnb)):
+        if b.ptr % 16:
+            raise ValueError(f"{n}: address 0x{b.ptr:x} is not 16-byte aligned")
+    if rk[2] % 8:
+        raise ValueError("k_new: row stride not a multiple of 8 elements")
+    _args.same_device(("k_cache", kb), ("k_new", knb), ("v_new", vnb), ("v_cache", vb), ("pos", pb),
+                      ("block_table", tb))
+    pos_offset = _args.int_arg(pos_offset, "pos_offset", -(1 << 31), (1 << 31) - 1)
+    kern = _kernel(f"kv_append_{code}", _dec_defines(d, 1), 0, kb.device)
+    n = n_kv * d // 8
+    block = 128 if n >= 128 else ((n + 31) // 32) * 32
+    grid = (n + block - 1) // block
+    args = (knb, vnb, kb, vb, pb, pos_offset, max_ctx, tok_st, head_st, rk[2], 0 if tb is None else tb, page, n_kv)
+    return kern, grid, block, args
+
+
+def kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, kv_layout="token_major",
+              stream=None):
+    """Write one token's K and V (``[n_kv, D]`` each) into the cache at token
+    ``pos[0] + pos_offset``, read from device memory at run time (nothing is written when it
+    falls outside the cache). With ``block_table`` the cache is paged (see the module doc)."""
+    kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream,
+                                           kv_layout)
+    kern.launch(grid, block, *args, stream=stream)
+
+
+def plan_kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, kv_layout="token_major",
+                   stream=None):
+    """:func:`kv_append` packed once: a ``LaunchPlan``."""
+    kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream,
+                                           kv_layout)
+    return kern.bind(grid, block, *args, stream=stream)
+
+
+# ------------------------------------------------------------------ prefill
+def _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream):
+    qb = _args.array(q, "q", stream)
+    kb = _args.array(k, "k", stream)
+    vb = _args.array(v, "v", stream)
+    code = _half(qb, "q")
+    for n, b in (("k", kb), ("v", vb)):
+        if b.dtype != qb.dtype:
+            raise TypeError(f"{n}: dtype {b.dtype} differs from q's {qb.dtype}")
+    nd = len(qb.shape)
+    if nd not in (3, 4) or len(kb.shape) != nd or len(vb.shape) != nd:
+        raise ValueError(f"q/k/v: expected [S, heads, D] or [B, S, heads, D] each (same rank), got "
+                         f"{tuple(qb.shape)}, {tuple(kb.shape)}, {tuple(vb.shape)}")
+    qs, ks, vs = _check_vec(qb, "q"), _check_vec(kb, "k"), _check_vec(vb, "v")
+    if nd == 3:
+        qsh, ksh, vsh = (1,) + tuple(qb.shape), (1,) + tuple(kb.shape), (1,) + tuple(vb.shape)
+        qs, ks, vs = (0,) + qs, (0,) + ks, (0,) + vs
+    else:
+        qsh, ksh, vsh = tuple(qb.shape), tuple(kb.shape), tuple(vb.shape)
+    bsz, sq, nh, d = qsh
+    if ksh != vsh:
+        raise ValueError(f"k/v: shapes differ: {ksh} vs {vsh}")
+    if ksh[0] != bsz or ksh[3] != d:
+        raise ValueError(f"k: shape {tuple(kb.shape)} does not match q's batch {bsz} and head dim {d}")
+    skv, nkv = ksh[1], ksh[2]
+    if nkv < 1 or nh % nkv:
+        raise ValueError(f"q: {nh} heads is not a multiple of k's {nkv} KV heads")
+    if d not in HEAD_DIMS and not (d % 16 == 0 and 16 <= d <= 256):
+        raise ValueError(f"head_dim {d}: supported 64, 80, 96, 128 (any multiple of 16 up to 256)")
+    if sq < 1 or skv < 1:
+        raise ValueError("q/k: empty sequence")
+    if bsz > 65535 or nh > 65535:
+        raise ValueError("batch and heads must each be <= 65535")
+    _args.same_device(("q", qb), ("k", kb), ("v", vb))
+    ob = _args.out_array(out, tuple(qb.shape), qb.dtype, qb, stream)
+    _args.check_align(ob, "out", 16)
+    os_ = (sq * nh * d, nh * d, d, 1)
+    causal_offset = _args.int_arg(causal_offset, "causal_offset", -(1 << 30), 1 << 30)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    scale = _args.scalar_f32(scale, "scale")
+    smem = prefill_smem(d)
+    kern = _kernel(f"attn_prefill_{code}", _pf_defines(d), smem, qb.device)
+    bm = 16 * PF_WARPS
+    grid = ((sq + bm - 1) // bm, nh, bsz)
+    args = (qb, kb, vb, ob, sq, skv, nh // nkv, qs[1], qs[2], qs[0], ks[1], ks[2], ks[0], vs[1], vs[2], vs[0],
+            os_[1], os_[2], os_[0], 1 if causal else 0, causal_offset, scale * _LOG2E)
+    return kern, grid, PF_WARPS * 32, smem, args, ob
+
+
+def attention_prefill(q, k, v, *, causal=True, scale=None, causal_offset=0, out=None, stream=None):
+    """Flash attention (online softmax, fp32 accumulation) for a prompt: ``q`` ``[S, H, D]`` or
+    ``[B, S, H, D]``, ``k``/``v`` ``[S_kv, H_kv, D]`` / ``[B, S_kv, H_kv, D]`` (GQA when
+    ``H_kv < H``), float16 or bfloat16; ``out`` has ``q``'s shape (contiguous). With ``causal``,
+    query ``i`` sees keys ``j <= i + causal_offset``."""
+    kern, grid, block, smem, args, ob = _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream)
+    kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
+    return ob
+
+
+def plan_attention_prefill(q, k, v, *, causal=True, scale=None, causal_offset=0, out=None, stream=None):
+    """:func:`attention_prefill` packed once: a ``LaunchPlan``."""
+    kern, grid, block, smem, args, ob = _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream)
+    return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)

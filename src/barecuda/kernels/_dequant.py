@@ -1,0 +1,190 @@
+"""GGUF weight formats: the format table, :class:`QuantWeight` (a tensor's bytes, format
+and logical shape), and the ``dequantize`` op (csrc/dequant.cu).
+
+A GGUF tensor's bytes are uploaded unchanged; ``QuantWeight(buffer, "q4_k", (N, K))``
+names them for :func:`barecuda.kernels.matvec` and :func:`dequantize`. Formats are
+spelled as ggml does (``"Q4_K"``, any case) or by ggml's type number (``12``, a
+``gguf.GGMLQuantizationType``). The dense formats ``f32``/``f16``/``bf16`` are accepted
+too, so a loader can wrap every tensor of a file the same way.
+"""
+from barecuda.kernels import _args, _registry
+
+__all__ = ["QuantWeight", "FORMATS", "format_info", "dequantize", "plan_dequantize"]
+
+# name -> (ggml type number, weights per block, bytes per block)
+FORMATS = {
+    "f32": (0, 1, 4),
+    "f16": (1, 1, 2),
+    "bf16": (30, 1, 2),
+    "q4_0": (2, 32, 18),
+    "q4_1": (3, 32, 20),
+    "q8_0": (8, 32, 34),
+    "q4_k": (12, 256, 144),
+    "q6_k": (14, 256, 210),
+}
+_BY_NUMBER = {v[0]: k for k, v in FORMATS.items()}
+DENSE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_DTYPE_FORMAT = {v: k for k, v in DENSE.items()}
+_SEG = {32: 64, 256: 8}          # blocks per staged segment (dequant.cu / matvec.cu: SEGB)
+_WARPS = 4                       # DQ_WARPS / MV_WARPS
+
+
+def format_info(fmt):
+    """``(name, ggml_type, block_weights, block_bytes)`` of a format given by name or number."""
+    if isinstance(fmt, str):
+        name = fmt.lower()
+        if name in _DTYPE_FORMAT:
+            name = _DTYPE_FORMAT[name]
+        if name not in FORMATS:
+            raise ValueError(f"format {fmt!r} is not supported (one of {', '.join(FORMATS)})")
+    else:
+        try:
+            import operator
+            num = operator.index(fmt)
+        except TypeError:
+            raise TypeError(f"format: expected a name or a ggml type number, got {type(fmt).__name__}") from None
+        name = _BY_NUMBER.get(num)
+        if name is None:
+            raise ValueError(f"ggml type {num} is not supported (one of {sorted(_BY_NUMBER)})")
+    t, qk, nb = FORMATS[name]
+    return name, t, qk, nb
+
+
+class QuantWeight:
+    """A weight tensor in a GGUF format: its bytes on the device, format and logical shape.
+
+    Parameters
+    ----------
+    data : device array
+        The tensor's bytes exactly as GGUF stores them (any dtype; a ``uint8``
+        ``DeviceBuffer`` or tensor typically), contiguous, 16-byte aligned, of exactly
+        ``rows * (cols / block_weights) * block_bytes`` bytes.
+    format : str or int
+        ``"q4_k"``, ``"Q6_K"``, ``"q8_0"``, ``"q4_0"``, ``"q4_1"``, ``"f16"``, ``"bf16"``,
+        ``"f32"`` or ggml's type number (``gguf.GGMLQuantizationType``).
+    shape : tuple of int
+        The logical shape, rows first as numpy sees the dequantized tensor: ``(N, K)`` for
+        a matvec weight (GGUF lists dimensions the other way round: ``ne = [K, N]``).
+        The last dimension must be a multiple of the block size (32 or 256).
+
+    Attributes
+    ----------
+    data : DeviceBuffer
+    format : str        canonical name (``"q4_k"``)
+    ggml_type : int
+    shape : tuple of int
+    """
+    __slots__ = ("data", "format", "ggml_type", "shape", "block", "block_bytes")
+
+    def __init__(self, data, format, shape):
+        name, t, qk, nbytes_block = format_info(format)
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if not shape or any(s <= 0 for s in shape):
+            raise ValueError(f"QuantWeight: shape {shape} must have positive dimensions")
+        if shape[-1] % qk:
+            raise ValueError(f"QuantWeight: the last dimension ({shape[-1]}) must be a multiple of "
+                             f"{qk}, the {name} block size")
+        b = _args.array(data, "QuantWeight data")
+        if b.strides is not None:
+            raise ValueError("QuantWeight data: must be contiguous")
+        n = 1
+        for s in shape:
+            n *= s
+        want = n // qk * nbytes_block
+        if b.nbytes != want:
+            raise ValueError(f"QuantWeight data: {b.nbytes} bytes, but a {name} tensor of shape {shape} "
+                             f"takes {want} ({n // qk} blocks of {nbytes_block} bytes)")
+        if b.ptr % 16:
+            raise ValueError(f"QuantWeight data: address 0x{b.ptr:x} is not 16-byte aligned")
+        self.data, self.format, self.ggml_type, self.shape = b, name, t, shape
+        self.block, self.block_bytes = qk, nbytes_block
+
+    @property
+    def nbytes(self):
+        return self.data.nbytes
+
+    @property
+    def ptr(self):
+        return self.data.ptr
+
+    @property
+    def dense(self):
+        """True for f32/f16/bf16 (no blocks)."""
+        return self.format in DENSE
+
+    def __repr__(self):
+        return f"QuantWeight({self.format}, shape={self.shape}, {self.nbytes} bytes at 0x{self.data.ptr:x})"
+
+
+_sm_count = {}
+
+
+def sm_count(device):
+    d = int(device)
+    n = _sm_count.get(d)
+    if n is None:
+        from barecuda._device import Device
+        n = _sm_count[d] = Device(d).attribute("multiprocessor_count")
+    return n
+
+
+def _prepare(buffer, format, shape, dtype, out, stream):
+    if isinstance(buffer, QuantWeight):
+        if format is not None or shape is not None:
+            qw = QuantWeight(buffer.data, format or buffer.format, shape or buffer.shape)
+        else:
+            qw = buffer
+    else:
+        if format is None or shape is None:
+            raise TypeError("dequantize: give format= and shape= (or a QuantWeight)")
+        qw = QuantWeight(buffer, format, shape)
+    if qw.dense:
+        raise ValueError(f"dequantize: {qw.format} is not a block format (copy or cast it instead)")
+    code = _args.FLOAT_CODES.get(dtype)
+    if code is None:
+        raise TypeError(f"dequantize: dtype {dtype!r} is not supported (float32, float16 or bfloat16)")
+    y = _args.out_array(out, qw.shape, dtype, qw.data, stream)
+    if y.ptr % 16:
+        raise ValueError(f"out: address 0x{y.ptr:x} is not 16-byte aligned")
+    nblocks = qw.data.nbytes // qw.block_bytes
+    kern = _registry.get("dequant.cu", f"dequant_{qw.format}_{code}", (), int(qw.data.device))
+    nseg = -(-nblocks // _SEG[qw.block])
+    grid = max(1, min(-(-nseg // _WARPS), sm_count(qw.data.device) * 16))
+    return kern, grid, qw, y, nblocks
+
+
+def dequantize(buffer, format=None, shape=None, *, dtype="float16", out=None, stream=None):
+    """Dequantize a GGUF tensor into a float array of its logical shape.
+
+    Parameters
+    ----------
+    buffer : device array or QuantWeight
+        The tensor's bytes (see :class:`QuantWeight`), or a ``QuantWeight``.
+    format, shape
+        The format and logical shape (omit both for a ``QuantWeight``).
+    dtype : {"float16", "bfloat16", "float32"}
+    out : device array, optional
+        Contiguous, ``shape``, ``dtype``, 16-byte aligned.
+    stream : Stream, optional
+
+    Returns
+    -------
+    DeviceBuffer or the array given as ``out``
+    """
+    kern, grid, qw, y, nblocks = _prepare(buffer, format, shape, dtype, out, stream)
+    kern.launch(grid, 32 * _WARPS, qw.data, y, nblocks, stream=stream)
+    return out if out is not None else y
+
+
+def plan_dequantize(buffer, format=None, shape=None, *, dtype="float16", out, stream=None):
+    """The launch of :func:`dequantize` packed once (``plan()`` replays it; ``graph.add_plan``).
+    ``out`` is required: a plan writes into memory you name."""
+    if out is None:
+        raise ValueError("plan_dequantize: out= is required")
+    kern, grid, qw, y, nblocks = _prepare(buffer, format, shape, dtype, out, stream)
+    return kern.bind(grid, 32 * _WARPS, qw.data, y, nblocks, stream=stream)
+
+
+dequantize.plan = plan_dequantize
+
+KERNELS = [("dequant.cu", tuple(f"dequant_{f}_{c}" for f in FORMATS if f not in DENSE for c in ("f32", "f16", "bf16")), ())]

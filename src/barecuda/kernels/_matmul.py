@@ -1,0 +1,159 @@
+"""``matmul``: ``out = alpha * op(a) @ op(b) + beta * out`` (csrc/gemm.cu), fp32/fp16/bf16 with
+fp32 accumulation, transposes, strided batches.
+
+float16/bfloat16 run on tensor cores (mma.sync) when the operands allow 16-byte copies: bases
+16-byte aligned, leading dims and batch strides multiples of 8 elements, and the contiguous
+extent of each operand a multiple of 8; anything else (and float32) runs the SIMT kernel,
+which takes any strides. A transposed *view* (column-major strides) is read as such: no copy.
+
+Shapes: ``a`` is ``[M, K]`` (``[K, M]`` with ``trans_a``), ``b`` is ``[K, N]`` (``[N, K]`` with
+``trans_b``), either may have a leading batch axis (a 2-D operand is broadcast over the
+batch); ``out`` is ``[M, N]`` or ``[batch, M, N]``, contiguous.
+"""
+from barecuda.kernels import _args, _registry
+
+__all__ = ["matmul", "plan_matmul"]
+
+SOURCE = "gemm.cu"
+# the tensor-core tile (a specialization: module values read at call time)
+# H200, bf16 (same run): 128x128 tile on 2x2 warps of 64x64, K tile 64, 3 stages: 342 TF/s at
+# 4096^3 and 368 at 8192^3; 2x4 warps of 64x32 with K 32: 293 / 309; 128x256: 268 / 280.
+STAGES = 3
+BM = BN = 128
+BK = 64
+WARPS_M, WARPS_N = 2, 2
+_DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+def _tc_defines(ta, tb):
+    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES), ("GEMM_BK", BK), ("GEMM_BM", BM),
+            ("GEMM_BN", BN), ("GEMM_WARPS_M", WARPS_M), ("GEMM_WARPS_N", WARPS_N))
+
+
+KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)]
+           + [(SOURCE, ("gemm_simt_f32", "gemm_simt_f16", "gemm_simt_bf16"), (("GEMM_SIMT", 1),))])
+
+
+def tc_smem(ta, tb):
+    a = (BK * (BM * 2 + 16)) if ta else (BM * (BK * 2 + 16))
+    b = (BN * (BK * 2 + 16)) if tb else (BK * (BN * 2 + 16))
+    return STAGES * (a + b)
+
+
+def _geom(x, name):
+    """(batch, batch_stride, rows, cols, row_stride, col_stride) of a 2-D or 3-D array."""
+    shape = tuple(x.shape)
+    if len(shape) not in (2, 3):
+        raise ValueError(f"{name}: expected a 2-D matrix or a 3-D batch of matrices, got shape {shape}")
+    st = x.strides
+    if st is None:
+        st, acc = [], 1
+        for s in reversed(shape):
+            st.append(acc)
+            acc *= s
+        st = tuple(st[::-1])
+    st = tuple(st)
+    if len(shape) == 2:
+        return 1, 0, shape[0], shape[1], st[0], st[1]
+    return shape[0], (st[0] if shape[0] > 1 else 0), shape[1], shape[2], st[1], st[2]
+
+
+def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream):
+    if backend not in ("auto", "builtin"):
+        raise ValueError(f"backend={backend!r}: expected 'auto' or 'builtin' (the cuBLASLt backend is not in this build)")
+    ab = _args.array(a, "a", stream)
+    bb = _args.array(b, "b", stream)
+    dt = str(ab.dtype)
+    code = _DT.get(dt)
+    if code is None:
+        raise TypeError(f"a: dtype {dt} is not supported (float32, float16, bfloat16)")
+    if str(bb.dtype) != dt:
+        raise TypeError(f"b: dtype {bb.dtype} differs from a's {dt}")
+    na, sa, ra, ca, rsa, csa = _geom(ab, "a")
+    nb, sb, rb, cb, rsb, csb = _geom(bb, "b")
+    m, k = (ca, ra) if trans_a else (ra, ca)
+    k2, n = (cb, rb) if trans_b else (rb, cb)
+    if k != k2:
+        raise ValueError(f"inner dimensions differ: op(a) is {m}x{k}, op(b) is {k2}x{n}")
+    if na != nb and na != 1 and nb != 1:
+        raise ValueError(f"batch sizes differ: {na} and {nb}")
+    nbat = max(na, nb)
+    if nbat > 65535:
+        raise ValueError(f"batch {nbat} > 65535")
+    if m == 0 or n == 0:
+        raise ValueError(f"empty result ({m}x{n})")
+    # element (i, j) of op(a) is at i*am + j*ak
+    am, ak = (csa, rsa) if trans_a else (rsa, csa)
+    bk, bn = (csb, rsb) if trans_b else (rsb, csb)
+    batched = len(ab.shape) == 3 or len(bb.shape) == 3
+    oshape = (nbat, m, n) if batched else (m, n)
+    _args.same_device(("a", ab), ("b", bb))
+    alpha = _args.scalar_f32(alpha, "alpha")
+    beta = _args.scalar_f32(beta, "beta")
+    if beta != 0.0 and out is None:
+        raise ValueError("beta != 0 needs out= (it is read as C)")
+    ob = _args.out_array(out, oshape, ab.dtype, ab, stream)
+    sc = m * n if batched else 0
+    device = ab.device
+    if code != "f32" and k > 0:
+        tc = _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob)
+        if tc is not None:
+            ta, lda, tb, ldb = tc
+            kern = _registry.get(SOURCE, f"gemm_tc_{code}", _tc_defines(ta, tb), device)
+            smem = tc_smem(ta, tb)
+            if kern.max_dynamic_shared_memory < smem:
+                kern.set_max_dynamic_shared_memory(smem)
+            grid = (((m + BM - 1) // BM) * ((n + BN - 1) // BN), 1, nbat)
+            args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, alpha, beta)
+            return kern, grid, 32 * WARPS_M * WARPS_N, smem, args, ob
+    kern = _registry.get(SOURCE, f"gemm_simt_{code}", (("GEMM_SIMT", 1),), device)
+    grid = ((n + 63) // 64, (m + 63) // 64, nbat)
+    args = (ab, bb, ob, m, n, k, am, ak, bk, bn, n, sa, sb, sc, alpha, beta)
+    return kern, grid, 256, 0, args, ob
+
+
+def _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob):
+    """(trans_a, lda, trans_b, ldb) of the tensor-core kernel, or None when it cannot read them."""
+    if ab.ptr % 16 or bb.ptr % 16 or ob.ptr % 4 or sa % 8 or sb % 8:
+        return None
+    if ak == 1 and am % 8 == 0 and k % 8 == 0 and (am >= k or m == 1):
+        ta, lda = 0, max(am, k)
+    elif am == 1 and ak % 8 == 0 and m % 8 == 0 and (ak >= m or k == 1):
+        ta, lda = 1, max(ak, m)
+    else:
+        return None
+    if bn == 1 and bk % 8 == 0 and n % 8 == 0 and (bk >= n or k == 1):
+        tb, ldb = 0, max(bk, n)
+    elif bk == 1 and bn % 8 == 0 and k % 8 == 0 and (bn >= k or n == 1):
+        tb, ldb = 1, max(bn, k)
+    else:
+        return None
+    return ta, lda, tb, ldb
+
+
+def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, backend="auto", stream=None):
+    """``alpha * op(a) @ op(b) + beta * out`` with fp32 accumulation.
+
+    Parameters
+    ----------
+    a, b : device arrays (float32, float16 or bfloat16, the same), 2-D or 3-D (batched)
+    out : device array ``[M, N]`` / ``[batch, M, N]``, optional (required when ``beta != 0``)
+    trans_a, trans_b : bool
+        Read ``a`` as ``[K, M]`` / ``b`` as ``[N, K]`` and use its transpose.
+    alpha, beta : float
+    backend : ``'auto'`` or ``'builtin'``
+    stream : stream-like, optional
+
+    Returns
+    -------
+    DeviceBuffer or ``out``
+    """
+    kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream)
+    kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
+    return ob
+
+
+def plan_matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, backend="auto",
+                stream=None):
+    """:func:`matmul` packed once: a ``LaunchPlan`` (give ``out=``; it is written on every replay)."""
+    kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream)
+    return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)

@@ -1,0 +1,184 @@
+"""Decode matvec: ``y = x @ W.T`` for 1..8 rows of activations (csrc/matvec.cu).
+
+Weights are dense (a ``[N, K]`` float32/float16/bfloat16 array, row-major) or a
+:class:`~barecuda.kernels.QuantWeight` in a GGUF format (Q4_K, Q6_K, Q8_0, Q4_0, Q4_1;
+dequantization fused). Activations ``x`` are ``[K]`` or ``[batch, K]`` (batch <= 8),
+float32/float16/bfloat16; ``y`` has ``x``'s dtype and shape ``[N]`` / ``[batch, N]``.
+Accumulation is fp32. Fused epilogues: ``residual=`` (``y = x @ W.T + r``) and
+:func:`matvec_silu_mul` (``y = silu(x @ G.T) * (x @ U.T)``, gate and up in one launch).
+"""
+from barecuda.kernels import _args, _registry
+from barecuda.kernels._dequant import DENSE, FORMATS, QuantWeight
+
+__all__ = ["matvec", "plan_matvec", "matvec_silu_mul", "plan_matvec_silu_mul"]
+
+_WARPS = 4            # MV_WARPS in matvec.cu
+_BUCKETS = (1, 2, 4, 8)
+# Tuning (csrc/matvec.cu defines), from the sweep of tools/kernels_matvec_gpu.sh on an H200
+# (docs/kernels.md): dense f16/bf16 rows of K >= 8192 keep 2 loads in flight per lane (MV_U=2,
+# 6% faster at 4096x14336 than 4), tall matrices of shorter rows take 4 rows per warp
+# (MV_R=4, 6% faster at 14336x4096); the rest, _glu entries and f32 weights use the source's
+# defaults (MV_R=1, MV_U=4). Quantized weights take 2 rows per warp (MVQ_R=2: x and sum(x)
+# shared; 5-20% faster), except Q4_1 (not measured); _glu entries are one row per warp in
+# any module.
+_WIDE = (("MV_R", 1), ("MV_U", 2))
+_TALL = (("MV_R", 4), ("MV_U", 2))
+_QTUNED = {"q4_k", "q6_k", "q8_0", "q4_0"}
+
+
+def _dense_tuning(fmt, n, k, epi):
+    if fmt == "f32" or epi == "glu":
+        return ()
+    if k >= 8192:
+        return _WIDE
+    if n >= 8192:
+        return _TALL
+    return ()
+
+
+def _quant_tuning(fmt):
+    return (("MVQ_R", 2),) if fmt in _QTUNED else ()
+_EPI = {None: "", "res": "_res", "glu": "_glu"}
+_CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # str(dtype) -> entry suffix
+
+
+def _weight(w, name, stream):
+    """(QuantWeight-like facts): (format, ggml_type, ptr buffer, N, K, itemsize-or-0)."""
+    if isinstance(w, QuantWeight):
+        if len(w.shape) != 2:
+            raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {w.shape}")
+        return w.format, w.ggml_type, w.data, w.shape[0], w.shape[1]
+    b = _args.array(w, name, stream)
+    fmt = _CODES.get(_args.dt(b))
+    if fmt is None:
+        raise TypeError(f"{name}: dtype {b.dtype} is not a weight dtype (float32, float16, bfloat16; "
+                        "wrap GGUF block data in barecuda.kernels.QuantWeight)")
+    if len(b.shape) != 2:
+        raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {tuple(b.shape)}")
+    n, k, stride = _args.rows(b, name)
+    if stride != k:
+        raise ValueError(f"{name}: rows must be contiguous (row stride {stride}, {k} columns)")
+    return fmt, FORMATS[fmt][0], b, n, k
+
+
+def _prepare(weight, up, x, residual, out, stream, epi):
+    fmt, t, wb, n, k = _weight(weight, "weight", stream)
+    ub = None
+    if up is not None:
+        f2, _, ub, n2, k2 = _weight(up, "up", stream)
+        if (f2, n2, k2) != (fmt, n, k):
+            raise ValueError(f"up: {f2} [{n2}, {k2}] does not match gate: {fmt} [{n}, {k}]")
+    xb = _args.array(x, "x", stream)
+    code = _CODES.get(_args.dt(xb))
+    if code is None:
+        raise TypeError(f"x: dtype {xb.dtype} is not supported (float32, float16 or bfloat16)")
+    if len(xb.shape) not in (1, 2):
+        raise ValueError(f"x: expected [K] or [batch, K], got shape {tuple(xb.shape)}")
+    nb, kx, xs = _args.rows(xb, "x")
+    if kx != k:
+        raise ValueError(f"x: {kx} columns, but the weight has K = {k}")
+    if xs != kx:
+        raise ValueError("x: rows must be contiguous")
+    if not 1 <= nb <= 8:
+        raise ValueError(f"x: batch {nb} is outside 1..8 (matvec serves decode; use matmul for more rows)")
+    _args.check_align(xb, "x")
+    oshape = (n,) if len(xb.shape) == 1 else (nb, n)
+    dense = fmt in DENSE
+    if dense:
+        isz = FORMATS[fmt][2]
+        for nm, b in (("weight", wb), ("up", ub)):
+            if b is not None and b.ptr % isz:
+                raise ValueError(f"{nm}: address 0x{b.ptr:x} is not aligned to {isz} bytes")
+        vw = 16 // isz
+        vec = int(k % vw == 0 and wb.ptr % 16 == 0 and xb.ptr % 16 == 0 and (ub is None or ub.ptr % 16 == 0))
+        tune = _dense_tuning(fmt, n, k, epi)
+        defines = (("WFMT", t),) + tune
+        rows_per_block = _WARPS * dict(tune).get("MV_R", 1)
+    else:
+        if xb.ptr % 16:
+            raise ValueError(f"x: address 0x{xb.ptr:x} is not 16-byte aligned (needed with {fmt} weights)")
+        vec = 0
+        tune = _quant_tuning(fmt)
+        defines = (("WFMT", t),) + tune
+        rows_per_block = _WARPS * (1 if epi == "glu" else dict(tune).get("MVQ_R", 1))
+    _args.same_device(("x", xb), ("weight", wb), ("up", ub))
+    rb = None
+    if residual is not None:
+        rb = _args.array(residual, "residual", stream)
+        if _args.dt(rb) != _args.dt(xb):
+            raise TypeError(f"residual: dtype {rb.dtype}, expected {xb.dtype}")
+        if tuple(rb.shape) != oshape:
+            raise ValueError(f"residual: shape {tuple(rb.shape)}, expected {oshape}")
+        if rb.strides is not None and nb * n > 1:
+            raise ValueError("residual: must be contiguous")
+        _args.check_align(rb, "residual")
+    y = _args.out_array(out, oshape, _args.dt(xb), xb, stream)
+    xend = xb.ptr + nb * k * xb.itemsize
+    if y.ptr < xend and xb.ptr < y.ptr + nb * n * xb.itemsize:
+        raise ValueError("out: overlaps x (matvec reads x while it writes out)")
+    bucket = next(b for b in _BUCKETS if b >= nb)
+    kern = _registry.get("matvec.cu", f"matvec_{code}_b{bucket}{_EPI[epi]}", defines, int(xb.device))
+    grid = -(-n // rows_per_block)
+    args = (wb, ub if ub is not None else 0, xb, y, rb if rb is not None else 0, n, k, nb, vec)
+    return kern, grid, args, y
+
+
+def matvec(weight, x, *, residual=None, out=None, stream=None):
+    """``y = x @ weight.T`` (+ ``residual``) for a batch of 1..8 activation rows.
+
+    Parameters
+    ----------
+    weight : device array [N, K] (float32/float16/bfloat16) or QuantWeight
+        Row-major; a ``QuantWeight`` in q4_k, q6_k, q8_0, q4_0, q4_1 (or a dense format).
+        Quantized weights need K to be a multiple of the block (checked by QuantWeight)
+        and a 16-byte aligned x.
+    x : device array [K] or [batch, K], float32/float16/bfloat16, contiguous
+    residual : device array, optional
+        Same shape and dtype as the result, added in the epilogue (may be ``out`` itself).
+    out : device array, optional
+        ``[N]`` or ``[batch, N]`` in x's dtype, contiguous, not overlapping x.
+    stream : Stream, optional
+
+    Returns
+    -------
+    DeviceBuffer or the array given as ``out``
+    """
+    kern, grid, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
+    kern.launch(grid, 32 * _WARPS, *args, stream=stream)
+    return out if out is not None else y
+
+
+def matvec_silu_mul(gate, up, x, *, out=None, stream=None):
+    """``y = silu(x @ gate.T) * (x @ up.T)`` in one launch (the SwiGLU MLP's first half).
+
+    ``gate`` and ``up`` have one format and shape ([N, K] arrays or QuantWeights; they may be
+    views of one buffer); the rest as :func:`matvec`.
+    """
+    kern, grid, args, y = _prepare(gate, up, x, None, out, stream, "glu")
+    kern.launch(grid, 32 * _WARPS, *args, stream=stream)
+    return out if out is not None else y
+
+
+def plan_matvec(weight, x, *, residual=None, out, stream=None):
+    """The launch of :func:`matvec` packed once: ``plan()`` replays it, ``graph.add_plan(plan)``
+    adds it to a graph. ``out`` is required (a plan writes into memory you name)."""
+    if out is None:
+        raise ValueError("plan_matvec: out= is required")
+    kern, grid, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
+    return kern.bind(grid, 32 * _WARPS, *args, stream=stream)
+
+
+def plan_matvec_silu_mul(gate, up, x, *, out, stream=None):
+    """:func:`matvec_silu_mul` as a plan (see :func:`plan_matvec`)."""
+    if out is None:
+        raise ValueError("plan_matvec_silu_mul: out= is required")
+    kern, grid, args, y = _prepare(gate, up, x, None, out, stream, "glu")
+    return kern.bind(grid, 32 * _WARPS, *args, stream=stream)
+
+
+matvec.plan = plan_matvec
+matvec_silu_mul.plan = plan_matvec_silu_mul
+
+_NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
+KERNELS = ([("matvec.cu", _NAMES, (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k))) for k, v in FORMATS.items()]
+           + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)])

@@ -1,0 +1,133 @@
+"""rmsnorm and layernorm over the last axis, with an optional fused residual add.
+
+``y = norm(x + residual)``, also writing ``x + residual`` to ``residual_out`` (which
+may be ``residual`` or ``x`` itself: the in-place update a transformer block wants).
+fp32, fp16, bf16; fp32 math. Each op has a plan form (``rmsnorm.plan(...)``) that
+returns a bound ``LaunchPlan`` whose ``args[0]`` is ``y`` and ``args[1]`` the residual
+output (0 without a residual).
+"""
+from barecuda.kernels import _args as A
+from barecuda.kernels._registry import get
+
+__all__ = ["rmsnorm", "layernorm"]
+
+VARIANTS = ("v1", "v2", "v4", "v8", "s8")
+KERNELS = [("norms.cu", tuple(f"{op}_{c}_{v}" for op in ("rmsnorm", "layernorm")
+                              for c in ("f32", "f16", "bf16") for v in VARIANTS), ())]
+
+
+def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
+    bx = A.array(x, "x", stream)
+    code = A.float_code(bx, "x")
+    n, cols, sx = A.rows(bx, "x")
+    A.check_align(bx, "x")
+    if cols < 1:
+        raise ValueError("x: the last axis is empty")
+    dev = int(bx.device)
+    bw = bb = br = bh = None
+    if weight is not None:
+        bw = A.array(weight, "weight", stream)
+        if A.dt(bw) != A.dt(bx):
+            raise TypeError(f"weight: dtype {A.dt(bw)}, expected {A.dt(bx)} (that of x)")
+        if bw.size != cols or bw.strides not in (None,) and bw.size > 1:
+            raise ValueError(f"weight: expected {cols} contiguous elements, got shape {tuple(bw.shape)}")
+    if bias is not None:
+        bb = A.array(bias, "bias", stream)
+        if A.dt(bb) != A.dt(bx):
+            raise TypeError(f"bias: dtype {A.dt(bb)}, expected {A.dt(bx)} (that of x)")
+        if bb.size != cols or bb.strides not in (None,) and bb.size > 1:
+            raise ValueError(f"bias: expected {cols} contiguous elements, got shape {tuple(bb.shape)}")
+    sr = sh = 0
+    if residual is not None:
+        br = A.array(residual, "residual", stream)
+        if A.dt(br) != A.dt(bx):
+            raise TypeError(f"residual: dtype {A.dt(br)}, expected {A.dt(bx)}")
+        if tuple(br.shape) != tuple(bx.shape):
+            raise ValueError(f"residual: shape {tuple(br.shape)}, expected {tuple(bx.shape)}")
+        _, _, sr = A.rows(br, "residual")
+        A.check_align(br, "residual")
+        if residual_out is None:
+            bh = A.out_array(None, bx.shape, A.dt(bx), bx, stream)
+        elif residual_out is residual or residual_out is x:
+            bh = br if residual_out is residual else bx
+        else:
+            bh = A.array(residual_out, "residual_out", stream)
+            if A.dt(bh) != A.dt(bx) or tuple(bh.shape) != tuple(bx.shape):
+                raise ValueError(f"residual_out: {A.dt(bh)} {tuple(bh.shape)}, expected {A.dt(bx)} {tuple(bx.shape)}")
+        _, _, sh = A.rows(bh, "residual_out")
+        A.check_align(bh, "residual_out")
+    elif residual_out is not None:
+        raise ValueError("residual_out given without residual")
+    if out is x:
+        by, sy = bx, sx
+    else:
+        by = A.out_array(out, bx.shape, A.dt(bx), bx, stream)
+        sy = cols
+    A.same_device(("x", bx), ("weight", bw), ("bias", bb), ("residual", br), ("residual_out", bh), ("out", by))
+    eps = A.scalar_f32(eps, "eps")
+    isz = bx.itemsize
+    vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy), (br, sr), (bh, sh), (bw, 0), (bb, 0)))
+    op = "layernorm" if ln else "rmsnorm"
+    k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("norms.cu", f"{op}_{code}_{v}", (), dev))
+    P = A.ptr_or_0
+    if ln:
+        args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, eps)
+    else:
+        args = (by, P(bh), bx, P(br), P(bw), cols, sy, sh, sx, sr, eps)
+    return k, n, block, args, (by if br is None else (by, bh))
+
+
+def rmsnorm(x, weight=None, eps=1e-6, *, residual=None, residual_out=None, out=None, stream=None):
+    """RMS normalisation over the last axis: ``y = h / sqrt(mean(h**2) + eps) * weight``
+    with ``h = x`` or, given ``residual``, ``h = x + residual`` (also written to
+    ``residual_out``: a new array, or ``residual``/``x`` itself for in place).
+
+    Parameters
+    ----------
+    x : device array (..., n) of float32, float16 or bfloat16
+        Rows with a contiguous last axis; leading axes may be strided.
+    weight : device array (n,), same dtype, optional
+    eps : float
+    residual, residual_out : device arrays shaped like x, optional
+    out : device array shaped like x (contiguous), or x itself; default: new
+    stream : Stream or foreign stream, optional
+
+    Returns
+    -------
+    y, or (y, residual_out) when ``residual`` is given.
+    """
+    k, n, block, args, res = _prep(False, x, weight, None, eps, residual, residual_out, out, stream)
+    if n:
+        k.launch(n, block, *args, stream=stream)
+    return res
+
+
+def layernorm(x, weight=None, bias=None, eps=1e-5, *, residual=None, residual_out=None, out=None, stream=None):
+    """Layer normalisation over the last axis: ``y = (h - mean) / sqrt(var + eps) * weight + bias``
+    (biased variance, as torch), ``h`` as in :func:`rmsnorm`. Returns y, or
+    (y, residual_out) when ``residual`` is given."""
+    k, n, block, args, res = _prep(True, x, weight, bias, eps, residual, residual_out, out, stream)
+    if n:
+        k.launch(n, block, *args, stream=stream)
+    return res
+
+
+def _plan(ln, x, weight, bias, eps, residual, residual_out, out, stream):
+    k, n, block, args, _ = _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream)
+    if not n:
+        raise ValueError("x has no rows: nothing to plan")
+    return k.bind(n, block, *args, stream=stream)
+
+
+def _rms_plan(x, weight=None, eps=1e-6, *, residual=None, residual_out=None, out=None, stream=None):
+    """The launch of :func:`rmsnorm` bound once: a ``LaunchPlan`` (``args[0]`` is y)."""
+    return _plan(False, x, weight, None, eps, residual, residual_out, out, stream)
+
+
+def _ln_plan(x, weight=None, bias=None, eps=1e-5, *, residual=None, residual_out=None, out=None, stream=None):
+    """The launch of :func:`layernorm` bound once: a ``LaunchPlan`` (``args[0]`` is y)."""
+    return _plan(True, x, weight, bias, eps, residual, residual_out, out, stream)
+
+
+rmsnorm.plan = _rms_plan
+layernorm.plan = _ln_plan

@@ -1,0 +1,74 @@
+"""softmax over the last axis, with a scale and an optional causal mask.
+
+fp32, fp16, bf16 (fp32 math). Plan form: ``softmax.plan(...)`` (``args[0]`` is y).
+"""
+from barecuda.kernels import _args as A
+from barecuda.kernels._registry import get
+
+__all__ = ["softmax"]
+
+KERNELS = [("softmax.cu", tuple(f"softmax_{c}_{v}" for c in ("f32", "f16", "bf16")
+                                for v in ("v1", "v2", "v4", "v8", "s8")), ())]
+
+
+def _prep(x, scale, causal, offset, out, stream):
+    bx = A.array(x, "x", stream)
+    code = A.float_code(bx, "x")
+    n, cols, sx = A.rows(bx, "x")
+    A.check_align(bx, "x")
+    if cols < 1:
+        raise ValueError("x: the last axis is empty")
+    if cols > 0x7fffffff:
+        raise ValueError("x: rows longer than 2**31-1")
+    scale = A.scalar_f32(scale, "scale")
+    qlen = 0
+    off = 0
+    if causal:
+        qlen = bx.shape[-2] if len(bx.shape) >= 2 else 1
+        off = cols - qlen if offset is None else A.int_arg(offset, "offset", -(1 << 31), (1 << 31) - 1)
+        if qlen < 1:
+            qlen = 1
+    elif offset is not None:
+        raise ValueError("offset is only meaningful with causal=True")
+    if out is x:
+        by, sy = bx, sx
+    else:
+        by = A.out_array(out, bx.shape, A.dt(bx), bx, stream)
+        sy = cols
+    isz = bx.itemsize
+    vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy)))
+    dev = int(bx.device)
+    k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("softmax.cu", f"softmax_{code}_{v}", (), dev))
+    return k, n, block, (by, bx, cols, sy, sx, scale, qlen, off), by
+
+
+def softmax(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
+    """``softmax(scale * x)`` over the last axis.
+
+    Parameters
+    ----------
+    x : device array (..., n) of float32, float16 or bfloat16
+    scale : float
+    causal : bool
+        x is (..., q, k) scores: row i of each (q, k) block sees columns
+        ``j <= i + offset``; the rest are 0.
+    offset : int, optional
+        Default ``k - q`` (the queries are the last q of the k positions).
+    out : device array like x (contiguous), or x itself; default: new
+    stream : optional
+    """
+    k, n, block, args, res = _prep(x, scale, causal, offset, out, stream)
+    if n:
+        k.launch(n, block, *args, stream=stream)
+    return res
+
+
+def _plan(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
+    """The launch of :func:`softmax` bound once (``args[0]`` is y)."""
+    k, n, block, args, _ = _prep(x, scale, causal, offset, out, stream)
+    if not n:
+        raise ValueError("x has no rows: nothing to plan")
+    return k.bind(n, block, *args, stream=stream)
+
+
+softmax.plan = _plan

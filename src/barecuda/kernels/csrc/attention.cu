@@ -1,0 +1,508 @@
+// attention.cu -- flash attention on tensor cores (mma.sync m16n8k16), owner: K3.
+//
+// Entry points (IS_BF16 0/1 -> f16/bf16; the head dim and the GQA group are -D defines):
+//   attn_decode_<dt>          one query token per head over a contiguous or paged KV cache,
+//                             split-KV (flash-decoding); the length is read from device memory
+//   attn_prefill_<dt>         causal or full flash attention, online softmax, GQA
+//   kv_append_<dt>            writes one token's K and V into the cache at a device-held position
+//
+// Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
+//          GROUP (decode: query heads per KV head, 1..16), DEC_WARPS, DEC_STAGES, DEC_L2PF, PF_WARPS,
+//          PF_STAGES, PF_QREG, PF_MINB.
+//
+// Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
+// ldmatrix phase (8 rows x 16 bytes) hit 8 distinct bank groups for all head dims above.
+#include "mma.cuh"
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef GROUP
+#define GROUP 1
+#endif
+#ifndef DEC_WARPS
+#define DEC_WARPS 4
+#endif
+#ifndef DEC_STAGES
+#define DEC_STAGES 4
+#endif
+#ifndef DEC_L2PF
+#define DEC_L2PF 0   // 1: decode copies carry the L2 256-byte prefetch hint
+#endif
+#ifndef PF_WARPS
+#define PF_WARPS 4
+#endif
+#ifndef ATTN_PREFILL
+#define ATTN_PREFILL 0   // 1: this build holds attn_prefill_*, else attn_decode_* and kv_append_*
+#endif
+#ifndef PF_QREG
+#define PF_QREG 1    // 1: prefill reads Q straight into registers (no shared Q tile)
+#endif
+#ifndef PF_MINB
+#define PF_MINB 2    // prefill __launch_bounds__ minimum blocks per SM
+#endif
+#ifndef PF_STAGES
+#define PF_STAGES 2
+#endif
+
+
+static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "HEAD_DIM: a multiple of 16 up to 256");
+static_assert(GROUP >= 1 && GROUP <= 16, "GROUP: 1..16 query heads per KV head");
+
+namespace {
+
+constexpr int D = HEAD_DIM;
+constexpr int RS = D * 2 + 16;       // bytes per shared row (padded)
+constexpr int CPR = D / 8;           // 16-byte chunks per row
+
+BC_DEV float neg_inf() { return __int_as_float(0xff800000); }
+
+// One warp: 16 query rows (A fragments qf) against NT keys held in shared memory at k_s/v_s
+// (row r at +r*RS). Updates the running max m (log2 domain), the per-lane partial row sums l
+// and the unnormalized output o. Keys >= kv_end, and with causal keys > row + causal_off, are masked.
+template <int IS_BF16, int NT, bool MASK>
+BC_DEV void attn_tile(const bc_u32 (&qf)[D / 16][4], bc_u32 k_s, bc_u32 v_s, float (&o)[D / 8][4], float (&m)[2],
+                      float (&l)[2], float scale_log2, int lane, int row0, int col0, int kv_end, bool causal,
+                      int causal_off) {
+    float s[NT / 8][4];
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    const bc_u32 k_lane = k_s + (bc_u32)(((lane & 7) + ((lane >> 4) << 3)) * RS + (((lane >> 3) & 1) << 4));
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+        for (int j = 0; j < NT / 8; j += 2) {
+            bc_u32 b0, b1, b2, b3;
+            bc_ldsm_x4(k_lane + (bc_u32)(j * 8 * RS + kk * 32), b0, b1, b2, b3);
+            bc_mma16816<IS_BF16>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
+            bc_mma16816<IS_BF16>(s[j + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b2, b3);
+        }
+    }
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[j][e] * scale_log2;
+            if (MASK) {
+                int key = col0 + j * 8 + 2 * (lane & 3) + (e & 1);
+                int row = row0 + (e >> 1) * 8;
+                if (key >= kv_end || (causal && key > row + causal_off)) x = neg_inf();
+            }
+            s[j][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float base[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        base[r] = (mx[r] == neg_inf()) ? 0.f : mx[r];
+        alpha[r] = bc_exp2(m[r] - base[r]);
+        m[r] = mx[r];
+        l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float p = bc_exp2(s[j][e] - base[e >> 1]);
+            s[j][e] = p;
+            l[e >> 1] += p;
+        }
+    }
+    const bc_u32 v_lane = v_s + (bc_u32)(((lane & 7) + (((lane >> 3) & 1) << 3)) * RS + ((lane >> 4) << 4));
+#pragma unroll
+    for (int kk = 0; kk < NT / 16; ++kk) {
+        bc_u32 a0 = bc_pack2<IS_BF16>(s[2 * kk][0], s[2 * kk][1]);
+        bc_u32 a1 = bc_pack2<IS_BF16>(s[2 * kk][2], s[2 * kk][3]);
+        bc_u32 a2 = bc_pack2<IS_BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        bc_u32 a3 = bc_pack2<IS_BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int j = 0; j < D / 8; j += 2) {
+            bc_u32 b0, b1, b2, b3;
+            bc_ldsm_x4_t(v_lane + (bc_u32)(kk * 16 * RS + j * 16), b0, b1, b2, b3);
+            bc_mma16816<IS_BF16>(o[j], a0, a1, a2, a3, b0, b1);
+            bc_mma16816<IS_BF16>(o[j + 1], a0, a1, a2, a3, b2, b3);
+        }
+    }
+}
+
+#if !ATTN_PREFILL
+// ------------------------------------------------------------------------------------------
+// decode
+// ------------------------------------------------------------------------------------------
+constexpr int DEC_BN = 16 * DEC_WARPS;   // keys per pipeline stage (16 per warp)
+
+BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_splits, int& len, int& chunk) {
+    len = __ldg(len_ptr) + len_offset;
+    len = len < 0 ? 0 : (len > max_ctx ? max_ctx : len);
+    int per = (len + n_splits - 1) / n_splits;
+    chunk = ((per + DEC_BN - 1) / DEC_BN) * DEC_BN;
+    if (chunk == 0) chunk = DEC_BN;
+}
+
+template <int IS_BF16>
+BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restrict__ kc, const bc_u16* __restrict__ vc,
+                             bc_u16* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, const int* __restrict__ len_ptr,
+                             int len_offset, int max_ctx, long long tok_stride, long long head_stride, int q_head_stride,
+                             int o_head_stride, const int* __restrict__ block_table, int page_size, int n_heads,
+                             int n_splits, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int kvh = blockIdx.y, split = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int len, chunk;
+    dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
+    const int start = split * chunk;
+    const int end = min(len, start + chunk);
+    if (start >= end && split != 0) return;   // empty split: not counted (split 0 runs even when len == 0)
+
+    // Q fragments: rows 0..GROUP-1 are the group's heads, the rest zero.
+    bc_u32 qf[D / 16][4];
+    {
+        const int g = lane >> 2, t = lane & 3;
+        const bc_u16* q0 = q + (long long)(kvh * GROUP + g) * q_head_stride + 2 * t;
+        const bc_u16* q1 = q + (long long)(kvh * GROUP + g + 8) * q_head_stride + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qf[kk][0] = g < GROUP ? *(const bc_u32*)(q0 + kk * 16) : 0u;
+            qf[kk][1] = g + 8 < GROUP ? *(const bc_u32*)(q1 + kk * 16) : 0u;
+            qf[kk][2] = g < GROUP ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
+            qf[kk][3] = g + 8 < GROUP ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+
+    const bc_u32 sbase = bc_smem_addr(smem);
+    constexpr int STAGE_BYTES = 2 * DEC_BN * RS;
+    const int ntile = (end - start + DEC_BN - 1) / DEC_BN;
+    const long long head_off = (long long)kvh * head_stride;
+
+    auto load = [&](int it) {
+        const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES);
+        const bc_u32 vs = ks + DEC_BN * RS;
+        for (int c = tid; c < DEC_BN * CPR; c += DEC_WARPS * 32) {
+            const int row = c / CPR, col = c % CPR;
+            const int tok = start + it * DEC_BN + row;
+            const bool ok = tok < end;
+            long long phys = tok;
+            if (block_table != nullptr && ok) phys = (long long)__ldg(block_table + tok / page_size) * page_size + tok % page_size;
+            const long long off = ok ? phys * tok_stride + head_off + col * 8 : 0;
+            if (DEC_L2PF) {
+                bc_cp_async16_pf(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
+                bc_cp_async16_pf(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+            } else {
+                bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
+                bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+            }
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < DEC_STAGES - 1; ++s) {
+        if (s < ntile) load(s);
+        bc_cp_async_commit();
+    }
+    for (int it = 0; it < ntile; ++it) {
+        bc_cp_async_wait<DEC_STAGES - 2>();
+        __syncthreads();
+        if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
+        bc_cp_async_commit();
+        const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES) + warp * 16 * RS;
+        const bc_u32 vs = ks + DEC_BN * RS;
+        const int col0 = start + it * DEC_BN + warp * 16;
+        if (col0 < end) {
+            if (col0 + 16 <= end)
+                attn_tile<IS_BF16, 16, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
+            else
+                attn_tile<IS_BF16, 16, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
+        }
+    }
+    bc_cp_async_wait<0>();
+    __syncthreads();
+
+    // merge the warps: shared float wm[W][16], wl[W][16], wo[W][GROUP][D]
+    float* wm = (float*)smem;
+    float* wl = wm + DEC_WARPS * 16;
+    float* wo = wl + DEC_WARPS * 16;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    {
+        const int g = lane >> 2, t = lane & 3;
+        if (t == 0) {
+            wm[warp * 16 + g] = m[0];
+            wm[warp * 16 + g + 8] = m[1];
+            wl[warp * 16 + g] = l[0];
+            wl[warp * 16 + g + 8] = l[1];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+            if (g < GROUP) {
+                wo[(warp * GROUP + g) * D + j * 8 + 2 * t] = o[j][0];
+                wo[(warp * GROUP + g) * D + j * 8 + 2 * t + 1] = o[j][1];
+            }
+            if (g + 8 < GROUP) {
+                wo[(warp * GROUP + g + 8) * D + j * 8 + 2 * t] = o[j][2];
+                wo[(warp * GROUP + g + 8) * D + j * 8 + 2 * t + 1] = o[j][3];
+            }
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < GROUP * D; idx += DEC_WARPS * 32) {
+        const int r = idx / D, d = idx % D;
+        float M = neg_inf();
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; ++w) M = fmaxf(M, wm[w * 16 + r]);
+        float L = 0.f, acc = 0.f;
+        if (M != neg_inf()) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; ++w) {
+                const float f = bc_exp2(wm[w * 16 + r] - M);
+                L += wl[w * 16 + r] * f;
+                acc += wo[(w * GROUP + r) * D + d] * f;
+            }
+        }
+        const int head = kvh * GROUP + r;
+        if (part == nullptr) {
+            out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
+        } else {
+            part[((long long)head * n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
+            if (d == 0) {
+                float* lse = part + (long long)n_heads * n_splits * D;
+                lse[head * n_splits + split] = L > 0.f ? M + __log2f(L) : neg_inf();
+            }
+        }
+    }
+    if (part == nullptr) return;
+    // The last block of this KV head to finish merges the splits (threadFenceReduction
+    // pattern) and re-arms the counter for the next launch or graph replay.
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    const int used = len > 0 ? (len + chunk - 1) / chunk : 1;
+    if (tid == 0) s_last = atomicAdd(counters + kvh, 1) == used - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const float* lse_all = part + (long long)n_heads * n_splits * D;
+    // weights of the splits, one warp per head of the group: sw[r * n_splits + s] = exp2(lse - M) / L
+    float* sw = (float*)smem;
+    for (int r = warp; r < GROUP; r += DEC_WARPS) {
+        const float* lse = lse_all + (long long)(kvh * GROUP + r) * n_splits;
+        float M = neg_inf();
+        for (int s = lane; s < used; s += 32) M = fmaxf(M, __ldcg(lse + s));
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+        float L = 0.f;
+        for (int s = lane; s < used; s += 32) {
+            const float f = M == neg_inf() ? 0.f : bc_exp2(__ldcg(lse + s) - M);
+            sw[r * n_splits + s] = f;
+            L += f;
+        }
+#pragma unroll
+        for (int o2 = 16; o2 > 0; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        for (int s = lane; s < used; s += 32) sw[r * n_splits + s] *= inv;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < GROUP * D; idx += DEC_WARPS * 32) {
+        const int r = idx / D, d = idx % D;
+        const int head = kvh * GROUP + r;
+        const float* po = part + (long long)head * n_splits * D + d;
+        const float* w = sw + r * n_splits;
+        float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+        int s = 0;
+        for (; s + 4 <= used; s += 4) {
+            acc0 += w[s] * __ldcg(po + (long long)s * D);
+            acc1 += w[s + 1] * __ldcg(po + (long long)(s + 1) * D);
+            acc2 += w[s + 2] * __ldcg(po + (long long)(s + 2) * D);
+            acc3 += w[s + 3] * __ldcg(po + (long long)(s + 3) * D);
+        }
+        for (; s < used; ++s) acc0 += w[s] * __ldcg(po + (long long)s * D);
+        out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>((acc0 + acc1) + (acc2 + acc3));
+    }
+    if (tid == 0) counters[kvh] = 0;
+}
+
+#endif  // !ATTN_PREFILL
+
+#if ATTN_PREFILL
+// ------------------------------------------------------------------------------------------
+// prefill
+// ------------------------------------------------------------------------------------------
+constexpr int PF_BM = 16 * PF_WARPS;
+constexpr int PF_BN = 64;
+
+template <int IS_BF16>
+BC_DEV void attn_prefill_impl(const bc_u16* __restrict__ q, const bc_u16* __restrict__ k, const bc_u16* __restrict__ v,
+                              bc_u16* __restrict__ out, int sq, int skv, int group, long long q_tok, long long q_head,
+                              long long q_batch, long long k_tok, long long k_head, long long k_batch, long long v_tok,
+                              long long v_head, long long v_batch, long long o_tok, long long o_head, long long o_batch,
+                              int causal, int causal_off, float scale_log2) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int mb = gridDim.x - 1 - blockIdx.x;   // heavy (late, causal) blocks first
+    const int head = blockIdx.y, b = blockIdx.z, kvh = head / group;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bc_u16* qb = q + b * q_batch + head * q_head;
+    const bc_u16* kb = k + b * k_batch + kvh * k_head;
+    const bc_u16* vb = v + b * v_batch + kvh * v_head;
+    const bc_u32 sq_s = bc_smem_addr(smem);
+    const bc_u32 skv_s = sq_s + (PF_QREG ? 0 : PF_BM * RS);
+    constexpr int STAGE_BYTES = 2 * PF_BN * RS;
+    const int m0 = mb * PF_BM;
+    bc_u32 qf[D / 16][4];
+
+    if (PF_QREG) {
+        const int r0 = m0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+        const bc_u16* q0 = qb + (long long)r0 * q_tok + 2 * (lane & 3);
+        const bc_u16* q1 = qb + (long long)r1 * q_tok + 2 * (lane & 3);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qf[kk][0] = r0 < sq ? *(const bc_u32*)(q0 + kk * 16) : 0u;
+            qf[kk][1] = r1 < sq ? *(const bc_u32*)(q1 + kk * 16) : 0u;
+            qf[kk][2] = r0 < sq ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
+            qf[kk][3] = r1 < sq ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
+        }
+    } else {
+        for (int c = tid; c < PF_BM * CPR; c += PF_WARPS * 32) {
+            const int row = c / CPR, col = c % CPR;
+            const bool ok = m0 + row < sq;
+            bc_cp_async16(sq_s + (bc_u32)(row * RS + col * 16), ok ? qb + (m0 + row) * q_tok + col * 8 : q, ok);
+        }
+    }
+    bc_cp_async_commit();
+
+    int kv_lim = skv;
+    if (causal) kv_lim = min(skv, max(0, m0 + PF_BM + causal_off));
+    const int ntile = (kv_lim + PF_BN - 1) / PF_BN;
+    auto load = [&](int it) {
+        const bc_u32 ks = skv_s + (bc_u32)((it % PF_STAGES) * STAGE_BYTES);
+        const bc_u32 vs = ks + PF_BN * RS;
+        for (int c = tid; c < PF_BN * CPR; c += PF_WARPS * 32) {
+            const int row = c / CPR, col = c % CPR;
+            const int tok = it * PF_BN + row;
+            const bool ok = tok < skv;
+            bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), ok ? kb + tok * k_tok + col * 8 : k, ok);
+            bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), ok ? vb + tok * v_tok + col * 8 : v, ok);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < PF_STAGES - 1; ++s) {
+        if (s < ntile) load(s);
+        bc_cp_async_commit();
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    const int row0 = m0 + warp * 16 + (lane >> 2);
+    for (int it = 0; it < ntile; ++it) {
+        bc_cp_async_wait<PF_STAGES - 2>();
+        __syncthreads();
+        if (!PF_QREG && it == 0) {
+            const bc_u32 a = sq_s + (bc_u32)((warp * 16 + (lane & 15)) * RS + ((lane >> 4) << 4));
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) bc_ldsm_x4(a + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+        }
+        if (it + PF_STAGES - 1 < ntile) load(it + PF_STAGES - 1);
+        bc_cp_async_commit();
+        const bc_u32 ks = skv_s + (bc_u32)((it % PF_STAGES) * STAGE_BYTES);
+        const bc_u32 vs = ks + PF_BN * RS;
+        const int col0 = it * PF_BN;
+        const bool need_mask = (col0 + PF_BN > skv) || (causal && col0 + PF_BN - 1 > m0 + warp * 16 + causal_off);
+        if (need_mask)
+            attn_tile<IS_BF16, PF_BN, true>(qf, ks, vs, o, m, l, scale_log2, lane, row0, col0, skv, causal != 0, causal_off);
+        else
+            attn_tile<IS_BF16, PF_BN, false>(qf, ks, vs, o, m, l, scale_log2, lane, row0, col0, skv, false, 0);
+    }
+    bc_cp_async_wait<0>();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    const float inv0 = l[0] > 0.f ? 1.f / l[0] : 0.f, inv1 = l[1] > 0.f ? 1.f / l[1] : 0.f;
+    bc_u16* ob = out + b * o_batch + head * o_head;
+    const int t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+        if (row0 < sq) *(bc_u32*)(ob + row0 * o_tok + j * 8 + 2 * t) = bc_pack2<IS_BF16>(o[j][0] * inv0, o[j][1] * inv0);
+        if (row0 + 8 < sq)
+            *(bc_u32*)(ob + (row0 + 8) * o_tok + j * 8 + 2 * t) = bc_pack2<IS_BF16>(o[j][2] * inv1, o[j][3] * inv1);
+    }
+}
+
+#else
+// ------------------------------------------------------------------------------------------
+// KV append: one token's K and V ([n_kv, D] each, rows src_head_stride apart) into the cache at
+// position *pos_ptr + pos_offset (contiguous, or paged through block_table). One thread per
+// 16-byte chunk; grid.x * blockDim.x >= n_kv * D / 8.
+// ------------------------------------------------------------------------------------------
+BC_DEV void kv_append_impl(const bc_u16* __restrict__ kn, const bc_u16* __restrict__ vn, bc_u16* __restrict__ kc,
+                           bc_u16* __restrict__ vc, const int* __restrict__ pos_ptr, int pos_offset, int max_ctx,
+                           long long tok_stride, long long head_stride, int src_head_stride,
+                           const int* __restrict__ block_table, int page_size, int n_kv) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_kv * CPR) return;
+    const int pos = __ldg(pos_ptr) + pos_offset;
+    if (pos < 0 || pos >= max_ctx) return;   // out of the cache: nothing is written
+    long long phys = pos;
+    if (block_table != nullptr) phys = (long long)__ldg(block_table + pos / page_size) * page_size + pos % page_size;
+    const int h = i / CPR, c = i % CPR;
+    const long long dst = phys * tok_stride + h * head_stride + c * 8;
+    const long long src = (long long)h * src_head_stride + c * 8;
+    *(uint4*)(kc + dst) = *(const uint4*)(kn + src);
+    *(uint4*)(vc + dst) = *(const uint4*)(vn + src);
+}
+#endif  // ATTN_PREFILL
+
+}  // namespace
+
+#if ATTN_PREFILL
+#define BC_ATTN_ENTRIES(DT, B)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(PF_WARPS * 32, PF_MINB) attn_prefill_##DT(                     \
+        const bc_u16* q, const bc_u16* k, const bc_u16* v, bc_u16* out, int sq, int skv, int group,             \
+        long long q_tok, long long q_head, long long q_batch, long long k_tok, long long k_head,                \
+        long long k_batch, long long v_tok, long long v_head, long long v_batch, long long o_tok,               \
+        long long o_head, long long o_batch, int causal, int causal_off, float scale_log2) {                    \
+        attn_prefill_impl<B>(q, k, v, out, sq, skv, group, q_tok, q_head, q_batch, k_tok, k_head, k_batch,      \
+                             v_tok, v_head, v_batch, o_tok, o_head, o_batch, causal, causal_off, scale_log2);   \
+    }
+#else
+#define BC_ATTN_ENTRIES(DT, B)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_##DT(                               \
+        const bc_u16* q, const bc_u16* kc, const bc_u16* vc, bc_u16* out, float* part, int* counters,            \
+        const int* len_ptr, int len_offset, int max_ctx, long long tok_stride, long long head_stride,           \
+        int q_head_stride, int o_head_stride, const int* block_table, int page_size, int n_heads, int n_splits, \
+        float scale_log2) {                                                                                      \
+        attn_decode_impl<B>(q, kc, vc, out, part, counters, len_ptr, len_offset, max_ctx, tok_stride,           \
+                            head_stride, q_head_stride, o_head_stride, block_table, page_size, n_heads,         \
+                            n_splits, scale_log2);                                                               \
+    }                                                                                                            \
+    extern "C" __global__ void kv_append_##DT(const bc_u16* kn, const bc_u16* vn, bc_u16* kc, bc_u16* vc,       \
+                                              const int* pos_ptr, int pos_offset, int max_ctx,                  \
+                                              long long tok_stride, long long head_stride, int src_head_stride, \
+                                              const int* block_table, int page_size, int n_kv) {                \
+        kv_append_impl(kn, vn, kc, vc, pos_ptr, pos_offset, max_ctx, tok_stride, head_stride, src_head_stride,   \
+                       block_table, page_size, n_kv);                                                            \
+    }
+#endif
+
+BC_ATTN_ENTRIES(f16, 0)
+BC_ATTN_ENTRIES(bf16, 1)

@@ -1,0 +1,91 @@
+// dequant.cu -- GGUF blocks to floats: y[i] = w[i] over a whole tensor.
+//
+// Entry points dequant_<fmt>_<out> (fmt in q4_0, q4_1, q8_0, q4_k, q6_k; out in f32, f16,
+// bf16), parameters (const u8* q, out_t* y, long long nblocks). A tensor's blocks are
+// contiguous and its weights are the blocks' weights in order, so the kernel is flat over
+// blocks: each warp takes segments of blocks (grid-stride), stages them into shared memory
+// (cp.async, double-buffered; quant.cuh), and each lane decodes 32-weight units and writes
+// them with 16-byte stores.
+#include "common.cuh"
+#include "quant.cuh"
+
+#define DQ_WARPS 4
+#ifndef DQ_P8
+#define DQ_P8 0         // 1 = 8 weights per lane (BcQ::part: coalesced stores), 0 = 32 (BcQ::unit)
+#endif
+
+template <typename OT> BC_DEV void dq_store32(OT* y, const float* w) {
+#pragma unroll
+    for (int i = 0; i < 32 / BcVec<OT>::N; ++i) {
+        BcVec<OT> v;
+        bc_vpack(v, w + i * BcVec<OT>::N);
+        bc_vstore(y + i * BcVec<OT>::N, v);
+    }
+}
+
+template <int F, typename OT>
+BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
+    using Q = BcQ<F>;
+    constexpr int SEGB = Q::QK == 256 ? 8 : 64;
+    constexpr int SB = BCQ_STAGE_BYTES(SEGB * Q::BYTES);
+    __shared__ __align__(16) u8 stage[DQ_WARPS][2][SB];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const long long gw = (long long)blockIdx.x * DQ_WARPS + wi, tw = (long long)gridDim.x * DQ_WARPS;
+    const long long nseg = (nblocks + SEGB - 1) / SEGB;
+    const u8* end = qb + nblocks * Q::BYTES;
+    if (gw >= nseg) return;
+    auto stage_seg = [&](long long sg, int buf) {
+        const int nb = (int)min((long long)SEGB, nblocks - sg * SEGB);
+        bcq_stage(stage[wi][buf], qb + sg * SEGB * Q::BYTES, nb * Q::BYTES, end, lane);
+    };
+    stage_seg(gw, 0);
+    bcq_commit();
+    int buf = 0;
+    for (long long sg = gw; sg < nseg; sg += tw, buf ^= 1) {
+        if (sg + tw < nseg) stage_seg(sg + tw, buf ^ 1);
+        bcq_commit();
+        bcq_wait<1>();
+        __syncwarp();
+        const int nbk = (int)min((long long)SEGB, nblocks - sg * SEGB);
+        const u8* g = qb + sg * SEGB * Q::BYTES;
+        const u8* s0 = stage[wi][buf] + (reinterpret_cast<u64>(g) & 15);
+#if DQ_P8
+        // 8 weights per lane, lanes covering blocks contiguously: coalesced 16-byte stores
+        constexpr int P = Q::QK / 8;
+        for (int gp = lane; gp < nbk * P; gp += 32) {
+            const int blk = gp / P, pi = gp % P;
+            float q[8], a, c;
+            Q::part(s0 + blk * Q::BYTES, pi, q, a, c);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
+            OT* yp = y + ((sg * SEGB + blk) * Q::QK + pi * 8);
+#pragma unroll
+            for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
+                BcVec<OT> v;
+                bc_vpack(v, q + i * BcVec<OT>::N);
+                bc_vstore(yp + i * BcVec<OT>::N, v);
+            }
+        }
+#else
+        for (int u = lane; u < nbk * Q::UNITS; u += 32) {
+            const int blk = u / Q::UNITS, ui = u % Q::UNITS;
+            float q[32], a[2], c[2];
+            Q::unit(s0 + blk * Q::BYTES, ui, q, a, c);
+#pragma unroll
+            for (int i = 0; i < 32; ++i) q[i] = fmaf(a[i >> 4], q[i], c[i >> 4]);
+            dq_store32(y + ((sg * SEGB + blk) * Q::QK + ui * 32), q);
+        }
+#endif
+        __syncwarp();
+    }
+}
+
+#define DQ_ENTRY(fname, F, code, OT)                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * DQ_WARPS)                                 \
+    dequant_##fname##_##code(const u8* q, OT* y, long long nblocks) { dequant<F, OT>(q, y, nblocks); }
+#define DQ_OUTS(fname, F) DQ_ENTRY(fname, F, f32, float) DQ_ENTRY(fname, F, f16, bc_half) DQ_ENTRY(fname, F, bf16, bc_bf16)
+DQ_OUTS(q4_0, BC_Q4_0)
+DQ_OUTS(q4_1, BC_Q4_1)
+DQ_OUTS(q8_0, BC_Q8_0)
+DQ_OUTS(q4_k, BC_Q4_K)
+DQ_OUTS(q6_k, BC_Q6_K)

@@ -1,0 +1,374 @@
+"""GGUF block formats (csrc/quant.cuh) and the dequantize op (csrc/dequant.cu).
+
+CPU: the block structs compile and match gguf's GGML_QUANT_SIZES (NVRTC static_asserts
+fed with gguf's numbers); dequant.cu compiles with real NVRTC for sm_80/sm_90 with no
+warnings; QuantWeight's and dequantize's checks raise before any launch on the driver
+double; a launch's geometry and parameters.
+GPU (--gpu): every format against ``gguf.quants.dequantize`` on fresh random blocks
+(Q4_K max error < 1e-4 in float32), odd shapes and block counts that leave a partial
+segment and a tensor end inside a 16-byte chunk; the plan form inside a captured graph.
+"""
+import struct
+
+import numpy as np
+import pytest
+
+import barecuda as bc
+from barecuda.kernels import _dequant as D
+from barecuda.kernels import _registry
+
+gguf = pytest.importorskip("gguf")
+from gguf import quants as gq  # noqa: E402
+
+gpu = pytest.mark.gpu
+QFORMATS = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
+GT = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+      "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_k": gguf.GGMLQuantizationType.Q4_K,
+      "q6_k": gguf.GGMLQuantizationType.Q6_K}
+# byte offsets of the f16 scale fields in each block (ggml-common.h)
+F16_FIELDS = {"q4_0": (0,), "q4_1": (0, 2), "q8_0": (0,), "q4_k": (0, 2), "q6_k": (208,)}
+
+
+def random_blocks(rng, fmt, n_weights):
+    """Random bytes for n_weights of ``fmt`` with sane f16 scales: any such bytes are valid
+    blocks (every bit pattern of the quants and 6/8-bit scales means something)."""
+    _, _, qk, nb = D.format_info(fmt)
+    raw = rng.integers(0, 256, size=(n_weights // qk, nb), dtype=np.uint8)
+    for off in F16_FIELDS[fmt]:
+        v = (rng.uniform(0.002, 0.05, raw.shape[0]) * rng.choice([-1, 1], raw.shape[0])).astype(np.float16)
+        if fmt in ("q4_k",):
+            v = np.abs(v)
+        raw[:, off:off + 2] = v.view(np.uint8).reshape(-1, 2)
+    return raw.reshape(-1)
+
+
+def reference(raw, fmt, shape):
+    return gq.dequantize(raw, GT[fmt]).astype(np.float64).reshape(shape)
+
+
+def from_dev(b, dtype):
+    """float64 numpy copy of a device array, in its shape (a dtype view is flat)."""
+    if dtype == "float32":
+        return b.to_numpy().astype(np.float64).reshape(b.shape)
+    u = b.view("uint16").to_numpy().reshape(b.shape)
+    if dtype == "float16":
+        return u.view(np.float16).astype(np.float64)
+    return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def rounding(dtype):
+    return {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]
+
+
+# ------------------------------------------------------------------ CPU: layouts, compile
+def test_formats_table_matches_gguf():
+    for fmt in QFORMATS + ["f32", "f16", "bf16"]:
+        name, t, qk, nb = D.format_info(fmt)
+        gt = gguf.GGMLQuantizationType(t)
+        assert gguf.GGML_QUANT_SIZES[gt] == (qk, nb), fmt
+        assert gt.name.lower() == name
+        assert D.format_info(gt) == (name, t, qk, nb)
+        assert D.format_info(fmt.upper()) == (name, t, qk, nb)
+    assert D.format_info("float16")[0] == "f16"
+    with pytest.raises(ValueError, match="not supported"):
+        D.format_info("q5_k")
+    with pytest.raises(ValueError, match="ggml type 13"):
+        D.format_info(13)
+    with pytest.raises(TypeError):
+        D.format_info(1.5)
+
+
+def test_block_structs_match_gguf_sizes():
+    """quant.cuh's structs, compiled by NVRTC, have gguf's sizes and the format codes are
+    ggml's type numbers (static_asserts against values taken from the gguf package)."""
+    Q = gguf.GGMLQuantizationType
+    checks = []
+    for struct_name, code_macro, t in (("bq4_0", "BC_Q4_0", Q.Q4_0), ("bq4_1", "BC_Q4_1", Q.Q4_1),
+                                       ("bq8_0", "BC_Q8_0", Q.Q8_0), ("bq4_K", "BC_Q4_K", Q.Q4_K),
+                                       ("bq6_K", "BC_Q6_K", Q.Q6_K)):
+        qk, nb = gguf.GGML_QUANT_SIZES[t]
+        checks.append(f"static_assert(sizeof({struct_name}) == {nb}, \"{struct_name} size\");")
+        checks.append(f"static_assert({code_macro} == {int(t)}, \"{code_macro}\");")
+        checks.append(f"static_assert(BcQ<{code_macro}>::BYTES == {nb} && BcQ<{code_macro}>::QK == {qk}, \"{code_macro} traits\");")
+        checks.append(f"static_assert(BcQ<{code_macro}>::UNITS * 32 == {qk}, \"units\");")
+    src = '#include "quant.cuh"\n' + "\n".join(checks) + '\nextern "C" __global__ void k() {}\n'
+    prog = bc.Program(src, name="layout_check.cu", include_paths=[_registry.CSRC], options=list(_registry.OPTIONS))
+    oc = prog.compile("ptx", arch="compute_80", cache=False)
+    assert oc.log.strip() == ""
+    # the negative: a wrong size is caught
+    bad = '#include "quant.cuh"\nstatic_assert(sizeof(bq6_K) == 208, "x");\n'
+    with pytest.raises(bc.CompileError):
+        bc.Program(bad, name="bad.cu", include_paths=[_registry.CSRC],
+                   options=list(_registry.OPTIONS)).compile("ptx", arch="compute_80", cache=False)
+
+
+HOST_SHIM = r"""
+#include <cstdint>
+#include <cstring>
+#include <cmath>
+typedef uint8_t u8; typedef uint16_t u16; typedef uint32_t u32; typedef uint64_t u64; typedef int8_t i8;
+#define BC_DEV inline
+#define __align__(n) alignas(n)
+struct uint4 { u32 x, y, z, w; };
+static inline float __uint_as_float(u32 v) { float f; std::memcpy(&f, &v, 4); return f; }
+static inline u32 __funnelshift_r(u32 lo, u32 hi, u32 sh) { sh &= 31; return sh ? (lo >> sh) | (hi << (32 - sh)) : lo; }
+static inline float bc_half_to_float(u16 h) {
+    const u32 s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? std::ldexp((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+"""
+HOST_MAIN = r"""
+#include "quant.cuh"
+#include <cstdio>
+#include <vector>
+static int g_parts = 0;                 // 0: unit() decoders, 1: part() decoders
+template <int F> static void run(const u8* q, long nblocks, float* y) {
+    using Q = BcQ<F>;
+    for (long b = 0; b < nblocks; ++b) {
+        if (g_parts) {
+            for (int p = 0; p < Q::QK / 8; ++p) {
+                float v[8], a, c;
+                Q::part(q + b * Q::BYTES, p, v, a, c);
+                for (int i = 0; i < 8; ++i) y[b * Q::QK + p * 8 + i] = std::fma(a, v[i], c);
+            }
+            continue;
+        }
+        for (int u = 0; u < Q::UNITS; ++u) {
+            float v[32], a[2], c[2];
+            Q::unit(q + b * Q::BYTES, u, v, a, c);
+            for (int i = 0; i < 32; ++i) y[b * Q::QK + u * 32 + i] = std::fma(a[i >> 4], v[i], c[i >> 4]);
+        }
+    }
+}
+int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part
+    const int f = atoi(argv[1]);
+    g_parts = argc > 5 && argv[5][0] == 'p';
+    const long n = atol(argv[3]);
+    std::vector<u8> buf(n + 64);            // 16-byte aligned start (new[]), padded for the funnel reads
+    FILE* fi = fopen(argv[2], "rb");
+    if (fread(buf.data(), 1, n, fi) != (size_t)n) return 2;
+    fclose(fi);
+    std::vector<float> y;
+    #define RUN(F) { y.resize(n / BcQ<F>::BYTES * BcQ<F>::QK); run<F>(buf.data(), n / BcQ<F>::BYTES, y.data()); }
+    switch (f) {
+        case BC_Q4_0: RUN(BC_Q4_0) break;
+        case BC_Q4_1: RUN(BC_Q4_1) break;
+        case BC_Q8_0: RUN(BC_Q8_0) break;
+        case BC_Q4_K: RUN(BC_Q4_K) break;
+        case BC_Q6_K: RUN(BC_Q6_K) break;
+        default: return 3;
+    }
+    FILE* fo = fopen(argv[4], "wb");
+    fwrite(y.data(), sizeof(float), y.size(), fo);
+    fclose(fo);
+    return 0;
+}
+"""
+
+
+def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
+    """quant.cuh's decoders (unit() and part(): the code every quant kernel runs), compiled for the CPU with
+    a few shims for CUDA intrinsics, reproduce gguf.quants.dequantize bit for bit in float32
+    on random blocks of every format (both 2-byte alignments of the odd-sized blocks)."""
+    import shutil
+    import subprocess
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "shim.h").write_text(HOST_SHIM)
+    (tmp_path / "main.cpp").write_text(HOST_MAIN)
+    exe = tmp_path / "decode"
+    subprocess.run([cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-DBCQ_HOST", "-include", str(tmp_path / "shim.h"),
+                    "-I", _registry.CSRC, str(tmp_path / "main.cpp"), "-o", str(exe)], check=True)
+    rng = np.random.default_rng()
+    for fmt in QFORMATS:
+        _, t, qk, nb = D.format_info(fmt)
+        raw = random_blocks(rng, fmt, qk * 37)
+        (tmp_path / "in.bin").write_bytes(raw.tobytes())
+        ref = reference(raw, fmt, (raw.size // nb * qk,))
+        for mode in ("unit", "part"):
+            subprocess.run([str(exe), str(t), str(tmp_path / "in.bin"), str(raw.size), str(tmp_path / "out.bin"), mode],
+                           check=True)
+            got = np.fromfile(tmp_path / "out.bin", dtype=np.float32).astype(np.float64)
+            assert got.shape == ref.shape
+            assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), (fmt, mode)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_dequant_source_compiles_without_warnings(arch):
+    (src, names, defines), = [e for e in D.KERNELS]
+    oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
+    assert oc.log.strip() == ""
+    assert len(names) == 15
+
+
+# ------------------------------------------------------------------ CPU: checks on the double
+_PTX = {}
+
+
+def lowered_ptx_get(source, name, defines=(), device=None):
+    """_registry.get for the driver double: PTX with its ISA line lowered to what the double's
+    driver (CUDA 13.0) accepts; the double cannot load cubins and only reads entry points
+    and parameters."""
+    import re
+    from barecuda._program import ObjectCode
+    key = (source, defines)
+    if key not in _PTX:
+        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80", cache=True).code
+        code = code.decode() if isinstance(code, bytes) else code
+        _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
+    return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
+
+
+@pytest.fixture
+def fake(fake, monkeypatch):
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
+    return fake
+
+
+def test_quantweight_checks(fake):
+    buf = bc.empty((144 * 6,), "uint8")
+    qw = D.QuantWeight(buf, "Q4_K", (3, 512))
+    assert (qw.format, qw.ggml_type, qw.shape, qw.nbytes) == ("q4_k", 12, (3, 512), 864)
+    assert D.QuantWeight(buf, gguf.GGMLQuantizationType.Q4_K, [3, 512]).format == "q4_k"
+    with pytest.raises(ValueError, match="multiple of 256"):
+        D.QuantWeight(buf, "q4_k", (6, 144))
+    with pytest.raises(ValueError, match="864 bytes"):
+        D.QuantWeight(buf, "q4_k", (2, 512))
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        D.QuantWeight(bc.empty((144 * 6 + 2,), "uint8")[2:], "q4_k", (3, 512))
+    with pytest.raises(ValueError, match="positive"):
+        D.QuantWeight(buf, "q4_k", (0, 512))
+    with pytest.raises(TypeError, match="address has"):
+        D.QuantWeight(buf.ptr, "q4_k", (3, 512))
+    with pytest.raises(ValueError, match="not supported"):
+        D.QuantWeight(buf, "q2_k", (3, 512))
+
+
+def test_dequantize_checks_raise_before_launch(fake):
+    buf = bc.empty((34 * 10,), "uint8")
+    n0 = fake.launch_count()
+    with pytest.raises(TypeError, match="format= and shape="):
+        D.dequantize(buf)
+    with pytest.raises(ValueError, match="block format"):
+        D.dequantize(bc.empty((40,), "uint8"), "f16", (20,))
+    with pytest.raises(TypeError, match="dtype"):
+        D.dequantize(buf, "q8_0", (10, 32), dtype="int32")
+    with pytest.raises(ValueError, match="shape"):
+        D.dequantize(buf, "q8_0", (10, 32), out=bc.empty((10, 31), "float16"))
+    with pytest.raises(TypeError, match="dtype"):
+        D.dequantize(buf, "q8_0", (10, 32), out=bc.empty((10, 32), "float32"))
+    with pytest.raises(ValueError, match="aligned"):
+        D.dequantize(buf, "q8_0", (10, 32), dtype="float32", out=bc.empty((10 * 32 + 1,), "float32")[1:].view(shape=(10, 32)))
+    with pytest.raises(ValueError, match="out= is required"):
+        D.plan_dequantize(buf, "q8_0", (10, 32), out=None)
+    assert fake.launch_count() == n0
+
+
+def test_dequantize_launch_on_the_double(fake):
+    n_blocks = 8 * 33 + 3                       # q4_k: 33 full segments of 8 blocks and a partial one
+    buf = bc.zeros((144 * n_blocks,), "uint8")
+    out = D.dequantize(buf, "q4_k", (n_blocks, 256), dtype="bfloat16")
+    assert out.shape == (n_blocks, 256) and out.dtype == "bfloat16"
+    la = fake.last_launch()
+    assert la.name == "dequant_q4_k_bf16"
+    assert la.block == (128, 1, 1)
+    assert la.grid[0] == min(-(-34 // 4), D.sm_count(0) * 16)
+    assert struct.unpack_from("<QQq", la.params, 0) == (buf.ptr, out.ptr, n_blocks)
+    qw = D.QuantWeight(buf, "q4_k", (n_blocks, 256))
+    o2 = bc.empty((n_blocks, 256), "float32")
+    plan = D.dequantize.plan(qw, dtype="float32", out=o2)
+    n0 = fake.launch_count()
+    plan()
+    assert fake.launch_count() == n0 + 1
+    assert fake.last_launch().name == "dequant_q4_k_f32"
+
+
+# ------------------------------------------------------------------ GPU
+SHAPES = {  # (rows, cols) per block size: partial segments, odd block counts, 1 row
+    32: [(1, 32), (3, 96), (7, 32 * 77), (129, 32 * 9), (64, 4096)],
+    256: [(1, 256), (5, 768), (3, 256 * 17), (67, 256 * 3), (128, 4096)],
+}
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_dequantize_matches_gguf(fmt, dtype):
+    rng = np.random.default_rng()
+    qk = D.format_info(fmt)[2]
+    for shape in SHAPES[qk]:
+        raw = random_blocks(rng, fmt, shape[0] * shape[1])
+        ref = reference(raw, fmt, shape)
+        qb = bc.to_device(raw)
+        got = from_dev(D.dequantize(qb, fmt, shape, dtype=dtype), dtype)
+        err = np.abs(got - ref).max()
+        tol = 1e-4 if dtype == "float32" else rounding(dtype) * np.abs(ref).max() * 1.01
+        assert err <= tol, (fmt, dtype, shape, err)
+        if dtype == "float32" and fmt == "q4_k":
+            assert err < 1e-4
+
+
+@gpu
+def test_dequantize_tail_chunk_and_offsets():
+    """A Q8_0 tensor viewed at an odd 16-byte offset whose end is not 16-byte aligned: the
+    last chunk is read 2 bytes at a time (memcheck-clean), the values still match."""
+    rng = np.random.default_rng()
+    fmt, shape = "q8_0", (5, 32 * 3)                    # 15 blocks = 510 bytes
+    raw = random_blocks(rng, fmt, shape[0] * shape[1])
+    big = bc.zeros((16 * 7 + raw.size,), "uint8")
+    view = big[16 * 3: 16 * 3 + raw.size]
+    view.copy_from(raw)
+    got = from_dev(D.dequantize(D.QuantWeight(view, fmt, shape), dtype="float32"), "float32")
+    assert np.abs(got - reference(raw, fmt, shape)).max() < 1e-5
+
+
+@gpu
+def test_dequantize_plan_in_a_captured_graph():
+    rng = np.random.default_rng()
+    fmt, shape = "q6_k", (33, 512)
+    raw = random_blocks(rng, fmt, shape[0] * shape[1])
+    s = bc.Stream()
+    qb = bc.to_device(raw, stream=s)
+    out = bc.empty(shape, "float16", stream=s)
+    s.synchronize()
+    with s.capture() as g:
+        D.dequantize(qb, fmt, shape, out=out, stream=s)
+    g.keep_alive(qb, out)
+    exe = g.instantiate()
+    for _ in range(2):
+        out.memset(0, stream=s)
+        exe.launch(s)
+        s.synchronize()
+        got = from_dev(out, "float16")
+        ref = reference(raw, fmt, shape)
+        assert np.abs(got - ref).max() <= 2 ** -11 * np.abs(ref).max() * 1.01
+    raw2 = random_blocks(rng, fmt, shape[0] * shape[1])
+    qb.copy_from(raw2, stream=s)
+    out2 = bc.empty(shape, "float32", stream=s)
+    plan = D.plan_dequantize(qb, fmt, shape, dtype="float32", out=out2, stream=s)
+    plan()
+    s.synchronize()
+    assert np.abs(from_dev(out2, "float32") - reference(raw2, fmt, shape)).max() < 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_dequantize_eight_weights_per_lane(fmt, dtype):
+    """dequant.cu built with DQ_P8=1 (BcQ::part, coalesced stores; the bench's candidate)."""
+    rng = np.random.default_rng()
+    qk = D.format_info(fmt)[2]
+    code = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
+    kern = _registry.get("dequant.cu", f"dequant_{fmt}_{code}", (("DQ_P8", 1),))
+    for shape in SHAPES[qk]:
+        raw = random_blocks(rng, fmt, shape[0] * shape[1])
+        ref = reference(raw, fmt, shape)
+        qb = bc.to_device(raw)
+        out = bc.empty(shape, dtype)
+        nblocks = raw.size // D.format_info(fmt)[3]
+        kern.launch(max(1, -(-nblocks // (D._SEG[qk] * 4))), 128, qb, out, nblocks)
+        got = from_dev(out, dtype)
+        tol = 1e-5 * np.abs(ref).max() if dtype == "float32" else rounding(dtype) * np.abs(ref).max() * 1.01
+        assert np.abs(got - ref).max() <= tol, (fmt, dtype, shape)

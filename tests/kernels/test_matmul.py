@@ -1,0 +1,204 @@
+"""matmul (csrc/gemm.cu): tensor-core and SIMT kernels, transposes, alpha/beta, batches.
+
+CPU: the source compiles with real NVRTC for sm_80/sm_90 with no warnings; dispatch (which
+kernel, grid, leading dims) and argument checks on the driver double.
+GPU (--gpu): float64 numpy references on fresh random data (the spec's fp32 thresholds:
+4x4 identity, random shapes < 1e-3), odd shapes and tails, torch.matmul.
+"""
+import struct
+
+import numpy as np
+import pytest
+
+import barecuda as bc
+from barecuda.kernels import _matmul as MM
+from barecuda.kernels import _registry
+
+gpu = pytest.mark.gpu
+
+
+def to_dev(x, dtype):
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "float32":
+        return bc.to_device(x), x.astype(np.float64)
+    if dtype == "float16":
+        h = x.astype(np.float16)
+        return bc.to_device(h), h.astype(np.float64)
+    u = x.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return bc.to_device(bits).view("bfloat16", x.shape), back.reshape(x.shape)
+
+
+def from_dev(b, dtype):
+    shape = tuple(b.shape)
+    if dtype == "float32":
+        return b.to_numpy().reshape(shape).astype(np.float64)
+    u = b.view("uint16", shape).to_numpy().reshape(shape)
+    if dtype == "float16":
+        return u.view(np.float16).astype(np.float64)
+    return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+# ------------------------------------------------------------------ CPU
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("defines", [MM._tc_defines(0, 0), MM._tc_defines(1, 0), MM._tc_defines(0, 1),
+                                     MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
+def test_gemm_source_compiles_without_warnings(arch, defines):
+    if arch == "sm_90" and defines[0] == ("TRANS_A", 0) and defines[1] == ("TRANS_B", 0):
+        for bm, bn, wm, wn, bk, st in TILES.values():
+            oc = _registry.compile_code(MM.SOURCE, defines[:2] + (
+                ("GEMM_STAGES", st), ("GEMM_BK", bk), ("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm),
+                ("GEMM_WARPS_N", wn)), target="cubin", arch=arch)
+            assert oc.log.strip() == ""
+    oc = _registry.compile_code(MM.SOURCE, defines, target="cubin", arch=arch)
+    assert oc.log.strip() == ""
+
+
+_PTX = {}
+
+
+@pytest.fixture
+def fake(fake, monkeypatch):
+    """The double loads PTX (ISA line lowered to its driver); see test_attention.py."""
+    import re
+    from barecuda._program import ObjectCode
+
+    def get(source, name, defines=(), device=None):
+        key = (source, defines)
+        if key not in _PTX:
+            code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
+            code = code.decode() if isinstance(code, bytes) else code
+            _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
+        return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
+    monkeypatch.setattr(_registry, "get", get)
+    return fake
+
+
+def test_matmul_checks_raise_before_launch(fake):
+    a = bc.empty((64, 32), "float16")
+    b = bc.empty((32, 48), "float16")
+    n0 = fake.launch_count()
+    with pytest.raises(ValueError, match="inner"):
+        MM.matmul(a, bc.empty((31, 48), "float16"))
+    with pytest.raises(TypeError, match="differs"):
+        MM.matmul(a, bc.empty((32, 48), "bfloat16"))
+    with pytest.raises(TypeError, match="not supported"):
+        MM.matmul(bc.empty((4, 4), "int32"), bc.empty((4, 4), "int32"))
+    with pytest.raises(ValueError, match="beta"):
+        MM.matmul(a, b, beta=1.0)
+    with pytest.raises(ValueError, match="out"):
+        MM.matmul(a, b, out=bc.empty((64, 47), "float16"))
+    with pytest.raises(ValueError, match="backend"):
+        MM.matmul(a, b, backend="magic")
+    with pytest.raises(ValueError, match="batch"):
+        MM.matmul(bc.empty((2, 64, 32), "float16"), bc.empty((3, 32, 48), "float16"))
+    with pytest.raises(ValueError, match="2-D"):
+        MM.matmul(bc.empty((64,), "float16"), b)
+    assert fake.launch_count() == n0
+
+
+def test_matmul_dispatch_on_the_double(fake):
+    a = bc.empty((300, 64), "bfloat16")
+    b = bc.empty((64, 136), "bfloat16")
+    out = MM.matmul(a, b)
+    la = fake.last_launch()
+    assert la.name == "gemm_tc_bf16" and la.block == (32 * MM.WARPS_M * MM.WARPS_N, 1, 1)
+    assert la.grid == (3 * 2, 1, 1) and la.shared == MM.tc_smem(0, 0)
+    assert tuple(out.shape) == (300, 136)
+    # M, N, K, lda, ldb, ldc after the three pointers
+    m, n, k = struct.unpack_from("<3i", la.params, 24)
+    lda, ldb, ldc = struct.unpack_from("<3q", la.params, 40)
+    assert (m, n, k, lda, ldb, ldc) == (300, 136, 64, 64, 136, 136)
+    # trans_b with b given as [N, K]; batched a with a broadcast b
+    MM.matmul(bc.empty((3, 40, 64), "float16"), bc.empty((136, 64), "float16"), trans_b=True)
+    la = fake.last_launch()
+    assert la.name == "gemm_tc_f16" and la.grid == (2, 1, 3)
+    # K not a multiple of 8 -> SIMT; float32 -> SIMT
+    MM.matmul(bc.empty((16, 9), "float16"), bc.empty((9, 16), "float16"))
+    assert fake.last_launch().name == "gemm_simt_f16"
+    MM.matmul(bc.empty((16, 8), "float32"), bc.empty((8, 16), "float32"))
+    assert fake.last_launch().name == "gemm_simt_f32"
+    p = MM.plan_matmul(a, b, out=out)
+    n0 = fake.launch_count()
+    p()
+    assert fake.launch_count() == n0 + 1
+
+
+# ------------------------------------------------------------------ GPU
+TILES = {"128x128w8": (128, 128, 2, 4, 32, 4), "128x256w8": (128, 256, 2, 4, 32, 4),
+         "128x128w4": (128, 128, 2, 2, 32, 4), "128x128w4k64": (128, 128, 2, 2, 64, 3)}
+
+
+@pytest.fixture(params=sorted(TILES))
+def tile(request, monkeypatch):
+    """Each tensor-core tile the bench compares (BM, BN, warps M x N, BK, stages)."""
+    bm, bn, wm, wn, bk, st = TILES[request.param]
+    for name, v in (("BM", bm), ("BN", bn), ("WARPS_M", wm), ("WARPS_N", wn), ("BK", bk), ("STAGES", st)):
+        monkeypatch.setattr(MM, name, v)
+    return request.param
+
+
+@gpu
+def test_fp32_identity_times_matrix_is_the_matrix():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    eye, _ = to_dev(np.eye(4, dtype=np.float32), "float32")
+    xd, x64 = to_dev(x, "float32")
+    got = from_dev(MM.matmul(eye, xd), "float32")
+    assert np.abs(got - x64).max() < 1e-3
+    got = from_dev(MM.matmul(xd, eye), "float32")
+    assert np.abs(got - x64).max() < 1e-3
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_matmul_random_shapes_match_float64(dtype, ta, tb, tile):
+    rng = np.random.default_rng(7 + 2 * ta + tb)
+    tol = {"float32": 1e-3, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    for m, n, k in [(1, 1, 1), (1, 200, 64), (200, 1, 64), (128, 128, 32), (200, 136, 72), (257, 129, 96),
+                    (37, 53, 29), (512, 384, 1024)]:
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+        ad, a64 = to_dev(a, dtype)
+        bd, b64 = to_dev(b, dtype)
+        ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
+        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb), dtype)
+        scale = max(1.0, np.abs(ref).max()) if dtype != "float32" else 1.0
+        assert np.abs(got - ref).max() < tol * scale, (m, n, k)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_alpha_beta_and_batches(dtype, tile):
+    rng = np.random.default_rng(3)
+    tol = {"float32": 1e-3, "bfloat16": 1e-2}[dtype]
+    bt, m, n, k = 3, 136, 72, 80
+    a = rng.standard_normal((bt, m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)          # broadcast over the batch
+    c = rng.standard_normal((bt, m, n)).astype(np.float32)
+    ad, a64 = to_dev(a, dtype)
+    bd, b64 = to_dev(b, dtype)
+    cd, c64 = to_dev(c, dtype)
+    MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0)
+    ref = 0.5 * (a64 @ b64) + -2.0 * c64
+    got = from_dev(cd, dtype)
+    assert np.abs(got - ref).max() < tol * max(1.0, np.abs(ref).max() if dtype != "float32" else 1.0)
+
+
+@gpu
+def test_matmul_matches_torch_and_reads_transposed_views():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    a = torch.randn(1024, 768, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 768, device="cuda", dtype=torch.bfloat16)
+    ref = (a.float() @ b.float().T)
+    out = torch.empty(1024, 512, device="cuda", dtype=torch.bfloat16)
+    MM.matmul(a, b.T, out=out)            # a column-major view: read as trans_b, no copy
+    torch.cuda.synchronize()
+    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+    MM.matmul(a, b, trans_b=True, out=out)
+    torch.cuda.synchronize()
+    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2

@@ -1,0 +1,349 @@
+"""Decode matvec (csrc/matvec.cu): dense f32/f16/bf16 and GGUF-quantized weights, batch 1..8,
+residual and silu*mul epilogues.
+
+CPU: matvec.cu compiles with real NVRTC with no warnings (every weight format for sm_90;
+dense f16 and the 2-byte-aligned Q6_K for sm_80 too); argument checks raise before any
+launch on the driver double; entry names, grid and packed parameters; the plan replays.
+GPU (--gpu): float64 numpy references on fresh random data (odd N, K tails that take the
+element-wise path, N not a multiple of the block's rows, batch 1..8, every activation
+dtype); quantized weights against gguf's dequantization; epilogues; graph capture; torch.
+"""
+import struct
+
+import numpy as np
+import pytest
+
+import barecuda as bc
+from barecuda.kernels import _dequant as D
+from barecuda.kernels import _matvec as M
+from barecuda.kernels import _registry
+
+from test_dequant import QFORMATS, from_dev, lowered_ptx_get, random_blocks, reference
+
+gpu = pytest.mark.gpu
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+def to_dev(x, dtype, stream=None):
+    """(device array of ``dtype`` holding x rounded, the rounded values as float64)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "float32":
+        return bc.to_device(x, stream=stream), x.astype(np.float64)
+    if dtype == "float16":
+        h = x.astype(np.float16)
+        return bc.to_device(h, stream=stream), h.astype(np.float64)
+    u = x.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return bc.to_device(bits, stream=stream).view("bfloat16", shape=bits.shape), back
+
+
+def check(got, ref, scale, dtype, what):
+    """|got - ref| within fp32 accumulation error of sum|w||x| plus the output's rounding."""
+    out_round = {"float32": 2.0 ** -23, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]
+    tol = 1e-5 * scale + out_round * np.abs(ref) * 1.01 + 1e-30
+    bad = np.abs(got - ref) > tol
+    assert not bad.any(), (what, np.abs(got - ref).max(), np.argwhere(bad)[:4])
+
+
+# ------------------------------------------------------------------ CPU: compile
+@pytest.mark.parametrize("arch,fmt", [("sm_90", f) for f in D.FORMATS] + [("sm_80", "f16"), ("sm_80", "q6_k")])
+def test_matvec_source_compiles_without_warnings(arch, fmt):
+    (src, names, defines), = [e for e in M.KERNELS if dict(e[2])["WFMT"] == D.FORMATS[fmt][0] and
+                              "MV_R" not in dict(e[2])]
+    oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
+    assert oc.log.strip() == ""
+    assert len(names) == 36
+
+
+def test_kernels_table_covers_every_format_and_tuning():
+    assert {dict(d)["WFMT"] for s, n, d in M.KERNELS} == {v[0] for v in D.FORMATS.values()}
+    for fmt, n, k, epi in (("f16", 4096, 4096, None), ("bf16", 14336, 4096, "res"), ("f16", 4096, 14336, None),
+                           ("f16", 14336, 4096, "glu"), ("f32", 14336, 4096, None)):
+        want = (("WFMT", D.FORMATS[fmt][0]),) + M._dense_tuning(fmt, n, k, epi)
+        assert any(d == want for s, names, d in M.KERNELS), want
+    for fmt in ("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"):
+        assert (("WFMT", D.FORMATS[fmt][0]),) + M._quant_tuning(fmt) in [d for s, n, d in M.KERNELS]
+
+
+# ------------------------------------------------------------------ CPU: checks on the double
+@pytest.fixture
+def fake(fake, monkeypatch):
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
+    return fake
+
+
+def test_matvec_checks_raise_before_launch(fake):
+    w = bc.empty((24, 64), "float16")
+    x = bc.empty((2, 64), "float16")
+    q = D.QuantWeight(bc.empty((24 * 2 * 18,), "uint8"), "q4_0", (24, 64))
+    n0 = fake.launch_count()
+    with pytest.raises(TypeError, match="weight dtype"):
+        M.matvec(bc.empty((24, 64), "int32"), x)
+    with pytest.raises(ValueError, match="2-D"):
+        M.matvec(bc.empty((24, 64, 1), "float16"), x)
+    with pytest.raises(ValueError, match="K = 64"):
+        M.matvec(w, bc.empty((2, 63), "float16"))
+    with pytest.raises(ValueError, match="batch 9"):
+        M.matvec(w, bc.empty((9, 64), "float16"))
+    with pytest.raises(TypeError, match="dtype"):
+        M.matvec(w, bc.empty((2, 64), "int32"))
+    with pytest.raises(ValueError, match="shape"):
+        M.matvec(w, x, out=bc.empty((2, 23), "float16"))
+    with pytest.raises(TypeError, match="dtype"):
+        M.matvec(w, x, out=bc.empty((2, 24), "float32"))
+    with pytest.raises(ValueError, match="residual"):
+        M.matvec(w, x, residual=bc.empty((24,), "float16"))
+    with pytest.raises(TypeError, match="residual"):
+        M.matvec(w, x, residual=bc.empty((2, 24), "bfloat16"))
+    xo = bc.empty((2, 64), "float16")
+    with pytest.raises(ValueError, match="overlaps x"):
+        M.matvec(bc.empty((64, 64), "float16"), xo, out=xo)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        M.matvec(q, bc.empty((2 * 64 + 1,), "float16")[1:].view(shape=(2, 64)))
+    with pytest.raises(ValueError, match="does not match"):
+        M.matvec_silu_mul(w, bc.empty((25, 64), "float16"), x)
+    with pytest.raises(ValueError, match="does not match"):
+        M.matvec_silu_mul(q, w, x)
+    with pytest.raises(ValueError, match="out= is required"):
+        M.plan_matvec(w, x, out=None)
+    assert fake.launch_count() == n0
+
+
+def test_matvec_launches_on_the_double(fake):
+    w = bc.empty((37, 64), "float16")
+    x = bc.empty((3, 64), "bfloat16")
+    y = M.matvec(w, x)
+    assert y.shape == (3, 37) and y.dtype == "bfloat16"
+    la = fake.last_launch()
+    assert la.name == "matvec_bf16_b4" and la.block == (128, 1, 1) and la.grid == (10, 1, 1)
+    ptrs = struct.unpack_from("<5Q", la.params, 0)
+    assert ptrs == (w.ptr, 0, x.ptr, y.ptr, 0)
+    assert struct.unpack_from("<4i", la.params, 40) == (37, 64, 3, 1)
+    # K not a multiple of 8: the element-wise path (vec = 0)
+    M.matvec(bc.empty((5, 13), "float16"), bc.empty((13,), "float16"))
+    la = fake.last_launch()
+    assert la.name == "matvec_f16_b1" and struct.unpack_from("<4i", la.params, 40) == (5, 13, 1, 0)
+    # quantized, residual into out itself, batch 8
+    q = D.QuantWeight(bc.empty((9 * 3 * 210,), "uint8"), "q6_k", (9, 768))
+    x8 = bc.empty((8, 768), "float16")
+    r = bc.empty((8, 9), "float16")
+    assert M.matvec(q, x8, residual=r, out=r) is r
+    la = fake.last_launch()
+    assert la.name == "matvec_f16_b8_res" and la.grid == (2, 1, 1)      # MVQ_R = 2 rows per warp
+    assert struct.unpack_from("<5Q", la.params, 0) == (q.ptr, 0, x8.ptr, r.ptr, r.ptr)
+    # a tall dense weight: 4 rows per warp; its gate/up form: one row per warp
+    tall = bc.empty((8200, 64), "float16")
+    x1 = bc.empty((64,), "float16")
+    M.matvec(tall, x1)
+    assert fake.last_launch().grid == (513, 1, 1)
+    M.matvec_silu_mul(tall, tall, x1)
+    assert fake.last_launch().grid == (2050, 1, 1)
+    # gate/up
+    g, u = bc.empty((16, 256), "float32"), bc.empty((16, 256), "float32")
+    xf = bc.empty((256,), "float32")
+    y = M.matvec_silu_mul(g, u, xf)
+    la = fake.last_launch()
+    assert y.shape == (16,) and la.name == "matvec_f32_b1_glu"
+    assert struct.unpack_from("<2Q", la.params, 0) == (g.ptr, u.ptr)
+    # plan
+    out = bc.empty((3, 37), "bfloat16")
+    plan = M.matvec.plan(w, x, out=out)
+    n0 = fake.launch_count()
+    plan()
+    plan()
+    assert fake.launch_count() == n0 + 2 and fake.last_launch().name == "matvec_bf16_b4"
+
+
+# ------------------------------------------------------------------ GPU: dense
+DENSE_SHAPES = [(1, 8), (3, 24), (37, 136), (129, 1000), (1000, 4096), (5, 13), (33, 4097), (7, 1)]
+
+
+@gpu
+@pytest.mark.parametrize("xdt", DTYPES)
+@pytest.mark.parametrize("wdt", DTYPES)
+def test_matvec_dense_matches_numpy(wdt, xdt):
+    rng = np.random.default_rng()
+    for n, k in DENSE_SHAPES:
+        wd, w = to_dev(rng.standard_normal((n, k)), wdt)
+        for nb in (1, 2, 3, 8):
+            xd, x = to_dev(rng.standard_normal((nb, k)), xdt)
+            ref = x @ w.T
+            got = from_dev(M.matvec(wd, xd), xdt).reshape(nb, n)
+            check(got, ref, np.abs(x) @ np.abs(w).T, xdt, (wdt, xdt, n, k, nb))
+        xd, x = to_dev(rng.standard_normal(k), xdt)           # 1-D x -> 1-D y
+        y = M.matvec(wd, xd)
+        assert y.shape == (n,)
+        check(from_dev(y, xdt), w @ x, np.abs(w) @ np.abs(x), xdt, (wdt, xdt, n, k, "1-D"))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_matvec_dense_epilogues(dtype):
+    rng = np.random.default_rng()
+    for n, k, nb in ((67, 512, 1), (300, 1032, 5), (9, 40, 8), (11, 21, 2)):
+        wd, w = to_dev(rng.standard_normal((n, k)), dtype)
+        ud, u = to_dev(rng.standard_normal((n, k)), dtype)
+        xd, x = to_dev(rng.standard_normal((nb, k)) * 0.1, dtype)
+        rd, r = to_dev(rng.standard_normal((nb, n)), dtype)
+        scale = np.abs(x) @ np.abs(w).T
+        check(from_dev(M.matvec(wd, xd, residual=rd), dtype).reshape(nb, n), x @ w.T + r, scale + np.abs(r), dtype, "res")
+        M.matvec(wd, xd, residual=rd, out=rd)                 # in place: out is the residual
+        check(from_dev(rd, dtype).reshape(nb, n), x @ w.T + r, scale + np.abs(r), dtype, "res in place")
+        g, up = x @ w.T, x @ u.T
+        ref = g / (1 + np.exp(-g)) * up
+        got = from_dev(M.matvec_silu_mul(wd, ud, xd), dtype).reshape(nb, n)
+        sc = (np.abs(x) @ np.abs(w).T) * np.abs(up) + (np.abs(x) @ np.abs(u).T) * np.abs(g)
+        check(got, ref, sc * 2, dtype, "glu")
+
+
+# ------------------------------------------------------------------ GPU: quantized
+Q_SHAPES = {32: [(1, 32), (5, 96), (67, 32 * 77), (130, 32 * 9), (3, 4096)],
+            256: [(1, 256), (5, 768), (3, 256 * 17), (67, 256 * 3), (130, 4096)]}
+
+
+@gpu
+@pytest.mark.parametrize("xdt", DTYPES)
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_matvec_quant_matches_gguf(fmt, xdt):
+    rng = np.random.default_rng()
+    qk = D.format_info(fmt)[2]
+    for n, k in Q_SHAPES[qk]:
+        raw = random_blocks(rng, fmt, n * k)
+        w = reference(raw, fmt, (n, k))
+        qw = D.QuantWeight(bc.to_device(raw), fmt, (n, k))
+        for nb in (1, 3, 8):
+            xd, x = to_dev(rng.standard_normal((nb, k)), xdt)
+            got = from_dev(M.matvec(qw, xd), xdt).reshape(nb, n)
+            check(got, x @ w.T, np.abs(x) @ np.abs(w).T, xdt, (fmt, xdt, n, k, nb))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k", "q8_0", "q4_1"])
+def test_matvec_quant_epilogues(fmt):
+    rng = np.random.default_rng()
+    qk = D.format_info(fmt)[2]
+    dtype = "float16"
+    for n, k, nb in ((37, qk * 9, 1), (6, qk * 2, 4)):
+        rg, ru = random_blocks(rng, fmt, n * k), random_blocks(rng, fmt, n * k)
+        wg, wu = reference(rg, fmt, (n, k)), reference(ru, fmt, (n, k))
+        both = bc.to_device(np.concatenate([rg, ru]))        # gate and up back to back in one buffer
+        half = rg.size
+        qg = D.QuantWeight(both[:half], fmt, (n, k))
+        qu = D.QuantWeight(both[half:], fmt, (n, k)) if half % 16 == 0 else D.QuantWeight(bc.to_device(ru), fmt, (n, k))
+        # small x: silu(g) * u of K-quant weights (|w| up to ~50) must stay inside fp16's range
+        xd, x = to_dev(rng.standard_normal((nb, k)) * 0.01, dtype)
+        rd, r = to_dev(rng.standard_normal((nb, n)), dtype)
+        sc = np.abs(x) @ np.abs(wg).T
+        check(from_dev(M.matvec(qg, xd, residual=rd), dtype).reshape(nb, n), x @ wg.T + r, sc + np.abs(r), dtype, "res")
+        g, up = x @ wg.T, x @ wu.T
+        got = from_dev(M.matvec_silu_mul(qg, qu, xd), dtype).reshape(nb, n)
+        s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
+        check(got, g / (1 + np.exp(-g)) * up, s2 * 2, dtype, "glu")
+
+
+@gpu
+def test_matvec_plans_in_a_captured_graph():
+    rng = np.random.default_rng()
+    s = bc.Stream()
+    n, k = 300, 2048
+    wd, w = to_dev(rng.standard_normal((n, k)), "bfloat16", s)
+    raw = random_blocks(rng, "q4_k", n * k)
+    qw = D.QuantWeight(bc.to_device(raw, stream=s), "q4_k", (n, k))
+    wq = reference(raw, "q4_k", (n, k))
+    xd, x = to_dev(rng.standard_normal((2, k)), "bfloat16", s)
+    y1 = bc.empty((2, n), "bfloat16", stream=s)
+    y2 = bc.empty((2, n), "bfloat16", stream=s)
+    s.synchronize()
+    with s.capture() as g:
+        M.matvec(wd, xd, out=y1, stream=s)
+        M.matvec(qw, xd, residual=y1, out=y2, stream=s)
+    g.keep_alive(wd, qw.data, xd, y1, y2)
+    exe = g.instantiate()
+    for _ in range(2):
+        x32 = rng.standard_normal((2, k)).astype(np.float32)
+        nd, x = to_dev(x32, "bfloat16", s)
+        xd.copy_from(nd, stream=s)
+        exe.launch(s)
+        s.synchronize()
+        ref = x @ w.T + x @ wq.T
+        check(from_dev(y2, "bfloat16").reshape(2, n), ref, np.abs(x) @ (np.abs(w) + np.abs(wq)).T * 2, "bfloat16", "graph")
+    plan = M.plan_matvec_silu_mul(wd, wd, xd, out=y1, stream=s)
+    plan()
+    s.synchronize()
+    g1 = x @ w.T
+    check(from_dev(y1, "bfloat16").reshape(2, n), g1 / (1 + np.exp(-g1)) * g1, (np.abs(x) @ np.abs(w).T) ** 2 * 2, "bfloat16", "plan")
+
+
+@gpu
+def test_matvec_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng()
+    for n, k in ((4096, 4096), (1000, 1536)):
+        w = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32)).to("cuda", torch.float16)
+        x = torch.from_numpy(rng.standard_normal((1, k)).astype(np.float32)).to("cuda", torch.float16)
+        want = (x.double() @ w.double().T).cpu().numpy()
+        y = torch.empty((1, n), dtype=torch.float16, device="cuda")
+        M.matvec(w, x, out=y)
+        torch.cuda.synchronize()
+        got = y.double().cpu().numpy()
+        ref_t = torch.matmul(x, w.T).double().cpu().numpy()
+        err = np.abs(got - want).max()
+        assert err <= np.abs(ref_t - want).max() * 2 + 1e-2, (n, k, err)
+
+
+@gpu
+@pytest.mark.parametrize("r,u", [(1, 2), (1, 8), (2, 2), (2, 4), (4, 2)])
+def test_matvec_dense_tuning_variants(r, u):
+    """The dense kernel built with other tuning defines (rows per warp MV_R, loads in flight
+    MV_U: the bench's sweep) gives the same results: partial row groups, K tails."""
+    rng = np.random.default_rng()
+    for n, k, vec in ((37, 1000, 1), (4, 4096, 1), (9, 13, 0)):
+        wd, w = to_dev(rng.standard_normal((n, k)), "float16")
+        xd, x = to_dev(rng.standard_normal((1, k)), "float16")
+        y = bc.empty((1, n), "float16")
+        kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", 1), ("MV_R", r), ("MV_U", u)))
+        kern.launch(-(-n // (4 * r)), 128, wd, 0, xd, y, 0, n, k, 1, vec)
+        check(from_dev(y, "float16").reshape(1, n), x @ w.T, np.abs(x) @ np.abs(w).T, "float16", (r, u, n, k))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k", "q8_0", "q4_0"])
+def test_matvec_quant_two_rows_per_warp(fmt):
+    """MVQ_R=2 (the bench's quantized sweep): odd N leaves a warp with one row; batch 3 on
+    the b4 entry; residual epilogue."""
+    rng = np.random.default_rng()
+    _, t, qk, _ = D.format_info(fmt)
+    for n, k, nb in ((37, qk * 9, 1), (5, qk * 3, 3), (130, 4096, 4)):
+        raw = random_blocks(rng, fmt, n * k)
+        w = reference(raw, fmt, (n, k))
+        qb = bc.to_device(raw)
+        xd, x = to_dev(rng.standard_normal((nb, k)), "float16")
+        rd, r = to_dev(rng.standard_normal((nb, n)), "float16")
+        y = bc.empty((nb, n), "float16")
+        bucket = 1 if nb == 1 else 4
+        kern = _registry.get("matvec.cu", f"matvec_f16_b{bucket}_res", (("WFMT", t), ("MVQ_R", 2)))
+        kern.launch(-(-n // 8), 128, qb, 0, xd, y, rd, n, k, nb, 0)
+        check(from_dev(y, "float16").reshape(nb, n), x @ w.T + r, np.abs(x) @ np.abs(w).T + np.abs(r), "float16", (fmt, n, k, nb))
+
+
+@gpu
+@pytest.mark.parametrize("r", [1, 2])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_matvec_quant_eight_weights_per_lane(fmt, r):
+    """MVQ_P8=1 (BcQ::part: lanes cover blocks contiguously; the bench's candidate layout),
+    one and two rows per warp, batch 1 and 3, fp16 and fp32 x, residual epilogue."""
+    rng = np.random.default_rng()
+    _, t, qk, _ = D.format_info(fmt)
+    defines = (("WFMT", t), ("MVQ_P8", 1)) + ((("MVQ_R", 2),) if r == 2 else ())
+    for n, k, nb, xdt in ((37, qk * 9, 1, "float16"), (5, qk * 3, 3, "float32"), (130, 4096, 3, "float16")):
+        raw = random_blocks(rng, fmt, n * k)
+        w = reference(raw, fmt, (n, k))
+        qb = bc.to_device(raw)
+        xd, x = to_dev(rng.standard_normal((nb, k)), xdt)
+        rd, res = to_dev(rng.standard_normal((nb, n)), xdt)
+        y = bc.empty((nb, n), xdt)
+        code = {"float16": "f16", "float32": "f32"}[xdt]
+        kern = _registry.get("matvec.cu", f"matvec_{code}_b{1 if nb == 1 else 4}_res", defines)
+        kern.launch(-(-n // (4 * r)), 128, qb, 0, xd, y, rd, n, k, nb, 0)
+        check(from_dev(y, xdt).reshape(nb, n), x @ w.T + res, np.abs(x) @ np.abs(w).T + np.abs(res), xdt, (fmt, r, n, k, nb))
