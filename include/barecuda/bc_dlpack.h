@@ -19,7 +19,7 @@ extern "C" {
 #endif
 
 #define BC_DLPACK_MAJOR_VERSION 1
-#define BC_DLPACK_MINOR_VERSION 0
+#define BC_DLPACK_MINOR_VERSION 1      /* 1.1: the fp8, fp6 and fp4 type codes below */
 
 /* DLDeviceType */
 typedef enum {
@@ -48,7 +48,21 @@ typedef enum {
     kDLOpaqueHandle = 3,
     kDLBfloat = 4,
     kDLComplex = 5,
-    kDLBool = 6
+    kDLBool = 6,
+    /* DLPack 1.1: 8-bit floats (bits = 8) */
+    kDLFloat8_e3m4 = 7,
+    kDLFloat8_e4m3 = 8,
+    kDLFloat8_e4m3b11fnuz = 9,
+    kDLFloat8_e4m3fn = 10,
+    kDLFloat8_e4m3fnuz = 11,
+    kDLFloat8_e5m2 = 12,
+    kDLFloat8_e5m2fnuz = 13,
+    kDLFloat8_e8m0fnu = 14,
+    /* DLPack 1.1: 6- and 4-bit floats (bits = 6 / 4); packed unless the versioned
+       tensor's flags carry DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED */
+    kDLFloat6_e2m3fn = 15,
+    kDLFloat6_e3m2fn = 16,
+    kDLFloat4_e2m1fn = 17
 } DLDataTypeCode;
 
 typedef struct {

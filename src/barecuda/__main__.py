@@ -3,8 +3,9 @@
 Reports the package and how it was built, the Python, the ``BARECUDA_*`` and
 ``CUDA_VISIBLE_DEVICES`` settings, the driver (telling apart no driver, a driver
 with no device, no permission on ``/dev/nvidia*`` and a driver too old), every
-device with its key attributes, the NVRTC, nvJitLink and NCCL libraries barecuda
-would use, and the installed peers (torch, CuPy, cuda-python; from package metadata,
+device with its key attributes, the NVIDIA kernel module's version, the NVRTC,
+nvJitLink, NCCL and cuBLASLt libraries barecuda would use (found by ``_libfind``, with
+their versions; what to install when one is missing), and the installed peers (torch, CuPy, cuda-python; from package metadata,
 nothing is imported). On a GPU it also runs a self-check (a vector add verified
 against a reference computed on the host) and measures the launch overhead against a
 raw C loop with the public benchmark API (``barecuda.bench.quick_launch_overhead``).
@@ -21,9 +22,10 @@ import json
 import os
 import platform
 import random
+import re
 import sys
 
-from barecuda import _ptx_samples
+from barecuda import _libfind, _ptx_samples
 
 W = 14                    # label column
 VADD_PTX = _ptx_samples.DOCTOR_VADD   # the check kernel (one place for the package's PTX)
@@ -84,86 +86,71 @@ def installed_peers():
 
 
 # ------------------------------------------------------------------ libraries
-# (what, env override, barecuda module, locator names tried there, library stem,
-#  pip wheel folders under site-packages)
+def _open_nvrtc():
+    from barecuda import _nvrtc
+    return _nvrtc.nvrtc_path(), _nvrtc.nvrtc_version()
+
+
+def _open_nvjitlink():
+    from barecuda import _nvrtc
+    return _nvrtc.nvjitlink_path(), _nvrtc.nvjitlink_version()
+
+
+def _open_nccl():
+    from barecuda import _nccl
+    return _nccl.library_path(), _nccl.version()
+
+
+def _version_from_file(path):
+    """``libcublasLt.so.13.1.0.3`` -> ``(13, 1, 0, 3)``: the version in the real file's name."""
+    m = re.search(r"\.so\.(\d+(?:\.\d+)*)$", os.path.realpath(path))
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def _find_only(spec):
+    """Where ``spec`` would be opened from, without opening it (barecuda does not open it yet)."""
+    for cand in _libfind.candidates(spec):
+        if os.path.isabs(cand) and os.path.isfile(cand):
+            return cand, _version_from_file(cand)
+    raise FileNotFoundError(f"not found (in none of the {len(_libfind.searched_folders(spec))} folders searched)")
+
+
+# (report key, _libfind entry, how to open it and read its path and version)
 LIBRARIES = (
-    ("nvrtc", "BARECUDA_NVRTC", "barecuda._program", ("nvrtc_path", "find_nvrtc", "locate_nvrtc"), "nvrtc",
-     (("nvidia", "cu13", "lib"), ("nvidia", "cuda_nvrtc", "lib"), ("nvidia", "cu13", "bin"),
-      ("nvidia", "cuda_nvrtc", "bin"))),
-    ("nvjitlink", "BARECUDA_NVJITLINK", "barecuda._program",
-     ("nvjitlink_path", "find_nvjitlink", "locate_nvjitlink"), "nvJitLink",
-     (("nvidia", "cu13", "lib"), ("nvidia", "nvjitlink", "lib"), ("nvidia", "cu13", "bin"),
-      ("nvidia", "nvjitlink", "bin"))),
-    ("nccl", "BARECUDA_NCCL", "barecuda._nccl", ("nccl_path", "find_nccl", "locate_nccl", "library_path"), "nccl",
-     (("nvidia", "nccl", "lib"), ("nvidia", "cu13", "lib"))),
+    ("nvrtc", _libfind.NVRTC, _open_nvrtc),
+    ("nvjitlink", _libfind.NVJITLINK, _open_nvjitlink),
+    ("nccl", _libfind.NCCL, _open_nccl),
+    ("cublaslt", _libfind.CUBLASLT, lambda: _find_only(_libfind.CUBLASLT)),
 )
 
 
-def _patterns(stem, wheel_dirs):
-    """Where to look for lib<stem>: pip wheel folders, CUDA_HOME/CUDA_PATH, system."""
-    win = sys.platform == "win32"
-    name = f"{stem}64_*.dll" if win and stem != "nccl" else (f"{stem}*.dll" if win else f"lib{stem}.so*")
-    pats = []
-    for d in sys.path:
-        for sub in wheel_dirs:
-            p = os.path.join(d, *sub)
-            if os.path.isdir(p):
-                pats.append(os.path.join(p, name))
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        base = os.environ.get(var)
-        if base:
-            pats += [os.path.join(base, "bin" if win else "lib64", name), os.path.join(base, "lib", name)]
-    if not win:
-        pats += [f"/usr/local/cuda/lib64/{name}", f"/usr/local/cuda-*/lib64/{name}",
-                 f"/usr/local/cuda/targets/*/lib/{name}", f"/usr/lib/x86_64-linux-gnu/{name}",
-                 f"/usr/lib/aarch64-linux-gnu/{name}", f"/usr/lib64/{name}"]
-    return pats
-
-
-def _from_locator(module, names):
-    """What barecuda's own locator (if this build has it) says, or None."""
-    import importlib
+def find_library(spec, opener, cuda_major=None):
+    """``{"name", "path", "version"}`` of one library barecuda opens on demand, or
+    ``{"name", "path": None, "error", "fix"}`` when it cannot be opened."""
     try:
-        mod = importlib.import_module(module)
-    except Exception:   # noqa: BLE001 -- not in this build, or broken: search ourselves
+        path, version = opener()
+    except Exception as e:   # noqa: BLE001 -- the doctor reports, it does not crash
+        tried = getattr(e, "tried", None)
+        first = (f"not found ({len(tried)} candidate(s) tried, {len(_libfind.searched_folders(spec))} folders "
+                 "searched)" if tried is not None else (str(e).splitlines() or [type(e).__name__])[0])
+        return {"name": spec.title, "path": None, "error": first,
+                "fix": f"{_libfind.install_advice(spec, cuda_major)}, or {spec.env}=/path/to/{spec.file_name}"}
+    return {"name": spec.title, "path": os.fspath(path),
+            "version": ".".join(map(str, version)) if version else None}
+
+
+def libraries(cuda_major=None):
+    return {key: find_library(spec, opener, cuda_major) for key, spec, opener in LIBRARIES}
+
+
+def kernel_module_version(path="/proc/driver/nvidia/version"):
+    """The NVIDIA kernel module's version (``580.95.05``), or None (no module, not Linux)."""
+    try:
+        with open(path) as f:
+            m = re.search(r"Kernel Module(?: for \w+)?\s+(\d+(?:\.\d+)+)", f.read())
+    except OSError:
         return None
-    for n in names:
-        fn = getattr(mod, n, None)
-        if callable(fn):
-            try:
-                got = fn()
-            except Exception as e:   # noqa: BLE001
-                return {"path": None, "how": f"{module}.{n}() raised {type(e).__name__}: {e}"}
-            if isinstance(got, (tuple, list)):
-                got = got[0] if got else None
-            return {"path": os.fspath(got) if got else None, "how": f"{module}.{n}()"}
-    return None
-
-
-def find_library(what, env, module, locators, stem, wheel_dirs):
-    """``{"path", "how", "looked"}`` for one optional library; nothing is loaded."""
-    got = _from_locator(module, locators)
-    if got is not None:
-        return got
-    override = os.environ.get(env)
-    if override:
-        return {"path": override if os.path.exists(override) else None,
-                "how": f"{env}={override}" + ("" if os.path.exists(override) else " (does not exist)")}
-    looked = []
-    for pat in _patterns(stem, wheel_dirs):
-        looked.append(pat)
-        hits = sorted(h for h in glob.glob(pat) if "builtins" not in os.path.basename(h)
-                      and "alt" not in os.path.basename(h))
-        if hits:
-            return {"path": hits[-1], "how": "search", "looked": looked}
-    import ctypes.util
-    found = ctypes.util.find_library(stem)
-    looked.append(f"find_library({stem!r})")
-    return {"path": found, "how": "search", "looked": looked}
-
-
-def libraries():
-    return {what: find_library(what, *rest) for what, *rest in LIBRARIES}
+    return m.group(1) if m else None
 
 
 # ------------------------------------------------------------------ driver state
@@ -308,10 +295,12 @@ def collect(run_bench=True):
         load_error = e
     nodes = device_nodes()
     rep["device_nodes"] = {p: ("ok" if ok else "NO ACCESS") for p, ok in nodes}
+    rep["kernel_module"] = kernel_module_version()
     version = count = None
     if load_error is None:
         version = bc.driver_version()
-        rep["driver"] = {"path": bc.driver_path(), "cuda": "%d.%d" % version}
+        rep["driver"] = {"path": bc.driver_path(), "cuda": "%d.%d" % version,
+                         "library_version": ".".join(map(str, _version_from_file(bc.driver_path()) or ())) or None}
         try:
             count = bc.device_count()
         except Exception as e:   # noqa: BLE001
@@ -340,7 +329,7 @@ def collect(run_bench=True):
             rep["topology"] = bc.topology()
         except Exception as e:   # noqa: BLE001
             rep["topology"] = {"error": f"{type(e).__name__}: {e}"}
-    rep["libraries"] = libraries()
+    rep["libraries"] = libraries(version[0] if version else None)
     rep["failed"] = False
     if state == "ok" and devs:
         fake = any(str(d.get("name", "")).startswith("FakeCUDA") for d in rep["devices"])
@@ -381,11 +370,13 @@ def print_report(rep):
     line("peers", ", ".join(f"{k} {v}" for k, v in rep["peers"].items()) or "none of torch, CuPy, cuda-python")
     d, st = rep["driver"], rep["state"]
     if "path" in d:
-        line("driver", f"{d['path']}  (CUDA {d['cuda']})")
+        line("driver", f"CUDA {d['cuda']}" + (f", {d['library_version']}" if d.get("library_version") else "")
+             + f"  {d['path']}")
     else:
         line("driver", "NOT USABLE")
         for ln in d["error"].splitlines():
             print(" " * W + ln)
+    line("nvidia.ko", rep.get("kernel_module") or "not loaded (no /proc/driver/nvidia/version)")
     nodes = rep["device_nodes"]
     denied = [p for p, v in nodes.items() if v != "ok"]
     line("dev nodes", (f"{len(nodes)} /dev/nvidia* node(s)" + (f", NO ACCESS to {', '.join(denied)}" if denied
@@ -411,12 +402,12 @@ def print_report(rep):
             line("topology", lines[0])
             for ln in lines[1:]:
                 print(" " * W + ln)
-    for what, info in rep["libraries"].items():
+    for info in rep["libraries"].values():
         if info.get("path"):
-            line(what, f"{info['path']}  ({info['how']})")
+            line(info["name"], f"{info['version'] or '?':<10} {info['path']}")
         else:
-            looked = info.get("looked")
-            line(what, "not found" + (f" (looked at: {'; '.join(looked[:5])} ...)" if looked else f" ({info['how']})"))
+            line(info["name"], info["error"])
+            print(" " * W + "fix: " + info["fix"])
     sc = rep.get("self_check")
     if sc:
         line("self-check", ("" if sc["ok"] is not False else "FAILED: ") + sc["message"])

@@ -41,6 +41,15 @@ cdef int _sync(CUstream s) except -1:
     return check(rc, b"cuStreamSynchronize")
 
 
+cdef int _raise_mismatch(object dst_dtype, size_t dst_bytes, object src_dtype, size_t src_bytes) except -1:
+    """A copy whose two sides differ in size: named a dtype mismatch when both sides have
+    a dtype and they differ (the usual cause), else a size mismatch."""
+    if dst_dtype is not None and src_dtype is not None and str(dst_dtype) != str(src_dtype):
+        raise ValueError(f"dtype mismatch: destination is {dst_dtype} ({dst_bytes} bytes), source is "
+                         f"{src_dtype} ({src_bytes} bytes); convert one side first (numpy: .astype)")
+    raise ValueError(f"size mismatch: destination has {dst_bytes} bytes, source {src_bytes}")
+
+
 cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream, str op) except -1:
     cdef CUstream s = NULL
     cdef CUstream ss = NULL
@@ -51,7 +60,7 @@ cdef int _copy_dd(DeviceBuffer dst, DeviceBuffer src, object stream, str op) exc
     dst._check_contiguous("a copy")
     src._check_contiguous("a copy")
     if dst.nbytes != src.nbytes:
-        raise ValueError(f"size mismatch: destination has {dst.nbytes} bytes, source {src.nbytes}")
+        _raise_mismatch(dst._dtype, dst.nbytes, src._dtype, src.nbytes)
     if n != 0 and dst.device.ordinal == src.device.ordinal and dst.ptr < src.ptr + n and src.ptr < dst.ptr + n:
         # One allocation, overlapping ranges: CUDA leaves the result undefined (docs/errors.md).
         raise ValueError(f"overlapping copy: source [0x{src.ptr:x}, +{n}) and destination [0x{dst.ptr:x}, +{n}) "
@@ -135,8 +144,10 @@ cdef int _copy_host(DeviceBuffer dev, object host, object stream, bint to_host, 
     try:
         n = view.len
         if n != dev.nbytes:
-            raise ValueError(f"size mismatch: destination has {n if to_host else dev.nbytes} bytes, "
-                             f"source {dev.nbytes if to_host else n}")
+            host_dtype = getattr(getattr(host, "dtype", None), "name", None)
+            if to_host:
+                _raise_mismatch(host_dtype, n, dev._dtype, dev.nbytes)
+            _raise_mismatch(dev._dtype, dev.nbytes, host_dtype, n)
         if n == 0:
             return 0
         set_current(ctx)

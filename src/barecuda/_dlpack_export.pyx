@@ -17,7 +17,7 @@ from libc.stdlib cimport calloc, free
 from libc.stdint cimport int64_t
 
 from barecuda._dlpack cimport *
-from barecuda._dtype cimport dtype_info
+from barecuda._dtype cimport dlpack_dtype
 from barecuda._buffer cimport DeviceBuffer, pin, unpin
 
 cdef extern from "Python.h":
@@ -60,9 +60,13 @@ cdef void _capsule_destructor_versioned(object capsule) noexcept:
 
 cdef object make_capsule(DeviceBuffer b, bint versioned, bint copied):
     key = b._dtype if b._dtype is not None else "uint8"
-    info = dtype_info(key)
-    if info is None:
+    dl = dlpack_dtype(key)
+    if dl is None:
         raise BufferError(f"dtype {key!r} has no DLPack equivalent")
+    cdef bint padded = dl[1] == 6          # 6-bit floats, one per byte: flagged padded (DLPack 1.1)
+    if padded and not versioned:
+        raise BufferError(f"{key} is held one per byte, which only a versioned DLPack capsule can say "
+                          "(call __dlpack__(max_version=(1, 1)))")
     shape = b.shape
     cdef int ndim = len(shape)
     cdef int i
@@ -81,9 +85,9 @@ cdef object make_capsule(DeviceBuffer b, bint versioned, bint copied):
     t.device.device_type = kDLCUDA
     t.device.device_id = b.device.ordinal
     t.ndim = ndim
-    t.dtype.code = info[2]
-    t.dtype.bits = info[0] * 8
-    t.dtype.lanes = 1
+    t.dtype.code = dl[0]
+    t.dtype.bits = dl[1]
+    t.dtype.lanes = dl[2]
     t.shape = e.shape
     t.strides = e.strides
     t.byte_offset = 0
@@ -101,7 +105,8 @@ cdef object make_capsule(DeviceBuffer b, bint versioned, bint copied):
             e.t.versioned.manager_ctx = e
             e.t.versioned.deleter = _dl_deleter_versioned
             e.t.versioned.flags = ((DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0)
-                                   | (DLPACK_FLAG_BITMASK_READ_ONLY if b._readonly else 0))
+                                   | (DLPACK_FLAG_BITMASK_READ_ONLY if b._readonly else 0)
+                                   | (DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED if padded else 0))
             return PyCapsule_New(&e.t.versioned, b"dltensor_versioned", _capsule_destructor_versioned)
         e.t.legacy.manager_ctx = e
         e.t.legacy.deleter = _dl_deleter_legacy

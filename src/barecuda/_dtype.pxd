@@ -6,4 +6,5 @@ cdef object public_dtype(object key)             # numpy.dtype when numpy is ins
 cdef tuple normalize_shape(object shape)
 cdef size_t nbytes_of(tuple shape, size_t itemsize) except? 0
 cdef object dtype_info(object key)               # (itemsize, typestr, DLPack code) or None
-cdef object dtype_from_dlpack(int code, int bits)   # canonical name, or None
+cdef object dtype_from_dlpack(int code, int bits, int lanes)   # canonical name, or None
+cdef tuple dlpack_dtype(object key)              # (code, bits, lanes), or None

@@ -15,7 +15,17 @@ _DTYPES = {
     "float16": (2, "<f2", 2), "float32": (4, "<f4", 2), "float64": (8, "<f8", 2),
     "bfloat16": (2, None, 4),
     "complex64": (8, "<c8", 5), "complex128": (16, "<c16", 5),
+    # DLPack 1.1 (codes 7-17; names as ml_dtypes and PyTorch spell them). No numpy typestr.
+    "float8_e3m4": (1, None, 7), "float8_e4m3": (1, None, 8), "float8_e4m3b11fnuz": (1, None, 9),
+    "float8_e4m3fn": (1, None, 10), "float8_e4m3fnuz": (1, None, 11), "float8_e5m2": (1, None, 12),
+    "float8_e5m2fnuz": (1, None, 13), "float8_e8m0fnu": (1, None, 14),
+    # 6-bit floats held one per byte (DLPack: bits 6, the "padded" flag of a versioned tensor)
+    "float6_e2m3fn": (1, None, 15), "float6_e3m2fn": (1, None, 16),
+    # 4-bit floats held two per byte (DLPack: bits 4, lanes 2; PyTorch's float4_e2m1fn_x2)
+    "float4_e2m1fn_x2": (1, None, 17),
 }
+# DLPack (bits, lanes) where they are not (itemsize * 8, 1).
+_DL_LAYOUT = {"float6_e2m3fn": (6, 1), "float6_e3m2fn": (6, 1), "float4_e2m1fn_x2": (4, 2)}
 _ALIASES = {
     "b1": "bool", "?": "bool", "bool_": "bool",
     "i1": "int8", "u1": "uint8", "i2": "int16", "u2": "uint16", "i4": "int32", "u4": "uint32",
@@ -31,7 +41,7 @@ _ALIASES = {
     "intc": "int32", "uintc": "uint32", "longlong": "int64", "ulonglong": "uint64",
     "cfloat": "complex128", "complex": "complex128", "csingle": "complex64", "cdouble": "complex128",
 }
-_DL_TO_NAME = {(v[2], v[0] * 8): k for k, v in _DTYPES.items()}
+_DL_TO_NAME = {(v[2],) + _DL_LAYOUT.get(k, (v[0] * 8, 1)): k for k, v in _DTYPES.items()}
 cdef PyObject *_numpy = NULL
 
 
@@ -137,5 +147,18 @@ cdef object dtype_info(object key):
     return _DTYPES.get(key)
 
 
-cdef object dtype_from_dlpack(int code, int bits):
-    return _DL_TO_NAME.get((code, bits))
+cdef object dtype_from_dlpack(int code, int bits, int lanes):
+    return _DL_TO_NAME.get((code, bits, lanes))
+
+
+cdef tuple dlpack_dtype(object key):
+    """(code, bits, lanes) of a dtype in DLPack, or None when it has none."""
+    info = _DTYPES.get(key)
+    if info is None:
+        return None
+    return (info[2],) + _DL_LAYOUT.get(key, (info[0] * 8, 1))
+
+
+def _dlpack_table():
+    """Internal, for tests: {name: (code, bits, lanes)} of every dtype DLPack can carry."""
+    return {k: dlpack_dtype(k) for k in _DTYPES}

@@ -147,10 +147,16 @@ cdef DeviceBuffer _from_dlpack(object obj, object stream):
     t = _dl_tensor(cap, &mt, &versioned, True)
     owner.mt = mt
     owner.versioned = versioned
-    name = dtype_from_dlpack(t.dtype.code, t.dtype.bits)
-    if name is None or t.dtype.lanes != 1:
+    name = dtype_from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    if name is None:
         raise BufferError(f"unsupported DLPack dtype (code={t.dtype.code}, bits={t.dtype.bits}, "
                           f"lanes={t.dtype.lanes})")
+    if t.dtype.bits == 6 and not (versioned and (<DLManagedTensorVersioned *>mt).flags
+                                  & DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED):
+        # DLPack 1.1: sub-byte data is packed unless flagged padded; barecuda holds 6-bit
+        # floats one per byte.
+        raise BufferError(f"packed 6-bit DLPack data ({name}) is not supported: barecuda takes 6-bit "
+                          "floats padded to one byte each (a versioned tensor with the padded flag)")
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = None if t.strides == NULL else tuple(t.strides[i] for i in range(t.ndim))
     itemsize = dtype_info(name)[0]

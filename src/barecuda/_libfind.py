@@ -1,22 +1,26 @@
-"""Finding NVIDIA's optional libraries (NVRTC, nvJitLink, NCCL...) without a toolkit.
+"""Finding the libraries barecuda opens at run time, without a toolkit: one finder for all.
 
-Owns: the search order for a library that may come from an environment variable, a
-pip wheel (``nvidia-*`` packages put their libraries under ``site-packages/nvidia``),
-``CUDA_HOME``/``CUDA_PATH``, or the usual system folders. Pure Python, imports
-nothing outside the standard library, never opens a library itself: callers dlopen
-the candidates in order and report every failure with :func:`describe`.
+Owns: the table of those libraries (the CUDA driver, NVRTC, nvJitLink, NCCL, cuBLASLt),
+each library's search order, the pip packages that provide it for each CUDA major
+version, and the one wording of every "library not found" message. Pure Python,
+imports nothing outside the standard library (``cuda-pathfinder`` is asked when it is
+installed), never opens a library itself: callers dlopen the candidates in order and
+report every failure with :func:`describe`.
 
-API (shared by _nvrtc, _program and other modules)::
+API (used by _loader, _nvrtc, _nccl, _program and the doctor)::
 
-    candidates(spec) -> list[str]      # paths/names to try, best first
-    describe(spec, tried) -> str       # "not found" message with the pip package to install
-    LibSpec(...)                       # what to look for (see NVRTC, NVJITLINK below)
+    candidates(spec) -> list[str]          # paths/names to try, best first
+    describe(spec, tried, cuda_major) -> str   # the "not found" message
+    install_advice(spec, cuda_major) -> str    # which package to install for that driver
+    LibSpec(...)                           # what to look for: DRIVER, NVRTC, NVJITLINK, NCCL, CUBLASLT
 """
 import glob
 import os
 import sys
 
-__all__ = ["LibSpec", "candidates", "describe", "site_dirs", "NVRTC", "NVJITLINK", "NCCL"]
+__all__ = ["LibSpec", "LIBRARIES", "candidates", "describe", "install_advice", "searched_folders",
+           "site_dirs", "pathfinder_path", "driver_cuda_major",
+           "DRIVER", "NVRTC", "NVJITLINK", "NCCL", "CUBLASLT"]
 
 
 class LibSpec:
@@ -27,41 +31,66 @@ class LibSpec:
     title : str
         Human name (``"NVRTC"``).
     env : str
-        Environment variable holding an explicit path, or several separated by
-        ``os.pathsep`` (tried in order, nothing else is tried then).
+        Environment variable holding an explicit path (a file, or a folder to search),
+        or several separated by ``os.pathsep``; nothing else is tried then.
     linux, windows : tuple of str
         File name patterns (``glob`` syntax) on each platform, best first.
     wheel_dirs : tuple of str
         Folders under ``site-packages`` that pip wheels install the library to.
-    pip : tuple of str
-        The pip packages that provide it (named in the "not found" message).
-    toolkit : bool
-        Whether ``CUDA_HOME``/``CUDA_PATH`` and ``/usr/local/cuda*`` can hold it.
+    packages : dict
+        ``{cuda_major: (pip package, barecuda extra or None)}``: what provides it for a
+        driver of that CUDA major version.
+    folders : bool
+        Whether the wheels', ``CUDA_HOME``/``CUDA_PATH``'s and the system's folders are
+        searched (``False`` for the driver: only the system loader may pick it).
+    pathfinder : str or None
+        The name ``cuda-pathfinder`` knows the library by, or None.
+    fix : str
+        What to do instead of installing a pip package (the driver), or ``""``.
     """
 
-    __slots__ = ("title", "env", "linux", "windows", "wheel_dirs", "pip", "toolkit")
+    __slots__ = ("title", "env", "linux", "windows", "wheel_dirs", "packages", "folders", "pathfinder", "fix")
 
-    def __init__(self, title, env, linux, windows, wheel_dirs, pip, toolkit=True):
+    def __init__(self, title, env, linux, windows, wheel_dirs=(), packages=None, folders=True,
+                 pathfinder=None, fix=""):
         self.title = title
         self.env = env
         self.linux = tuple(linux)
         self.windows = tuple(windows)
         self.wheel_dirs = tuple(wheel_dirs)
-        self.pip = tuple(pip)
-        self.toolkit = toolkit
+        self.packages = dict(packages or {})
+        self.folders = folders
+        self.pathfinder = pathfinder
+        self.fix = fix
 
     @property
     def patterns(self):
         return self.windows if sys.platform == "win32" else self.linux
 
+    @property
+    def file_name(self):
+        """The library's usual file name, for messages."""
+        return (self.patterns or self.linux)[0]
 
+    def __repr__(self):
+        return f"<LibSpec {self.title}>"
+
+
+# NVIDIA's CUDA 13 wheels put every library of the release under nvidia/cu13/; the CUDA
+# 12 ones use a folder per component (nvidia/cuda_nvrtc/, nvidia/nvjitlink/, ...).
+DRIVER = LibSpec(
+    "the CUDA driver", "BARECUDA_LIBCUDA",
+    linux=("libcuda.so.1", "libcuda.so"), windows=("nvcuda.dll",), folders=False,
+    fix="install the NVIDIA driver (check with `nvidia-smi`)",
+)
 NVRTC = LibSpec(
     "NVRTC", "BARECUDA_NVRTC",
     linux=("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"),
     windows=("nvrtc64_13*.dll", "nvrtc64_12*.dll", "nvrtc64_*.dll"),
     wheel_dirs=("nvidia/cu13/lib", "nvidia/cu13/bin", "nvidia/cu13/bin/x86_64",
                 "nvidia/cuda_nvrtc/lib", "nvidia/cuda_nvrtc/bin"),
-    pip=("nvidia-cuda-nvrtc (CUDA 13)", "nvidia-cuda-nvrtc-cu12 (CUDA 12)"),
+    packages={13: ("nvidia-cuda-nvrtc", "nvrtc"), 12: ("nvidia-cuda-nvrtc-cu12", "nvrtc-cu12")},
+    pathfinder="nvrtc",
 )
 NVJITLINK = LibSpec(
     "nvJitLink", "BARECUDA_NVJITLINK",
@@ -69,15 +98,26 @@ NVJITLINK = LibSpec(
     windows=("nvJitLink_13*.dll", "nvJitLink_12*.dll", "nvJitLink*.dll"),
     wheel_dirs=("nvidia/cu13/lib", "nvidia/cu13/bin", "nvidia/cu13/bin/x86_64",
                 "nvidia/nvjitlink/lib", "nvidia/nvjitlink/bin"),
-    pip=("nvidia-nvjitlink (CUDA 13)", "nvidia-nvjitlink-cu12 (CUDA 12)"),
+    packages={13: ("nvidia-nvjitlink", "nvrtc"), 12: ("nvidia-nvjitlink-cu12", "nvrtc-cu12")},
+    pathfinder="nvJitLink",
 )
 NCCL = LibSpec(
     "NCCL", "BARECUDA_NCCL",
-    linux=("libnccl.so.2", "libnccl.so"),
-    windows=(),
-    wheel_dirs=("nvidia/nccl/lib", "nvidia/cu13/lib"),
-    pip=("nvidia-nccl-cu13", "nvidia-nccl-cu12"),
+    linux=("libnccl.so.2", "libnccl.so"), windows=(),
+    wheel_dirs=("nvidia/nccl/lib", "nvidia/cu13/lib", "nvidia/cu12/lib"),
+    packages={13: ("nvidia-nccl-cu13", "nccl"), 12: ("nvidia-nccl-cu12", "nccl-cu12")},
+    pathfinder="nccl",
 )
+CUBLASLT = LibSpec(
+    "cuBLASLt", "BARECUDA_CUBLASLT",
+    linux=("libcublasLt.so.13", "libcublasLt.so.12"),
+    windows=("cublasLt64_13*.dll", "cublasLt64_12*.dll"),
+    wheel_dirs=("nvidia/cu13/lib", "nvidia/cu13/bin", "nvidia/cu13/bin/x86_64",
+                "nvidia/cublas/lib", "nvidia/cublas/bin"),
+    packages={13: ("nvidia-cublas", None), 12: ("nvidia-cublas-cu12", None)},
+    pathfinder="cublasLt",
+)
+LIBRARIES = (DRIVER, NVRTC, NVJITLINK, NCCL, CUBLASLT)
 
 _SYSTEM_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/local/cuda/targets/x86_64-linux/lib",
                 "/usr/local/cuda/targets/sbsa-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
@@ -85,10 +125,13 @@ _SYSTEM_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/local/cuda
 
 
 def site_dirs():
-    """``site-packages`` folders of this interpreter (and the user site), in ``sys.path`` order."""
+    """Folders pip wheels may have installed NVIDIA's libraries under, in ``sys.path``
+    order: every ``site-packages`` (and the user site), and any ``sys.path`` entry that
+    holds an ``nvidia`` folder."""
     out = []
     for p in sys.path:
-        if p and os.path.basename(p) in ("site-packages", "dist-packages") and p not in out:
+        if p and p not in out and (os.path.basename(p) in ("site-packages", "dist-packages")
+                                   or os.path.isdir(os.path.join(p, "nvidia"))):
             out.append(p)
     try:
         import site
@@ -101,6 +144,33 @@ def site_dirs():
     return out
 
 
+def searched_folders(spec, environ=None):
+    """The folders :func:`candidates` looks in for ``spec``, in order (existing or not)."""
+    env = os.environ if environ is None else environ
+    override = env.get(spec.env)
+    if override:
+        return [p for p in override.split(os.pathsep) if p and os.path.isdir(p)]
+    if not spec.folders:
+        return []
+    out = []
+    for site in site_dirs():
+        out += [os.path.join(site, *sub.split("/")) for sub in spec.wheel_dirs]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = env.get(var)
+        if root:
+            out += [os.path.join(root, sub) for sub in
+                    ("lib64", "lib", os.path.join("lib", "x64"), "bin", os.path.join("bin", "x64"))]
+    if sys.platform != "win32":
+        out += list(_SYSTEM_DIRS)
+        for root in sorted(glob.glob("/usr/local/cuda-*"), reverse=True):
+            out += [os.path.join(root, "lib64"), os.path.join(root, "lib")]
+    seen = []
+    for d in out:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
 def _matches(folder, patterns):
     found = []
     for pat in patterns:
@@ -110,18 +180,44 @@ def _matches(folder, patterns):
     return found
 
 
+def pathfinder_path(spec):
+    """The path ``cuda-pathfinder`` resolves ``spec`` to, when it is installed and knows
+    the library; otherwise None. (It tracks the layouts of NVIDIA's wheels and conda.)"""
+    if spec.pathfinder is None or "cuda.pathfinder" not in sys.modules and not _has_pathfinder():
+        return None
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        path = load_nvidia_dynamic_lib(spec.pathfinder).abs_path
+    except Exception:               # not found, unknown name, an older pathfinder: our own search
+        return None
+    return path if path and os.path.isfile(path) else None
+
+
+def _has_pathfinder():
+    try:
+        import importlib.util
+        return importlib.util.find_spec("cuda.pathfinder") is not None
+    except Exception:               # "cuda" is not a package, or a broken install
+        return False
+
+
 def candidates(spec, environ=None):
     """Paths (or bare names for the system loader) to try for ``spec``, best first.
 
-    Order: the environment variable (exclusively, when set); the pip wheels'
+    Order: the environment variable (exclusively, when set: a file, or a folder to
+    search); what ``cuda-pathfinder`` finds, when it is installed; the pip wheels'
     folders in every ``site-packages``; ``CUDA_HOME``/``CUDA_PATH``; ``/usr/local/cuda*``
     and the usual system library folders; finally the bare names, for the dynamic
-    loader's own search (``LD_LIBRARY_PATH``, ldconfig cache).
+    loader's own search (``LD_LIBRARY_PATH``, the ldconfig cache).
     """
     env = os.environ if environ is None else environ
     override = env.get(spec.env)
     if override:
-        return [p for p in override.split(os.pathsep) if p]
+        out = []
+        for p in (p for p in override.split(os.pathsep) if p):
+            found = _matches(p, spec.patterns) if os.path.isdir(p) else []
+            out += found or [os.path.join(p, spec.file_name) if os.path.isdir(p) else p]
+        return out
     out = []
 
     def add(paths):
@@ -129,30 +225,58 @@ def candidates(spec, environ=None):
             if p not in out:
                 out.append(p)
 
-    for site in site_dirs():
-        for sub in spec.wheel_dirs:
-            add(_matches(os.path.join(site, *sub.split("/")), spec.patterns))
-    if spec.toolkit:
-        for var in ("CUDA_HOME", "CUDA_PATH"):
-            root = env.get(var)
-            if root:
-                for sub in ("lib64", "lib", os.path.join("lib", "x64"), "bin", os.path.join("bin", "x64")):
-                    add(_matches(os.path.join(root, sub), spec.patterns))
-        if sys.platform != "win32":
-            dirs = list(_SYSTEM_DIRS)
-            for root in sorted(glob.glob("/usr/local/cuda-*"), reverse=True):
-                dirs += [os.path.join(root, "lib64"), os.path.join(root, "lib")]
-            for d in dirs:
-                add(_matches(d, spec.patterns))
+    if spec.folders:
+        found = pathfinder_path(spec)
+        if found:
+            add([found])
+        for d in searched_folders(spec, env):
+            add(_matches(d, spec.patterns))
     add([p for p in spec.patterns if "*" not in p])
     return out
 
 
-def describe(spec, tried):
-    """The "not found" message: what was tried and which pip package to install."""
-    lines = [f"Could not load {spec.title}. Tried:"]
+def driver_cuda_major():
+    """The loaded driver's CUDA major version, or None when no driver is loaded yet (this
+    never loads one: advice must not have side effects)."""
+    try:
+        from barecuda import _loader
+        if not _loader._state()["loaded"]:
+            return None
+        return _loader.driver_version()[0]
+    except Exception:
+        return None
+
+
+def install_advice(spec, cuda_major=None):
+    """What to install to get ``spec``: the pip package for a driver of ``cuda_major``
+    (those of every CUDA major barecuda supports when it is None or unknown), and the
+    barecuda extra that pulls it, as it works from a checkout today."""
+    if spec.fix:
+        return spec.fix
+    majors = [cuda_major] if cuda_major in spec.packages else sorted(spec.packages, reverse=True)
+    text = " or ".join(f"`pip install {spec.packages[m][0]}` (CUDA {m})" for m in majors)
+    extras = [spec.packages[m][1] for m in majors if spec.packages[m][1]]
+    if extras:
+        text += " (from a barecuda checkout: " + " or ".join(f"`pip install \".[{x}]\"`" for x in extras) + ")"
+    return text
+
+
+def describe(spec, tried, cuda_major=None, environ=None):
+    """The one wording of "library not found": what was tried and why each failed, the
+    folders searched, what to install for this driver, and the environment variable."""
+    lines = [f"Could not load {spec.title} ({spec.file_name}). Tried:"]
     lines += [f"  - {t}" for t in tried] or ["  (no candidate found)"]
-    pkgs = " or ".join(f"`pip install {p.split(' ')[0]}`" + (" " + p.split(" ", 1)[1] if " " in p else "")
-                       for p in spec.pip)
-    lines.append(f"Install it with {pkgs}, or point barecuda at the library: {spec.env}=/path/to/library")
+    env = os.environ if environ is None else environ
+    if env.get(spec.env):
+        lines.append(f"Only {spec.env} was tried (it is set).")
+    else:
+        folders = [d for d in searched_folders(spec, env) if os.path.isdir(d)]
+        where = ", ".join(folders) if folders else "none of the wheel, CUDA_HOME/CUDA_PATH or system folders exists"
+        if spec.folders:
+            lines.append(f"Folders searched: {where}; then the system loader's path "
+                         "(LD_LIBRARY_PATH, the ldconfig cache).")
+        else:
+            lines.append("Searched: the system loader's path (LD_LIBRARY_PATH, the ldconfig cache).")
+    lines.append(f"To fix: {install_advice(spec, cuda_major)}, or point barecuda at the library: "
+                 f"{spec.env}=/path/to/{spec.file_name}")
     return "\n".join(lines)

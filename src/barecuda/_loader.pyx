@@ -8,7 +8,6 @@ a lock with a re-check after taking it.
 """
 import atexit
 import os
-import sys
 import threading
 
 from libc.string cimport strcmp
@@ -16,6 +15,7 @@ from libc.string cimport strcmp
 from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult, device_attribute_codes, function_attribute_codes
 from barecuda._errors cimport bc_state_t, check, register_state
 from barecuda._errors import DriverNotFoundError, DriverVersionError, ForkedProcessError, make_error
+from barecuda import _libfind
 
 cdef extern from "barecuda/bc_runtime.h" nogil:
     bc_driver_t bc_driver_table
@@ -37,10 +37,7 @@ _lock = threading.Lock()
 MIN_DRIVER_VERSION = BC_MIN_DRIVER_VERSION
 _failure = None   # the last load failure, kept so is_available() stays cheap
 
-if sys.platform == "win32":
-    DEFAULT_CANDIDATES = ("nvcuda.dll",)
-else:
-    DEFAULT_CANDIDATES = ("libcuda.so.1", "libcuda.so")
+DEFAULT_CANDIDATES = tuple(_libfind.DRIVER.patterns)   # the system loader picks the driver
 
 register_state(&bc_state)
 
@@ -88,11 +85,8 @@ atexit.register(_on_exit)
 
 
 def candidates():
-    """The library names or paths the loader tries, in order."""
-    override = os.environ.get("BARECUDA_LIBCUDA")
-    if override:
-        return (override,)
-    return DEFAULT_CANDIDATES
+    """The library names or paths the loader tries, in order (``_libfind.DRIVER``)."""
+    return tuple(_libfind.candidates(_libfind.DRIVER))
 
 
 cdef int _ensure_driver_slow() except -1:
@@ -142,11 +136,7 @@ cdef int _ensure_driver_slow() except -1:
 
 
 def _message(tried):
-    lines = ["Could not load the CUDA driver. Tried:"]
-    lines += [f"  - {t}" for t in tried]
-    lines.append("Install the NVIDIA driver (check with `nvidia-smi`), or point barecuda at "
-                 "the driver library: BARECUDA_LIBCUDA=/path/to/libcuda.so.1")
-    return "\n".join(lines)
+    return _libfind.describe(_libfind.DRIVER, tried)
 
 
 def load():

@@ -5,19 +5,16 @@ the unique id (``UniqueId``, ``get_unique_id``), ``Communicator`` and its operat
 group calls (``group``), and the ``NcclError`` hierarchy. NCCL's ABI is declared in
 include/barecuda/nccl_abi.h; no NCCL header or import library is needed to build.
 
-Where libnccl.so.2 is looked for, in order:
-1. ``BARECUDA_NCCL`` (a file, or a folder holding libnccl.so.2); when set, nothing else;
-2. the pip wheels ``nvidia-nccl-cu13`` / ``nvidia-nccl-cu12`` (``nvidia/nccl/lib``,
-   ``nvidia/cu13/lib``, ``nvidia/cu12/lib`` under each ``sys.path`` entry);
-3. the dynamic loader's own search (``LD_LIBRARY_PATH``, ``ldconfig``), then
-   ``/usr/lib/x86_64-linux-gnu``, ``/usr/lib64``, ``/usr/local/cuda/lib64``.
+Where libnccl.so.2 is looked for: ``_libfind.NCCL``, the finder every library shares
+(``BARECUDA_NCCL``, a file or a folder, exclusively when set; ``cuda-pathfinder`` when
+installed; the pip wheels ``nvidia-nccl-cu13`` / ``nvidia-nccl-cu12``; ``CUDA_HOME`` and
+the system folders; the dynamic loader's own search).
 
 barecuda never calls ``cuMulticastCreate`` and never changes the user's NCCL settings:
 whether NCCL uses NVLink multicast is ``NCCL_NVLS_ENABLE``'s to say (docs/multi-gpu.md
 says when to turn it off).
 """
 import os
-import sys
 import threading
 
 from libc.string cimport memcpy
@@ -33,7 +30,8 @@ from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
 from barecuda._buffer cimport DeviceBuffer, use_begin, use_end
 from barecuda._interop cimport bc_array, array_of, order_array
 
-from barecuda._errors import BarecudaError
+from barecuda._errors import BarecudaError, _LibraryNotFoundError
+from barecuda import _libfind
 
 cdef extern from "barecuda/nccl_abi.h" nogil:
     ctypedef struct ncclUniqueId:
@@ -117,8 +115,9 @@ def _rebuild_nccl_error(result, call, message):
     return nccl_error_class(result)(result, call, message)
 
 
-class NcclNotFoundError(BarecudaError, OSError):
-    """libnccl.so.2 could not be found or loaded."""
+class NcclNotFoundError(_LibraryNotFoundError):
+    """libnccl.so.2 could not be found or loaded; ``tried`` lists the candidates and why
+    each failed."""
 
 
 class NcclUnhandledCudaError(NcclError):
@@ -186,30 +185,9 @@ cdef inline int _ck(int rc, str call, ncclComm_t comm) except -1:
 
 
 # ------------------------------------------------------------------ loading
-def _wheel_dirs():
-    out = []
-    for base in sys.path:
-        if not base or not os.path.isdir(os.path.join(base, "nvidia")):
-            continue
-        for sub in (("nvidia", "nccl", "lib"), ("nvidia", "cu13", "lib"), ("nvidia", "cu12", "lib")):
-            d = os.path.join(base, *sub)
-            if os.path.isfile(os.path.join(d, "libnccl.so.2")):
-                out.append(d)
-    return out
-
-
 def candidates():
     """The paths (or bare names) ``load`` tries, in order."""
-    env = os.environ.get("BARECUDA_NCCL")
-    if env:
-        return [os.path.join(env, "libnccl.so.2") if os.path.isdir(env) else env]
-    out = [os.path.join(d, "libnccl.so.2") for d in _wheel_dirs()]
-    out.append("libnccl.so.2")
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/local/cuda/lib64"):
-        p = os.path.join(d, "libnccl.so.2")
-        if os.path.isfile(p):
-            out.append(p)
-    return out
+    return _libfind.candidates(_libfind.NCCL)
 
 
 def load():
@@ -241,10 +219,7 @@ def load():
             _handle = h
             _path = cand
             return _path
-        hint = ("set BARECUDA_NCCL to libnccl.so.2, or `pip install barecuda[nccl]` "
-                "(nvidia-nccl-cu13 / nvidia-nccl-cu12)")
-        raise NcclNotFoundError("NCCL (libnccl.so.2) could not be loaded; tried:\n  " + "\n  ".join(tried)
-                                + f"\n{hint}")
+        raise NcclNotFoundError(_libfind.describe(_libfind.NCCL, tried, _libfind.driver_cuda_major()), tried)
 
 
 def is_available():

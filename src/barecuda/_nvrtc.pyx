@@ -151,7 +151,7 @@ cdef void *_open_tool(spec, void *table, const bc_symbol_info *syms, size_t nsym
             continue
         info["path"] = path
         return h
-    raise CompilerNotFoundError(_libfind.describe(spec, tried), tried)
+    raise CompilerNotFoundError(_libfind.describe(spec, tried, _libfind.driver_cuda_major()), tried)
 
 
 cdef int _open_once(int which) except -1:
@@ -203,7 +203,8 @@ def nvrtc_version():
     Raises
     ------
     CompilerNotFoundError
-        NVRTC is not installed (``pip install nvidia-cuda-nvrtc``).
+        NVRTC is not installed (the message says which package provides it for the
+        driver found).
     """
     return _info(_NVRTC)["version"]
 
@@ -216,6 +217,11 @@ def nvrtc_path():
 def nvrtc_archs():
     """The ``sm_XX`` numbers NVRTC can compile for (e.g. ``(75, 80, ..., 120)``)."""
     return _info(_NVRTC)["archs"]
+
+
+def nvjitlink_path():
+    """The nvJitLink library barecuda opened (loads it on first use)."""
+    return _info(_NVJITLINK)["path"]
 
 
 def nvjitlink_version():
@@ -361,7 +367,7 @@ def select_target(str want, nvrtc_version, driver_version, cc, supported_archs=(
         raise DriverVersionError(
             f"NVRTC {nv[0]}.{nv[1]} is newer than the driver (CUDA {drv[0]}.{drv[1]}): the driver can load "
             f"neither its PTX nor its cubins. Install an NVRTC of CUDA {drv[0]} "
-            f"(`pip install \"nvidia-cuda-nvrtc=={drv[0]}.{drv[1]}.*\"`, or point BARECUDA_NVRTC at one), "
+            f"({_libfind.install_advice(_libfind.NVRTC, drv[0])}, or point BARECUDA_NVRTC at one), "
             "or upgrade the NVIDIA driver.")
     if not supported or n in supported:
         return ("cubin", f"sm_{n}{suffix}")

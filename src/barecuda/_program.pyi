@@ -1,6 +1,6 @@
 """Type stubs for barecuda._program: programs, compiled code, linking, library kernels."""
 import os
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union, final
 
 from barecuda._launch import Kernel
 from barecuda._module import Module
@@ -20,7 +20,12 @@ from barecuda._nvrtc import (
     ptx_version_of as ptx_version_of,
     select_target as select_target,
 )
-from barecuda._compile_cache import cache_dir as cache_dir, cache_info as cache_info, clear_cache as clear_cache
+
+# The compile cache's public functions (defined in _compile_cache.py, re-exported here):
+# typed here so that user code under `mypy --strict` can call them.
+def cache_dir() -> Optional[str]: ...
+def cache_info() -> Dict[str, Any]: ...
+def clear_cache(memory: bool = ..., disk: bool = ...) -> int: ...
 
 _Arch = Union[str, int, Tuple[int, int]]
 _Sig = list[Tuple[str, int, int]]

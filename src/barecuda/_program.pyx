@@ -522,7 +522,8 @@ def _link_driver(list codes, device):
             for i, c in enumerate(codes):
                 oc = <ObjectCode>c
                 if oc.kind == "ltoir":
-                    raise LinkError("LTO-IR inputs need nvJitLink (`pip install nvidia-nvjitlink`); "
+                    raise LinkError("LTO-IR inputs need nvJitLink (install it: "
+                                    f"{_libfind.install_advice(_libfind.NVJITLINK, _libfind.driver_cuda_major())}); "
                                     "the driver's linker takes PTX, cubin, fatbin and libraries")
                 if oc.kind == "ptx":
                     _check_ptx_loadable(oc.code)

@@ -123,7 +123,7 @@ def test_stale_prebuilt_is_not_loaded(fake, registry, monkeypatch):
     # a digest that matches no manifest entry (an edited source): the prebuilt folder is skipped
     monkeypatch.setattr(registry, "digest", lambda s, d=(): "0" * 64)
     monkeypatch.setattr(_nvrtc, "nvrtc_available", lambda: False)
-    with pytest.raises(bc.CompilerNotFoundError, match=r'pip install "barecuda\[nvrtc\]"'):
+    with pytest.raises(bc.CompilerNotFoundError, match=r'pip install "\.\[nvrtc\]"'):
         registry.get("norms.cu", "rmsnorm_bf16_v2")
 
 
@@ -133,7 +133,8 @@ def test_missing_nvrtc_names_the_extra(fake, registry, monkeypatch):
     with pytest.raises(bc.CompilerNotFoundError) as ei:
         registry.get("softmax.cu", "softmax_f32_v4")
     msg = str(ei.value)
-    assert 'pip install "barecuda[nvrtc]"' in msg and "softmax.cu" in msg and "sm_90" in msg
+    assert 'pip install ".[nvrtc]"' in msg and "nvidia-cuda-nvrtc-cu12" in msg
+    assert "softmax.cu" in msg and "sm_90" in msg
 
 
 _CHILD = """

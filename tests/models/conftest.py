@@ -74,7 +74,7 @@ def fake_kernels(fake, monkeypatch):
     """The driver double, with barecuda.kernels loading PTX it accepts."""
     from barecuda._nvrtc import nvrtc_available
     if not nvrtc_available():
-        pytest.skip("NVRTC is not installed (pip install 'barecuda[nvrtc]')")
+        pytest.skip("NVRTC is not installed (pip install '.[nvrtc]')")
     import importlib
     import pkgutil
     import barecuda.kernels as K

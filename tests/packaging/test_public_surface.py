@@ -28,6 +28,8 @@ def test_every_extension_module_has_a_stub_and_a_docstring():
     mods = list(_extension_modules())
     assert len(mods) >= 8, mods
     for name, origin in mods:
+        if name == "barecuda._cyutility":       # Cython's shared helper code (setup.py), no API of ours
+            continue
         stub = os.path.join(os.path.dirname(origin), name.rsplit(".", 1)[1] + ".pyi")
         assert os.path.exists(stub), f"{name} has no .pyi stub"
         assert (importlib.import_module(name).__doc__ or "").strip(), f"{name} has no module docstring"

@@ -3,11 +3,21 @@
 Every name is reached as ``bc.X``: with --strict (no implicit re-export) that works
 only for names in ``barecuda.__all__``, and the calls below must match the stubs.
 """
+from typing import Any, Dict, Optional
+
 import barecuda as bc
 
 
+def compile_cache() -> int:
+    folder: Optional[str] = bc.cache_dir()
+    info: Dict[str, Any] = bc.cache_info()
+    removed: int = bc.clear_cache(memory=True, disk=False)
+    print(folder, info.get("entries"))
+    return removed
+
+
 def main() -> float:
-    print(bc.__version__, bc.is_available())
+    print(bc.__version__, bc.is_available(), compile_cache())
     if not bc.is_available():
         return 0.0
     dev: bc.Device = bc.Device(0)

@@ -24,6 +24,7 @@ import threading
 
 from barecuda._errors import CudaError, DriverVersionError
 from barecuda._nvrtc import CompilerNotFoundError
+from barecuda import _libfind
 
 __all__ = ["get", "table", "digest", "compile_code", "CSRC", "PREBUILT", "OPTIONS", "NVRTC_HINT"]
 
@@ -33,7 +34,7 @@ PREBUILT = os.path.join(_HERE, "prebuilt")
 # Every kernel is built with these (besides -arch and the specialization's -D).
 OPTIONS = ("-std=c++17",)
 _TAG = b"barecuda-kernels-1"
-NVRTC_HINT = 'install NVRTC with: pip install "barecuda[nvrtc]"'
+NVRTC_HINT = "install NVRTC with: " + _libfind.install_advice(_libfind.NVRTC)   # both CUDA majors
 # family modules that hold no KERNELS table
 _NOT_FAMILIES = frozenset({"_registry", "_args", "_prebuild"})
 
@@ -63,7 +64,7 @@ def get(source, name, defines=(), device=None):
     ------
     CompilerNotFoundError
         The package ships no code for this device/specialization, the cache has none,
-        and NVRTC is not installed (the message says ``pip install "barecuda[nvrtc]"``).
+        and NVRTC is not installed (the message names the NVRTC packages and extras).
     CompileError
         The source does not compile.
     """

@@ -1,6 +1,6 @@
 """Random-weight Llama GGUF files (tests and benchmarks), written with ``gguf.GGUFWriter``.
 
-Needs numpy and the ``gguf`` package (``pip install "barecuda[models]"``). Weights are
+Needs numpy and the ``gguf`` package (``pip install ".[models]"`` from a barecuda checkout). Weights are
 random with a sane scale (std ~ 1/sqrt(fan-in)) so that the logits are well
 conditioned. F32/F16/BF16/Q8_0/Q4_0/Q4_1 tensors are quantized from random floats with
 ``gguf.quants.quantize``; Q4_K and Q6_K blocks are filled directly (any bytes with sane

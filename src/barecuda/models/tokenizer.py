@@ -36,7 +36,8 @@ def _need_tokenizers() -> Any:
     try:
         import tokenizers
     except ImportError:
-        raise ImportError('the GGUF tokenizer needs the "tokenizers" package: pip install "barecuda[models]"') from None
+        raise ImportError('the GGUF tokenizer needs the "tokenizers" package (from a barecuda checkout: '
+                          'pip install ".[models]")') from None
     return tokenizers
 
 
