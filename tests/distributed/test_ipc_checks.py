@@ -106,7 +106,7 @@ def test_ipc_open_closes_mapping_on_bad_shape(fake):
     buf.close()
 
 
-@pytest.mark.parametrize("pid", [0, -1, -os.getpid(), "123", 1.5])
+@pytest.mark.parametrize("pid", [0, -1, -os.getpid(), "123", 1.5], ids=["zero", "minus-one", "minus-own-pid", "str", "float"])
 def test_ipc_rejects_nonpositive_pid(fake, pid):
     """os.kill(0 or -n, 0) succeeds (a process group), so pid <= 0 passed both the
     own-process and the exporter-alive checks; refused before any driver call."""
