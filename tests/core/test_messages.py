@@ -65,7 +65,7 @@ def test_doctor_json_has_versions(fake_lib_path):
     for key, info in rep["libraries"].items():
         assert set(info) in ({"name", "path", "version"}, {"name", "path", "error", "fix"}), (key, info)
         if info["path"]:
-            assert info["version"] is None or re.fullmatch(r"\d+(\.\d+)+", info["version"]), info
+            assert info["version"] is None or re.fullmatch(r"\d+(\.\d+)*", info["version"]), info
 
 
 def test_kernel_module_version_is_read(tmp_path):

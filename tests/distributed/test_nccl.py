@@ -95,6 +95,10 @@ def test_env_variable_file_and_folder(tmp_path, fakenccl_path, monkeypatch):
 
 def test_wheel_folders_come_first(tmp_path, monkeypatch, fakenccl_path):
     monkeypatch.delenv("BARECUDA_NCCL", raising=False)
+    # the order of barecuda's own search: cuda-pathfinder, which is asked first where it is
+    # installed (the GPU machine has it), would answer with that machine's wheel
+    from barecuda import _libfind
+    monkeypatch.setattr(_libfind, "pathfinder_path", lambda spec: None)
     for sub in ("nccl", "cu13"):
         d = tmp_path / f"site{sub}" / "nvidia" / sub / "lib"
         d.mkdir(parents=True)

@@ -327,7 +327,7 @@ def test_library_identity_follows_the_file(tmp_path):
     lib.write_bytes(b"b" * 101)
     assert _compile_cache.file_identity(str(lib)) != one
     real = _compile_cache.library_identity(_program.nvrtc_path())        # the real one, builtins too
-    assert real.count(b"\n") == 1 and b"nvrtc-builtins" in real
+    assert real.count(b"\n") >= 1 and b"nvrtc-builtins" in real     # one or more builtins files beside it
     if sys.platform.startswith("linux"):      # NVRTC found by the loader under its bare name
         path = _program.nvrtc_path()
         assert _compile_cache._mapped_path(os.path.basename(path)) == os.path.realpath(path)
