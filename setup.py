@@ -252,9 +252,13 @@ class build_ext(_build_ext):
 def _prebuild_kernels(cmd):
     import importlib.util
     import subprocess
+    def importable(name):        # find_spec of a dotted name raises when its parent package is absent
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ImportError:
+            return False
     want = os.environ.get("BARECUDA_PREBUILD_KERNELS", "").strip()
-    if want == "0" or (not want and (cmd.inplace or importlib.util.find_spec("nvidia.cu13") is None
-                                     and importlib.util.find_spec("nvidia.cuda_nvrtc") is None)):
+    if want == "0" or (not want and (cmd.inplace or not (importable("nvidia.cu13") or importable("nvidia.cuda_nvrtc")))):
         return
     root = os.path.abspath("src" if cmd.inplace else cmd.build_lib)
     out = os.path.join(root, "barecuda", "kernels", "prebuilt")
