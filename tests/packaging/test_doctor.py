@@ -104,11 +104,17 @@ def test_diagnose_driver_not_found_variants():
     assert isinstance(barecuda._errors.error_class(35)(35, "cuInit"), CudaError)
 
 
-def test_library_search_honours_overrides(tmp_path, monkeypatch):
-    # the doctor asks the one finder (_libfind): an override that names nothing loadable is reported
-    monkeypatch.setenv("BARECUDA_NCCL", str(tmp_path / "libnccl.so.2"))
-    got = doctor.find_library(*[x for x in doctor.LIBRARIES if x[0] == "nccl"][0][1:])
-    assert got["path"] is None and got["error"].startswith("not found (1 candidate(s) tried")
+def test_library_search_honours_overrides(tmp_path):
+    # the doctor asks the one finder (_libfind): an override that names nothing loadable is reported.
+    # In a child interpreter: a library this process already opened (the NCCL double, when the
+    # distributed tests ran first) is what the finder answers with from then on.
+    code = ("import json; from barecuda import __main__ as doctor; "
+            "print(json.dumps(doctor.find_library(*[x for x in doctor.LIBRARIES if x[0] == 'nccl'][0][1:])))")
+    env = dict(os.environ, BARECUDA_NCCL=str(tmp_path / "libnccl.so.2"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["path"] is None and got["error"].startswith("not found (1 candidate(s) tried"), got
     assert "BARECUDA_NCCL=/path/to/libnccl.so.2" in got["fix"]
 
 
