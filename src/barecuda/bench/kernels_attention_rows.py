@@ -10,6 +10,7 @@ way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
 import math
 
 from barecuda.bench.report import Section
+from barecuda.bench._kernel_timing import _torch
 
 ORDER = 62
 SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}          # HBM spec bandwidth, GB/s
@@ -211,16 +212,6 @@ def issue_rows(bc, s, n=500):
         rows.append((label, (time.perf_counter() - t) / n * 1e6))
         s.synchronize()
     return rows
-
-
-def _torch():
-    try:
-        import torch
-        if torch.cuda.is_available():
-            return torch
-    except Exception:   # noqa: BLE001
-        pass
-    return None
 
 
 def attention_section(ctx=None):

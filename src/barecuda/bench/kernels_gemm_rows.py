@@ -6,17 +6,13 @@ Section ``kernels_gemm`` (``--rows kernels_gemm``); ``python -m barecuda.bench.k
 prints the table alone.
 """
 from barecuda.bench.report import Section
+from barecuda.bench._kernel_timing import _median
 
 ORDER = 61
 PEAK_TF = {"H200": 989.0, "H100": 989.0}      # dense fp16/bf16 tensor TFLOP/s (SXM)
 SHAPES = (("bfloat16", 4096, 4096, 4096, False, False), ("float16", 4096, 4096, 4096, False, False),
           ("bfloat16", 4096, 4096, 4096, False, True), ("bfloat16", 8192, 8192, 8192, False, False),
           ("bfloat16", 2048, 14336, 4096, False, True), ("float32", 2048, 2048, 2048, False, False))
-
-
-def _median(ts):
-    ts = sorted(ts)
-    return ts[len(ts) // 2]
 
 
 def gemm_rows(bc, s, torch=None, shapes=SHAPES):

@@ -1,0 +1,64 @@
+"""What the kernel benchmark rows share: the device's spec bandwidth, medians, a chain of
+plans timed as one graph, the device-copy bandwidth row, torch when installed."""
+
+SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}          # HBM spec bandwidth, GB/s
+
+
+def _spec(bc):
+    name = bc.Device().name
+    for k in SPEC_GBS:
+        if k in name:
+            return k, SPEC_GBS[k]
+    return name, None
+
+
+def _median(ts):
+    ts = sorted(ts)
+    return ts[len(ts) // 2]
+
+
+def _time_plans(bc, s, plans, reps=15):
+    """microseconds per plan: one graph chaining the plans, median over replays."""
+    g = bc.Graph()
+    prev = None
+    for p in plans:
+        prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
+    exe = g.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(reps):
+        e0.record(s)
+        exe.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return _median(ts) * 1e3 / len(plans)
+
+
+def copy_gbs(bc, s, nbytes=1 << 30):
+    a = bc.empty((nbytes,), "uint8", stream=s)
+    b = bc.empty((nbytes,), "uint8", stream=s)
+    a.memset(1, stream=s)
+    b.copy_from(a, stream=s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(7):
+        e0.record(s)
+        b.copy_from(a, stream=s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return 2 * nbytes / (_median(ts) * 1e-3) / 1e9
+
+
+def _torch():
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return torch
+    except Exception:   # noqa: BLE001
+        pass
+    return None
