@@ -98,7 +98,7 @@ def test_matmul_checks_raise_before_launch(fake):
     assert fake.launch_count() == n0
 
 
-def test_matmul_dispatch_on_the_double(fake):
+def test_matmul_dispatch_on_the_double(fake, no_cublaslt):
     a = bc.empty((300, 64), "bfloat16")
     b = bc.empty((64, 136), "bfloat16")
     out = MM.matmul(a, b)
@@ -125,7 +125,166 @@ def test_matmul_dispatch_on_the_double(fake):
     assert fake.launch_count() == n0 + 1
 
 
+@pytest.fixture
+def no_cublaslt(monkeypatch, tmp_path):
+    """cuBLASLt cannot be found (BARECUDA_CUBLASLT names a missing file); "auto"'s memory
+    of earlier failures is cleared before and after."""
+    monkeypatch.setenv("BARECUDA_CUBLASLT", str(tmp_path / "libcublasLt.so.13"))
+    MM._lt_broken.clear()
+    yield
+    MM._lt_broken.clear()
+
+
+def test_cublaslt_lookup_follows_the_one_finder(monkeypatch, tmp_path):
+    from barecuda import _libfind
+    from barecuda.kernels import _cublaslt
+    assert _libfind.CUBLASLT.packages[13][0] == "nvidia-cublas"
+    assert _libfind.CUBLASLT.packages[12][0] == "nvidia-cublas-cu12"
+    monkeypatch.delenv("BARECUDA_CUBLASLT", raising=False)
+    assert _cublaslt.candidates() == _libfind.candidates(_libfind.CUBLASLT)
+    assert any("libcublasLt.so.13" in c for c in _cublaslt.candidates())
+    f = tmp_path / "libcublasLt.so.13"
+    monkeypatch.setenv("BARECUDA_CUBLASLT", str(f))
+    assert _cublaslt.candidates() == [str(f)]
+
+
+def test_cublaslt_missing_library_names_the_package(no_cublaslt):
+    from barecuda.kernels import _cublaslt
+    from barecuda._errors import _LibraryNotFoundError
+    assert _cublaslt.is_available() is False
+    with pytest.raises(_cublaslt.CublasLtNotFoundError) as ei:
+        _cublaslt.load()
+    assert isinstance(ei.value, _LibraryNotFoundError) and isinstance(ei.value, OSError)
+    msg = str(ei.value)
+    assert "pip install nvidia-cublas" in msg and "BARECUDA_CUBLASLT" in msg and ei.value.tried
+
+
+def test_cublaslt_backend_missing_raises_and_auto_falls_back(fake, no_cublaslt):
+    from barecuda.kernels import _cublaslt
+    a = bc.empty((256, 128), "bfloat16")
+    b = bc.empty((128, 256), "bfloat16")
+    n0 = fake.launch_count()
+    with pytest.raises(_cublaslt.CublasLtNotFoundError, match="nvidia-cublas"):
+        MM.matmul(a, b, backend="cublaslt")
+    with pytest.raises(_cublaslt.CublasLtNotFoundError, match="nvidia-cublas"):
+        MM.plan_matmul(a, b, out=bc.empty((256, 256), "bfloat16"), backend="cublaslt")
+    assert fake.launch_count() == n0
+    MM.matmul(a, b, backend="auto")                   # builtin, and remembered
+    assert fake.last_launch().name == "gemm_tc_bf16" and fake.launch_count() == n0 + 1
+    assert 0 in MM._lt_broken
+    MM.matmul(bc.empty((64, 64), "float32"), bc.empty((64, 64), "float32"))
+    assert fake.last_launch().name == "gemm_simt_f32"
+
+
+def test_cublaslt_argument_checks(fake, no_cublaslt):
+    a = bc.empty((64, 32), "float16")
+    with pytest.raises(ValueError, match="backend"):
+        MM.plan_matmul(a, bc.empty((32, 48), "float16"), backend="cuBLAS")
+    # no unit stride in either dimension: a layout cuBLASLt cannot read (checked before loading it)
+    base = bc.empty((64, 64), "float16")
+
+    class Strided:       # every other row and column: element strides (128, 2)
+        __cuda_array_interface__ = {"shape": (32, 32), "typestr": "<f2", "data": (base.ptr, False),
+                                    "strides": (256, 4), "version": 3}
+    strided = Strided()
+    with pytest.raises(ValueError, match="unit stride"):
+        MM.matmul(strided, bc.empty((32, 8), "float16"), backend="cublaslt")
+    assert MM._lt_layout(am=1, ak=64, m=64, k=32, bk=1, bn=32, n=48) == (True, 64, True, 32)
+    assert MM._lt_layout(am=40, ak=1, m=7, k=33, bk=48, bn=1, n=48) == (False, 40, False, 48)
+    assert MM._lt_layout(am=2, ak=128, m=32, k=32, bk=48, bn=1, n=48) is None
+    assert MM._auto_prefers_lt("f32", 4, 4, 4, 1) and not MM._auto_prefers_lt("bf16", 16, 16, 16, 1)
+    assert MM._auto_prefers_lt("bf16", 4096, 4096, 4096, 1)
+
+
 # ------------------------------------------------------------------ GPU
+def _lt_available():
+    try:
+        from barecuda.kernels import _cublaslt
+        return _cublaslt.is_available()
+    except ImportError:
+        return False
+
+
+# the builtin kernel always; cuBLASLt too where it can be loaded (the device image has it)
+LT_BACKENDS = ("builtin", "cublaslt") if _lt_available() else ("builtin",)
+needs_lt = pytest.mark.skipif(not _lt_available(), reason="libcublasLt not found (pip install nvidia-cublas)")
+
+
+@gpu
+@needs_lt
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_cublaslt_matches_float64(dtype, ta, tb):
+    rng = np.random.default_rng(11 + 2 * ta + tb)
+    tol = {"float32": 1e-3, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    for m, n, k in [(1, 1, 1), (1, 200, 64), (200, 1, 64), (37, 53, 29), (257, 129, 96), (512, 384, 1024)]:
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+        ad, a64 = to_dev(a, dtype)
+        bd, b64 = to_dev(b, dtype)
+        ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
+        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb, backend="cublaslt"), dtype)
+        scale = max(1.0, np.abs(ref).max()) if dtype != "float32" else 1.0
+        assert np.abs(got - ref).max() < tol * scale, (m, n, k)
+
+
+@gpu
+@needs_lt
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cublaslt_alpha_beta_and_broadcast_batches(dtype):
+    rng = np.random.default_rng(4)
+    tol = {"float32": 1e-3, "bfloat16": 1e-2}[dtype]
+    bt, m, n, k = 3, 136, 72, 80
+    for a_shape, b_shape in [((bt, m, k), (k, n)), ((m, k), (bt, k, n)), ((bt, m, k), (bt, k, n))]:
+        a = rng.standard_normal(a_shape).astype(np.float32)
+        b = rng.standard_normal(b_shape).astype(np.float32)
+        c = rng.standard_normal((bt, m, n)).astype(np.float32)
+        ad, a64 = to_dev(a, dtype)
+        bd, b64 = to_dev(b, dtype)
+        cd, c64 = to_dev(c, dtype)
+        MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0, backend="cublaslt")
+        ref = 0.5 * (a64 @ b64) + -2.0 * c64
+        got = from_dev(cd, dtype)
+        assert np.abs(got - ref).max() < tol * max(1.0, np.abs(ref).max() if dtype != "float32" else 1.0)
+
+
+@gpu
+@needs_lt
+def test_cublaslt_auto_plan_and_graph_capture():
+    """auto picks cuBLASLt for a large shape; the cuBLASLt plan replays and records under
+    stream capture with its own workspace; replays read the new input."""
+    rng = np.random.default_rng(9)
+    m, n, k = 256, 192, 320
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k)).astype(np.float32)
+    ad, a64 = to_dev(a, "bfloat16")
+    bd, b64 = to_dev(b, "bfloat16")
+    MM._lt_cache.clear()
+    MM._lt_broken.clear()
+    got = from_dev(MM.matmul(ad, bd, trans_b=True), "bfloat16")      # auto
+    assert any(key[2:5] == (m, n, k) for key in MM._lt_cache), "auto did not take cuBLASLt"
+    ref = a64 @ b64.T
+    assert np.abs(got - ref).max() < 1e-2 * np.abs(ref).max()
+    s = bc.Stream()
+    out = bc.empty((m, n), "bfloat16", stream=s)
+    p = MM.plan_matmul(ad, bd, trans_b=True, out=out, backend="cublaslt", stream=s)
+    p.launch()
+    s.synchronize()
+    assert np.abs(from_dev(out, "bfloat16") - ref).max() < 1e-2 * np.abs(ref).max()
+    with s.capture() as g:
+        p.launch(s)
+    g.keep_alive(p)
+    exe = g.instantiate()
+    a2 = rng.standard_normal((m, k)).astype(np.float32)
+    a2d, a264 = to_dev(a2, "bfloat16")
+    ad.copy_from(a2d, stream=s)
+    exe.launch(s)
+    s.synchronize()
+    ref2 = a264 @ b64.T
+    assert np.abs(from_dev(out, "bfloat16") - ref2).max() < 1e-2 * np.abs(ref2).max()
+
+
 TILES = {"128x128w8": (128, 128, 2, 4, 32, 4), "128x256w8": (128, 256, 2, 4, 32, 4),
          "128x128w4": (128, 128, 2, 2, 32, 4), "128x128w4k64": (128, 128, 2, 2, 64, 3)}
 
@@ -145,10 +304,11 @@ def test_fp32_identity_times_matrix_is_the_matrix():
     x = rng.standard_normal((4, 4)).astype(np.float32)
     eye, _ = to_dev(np.eye(4, dtype=np.float32), "float32")
     xd, x64 = to_dev(x, "float32")
-    got = from_dev(MM.matmul(eye, xd), "float32")
-    assert np.abs(got - x64).max() < 1e-3
-    got = from_dev(MM.matmul(xd, eye), "float32")
-    assert np.abs(got - x64).max() < 1e-3
+    for backend in LT_BACKENDS:
+        got = from_dev(MM.matmul(eye, xd, backend=backend), "float32")
+        assert np.abs(got - x64).max() < 1e-3
+        got = from_dev(MM.matmul(xd, eye, backend=backend), "float32")
+        assert np.abs(got - x64).max() < 1e-3
 
 
 @gpu
@@ -165,7 +325,7 @@ def test_matmul_random_shapes_match_float64(dtype, ta, tb, tile):
         ad, a64 = to_dev(a, dtype)
         bd, b64 = to_dev(b, dtype)
         ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
-        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb), dtype)
+        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb, backend="builtin"), dtype)
         scale = max(1.0, np.abs(ref).max()) if dtype != "float32" else 1.0
         assert np.abs(got - ref).max() < tol * scale, (m, n, k)
 
@@ -182,7 +342,7 @@ def test_matmul_alpha_beta_and_batches(dtype, tile):
     ad, a64 = to_dev(a, dtype)
     bd, b64 = to_dev(b, dtype)
     cd, c64 = to_dev(c, dtype)
-    MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0)
+    MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0, backend="builtin")
     ref = 0.5 * (a64 @ b64) + -2.0 * c64
     got = from_dev(cd, dtype)
     assert np.abs(got - ref).max() < tol * max(1.0, np.abs(ref).max() if dtype != "float32" else 1.0)
@@ -196,9 +356,12 @@ def test_matmul_matches_torch_and_reads_transposed_views():
     b = torch.randn(512, 768, device="cuda", dtype=torch.bfloat16)
     ref = (a.float() @ b.float().T)
     out = torch.empty(1024, 512, device="cuda", dtype=torch.bfloat16)
-    MM.matmul(a, b.T, out=out)            # a column-major view: read as trans_b, no copy
-    torch.cuda.synchronize()
-    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
-    MM.matmul(a, b, trans_b=True, out=out)
-    torch.cuda.synchronize()
-    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+    for backend in LT_BACKENDS:
+        out.zero_()
+        MM.matmul(a, b.T, out=out, backend=backend)   # a column-major view: read as trans_b, no copy
+        torch.cuda.synchronize()
+        assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2
+        out.zero_()
+        MM.matmul(a, b, trans_b=True, out=out, backend=backend)
+        torch.cuda.synchronize()
+        assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2

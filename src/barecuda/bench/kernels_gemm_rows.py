@@ -1,6 +1,7 @@
-"""GEMM rows (issue 23): built-in ``matmul`` TFLOP/s and % of the dense tensor peak, beside
-cuBLAS through ``torch.matmul`` in the same run (GEMM is compute-bound at these shapes, so L2
-rotation does not apply).
+"""GEMM rows (issue 23): ``matmul`` TFLOP/s and % of the dense tensor peak -- the built-in
+kernel and, where libcublasLt loads, the cuBLASLt backend (its plan form, rows marked
+``[cublaslt]``) -- beside cuBLAS through ``torch.matmul`` in the same run (GEMM is
+compute-bound at these shapes, so L2 rotation does not apply).
 
 Section ``kernels_gemm`` (``--rows kernels_gemm``); ``python -m barecuda.bench.kernels_gemm_rows``
 prints the table alone.
@@ -15,7 +16,7 @@ SHAPES = (("bfloat16", 4096, 4096, 4096, False, False), ("float16", 4096, 4096, 
           ("bfloat16", 2048, 14336, 4096, False, True), ("float32", 2048, 2048, 2048, False, False))
 
 
-def gemm_rows(bc, s, torch=None, shapes=SHAPES):
+def gemm_rows(bc, s, torch=None, shapes=SHAPES, backend="builtin"):
     from barecuda.kernels import _matmul as MM
     rows = []
     for dt, m, n, k, ta, tb in shapes:
@@ -24,7 +25,7 @@ def gemm_rows(bc, s, torch=None, shapes=SHAPES):
         a.memset(0x3c, stream=s)
         b.memset(0x3c, stream=s)
         o = bc.empty((m, n), dt, stream=s)
-        p = MM.plan_matmul(a, b, out=o, trans_a=ta, trans_b=tb, stream=s)
+        p = MM.plan_matmul(a, b, out=o, trans_a=ta, trans_b=tb, stream=s, backend=backend)
         reps = 10 if dt != "float32" else 3
         for _ in range(2):
             p()
@@ -64,6 +65,8 @@ def gemm_rows(bc, s, torch=None, shapes=SHAPES):
             except Exception as exc:   # noqa: BLE001
                 ttf = f"n/a ({type(exc).__name__})"
         label = f"matmul {dt} {m}x{n}x{k}{' ta' if ta else ''}{' tb' if tb else ''}"
+        if backend != "builtin":
+            label += f" [{backend}]"
         rows.append((label, ms * 1e3, tf, ttf))
     return rows
 
@@ -78,7 +81,17 @@ def gemm_section(ctx=None):
     peak = PEAK_TF.get(card)
     sec = Section("kernels_gemm", f"GEMM ({card})", [("us", 9), ("result", 12), ("% peak", 8), ("cuBLAS", 12),
                                                       ("x cuBLAS", 9)])
-    for label, us, tf, tt in gemm_rows(bc, s, torch):
+    rows = gemm_rows(bc, s, torch)
+    try:
+        from barecuda.kernels import _cublaslt
+        lt = _cublaslt.is_available()
+    except ImportError:
+        lt = False
+    if lt:
+        rows += gemm_rows(bc, s, torch, backend="cublaslt")
+    else:
+        sec.notes.append("cuBLASLt rows: libcublasLt not found (pip install nvidia-cublas)")
+    for label, us, tf, tt in rows:
         tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
         x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
         sec.add(label, [f"{us:.0f}", f"{tf:.1f} TF/s", f"{100 * tf / peak:.0f}%" if peak else "", tcell, x])

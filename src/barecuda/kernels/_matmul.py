@@ -9,10 +9,21 @@ which takes any strides. A transposed *view* (column-major strides) is read as s
 Shapes: ``a`` is ``[M, K]`` (``[K, M]`` with ``trans_a``), ``b`` is ``[K, N]`` (``[N, K]`` with
 ``trans_b``), either may have a leading batch axis (a 2-D operand is broadcast over the
 batch); ``out`` is ``[M, N]`` or ``[batch, M, N]``, contiguous.
+
+Backends: ``"builtin"`` (csrc/gemm.cu), ``"cublaslt"`` (NVIDIA's cuBLASLt, loaded at run
+time from the pip wheel ``nvidia-cublas``/``nvidia-cublas-cu12`` or the system: see
+_cublaslt.pyx) and ``"auto"``: cuBLASLt when it loads and takes the layout, for shapes where
+it is faster (:func:`_auto_prefers_lt`), else builtin. Nothing requires cuBLASLt: when it is
+missing (or fails on this machine) ``"auto"`` runs builtin, and ``"cublaslt"`` raises
+``CublasLtNotFoundError`` naming the package to install.
 """
+import threading
+
 from barecuda.kernels import _args, _registry
 
-__all__ = ["matmul", "plan_matmul"]
+__all__ = ["matmul", "plan_matmul", "BACKENDS"]
+
+BACKENDS = ("auto", "builtin", "cublaslt")
 
 SOURCE = "gemm.cu"
 # the tensor-core tile (a specialization: module values read at call time)
@@ -57,9 +68,10 @@ def _geom(x, name):
     return shape[0], (st[0] if shape[0] > 1 else 0), shape[1], shape[2], st[1], st[2]
 
 
-def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream):
-    if backend not in ("auto", "builtin"):
-        raise ValueError(f"backend={backend!r}: expected 'auto' or 'builtin' (the cuBLASLt backend is not in this build)")
+def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream, plan=False):
+    """The launch (builtin) or ("lt", Matmul, pointers...) of one matmul, checked."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: expected one of {BACKENDS}")
     ab = _args.array(a, "a", stream)
     bb = _args.array(b, "b", stream)
     dt = str(ab.dtype)
@@ -94,6 +106,16 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream):
     ob = _args.out_array(out, oshape, ab.dtype, ab, stream)
     sc = m * n if batched else 0
     device = ab.device
+    # k == 0 (out = beta * out, nothing to multiply) always runs builtin
+    if k > 0 and (backend == "cublaslt" or (backend == "auto" and not plan and _auto_prefers_lt(code, m, n, k, nbat))):
+        lt = _lt_layout(am, ak, m, k, bk, bn, n)
+        if lt is None and backend == "cublaslt":
+            raise ValueError("backend='cublaslt': each operand needs one unit stride (a row- or column-major "
+                             f"view); a has strides ({am}, {ak}) and b ({bk}, {bn}) in op() order")
+        if lt is not None:
+            mm = _lt_matmul(device, dt, m, n, k, lt, nbat, sa, sb, sc, strict=backend == "cublaslt")
+            if mm is not None:
+                return "lt", mm, (ab, bb, ob, alpha, beta), None, None, ob
     if code != "f32" and k > 0:
         tc = _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob)
         if tc is not None:
@@ -130,6 +152,107 @@ def _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob):
     return ta, lda, tb, ldb
 
 
+# ---- cuBLASLt ---------------------------------------------------------------------------------
+_lt_lock = threading.Lock()
+_lt_cache = {}          # (device ordinal, geometry) -> _cublaslt.Matmul
+_lt_broken = {}         # device ordinal -> the exception that made "auto" give up on cuBLASLt
+_lt_ws = {}             # (device ordinal, stream key) -> workspace DeviceBuffer (the op function's)
+_LT_CACHE_MAX = 256
+
+
+def _auto_prefers_lt(code, m, n, k, nbat):
+    """The "auto" decision table (H200 measurements, docs/kernels.md): cuBLASLt for fp32
+    (the builtin fp32 path is SIMT) and for fp16/bf16 once the product is big enough
+    that tensor-core efficiency matters (cuBLASLt 2.1-2.5x the builtin kernel at 1k-8k);
+    below ~64^3 multiply-adds both are launch-bound and the builtin kernel has the
+    cheaper host path."""
+    return code == "f32" or m * n * k * nbat >= (1 << 18)
+
+
+def _lt_layout(am, ak, m, k, bk, bn, n):
+    """(trans_a, lda, trans_b, ldb) for cuBLASLt (one unit stride per operand), or None."""
+    if ak == 1 and (am >= k or m == 1):
+        ta, lda = False, max(am, k)
+    elif am == 1 and (ak >= m or k == 1):
+        ta, lda = True, max(ak, m)
+    else:
+        return None
+    if bn == 1 and (bk >= n or k == 1):
+        tb, ldb = False, max(bk, n)
+    elif bk == 1 and (bn >= k or n == 1):
+        tb, ldb = True, max(bn, k)
+    else:
+        return None
+    return ta, lda, tb, ldb
+
+
+def _lt_matmul(device, dtype, m, n, k, lt, nbat, sa, sb, sc, strict):
+    """The cached cuBLASLt Matmul for this geometry; None ("auto") when cuBLASLt is missing
+    or failed on this device (remembered); strict ("cublaslt"): the error is raised."""
+    ordinal = int(device)
+    if not strict and ordinal in _lt_broken:
+        return None
+    ta, lda, tb, ldb = lt
+    key = (ordinal, dtype, m, n, k, ta, lda, tb, ldb, nbat, sa, sb, sc)
+    mm = _lt_cache.get(key)
+    if mm is not None:
+        return mm
+    try:
+        from barecuda.kernels import _cublaslt
+    except ImportError as exc:          # a build without the extension module
+        if strict:
+            raise
+        _lt_broken[ordinal] = exc
+        return None
+    try:
+        _cublaslt.load()
+        mm = _cublaslt.Matmul(device, dtype, m, n, k, ta, lda, tb, ldb, n, nbat, sa, sb, sc)
+    except (_cublaslt.CublasLtNotFoundError, _cublaslt.CublasLtError) as exc:
+        if strict:
+            raise
+        if isinstance(exc, _cublaslt.CublasLtNotFoundError) or getattr(exc, "call", "") == "cublasLtCreate":
+            _lt_broken[ordinal] = exc
+        return None
+    with _lt_lock:
+        if len(_lt_cache) >= _LT_CACHE_MAX:
+            _lt_cache.pop(next(iter(_lt_cache)))
+        _lt_cache[key] = mm
+    return mm
+
+
+def _stream_key(stream):
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    h = getattr(stream, "handle_int", None)
+    if h is None:
+        cs = getattr(stream, "__cuda_stream__", None)
+        h = cs()[1] if callable(cs) else getattr(stream, "cuda_stream", id(stream))
+    return int(h)
+
+
+def _lt_workspace(device, stream, need):
+    """The op function's workspace for (device, stream): one matmul at a time per stream,
+    so streams do not share one (allocated once, ordered on that stream)."""
+    from barecuda.kernels import _cublaslt
+    key = (int(device), _stream_key(stream))
+    ws = _lt_ws.get(key)
+    if ws is None or ws.nbytes < need:
+        from barecuda import empty
+        size = max(need, _cublaslt.DEFAULT_WORKSPACE)
+        ws = empty((size,), "uint8", device=device) if stream is None else \
+            empty((size,), "uint8", device=device, stream=stream)
+        _lt_ws[key] = ws
+    return ws
+
+
+def _lt_run(mm, ops, stream):
+    ab, bb, ob, alpha, beta = ops
+    ws = _lt_workspace(ab.device, stream, mm.workspace_size)
+    mm.run(ab.ptr, bb.ptr, ob.ptr, alpha, beta, ws.ptr, ws.nbytes, stream)
+
+
 def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, backend="auto", stream=None):
     """``alpha * op(a) @ op(b) + beta * out`` with fp32 accumulation.
 
@@ -140,7 +263,12 @@ def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
     trans_a, trans_b : bool
         Read ``a`` as ``[K, M]`` / ``b`` as ``[N, K]`` and use its transpose.
     alpha, beta : float
-    backend : ``'auto'`` or ``'builtin'``
+    backend : ``'auto'``, ``'builtin'`` or ``'cublaslt'``
+        ``'cublaslt'`` raises ``CublasLtNotFoundError`` (naming the pip package) when the
+        library is missing, ``ValueError`` for a layout it cannot read (no unit stride);
+        ``'auto'`` never needs it (module docstring). The cuBLASLt path uses a 32 MiB
+        workspace per (device, stream), allocated on first use: under stream capture,
+        call once on that stream before capturing, or use :func:`plan_matmul`.
     stream : stream-like, optional
 
     Returns
@@ -148,12 +276,37 @@ def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
     DeviceBuffer or ``out``
     """
     kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream)
+    if kern == "lt":
+        _lt_run(grid, block, stream)
+        return ob
     kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
     return ob
 
 
 def plan_matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, backend="auto",
-                stream=None):
-    """:func:`matmul` packed once: a ``LaunchPlan`` (give ``out=``; it is written on every replay)."""
-    kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream)
-    return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)
+                stream=None, workspace=None):
+    """:func:`matmul` packed once (give ``out=``; it is written on every replay).
+
+    ``backend="builtin"`` or ``"auto"``: a ``LaunchPlan`` of the builtin kernel (replay it,
+    or add it to a graph with ``graph.add_plan``). ``backend="cublaslt"``: a
+    ``_cublaslt.MatmulPlan`` whose ``launch(stream=None)`` queues cuBLASLt again with
+    everything prepared; it owns its workspace (or uses ``workspace=``, a device buffer of
+    at least ``plan.matmul.workspace_size`` bytes not used by concurrent work), so it is safe
+    to record under stream capture (``graph.add_plan`` takes kernel launches only).
+    """
+    kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream,
+                                              plan=True)
+    if kern != "lt":
+        return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)
+    from barecuda.kernels import _cublaslt
+    mm = grid
+    ab, bb, ob, alpha, beta = block
+    if workspace is None:
+        from barecuda import empty
+        size = max(mm.workspace_size, 1)
+        ws = empty((size,), "uint8", device=ab.device) if stream is None else \
+            empty((size,), "uint8", device=ab.device, stream=stream)
+    else:
+        ws = _args.array(workspace, "workspace", stream)
+    return _cublaslt.MatmulPlan(mm, ab.ptr, bb.ptr, ob.ptr, alpha, beta, ws.ptr, ws.nbytes, stream,
+                                keep=(ab, bb, ob, ws, a, b, out))
