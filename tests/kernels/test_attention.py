@@ -64,7 +64,7 @@ def ref_attention(q, k, v, scale, causal=False, causal_offset=0):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("d", [64, 80, 96, 128])
 def test_decode_source_compiles_without_warnings(arch, d):
-    defines = A._dec_defines(d, 4)
+    defines = A._dec_defines(d)
     if d == 128:   # the L2-prefetch variant the bench compares
         defines = tuple((k, 1 if k == "DEC_L2PF" else v) for k, v in defines)
     oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
@@ -165,6 +165,8 @@ def test_decode_launch_geometry_on_the_double(fake):
     ptrs = struct.unpack_from("<7Q", la.params, 0)
     assert ptrs[0] == q.ptr and ptrs[1] == k.ptr and ptrs[2] == v.ptr and ptrs[3] == out.ptr and ptrs[6] == ln.ptr
     assert ptrs[5] - ptrs[4] == 4 * 8 * 5 * 65
+    # the GQA group is the last (run-time) argument: one module per head dim serves every group
+    assert struct.unpack_from("<i", la.params, len(la.params) - 4)[0] == 4
     # one split: no workspace, null partial pointers
     A.attention_decode(q, k, v, ln, out=out, n_splits=1)
     la = fake.last_launch()
@@ -228,7 +230,8 @@ def test_decode_matches_float64_reference(dtype, d):
     rng = np.random.default_rng(d)
     for n_heads, n_kv, max_ctx, length, splits in [(32, 8, 4200, 4099, None), (8, 8, 300, 1, None),
                                                    (28, 4, 1000, 333, 7), (16, 2, 129, 129, 1),
-                                                   (12, 1, 5000, 4500, 64)]:
+                                                   (12, 1, 5000, 4500, 64), (9, 3, 700, 513, None),
+                                                   (16, 1, 200, 150, 3)]:
         qd, kd, vd, ln, ref = _decode_case(rng, dtype, d, n_heads, n_kv, max_ctx, length)
         out = A.attention_decode(qd, kd, vd, ln, n_splits=splits)
         got = from_dev(out, dtype)

@@ -25,7 +25,7 @@ __all__ = ["attention_decode", "plan_attention_decode", "attention_prefill", "pl
 
 SOURCE = "attention.cu"
 HEAD_DIMS = (64, 80, 96, 128)
-GROUPS = (1, 2, 4, 8)
+MAX_GROUP = 16      # query heads per KV head: a run-time argument of the decode kernel (one 16-row MMA tile)
 DEC_WARPS = 4
 DEC_STAGES = 4      # measured best on H200 (4 stages, 1 block/SM: 66% of spec at 32k vs 64% with 3)
 DEC_L2PF = 0
@@ -39,9 +39,8 @@ _LOG2E = 1.4426950408889634
 _DT = ("f16", "bf16")
 
 
-def _dec_defines(d, group):
-    return (("HEAD_DIM", d), ("GROUP", group), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES),
-            ("DEC_L2PF", DEC_L2PF))
+def _dec_defines(d):
+    return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES), ("DEC_L2PF", DEC_L2PF))
 
 
 _sms = {}
@@ -68,7 +67,7 @@ def _pf_defines(d):
 
 
 KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
-             _dec_defines(d, g)) for d in HEAD_DIMS for g in GROUPS]
+             _dec_defines(d)) for d in HEAD_DIMS]
            + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
 
 
@@ -209,8 +208,8 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     if n_heads % n_kv:
         raise ValueError(f"q: {n_heads} heads is not a multiple of the cache's {n_kv} KV heads")
     group = n_heads // n_kv
-    if group > 16:
-        raise ValueError(f"GQA group {group} > 16 query heads per KV head is not supported")
+    if group > MAX_GROUP:
+        raise ValueError(f"GQA group {group} > {MAX_GROUP} query heads per KV head is not supported")
     if qb.ptr % 16 or q_st % 8:
         raise ValueError("q: rows must be 16-byte aligned (address and row stride)")
     _args.same_device(("q", qb), ("k_cache", kb), ("v_cache", vb), ("length", lb), ("block_table", tb))
@@ -221,7 +220,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         scale = 1.0 / math.sqrt(d)
     scale = _args.scalar_f32(scale, "scale")
     device = qb.device
-    defines = _dec_defines(d, group)
+    defines = _dec_defines(d)
     smem = decode_smem(d, group)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
@@ -242,7 +241,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     part = 0 if ws is None else ws        # a buffer argument keeps the workspace alive in plans
     counters = 0 if ws is None else ws.ptr + 4 * n_heads * n_splits * (d + 1)
     args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
-            0 if tb is None else tb, page, n_heads, n_splits, scale * _LOG2E)
+            0 if tb is None else tb, page, n_heads, n_splits, scale * _LOG2E, group)
     return kern, (n_splits, n_kv), DEC_WARPS * 32, smem, args, ob, ws
 
 
@@ -319,7 +318,7 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
     _args.same_device(("k_cache", kb), ("k_new", knb), ("v_new", vnb), ("v_cache", vb), ("pos", pb),
                       ("block_table", tb))
     pos_offset = _args.int_arg(pos_offset, "pos_offset", -(1 << 31), (1 << 31) - 1)
-    kern = _kernel(f"kv_append_{code}", _dec_defines(d, 1), 0, kb.device)
+    kern = _kernel(f"kv_append_{code}", _dec_defines(d), 0, kb.device)
     n = n_kv * d // 8
     block = 128 if n >= 128 else ((n + 31) // 32) * 32
     grid = (n + block - 1) // block

@@ -1,13 +1,13 @@
 // attention.cu -- flash attention on tensor cores (mma.sync m16n8k16), owner: K3.
 //
-// Entry points (IS_BF16 0/1 -> f16/bf16; the head dim and the GQA group are -D defines):
+// Entry points (IS_BF16 0/1 -> f16/bf16; the head dim is a -D define, the GQA group a run-time argument):
 //   attn_decode_<dt>          one query token per head over a contiguous or paged KV cache,
 //                             split-KV (flash-decoding); the length is read from device memory
 //   attn_prefill_<dt>         causal or full flash attention, online softmax, GQA
 //   kv_append_<dt>            writes one token's K and V into the cache at a device-held position
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          GROUP (decode: query heads per KV head, 1..16), DEC_WARPS, DEC_STAGES, DEC_L2PF, PF_WARPS,
+//          DEC_WARPS, DEC_STAGES, DEC_L2PF, PF_WARPS,
 //          PF_STAGES, PF_QREG, PF_MINB.
 //
 // Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
@@ -16,9 +16,6 @@
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
-#endif
-#ifndef GROUP
-#define GROUP 1
 #endif
 #ifndef DEC_WARPS
 #define DEC_WARPS 4
@@ -47,7 +44,6 @@
 
 
 static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "HEAD_DIM: a multiple of 16 up to 256");
-static_assert(GROUP >= 1 && GROUP <= 16, "GROUP: 1..16 query heads per KV head");
 
 namespace {
 
@@ -158,7 +154,8 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
                              bc_u16* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, const int* __restrict__ len_ptr,
                              int len_offset, int max_ctx, long long tok_stride, long long head_stride, int q_head_stride,
                              int o_head_stride, const int* __restrict__ block_table, int page_size, int n_heads,
-                             int n_splits, float scale_log2) {
+                             int n_splits, float scale_log2, int group) {
+    // group: query heads per KV head (1..16, checked by the host); one MMA tile holds 16 rows
     extern __shared__ __align__(16) unsigned char smem[];
     const int kvh = blockIdx.y, split = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -168,18 +165,18 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     const int end = min(len, start + chunk);
     if (start >= end && split != 0) return;   // empty split: not counted (split 0 runs even when len == 0)
 
-    // Q fragments: rows 0..GROUP-1 are the group's heads, the rest zero.
+    // Q fragments: rows 0..group-1 are the group's heads, the rest zero.
     bc_u32 qf[D / 16][4];
     {
         const int g = lane >> 2, t = lane & 3;
-        const bc_u16* q0 = q + (long long)(kvh * GROUP + g) * q_head_stride + 2 * t;
-        const bc_u16* q1 = q + (long long)(kvh * GROUP + g + 8) * q_head_stride + 2 * t;
+        const bc_u16* q0 = q + (long long)(kvh * group + g) * q_head_stride + 2 * t;
+        const bc_u16* q1 = q + (long long)(kvh * group + g + 8) * q_head_stride + 2 * t;
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-            qf[kk][0] = g < GROUP ? *(const bc_u32*)(q0 + kk * 16) : 0u;
-            qf[kk][1] = g + 8 < GROUP ? *(const bc_u32*)(q1 + kk * 16) : 0u;
-            qf[kk][2] = g < GROUP ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
-            qf[kk][3] = g + 8 < GROUP ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
+            qf[kk][0] = g < group ? *(const bc_u32*)(q0 + kk * 16) : 0u;
+            qf[kk][1] = g + 8 < group ? *(const bc_u32*)(q1 + kk * 16) : 0u;
+            qf[kk][2] = g < group ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
+            qf[kk][3] = g + 8 < group ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
         }
     }
     float o[D / 8][4];
@@ -234,7 +231,7 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     bc_cp_async_wait<0>();
     __syncthreads();
 
-    // merge the warps: shared float wm[W][16], wl[W][16], wo[W][GROUP][D]
+    // merge the warps: shared float wm[W][16], wl[W][16], wo[W][group][D]
     float* wm = (float*)smem;
     float* wl = wm + DEC_WARPS * 16;
     float* wo = wl + DEC_WARPS * 16;
@@ -253,18 +250,18 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
-            if (g < GROUP) {
-                wo[(warp * GROUP + g) * D + j * 8 + 2 * t] = o[j][0];
-                wo[(warp * GROUP + g) * D + j * 8 + 2 * t + 1] = o[j][1];
+            if (g < group) {
+                wo[(warp * group + g) * D + j * 8 + 2 * t] = o[j][0];
+                wo[(warp * group + g) * D + j * 8 + 2 * t + 1] = o[j][1];
             }
-            if (g + 8 < GROUP) {
-                wo[(warp * GROUP + g + 8) * D + j * 8 + 2 * t] = o[j][2];
-                wo[(warp * GROUP + g + 8) * D + j * 8 + 2 * t + 1] = o[j][3];
+            if (g + 8 < group) {
+                wo[(warp * group + g + 8) * D + j * 8 + 2 * t] = o[j][2];
+                wo[(warp * group + g + 8) * D + j * 8 + 2 * t + 1] = o[j][3];
             }
         }
     }
     __syncthreads();
-    for (int idx = tid; idx < GROUP * D; idx += DEC_WARPS * 32) {
+    for (int idx = tid; idx < group * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
         float M = neg_inf();
 #pragma unroll
@@ -275,10 +272,10 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             for (int w = 0; w < DEC_WARPS; ++w) {
                 const float f = bc_exp2(wm[w * 16 + r] - M);
                 L += wl[w * 16 + r] * f;
-                acc += wo[(w * GROUP + r) * D + d] * f;
+                acc += wo[(w * group + r) * D + d] * f;
             }
         }
-        const int head = kvh * GROUP + r;
+        const int head = kvh * group + r;
         if (part == nullptr) {
             out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
         } else {
@@ -303,8 +300,8 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     const float* lse_all = part + (long long)n_heads * n_splits * D;
     // weights of the splits, one warp per head of the group: sw[r * n_splits + s] = exp2(lse - M) / L
     float* sw = (float*)smem;
-    for (int r = warp; r < GROUP; r += DEC_WARPS) {
-        const float* lse = lse_all + (long long)(kvh * GROUP + r) * n_splits;
+    for (int r = warp; r < group; r += DEC_WARPS) {
+        const float* lse = lse_all + (long long)(kvh * group + r) * n_splits;
         float M = neg_inf();
         for (int s = lane; s < used; s += 32) M = fmaxf(M, __ldcg(lse + s));
 #pragma unroll
@@ -321,9 +318,9 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         for (int s = lane; s < used; s += 32) sw[r * n_splits + s] *= inv;
     }
     __syncthreads();
-    for (int idx = tid; idx < GROUP * D; idx += DEC_WARPS * 32) {
+    for (int idx = tid; idx < group * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
-        const int head = kvh * GROUP + r;
+        const int head = kvh * group + r;
         const float* po = part + (long long)head * n_splits * D + d;
         const float* w = sw + r * n_splits;
         float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
@@ -490,10 +487,10 @@ BC_DEV void kv_append_impl(const bc_u16* __restrict__ kn, const bc_u16* __restri
         const bc_u16* q, const bc_u16* kc, const bc_u16* vc, bc_u16* out, float* part, int* counters,            \
         const int* len_ptr, int len_offset, int max_ctx, long long tok_stride, long long head_stride,           \
         int q_head_stride, int o_head_stride, const int* block_table, int page_size, int n_heads, int n_splits, \
-        float scale_log2) {                                                                                      \
+        float scale_log2, int group) {                                                                           \
         attn_decode_impl<B>(q, kc, vc, out, part, counters, len_ptr, len_offset, max_ctx, tok_stride,           \
                             head_stride, q_head_stride, o_head_stride, block_table, page_size, n_heads,         \
-                            n_splits, scale_log2);                                                               \
+                            n_splits, scale_log2, group);                                                        \
     }                                                                                                            \
     extern "C" __global__ void kv_append_##DT(const bc_u16* kn, const bc_u16* vn, bc_u16* kc, bc_u16* vc,       \
                                               const int* pos_ptr, int pos_offset, int max_ctx,                  \
