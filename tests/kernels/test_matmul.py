@@ -46,10 +46,10 @@ def from_dev(b, dtype):
                                      MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
 def test_gemm_source_compiles_without_warnings(arch, defines):
     if arch == "sm_90" and defines[0] == ("TRANS_A", 0) and defines[1] == ("TRANS_B", 0):
-        for bm, bn, wm, wn, bk, st in TILES.values():
+        for bm, bn, wm, wn, bk, st, db in TILES.values():
             oc = _registry.compile_code(MM.SOURCE, defines[:2] + (
                 ("GEMM_STAGES", st), ("GEMM_BK", bk), ("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm),
-                ("GEMM_WARPS_N", wn)), target="cubin", arch=arch)
+                ("GEMM_WARPS_N", wn), ("GEMM_DB", db)), target="cubin", arch=arch)
             assert oc.log.strip() == ""
     oc = _registry.compile_code(MM.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
@@ -285,15 +285,16 @@ def test_cublaslt_auto_plan_and_graph_capture():
     assert np.abs(from_dev(out, "bfloat16") - ref2).max() < 1e-2 * np.abs(ref2).max()
 
 
-TILES = {"128x128w8": (128, 128, 2, 4, 32, 4), "128x256w8": (128, 256, 2, 4, 32, 4),
-         "128x128w4": (128, 128, 2, 2, 32, 4), "128x128w4k64": (128, 128, 2, 2, 64, 3)}
+TILES = {"128x256w8": (128, 256, 2, 4, 32, 4, 0), "128x128w4k64": (128, 128, 2, 2, 64, 3, 0),
+         "128x128w4k64db": (128, 128, 2, 2, 64, 3, 1), "128x256w8k32db": (128, 256, 2, 4, 32, 4, 1)}
 
 
 @pytest.fixture(params=sorted(TILES))
 def tile(request, monkeypatch):
     """Each tensor-core tile the bench compares (BM, BN, warps M x N, BK, stages)."""
-    bm, bn, wm, wn, bk, st = TILES[request.param]
-    for name, v in (("BM", bm), ("BN", bn), ("WARPS_M", wm), ("WARPS_N", wn), ("BK", bk), ("STAGES", st)):
+    bm, bn, wm, wn, bk, st, db = TILES[request.param]
+    for name, v in (("BM", bm), ("BN", bn), ("WARPS_M", wm), ("WARPS_N", wn), ("BK", bk), ("STAGES", st),
+                    ("DB", db)):
         monkeypatch.setattr(MM, name, v)
     return request.param
 

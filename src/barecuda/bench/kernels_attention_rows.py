@@ -235,11 +235,12 @@ def attention_section(ctx=None):
     for label, us in issue_rows(bc, s):
         sec.add(label, [f"{us:.2f}", "", "", "", ""])
     import os
-    if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other tile choices, same run
+    tune = os.environ.get("BARECUDA_BENCH_TUNE", "")
+    if tune:   # developer probe: other tile choices, same run ("1": all; else "prefill" and/or "decode")
         from barecuda.kernels import _attention as A
         names = ("PF_WARPS", "PF_QREG", "PF_MINB")
         old = tuple(getattr(A, n) for n in names)
-        for cfg in ((4, 1, 3), (4, 1, 2), (4, 0, 2)):
+        for cfg in ((4, 1, 3), (4, 1, 2), (4, 0, 2)) if tune == "1" or "prefill" in tune else ():
             for n, v in zip(names, cfg):
                 setattr(A, n, v)
             try:
@@ -249,15 +250,16 @@ def attention_section(ctx=None):
             finally:
                 for n, v in zip(names, old):
                     setattr(A, n, v)
-        ow, os_, opf = A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF
-        for w, st, pf in ((4, 4, 0), (4, 4, 1), (4, 3, 1), (8, 2, 1)):
-            A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF = w, st, pf
+        ow, os_, opf, osw = A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF, A.SPLIT_WAVES
+        for w, st, pf, sw in ((4, 4, 0, 2), (4, 3, 0, 1), (4, 2, 0, 1), (8, 2, 0, 1), (8, 3, 0, 1), (4, 3, 1, 2)):
+            A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF, A.SPLIT_WAVES = w, st, pf, sw
             try:
                 for label, us, gbs, _ in decode_rows(bc, s, None, shapes=((32, 8, 128, 4096), (32, 8, 128, 32768))):
-                    sec.add(label + f" [{w}w {st}st pf{pf}]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
-                                                               f"{100 * gbs / spec:.0f}%" if spec else "", "", ""])
+                    sec.add(label + f" [{w}w {st}st pf{pf} x{sw}]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
+                                                                     f"{100 * gbs / spec:.0f}%" if spec else "", "",
+                                                                     ""])
             finally:
-                A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF = ow, os_, opf
+                A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF, A.SPLIT_WAVES = ow, os_, opf, osw
     return sec
 
 

@@ -98,14 +98,15 @@ def gemm_section(ctx=None):
     import os
     if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
         from barecuda.kernels import _matmul as MM
-        names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES")
+        names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES", "DB")
         old = tuple(getattr(MM, n) for n in names)
-        for cfg in ((128, 256, 2, 4, 32, 4), (128, 128, 2, 2, 32, 4), (128, 128, 2, 2, 64, 3)):
+        for cfg in ((128, 128, 2, 2, 64, 3, 1), (128, 256, 2, 4, 32, 4, 1), (256, 128, 4, 2, 32, 4, 1)):
             for n, v in zip(names, cfg):
                 setattr(MM, n, v)
             try:
                 for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[2], SHAPES[3])):
-                    sec.add(label + " [{}x{} w{}x{} k{} {}st]".format(*cfg), [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
+                    sec.add(label + " [{}x{} w{}x{} k{} {}st db{}]".format(*cfg),
+                            [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
             finally:
                 for n, v in zip(names, old):
                     setattr(MM, n, v)

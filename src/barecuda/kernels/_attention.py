@@ -29,6 +29,7 @@ MAX_GROUP = 16      # query heads per KV head: a run-time argument of the decode
 DEC_WARPS = 4
 DEC_STAGES = 4      # measured best on H200 (4 stages, 1 block/SM: 66% of spec at 32k vs 64% with 3)
 DEC_L2PF = 0
+SPLIT_WAVES = 1     # default n_splits: this many waves of resident blocks over the KV heads
 PF_WARPS = 4
 PF_STAGES = 2
 PF_QREG = 1         # Q straight into registers; 2 blocks/SM (H200: 254 vs 250 TF/s causal)
@@ -177,7 +178,7 @@ def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
 
 
 def _default_splits(kernel, n_kv, max_ctx, smem, device):
-    key = (int(device), smem, DEC_WARPS)
+    key = (int(device), smem, DEC_WARPS, DEC_STAGES)
     per = _sms.get(key)
     if per is None:
         from barecuda._device import Device
@@ -187,7 +188,7 @@ def _default_splits(kernel, n_kv, max_ctx, smem, device):
         per = _sms[key] = sms * occ
     # one wave: blocks resident at once, divided among the KV heads (rounded down)
     bn = 16 * DEC_WARPS
-    return max(1, min((max_ctx + bn - 1) // bn, per // n_kv, MAX_SPLITS))
+    return max(1, min((max_ctx + bn - 1) // bn, (per * SPLIT_WAVES) // n_kv, MAX_SPLITS))
 
 
 def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream,

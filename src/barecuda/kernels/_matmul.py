@@ -33,11 +33,12 @@ STAGES = 3
 BM = BN = 128
 BK = 64
 WARPS_M, WARPS_N = 2, 2
+DB = 0              # 1: fragments double-buffered in registers (GEMM_DB)
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 def _tc_defines(ta, tb):
     return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES), ("GEMM_BK", BK), ("GEMM_BM", BM),
-            ("GEMM_BN", BN), ("GEMM_WARPS_M", WARPS_M), ("GEMM_WARPS_N", WARPS_N))
+            ("GEMM_BN", BN), ("GEMM_WARPS_M", WARPS_M), ("GEMM_WARPS_N", WARPS_N)) + ((("GEMM_DB", 1),) if DB else ())
 
 
 KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)]

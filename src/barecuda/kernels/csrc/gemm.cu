@@ -12,7 +12,7 @@
 // Layout: row-major. op(A) is M x K: A is M x K (lda >= K) or, with TRANS_A, K x M (lda >= M);
 // op(B) is K x N: B is K x N (ldb >= N) or, with TRANS_B, N x K (ldb >= K). C is M x N (ldc).
 // Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES; GEMM_BK (32 or 64); GEMM_BM,
-// GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N (the block and warp tiles).
+// GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N (the block and warp tiles); GEMM_DB (fragment double buffering).
 #include "mma.cuh"
 
 #ifndef TRANS_A
@@ -41,6 +41,9 @@
 #endif
 #ifndef GEMM_SIMT
 #define GEMM_SIMT 0
+#endif
+#ifndef GEMM_DB
+#define GEMM_DB 0   // 1: register double-buffered fragments (see gemm_tc_impl)
 #endif
 
 namespace {
@@ -130,45 +133,78 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
         bc_cp_async_commit();
     }
     const int r8 = lane & 7, i8 = lane >> 3;
+    // the fragments of k-step kk (16 deep) of a pipeline stage
+    auto frag = [&](int stage, int kk, bc_u32 (&a)[MI][4], bc_u32 (&b)[NJ][2]) {
+        const bc_u32 as = sbase + (bc_u32)(stage * STAGE_BYTES);
+        const bc_u32 bs = as + A_BYTES;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+            const int mrow = wm * WTM + mi * 16;
+            if (TRANS_A) {
+                const int k = kk * 16 + (i8 >> 1) * 8 + r8, m = mrow + (i8 & 1) * 8;
+                bc_ldsm_x4_t(as + (bc_u32)(k * A_RS + m * 2), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+            } else {
+                const int m = mrow + (lane & 15), k = kk * 16 + (lane >> 4) * 8;
+                bc_ldsm_x4(as + (bc_u32)(m * A_RS + k * 2), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
+            }
+        }
+#pragma unroll
+        for (int nj = 0; nj < NJ; nj += 2) {
+            const int ncol = wn * WTN + nj * 8;
+            if (TRANS_B) {
+                const int n = ncol + r8 + ((lane >> 4) << 3), k = kk * 16 + ((lane >> 3) & 1) * 8;
+                bc_ldsm_x4(bs + (bc_u32)(n * B_RS + k * 2), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
+            } else {
+                const int k = kk * 16 + r8 + ((lane >> 3) & 1) * 8, n = ncol + (lane >> 4) * 8;
+                bc_ldsm_x4_t(bs + (bc_u32)(k * B_RS + n * 2), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
+            }
+        }
+    };
+    auto mma = [&](const bc_u32 (&a)[MI][4], const bc_u32 (&b)[NJ][2]) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+            for (int nj = 0; nj < NJ; ++nj)
+                bc_mma16816<IS_BF16>(acc[mi][nj], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[nj][0], b[nj][1]);
+    };
+#if GEMM_DB
+    // fragments double-buffered in registers: k-step kk+1 is read from shared memory while
+    // kk multiplies, and the next stage's first k-step while this stage's last multiplies
+    // (the stage wait moves before the last k-step)
+    bc_u32 fa[2][MI][4], fb[2][NJ][2];
+    bc_cp_async_wait<GEMM_STAGES - 2>();
+    __syncthreads();
+    if (KT > 0) frag(0, 0, fa[0], fb[0]);
+    for (int kt = 0; kt < KT; ++kt) {
+        if (kt + GEMM_STAGES - 1 < KT) load(kt + GEMM_STAGES - 1);
+        bc_cp_async_commit();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+            const int cur = kk & 1;
+            if (kk == BK / 16 - 1) {
+                bc_cp_async_wait<GEMM_STAGES - 2>();
+                __syncthreads();
+                if (kt + 1 < KT) frag((kt + 1) % GEMM_STAGES, 0, fa[cur ^ 1], fb[cur ^ 1]);
+            } else {
+                frag(kt % GEMM_STAGES, kk + 1, fa[cur ^ 1], fb[cur ^ 1]);
+            }
+            mma(fa[cur], fb[cur]);
+        }
+    }
+#else
     for (int kt = 0; kt < KT; ++kt) {
         bc_cp_async_wait<GEMM_STAGES - 2>();
         __syncthreads();
         if (kt + GEMM_STAGES - 1 < KT) load(kt + GEMM_STAGES - 1);
         bc_cp_async_commit();
-        const bc_u32 as = sbase + (bc_u32)((kt % GEMM_STAGES) * STAGE_BYTES);
-        const bc_u32 bs = as + A_BYTES;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
             bc_u32 a[MI][4], b[NJ][2];
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi) {
-                const int mrow = wm * WTM + mi * 16;
-                if (TRANS_A) {
-                    const int k = kk * 16 + (i8 >> 1) * 8 + r8, m = mrow + (i8 & 1) * 8;
-                    bc_ldsm_x4_t(as + (bc_u32)(k * A_RS + m * 2), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
-                } else {
-                    const int m = mrow + (lane & 15), k = kk * 16 + (lane >> 4) * 8;
-                    bc_ldsm_x4(as + (bc_u32)(m * A_RS + k * 2), a[mi][0], a[mi][1], a[mi][2], a[mi][3]);
-                }
-            }
-#pragma unroll
-            for (int nj = 0; nj < NJ; nj += 2) {
-                const int ncol = wn * WTN + nj * 8;
-                if (TRANS_B) {
-                    const int n = ncol + r8 + ((lane >> 4) << 3), k = kk * 16 + ((lane >> 3) & 1) * 8;
-                    bc_ldsm_x4(bs + (bc_u32)(n * B_RS + k * 2), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
-                } else {
-                    const int k = kk * 16 + r8 + ((lane >> 3) & 1) * 8, n = ncol + (lane >> 4) * 8;
-                    bc_ldsm_x4_t(bs + (bc_u32)(k * B_RS + n * 2), b[nj][0], b[nj][1], b[nj + 1][0], b[nj + 1][1]);
-                }
-            }
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-                for (int nj = 0; nj < NJ; ++nj)
-                    bc_mma16816<IS_BF16>(acc[mi][nj], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[nj][0], b[nj][1]);
+            frag(kt % GEMM_STAGES, kk, a, b);
+            mma(a, b);
         }
     }
+#endif
     bc_cp_async_wait<0>();
 
     const int g = lane >> 2, t = lane & 3;
