@@ -32,6 +32,9 @@ cdef class Event:
     cdef CUcontext ctx
     cdef bint timing
     cdef bint closed
+    cdef long _uses             # waits naming the handle in flight without the GIL (synchronize; atomic)
+    cdef int _destroy_pending   # closed while waited on: the last event_done destroys _dead
+    cdef CUevent _dead          # the handle close() left to the last event_done
 
 ctypedef CUresult (*_query_fn)(void *handle) noexcept nogil
 cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1

@@ -600,6 +600,28 @@ cdef int _run_close_hooks(size_t handle) except -1:
     return 0
 
 
+cdef void event_done(Event e) noexcept:
+    """Leave e's use count; the last one out destroys a handle close() left behind."""
+    cdef CUresult rc
+    cdef CUevent h
+    if bc_use_leave(&e._uses) != 0 or not bc_flag_take(&e._destroy_pending):
+        return
+    h = e._dead
+    e._dead = NULL
+    if h == NULL or not bc_driver_usable(ST):
+        return                                      # shutdown or forked child: leak
+    try:
+        set_current(e.ctx)
+        rc = D.cuEventDestroy(h)
+        if rc != 0:
+            warn_destroy_failed(rc, b"cuEventDestroy", "Event.close (deferred to the wait in flight)")
+    except BaseException as ex:
+        try:
+            warnings.warn(f"Event.close (deferred): {ex!r}", CudaWarning)
+        except BaseException:
+            pass
+
+
 cdef inline int _guard_event(Event e) except -1:
     ensure_driver(ST)
     if e.closed:
@@ -664,9 +686,20 @@ cdef class Event:
             return
         _guard_event(self)
         cdef CUevent h = self.handle
-        check(D.cuEventDestroy(h), b"cuEventDestroy")
+        cdef CUresult rc
+        # Closed at once; destroyed now unless a synchronize() on another thread still
+        # waits on the handle: then by its event_done (bc_uses.h, as Stream.close).
         self.handle = NULL
         self.closed = True
+        self._dead = h
+        bc_flag_set(&self._destroy_pending)
+        if bc_use_count(&self._uses) == 0 and bc_flag_take(&self._destroy_pending):
+            self._dead = NULL
+            rc = D.cuEventDestroy(h)
+            if rc != 0:                # a failed destroy leaves the event open
+                self.handle = h
+                self.closed = False
+                check(rc, b"cuEventDestroy")
 
     @property
     def is_closed(self):
@@ -713,7 +746,12 @@ cdef class Event:
         """
         cdef double t = _timeout_arg(timeout)
         _guard_event(self)
-        wait_until(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
+        bc_use_enter(&self._uses)         # enter first, then look (bc_uses.h)
+        try:
+            _guard_event(self)
+            wait_until(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
+        finally:
+            event_done(self)
         if pending_host_errors()[0]:
             check_host_errors()
 

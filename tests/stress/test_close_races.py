@@ -293,6 +293,51 @@ def test_stream_close_races_plan(fake, ptx, gil_released):
     assert not failures, "\n".join(failures)
 
 
+def test_event_close_races_synchronize(fake):
+    """Event.close() while another thread waits in Event.synchronize() (GIL released
+    between polls): the destroy waits for the wait, so the waiter never hands the
+    driver a destroyed event."""
+    state = {}
+
+    def start():
+        ev = bc.Event()
+        ev.record()
+        state["ev"] = ev
+        return lambda: ev.synchronize()
+
+    def close_and_reuse():
+        state["ev"].close()
+        assert state["ev"].is_closed
+        ne = bc.Event().record()
+
+        def check():
+            ne.close()
+            return None
+        return check
+    failures = _race(fake, "cuEventQuery", start, close_and_reuse)
+    assert not failures, "\n".join(failures)
+
+
+def test_event_close_during_wait_destroys_once_after(fake):
+    """The deferred destroy runs exactly once, when the wait returns."""
+    ev = bc.Event().record()
+    before = fake.calls("cuEventDestroy")
+    fake.delay("cuEventQuery", 50000)
+    try:
+        t = threading.Thread(target=ev.synchronize, daemon=True)
+        t.start()
+        time.sleep(0.02)
+        ev.close()
+        assert ev.is_closed
+        assert fake.calls("cuEventDestroy") == before          # deferred
+        join_all([t], timeout=30)
+    finally:
+        fake.delay("cuEventQuery", 0)
+    assert fake.calls("cuEventDestroy") == before + 1
+    with pytest.raises(ValueError, match="closed"):
+        ev.synchronize()
+
+
 def test_close_while_in_use_frees_once_after(fake):
     """The deferred free runs exactly once, when the call returns (no leak, no double
     free): counted on the double."""
