@@ -396,6 +396,47 @@ cdef int _check_extent(_Side sd, str which, size_t x, size_t y, size_t z, size_t
     return 0
 
 
+cdef inline size_t _row_at(size_t base, size_t x, size_t y, size_t z, size_t pitch, size_t rows,
+                           size_t height, size_t k) noexcept:
+    """Address of the k-th row (slice-major) of a pitched box; bounds already checked."""
+    return base + ((z + k // height) * rows + y + k % height) * pitch + x
+
+
+cdef int _check_no_overlap(_Side d, _Side sr, size_t dx, size_t dy, size_t dz, size_t dp, size_t dh,
+                           size_t sx, size_t sy, size_t sz, size_t sp, size_t sh,
+                           size_t w, size_t h, size_t depth) except -1:
+    """Refuse a pitched device-to-device copy whose source and destination rows share a
+    byte (CUDA leaves its result undefined, as for copy_from: docs/errors.md). Exact: the
+    rows of each side are disjoint and in address order, so one merge of the two row
+    lists finds any overlap (at most 2 x height x depth steps, and only when the two
+    boxes' envelopes overlap). Side-by-side boxes in one allocation pass."""
+    cdef size_t n = h * depth, i = 0, j = 0, a, b
+    cdef size_t d_lo, d_hi, s_lo, s_hi
+    if d.dev is None or sr.dev is None or n == 0 or w == 0:
+        return 0
+    if d.dev.device.ordinal != sr.dev.device.ordinal:
+        return 0
+    d_lo = _row_at(d.dptr, dx, dy, dz, dp, dh, h, 0)
+    d_hi = _row_at(d.dptr, dx, dy, dz, dp, dh, h, n - 1) + w
+    s_lo = _row_at(sr.dptr, sx, sy, sz, sp, sh, h, 0)
+    s_hi = _row_at(sr.dptr, sx, sy, sz, sp, sh, h, n - 1) + w
+    if d_hi <= s_lo or s_hi <= d_lo:
+        return 0
+    while i < n and j < n:
+        a = _row_at(d.dptr, dx, dy, dz, dp, dh, h, i)
+        b = _row_at(sr.dptr, sx, sy, sz, sp, sh, h, j)
+        if a < b + w and b < a + w:
+            raise ValueError(
+                f"overlapping copy: destination row {i} [0x{a:x}, +{w}) and source row {j} [0x{b:x}, +{w}) "
+                "share bytes of one allocation, and CUDA leaves such a copy's result undefined; copy "
+                "through a temporary buffer instead")
+        if a + w <= b:
+            i += 1
+        else:
+            j += 1
+    return 0
+
+
 cdef CUcontext _ctx_of(_Side d, _Side sr, object stream) except NULL:
     if d.dev is not None:
         return d.dev.ctx
@@ -547,6 +588,7 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     cdef size_t sx = checked_size(src_x, "src_x"), sy = checked_size(src_y, "src_y")
     _check_extent(d, "dst", dx, dy, 0, dp, _add(h, dy, "dst"), w, h, 1)
     _check_extent(sr, "src", sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
+    _check_no_overlap(d, sr, dx, dy, 0, dp, _add(h, dy, "dst"), sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
     r = _pitched_begin(d, sr, stream, "copy_2d", w == 0 or h == 0, &s)
     if r == _NOTHING:
         return
@@ -577,6 +619,7 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     sx, sy, szp = [checked_size(v, "src_pos") for v in src_pos]
     _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
     _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
+    _check_no_overlap(d, sr, dx, dy, dzp, dp, dh, sx, sy, szp, sp, sh, w, h, dz)
     r = _pitched_begin(d, sr, stream, "copy_3d", w == 0 or h == 0 or dz == 0, &s)
     if r == _NOTHING:
         return

@@ -723,3 +723,34 @@ def test_overlapping_copy_refused(fake):
     assert fake.calls("cuMemcpyDtoDAsync") == before          # refused before the driver
     b[0:512].copy_from(b[512:1024])                             # adjacent, not overlapping: fine
     b.close()
+
+
+def test_overlapping_pitched_copy_refused(fake):
+    """copy_2d/copy_3d within one allocation: rows that share a byte are refused before
+    the driver; boxes side by side (interleaved rows, one envelope) pass and copy."""
+    pitch, rows = 64, 16
+    b = bc.alloc(pitch * rows)
+    b.copy_from(bytes(range(256)) * (pitch * rows // 256))
+    before = fake.calls("cuMemcpy2DAsync") + fake.calls("cuMemcpy3DAsync")
+    with pytest.raises(ValueError, match="overlapping copy"):      # same rows, shifted 8 bytes
+        bc.copy_2d(b, b, 16, 4, dst_pitch=pitch, src_pitch=pitch, dst_x=8, src_x=0)
+    with pytest.raises(ValueError, match="overlapping copy"):      # one row down, pitch apart
+        bc.copy_2d(b, b, 16, 4, dst_pitch=pitch, src_pitch=pitch, dst_y=1)
+    with pytest.raises(ValueError, match="overlapping copy"):      # src's pitch lands on dst's last row
+        bc.copy_2d(b, b, 8, 3, dst_pitch=pitch, src_pitch=2 * pitch, dst_y=4, src_y=0)
+    with pytest.raises(ValueError, match="overlapping copy"):
+        bc.copy_3d(b, b, 8, 2, 2, dst_pitch=pitch, src_pitch=pitch, dst_height=4, src_height=4,
+                   dst_pos=(4, 1, 1), src_pos=(0, 1, 1))
+    assert fake.calls("cuMemcpy2DAsync") + fake.calls("cuMemcpy3DAsync") == before
+    # Left half of each row to its right half: the envelopes overlap, no byte does.
+    host = bytearray(b.copy_to())
+    bc.copy_2d(b, b, 32, rows, dst_pitch=pitch, src_pitch=pitch, dst_x=32, src_x=0)
+    for r in range(rows):
+        host[r * pitch + 32:r * pitch + 64] = host[r * pitch:r * pitch + 32]
+    assert bytes(b.copy_to()) == bytes(host)
+    # Even rows onto odd rows: two views of one allocation, a pitch of two rows each.
+    bc.copy_2d(b[pitch:], b, pitch, rows // 2, dst_pitch=2 * pitch, src_pitch=2 * pitch)
+    for r in range(0, rows, 2):
+        host[(r + 1) * pitch:(r + 2) * pitch] = host[r * pitch:(r + 1) * pitch]
+    assert bytes(b.copy_to()) == bytes(host)
+    b.close()
