@@ -14,7 +14,8 @@ cdef extern from "barecuda/bc_owners.h" nogil:     # the table behind view_at (_
         unsigned long long lo, hi
         void *obj
     ctypedef struct bc_owners:
-        pass
+        bc_owner_entry *v
+        ptrdiff_t n
     int bc_owners_reserve(bc_owners *t)
     void bc_owners_add(bc_owners *t, unsigned long long p, size_t n, void *obj, ptrdiff_t *slot)
     void bc_owners_remove(bc_owners *t, ptrdiff_t *slot)

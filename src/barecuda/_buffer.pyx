@@ -800,6 +800,16 @@ cdef class DeviceBuffer:
 
 # --------------------------------------------------------------- public API
 
+def _live_owners():
+    """The DeviceBuffer owners whose allocations are still live, oldest first: a list
+    for leak checks (tools/gpu_leak_plugin.py), not for programs."""
+    cdef ptrdiff_t i
+    cdef list out = []
+    for i in range(_owners.n):
+        out.append(<object>_owners.v[i].obj)
+    return out
+
+
 def alloc(nbytes, *, device=None, stream=None, allocator=None):
     """Allocate ``nbytes`` of device memory (uninitialized), ordered on ``stream``.
 

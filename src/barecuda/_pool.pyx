@@ -75,6 +75,11 @@ cdef int sync_for_closed(CUcontext ctx) except -1:
     return 0
 
 
+def _pools():
+    """Every live MemoryPool (for leak checks: tools/gpu_leak_plugin.py trims them all)."""
+    return [<object><PyObject *><size_t>addr for addr in list(_live_pools)]
+
+
 def _on_stream_close(handle):
     """Stream close hook: every MemoryPool defers the blocks cached on the stream."""
     cdef CUstream s = <CUstream><size_t>handle
