@@ -274,13 +274,18 @@ def test_decode_length_from_device_under_graph_capture():
 
 
 @gpu
-@pytest.mark.parametrize("warps,stages,pf", [(4, 3, 0), (4, 4, 0), (4, 4, 1), (8, 2, 1)])
-def test_decode_head_major_layout_and_append(warps, stages, pf, monkeypatch):
-    """The [n_kv, max_ctx, D] layout (each head's keys contiguous), both pipelines the bench
-    compares; kv_append writes the token at the device-held position in that layout."""
+@pytest.mark.parametrize("warps,stages,pf,kpw,wpipe", [(4, 3, 0, 16, 0), (4, 4, 0, 16, 0), (8, 2, 1, 16, 0),
+                                                        (4, 2, 0, 32, 0), (4, 4, 0, 16, 1), (4, 3, 0, 32, 1),
+                                                        (8, 3, 0, 16, 1)])
+def test_decode_head_major_layout_and_append(warps, stages, pf, kpw, wpipe, monkeypatch):
+    """The [n_kv, max_ctx, D] layout (each head's keys contiguous), the pipelines the bench
+    compares (block-wide or per-warp rings, 16 or 32 keys a warp); kv_append writes the token
+    at the device-held position in that layout."""
     monkeypatch.setattr(A, "DEC_WARPS", warps)
     monkeypatch.setattr(A, "DEC_STAGES", stages)
     monkeypatch.setattr(A, "DEC_L2PF", pf)
+    monkeypatch.setattr(A, "DEC_KPW", kpw)
+    monkeypatch.setattr(A, "DEC_WPIPE", wpipe)
     rng = np.random.default_rng(11)
     for dtype, d, nh, nkv, max_ctx, length in [("bfloat16", 128, 32, 8, 5000, 4321), ("float16", 64, 16, 2, 700, 65)]:
         k32 = rng.standard_normal((nkv, max_ctx, d)).astype(np.float32)
@@ -295,7 +300,7 @@ def test_decode_head_major_layout_and_append(warps, stages, pf, monkeypatch):
         k[:, length - 1], v[:, length - 1] = knew, vnew
         ref = ref_attention(q[None], k[:, :length].transpose(1, 0, 2), v[:, :length].transpose(1, 0, 2),
                             1 / math.sqrt(d))[0]
-        for splits in (None, 1, 3):
+        for splits in (None, 1, 3, 7):
             out = A.attention_decode(qd, kd, vd, pos, len_offset=1, kv_layout="head_major", n_splits=splits)
             assert np.abs(from_dev(out, dtype) - ref).max() < 1e-2, (dtype, d, splits)
 

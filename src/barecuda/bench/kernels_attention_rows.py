@@ -250,16 +250,20 @@ def attention_section(ctx=None):
             finally:
                 for n, v in zip(names, old):
                     setattr(A, n, v)
-        ow, os_, opf, osw = A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF, A.SPLIT_WAVES
-        for w, st, pf, sw in ((4, 4, 0, 2), (4, 3, 0, 1), (4, 2, 0, 1), (8, 2, 0, 1), (8, 3, 0, 1), (4, 3, 1, 2)):
-            A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF, A.SPLIT_WAVES = w, st, pf, sw
+        dn = ("DEC_WARPS", "DEC_STAGES", "DEC_L2PF", "SPLIT_WAVES", "DEC_KPW", "DEC_WPIPE")
+        old = tuple(getattr(A, n) for n in dn)
+        for cfg in ((4, 4, 0, 2, 16, 0), (4, 3, 0, 1, 16, 0), (4, 2, 0, 1, 16, 0), (8, 3, 0, 1, 16, 0),
+                    (4, 2, 0, 1, 32, 0), (4, 4, 0, 1, 16, 1), (4, 3, 0, 1, 16, 1), (4, 3, 0, 1, 32, 1),
+                    (4, 2, 0, 1, 32, 1), (8, 3, 0, 1, 16, 1), (8, 2, 0, 1, 16, 1), (4, 4, 1, 1, 16, 1)):
+            for n, v in zip(dn, cfg):
+                setattr(A, n, v)
             try:
                 for label, us, gbs, _ in decode_rows(bc, s, None, shapes=((32, 8, 128, 4096), (32, 8, 128, 32768))):
-                    sec.add(label + f" [{w}w {st}st pf{pf} x{sw}]", [f"{us:.1f}", f"{gbs:.0f} GB/s",
-                                                                     f"{100 * gbs / spec:.0f}%" if spec else "", "",
-                                                                     ""])
+                    sec.add(label + " [{}w {}st pf{} x{} kpw{} wp{}]".format(*cfg),
+                            [f"{us:.1f}", f"{gbs:.0f} GB/s", f"{100 * gbs / spec:.0f}%" if spec else "", "", ""])
             finally:
-                A.DEC_WARPS, A.DEC_STAGES, A.DEC_L2PF, A.SPLIT_WAVES = ow, os_, opf, osw
+                for n, v in zip(dn, old):
+                    setattr(A, n, v)
     return sec
 
 

@@ -100,7 +100,8 @@ def gemm_section(ctx=None):
         from barecuda.kernels import _matmul as MM
         names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES", "DB")
         old = tuple(getattr(MM, n) for n in names)
-        for cfg in ((128, 128, 2, 2, 64, 3, 1), (128, 256, 2, 4, 32, 4, 1), (256, 128, 4, 2, 32, 4, 1)):
+        for cfg in ((128, 128, 2, 2, 64, 3, 1), (128, 128, 2, 2, 32, 4, 1), (128, 256, 2, 4, 32, 4, 1),
+                    (256, 128, 4, 2, 32, 4, 1)):
             for n, v in zip(names, cfg):
                 setattr(MM, n, v)
             try:

@@ -30,6 +30,8 @@ DEC_WARPS = 4
 DEC_STAGES = 4      # measured best on H200 (4 stages, 1 block/SM: 66% of spec at 32k vs 64% with 3)
 DEC_L2PF = 0
 SPLIT_WAVES = 1     # default n_splits: this many waves of resident blocks over the KV heads
+DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
+DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
 PF_WARPS = 4
 PF_STAGES = 2
 PF_QREG = 1         # Q straight into registers; 2 blocks/SM (H200: 254 vs 250 TF/s causal)
@@ -41,7 +43,9 @@ _DT = ("f16", "bf16")
 
 
 def _dec_defines(d):
-    return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES), ("DEC_L2PF", DEC_L2PF))
+    extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
+    extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
+    return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES), ("DEC_L2PF", DEC_L2PF)) + extra
 
 
 _sms = {}
@@ -52,7 +56,7 @@ def _rs(d):
 
 
 def decode_smem(d, group):
-    pipe = DEC_STAGES * 2 * 16 * DEC_WARPS * _rs(d)
+    pipe = DEC_STAGES * 2 * DEC_KPW * DEC_WARPS * _rs(d)
     merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
     weights = 4 * group * MAX_SPLITS          # the last block's split weights
     return max(pipe, merge, weights)
@@ -178,7 +182,7 @@ def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
 
 
 def _default_splits(kernel, n_kv, max_ctx, smem, device):
-    key = (int(device), smem, DEC_WARPS, DEC_STAGES)
+    key = (int(device), smem, DEC_WARPS, DEC_STAGES, DEC_KPW)
     per = _sms.get(key)
     if per is None:
         from barecuda._device import Device
@@ -187,7 +191,7 @@ def _default_splits(kernel, n_kv, max_ctx, smem, device):
         occ = max(1, kernel.max_active_blocks_per_sm(DEC_WARPS * 32, smem))
         per = _sms[key] = sms * occ
     # one wave: blocks resident at once, divided among the KV heads (rounded down)
-    bn = 16 * DEC_WARPS
+    bn = DEC_KPW * DEC_WARPS
     return max(1, min((max_ctx + bn - 1) // bn, (per * SPLIT_WAVES) // n_kv, MAX_SPLITS))
 
 

@@ -7,7 +7,7 @@
 //   kv_append_<dt>            writes one token's K and V into the cache at a device-held position
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          DEC_WARPS, DEC_STAGES, DEC_L2PF, PF_WARPS,
+//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, PF_WARPS,
 //          PF_STAGES, PF_QREG, PF_MINB.
 //
 // Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
@@ -25,6 +25,13 @@
 #endif
 #ifndef DEC_L2PF
 #define DEC_L2PF 0   // 1: decode copies carry the L2 256-byte prefetch hint
+#endif
+#ifndef DEC_KPW
+#define DEC_KPW 16   // decode: keys per warp per pipeline stage (16 or 32)
+#endif
+#ifndef DEC_WPIPE
+#define DEC_WPIPE 0  // decode: 1 = each warp streams its own contiguous share of the split through its
+                     // own DEC_STAGES-deep ring (no block-wide barrier per tile); 0 = one block-wide ring
 #endif
 #ifndef PF_WARPS
 #define PF_WARPS 4
@@ -139,7 +146,8 @@ BC_DEV void attn_tile(const bc_u32 (&qf)[D / 16][4], bc_u32 k_s, bc_u32 v_s, flo
 // ------------------------------------------------------------------------------------------
 // decode
 // ------------------------------------------------------------------------------------------
-constexpr int DEC_BN = 16 * DEC_WARPS;   // keys per pipeline stage (16 per warp)
+static_assert(DEC_KPW == 16 || DEC_KPW == 32, "DEC_KPW: 16 or 32");
+constexpr int DEC_BN = DEC_KPW * DEC_WARPS;   // keys per pipeline stage (DEC_KPW per warp); splits are multiples
 
 BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_splits, int& len, int& chunk) {
     len = __ldg(len_ptr) + len_offset;
@@ -159,13 +167,9 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     extern __shared__ __align__(16) unsigned char smem[];
     const int kvh = blockIdx.y, split = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int len, chunk;
-    dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
-    const int start = split * chunk;
-    const int end = min(len, start + chunk);
-    if (start >= end && split != 0) return;   // empty split: not counted (split 0 runs even when len == 0)
 
-    // Q fragments: rows 0..group-1 are the group's heads, the rest zero.
+    // Q fragments: rows 0..group-1 are the group's heads, the rest zero (loaded before the
+    // length so that both loads are in flight together)
     bc_u32 qf[D / 16][4];
     {
         const int g = lane >> 2, t = lane & 3;
@@ -179,15 +183,69 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             qf[kk][3] = g + 8 < group ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
         }
     }
+    int len, chunk;
+    dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
+    const int start = split * chunk;
+    const int end = min(len, start + chunk);
+    if (start >= end && split != 0) return;   // empty split: not counted (split 0 runs even when len == 0)
     float o[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const bc_u32 sbase = bc_smem_addr(smem);
+    const long long head_off = (long long)kvh * head_stride;
+    // one 16-byte chunk of token tok (row `row` of the stage at ks/vs)
+    auto copy_chunk = [&](bc_u32 ks, bc_u32 vs, int row, int col, int tok, bool ok) {
+        long long phys = tok;
+        if (block_table != nullptr && ok) phys = (long long)__ldg(block_table + tok / page_size) * page_size + tok % page_size;
+        const long long off = ok ? phys * tok_stride + head_off + col * 8 : 0;
+        if (DEC_L2PF) {
+            bc_cp_async16_pf(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
+            bc_cp_async16_pf(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+        } else {
+            bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
+            bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
+        }
+    };
+#if DEC_WPIPE
+    // warp w streams keys [wstart, wend) (a DEC_KPW multiple of the split) through its own ring
+    constexpr int WSTAGE = 2 * DEC_KPW * RS;
+    const bc_u32 wbase = sbase + (bc_u32)(warp * DEC_STAGES * WSTAGE);
+    const int wchunk = chunk / DEC_WARPS;
+    const int wstart = start + warp * wchunk, wend = min(end, wstart + wchunk);
+    const int ntile = wend > wstart ? (wend - wstart + DEC_KPW - 1) / DEC_KPW : 0;
+    auto load = [&](int it) {
+        const bc_u32 ks = wbase + (bc_u32)((it % DEC_STAGES) * WSTAGE);
+        const bc_u32 vs = ks + DEC_KPW * RS;
+#pragma unroll
+        for (int c = lane; c < DEC_KPW * CPR; c += 32) {
+            const int row = c / CPR, col = c % CPR;
+            const int tok = wstart + it * DEC_KPW + row;
+            copy_chunk(ks, vs, row, col, tok, tok < wend);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < DEC_STAGES - 1; ++s) {
+        if (s < ntile) load(s);
+        bc_cp_async_commit();
+    }
+    for (int it = 0; it < ntile; ++it) {
+        bc_cp_async_wait<DEC_STAGES - 2>();
+        __syncwarp();
+        if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
+        bc_cp_async_commit();
+        const bc_u32 ks = wbase + (bc_u32)((it % DEC_STAGES) * WSTAGE);
+        const bc_u32 vs = ks + DEC_KPW * RS;
+        const int col0 = wstart + it * DEC_KPW;
+        if (col0 + DEC_KPW <= wend)
+            attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, wend, false, 0);
+        else
+            attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, wend, false, 0);
+    }
+#else
     constexpr int STAGE_BYTES = 2 * DEC_BN * RS;
     const int ntile = (end - start + DEC_BN - 1) / DEC_BN;
-    const long long head_off = (long long)kvh * head_stride;
 
     auto load = [&](int it) {
         const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES);
@@ -195,17 +253,7 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         for (int c = tid; c < DEC_BN * CPR; c += DEC_WARPS * 32) {
             const int row = c / CPR, col = c % CPR;
             const int tok = start + it * DEC_BN + row;
-            const bool ok = tok < end;
-            long long phys = tok;
-            if (block_table != nullptr && ok) phys = (long long)__ldg(block_table + tok / page_size) * page_size + tok % page_size;
-            const long long off = ok ? phys * tok_stride + head_off + col * 8 : 0;
-            if (DEC_L2PF) {
-                bc_cp_async16_pf(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
-                bc_cp_async16_pf(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
-            } else {
-                bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), kc + off, ok);
-                bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
-            }
+            copy_chunk(ks, vs, row, col, tok, tok < end);
         }
     };
 #pragma unroll
@@ -218,16 +266,17 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         __syncthreads();
         if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
         bc_cp_async_commit();
-        const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES) + warp * 16 * RS;
+        const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES) + warp * DEC_KPW * RS;
         const bc_u32 vs = ks + DEC_BN * RS;
-        const int col0 = start + it * DEC_BN + warp * 16;
+        const int col0 = start + it * DEC_BN + warp * DEC_KPW;
         if (col0 < end) {
-            if (col0 + 16 <= end)
-                attn_tile<IS_BF16, 16, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
+            if (col0 + DEC_KPW <= end)
+                attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
             else
-                attn_tile<IS_BF16, 16, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
+                attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
         }
     }
+#endif
     bc_cp_async_wait<0>();
     __syncthreads();
 
