@@ -17,6 +17,7 @@ Layouts (elements; the last axis, the head dim D, is contiguous everywhere):
 GQA: query head ``h`` reads KV head ``h // (n_heads // n_kv)``.
 """
 import math
+from typing import Dict, Tuple
 
 from barecuda.kernels import _args, _registry
 
@@ -48,7 +49,7 @@ def _dec_defines(d):
     return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES), ("DEC_L2PF", DEC_L2PF)) + extra
 
 
-_sms = {}
+_sms: Dict[Tuple[int, ...], int] = {}
 
 
 def _rs(d):

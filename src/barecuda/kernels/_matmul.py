@@ -18,6 +18,7 @@ missing (or fails on this machine) ``"auto"`` runs builtin, and ``"cublaslt"`` r
 ``CublasLtNotFoundError`` naming the package to install.
 """
 import threading
+from typing import Any, Dict, Tuple
 
 from barecuda.kernels import _args, _registry
 
@@ -155,9 +156,9 @@ def _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob):
 
 # ---- cuBLASLt ---------------------------------------------------------------------------------
 _lt_lock = threading.Lock()
-_lt_cache = {}          # (device ordinal, geometry) -> _cublaslt.Matmul
-_lt_broken = {}         # device ordinal -> the exception that made "auto" give up on cuBLASLt
-_lt_ws = {}             # (device ordinal, stream key) -> workspace DeviceBuffer (the op function's)
+_lt_cache: Dict[Tuple[Any, ...], Any] = {}     # (device ordinal, geometry) -> _cublaslt.Matmul
+_lt_broken: Dict[int, BaseException] = {}      # device ordinal -> why "auto" gave up on cuBLASLt there
+_lt_ws: Dict[Tuple[int, int], Any] = {}         # (device ordinal, stream key) -> the op function's workspace
 _LT_CACHE_MAX = 256
 
 
