@@ -1,8 +1,9 @@
 """barecuda.models.llama on the driver double: the decode graph's shape and dispatch.
 
 The double runs no kernel, so values are checked on the GPU (test_llama_gpu.py); here:
-every check fails before GPU memory is taken, the graph has the documented nodes (one
-embedding, nine a layer, four at the end), and decoding is graph launches only.
+every check fails before GPU memory is taken, the graph has the documented nodes (fused:
+one embedding+norm node, five a layer, three at the end; unfused: one, nine, four), and
+decoding is graph launches only.
 """
 import struct
 
@@ -24,12 +25,15 @@ def small_f16(tmp_path_factory):
                               llama3_rope=True)
 
 
-def test_graph_nodes_and_graph_only_decode(fake_kernels, small_f16):
+@pytest.mark.parametrize("fused", [True, False])
+def test_graph_nodes_and_graph_only_decode(fake_kernels, small_f16, fused):
     from barecuda.models.llama import Llama, _Sampling
     fake = fake_kernels
-    m = Llama(small_f16, max_seq=32)
+    m = Llama(small_f16, max_seq=32, fused=fused)
     ge = m.graph()
-    assert m.nodes_per_token == 1 + 9 * SMALL["n_layer"] + 4
+    want = 1 + 5 * SMALL["n_layer"] + 3 if fused else 1 + 9 * SMALL["n_layer"] + 4
+    assert m.nodes_per_token == want
+    assert m.nodes_per_layer == (5 if fused else 9)
     assert m.rope_scaling["factor"] == 8.0
     assert m.graph() is ge                                 # built once per sampling setting
     launches, graphs, direct = fake.launch_count(), fake.calls("cuGraphLaunch"), fake.calls("cuLaunchKernel")
@@ -40,7 +44,7 @@ def test_graph_nodes_and_graph_only_decode(fake_kernels, small_f16):
     assert fake.calls("cuLaunchKernel") == direct          # no kernel launched outside the graph
     assert fake.launch_count() - launches == n * m.nodes_per_token
     ge2 = m.graph(_Sampling(0.8, 20, 0.9, 1234))
-    assert ge2 is not ge and m.nodes_per_token == 1 + 9 * SMALL["n_layer"] + 4
+    assert ge2 is not ge and m.nodes_per_token == want
     with pytest.raises(ValueError, match="outside the vocabulary"):
         m.reset([5, 96])
     with pytest.raises(ValueError, match="fit the KV cache"):
@@ -106,7 +110,9 @@ def test_prefill_gemm_dispatch(fake_kernels, small_f16):
     import ctypes
     from barecuda.models.llama import Llama
     fake = fake_kernels
-    m = Llama(small_f16, max_seq=32)
+    with pytest.raises(NotImplementedError, match="token_major"):
+        Llama(small_f16, max_seq=32).prefill_gemm([1, 2, 3])
+    m = Llama(small_f16, max_seq=32, kv_layout="token_major")
     prompt = [3, 4, 5, 6, 7, 8]
     m.graph()
     m.reset(prompt)

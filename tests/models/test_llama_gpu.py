@@ -41,9 +41,9 @@ def _prompt(vocab, n=12, seed=0):
     return np.random.default_rng(seed).integers(0, vocab, n).tolist()
 
 
-def _check_logits(path, dtype="float16", n=12):
+def _check_logits(path, dtype="float16", n=12, fused=True, kv_layout=None):
     from barecuda.models.llama import Llama
-    m = Llama(path, max_seq=64, dtype=dtype)
+    m = Llama(path, max_seq=64, dtype=dtype, fused=fused, kv_layout=kv_layout)
     ref = R.ReferenceLlama(path, max_seq=64)
     prompt = _prompt(ref.cfg.vocab, n)
     got = np.stack(m.prompt_logits(prompt))
@@ -70,9 +70,22 @@ def _greedy_agrees(m, ref, prompt, n, tol):
 @pytest.mark.parametrize("qt", TYPES + ["hd128"])
 def test_logits_and_greedy_match_reference(tiny, qt):
     m, ref, prompt, err = _check_logits(tiny[qt])
+    assert m.nodes_per_layer == (6 if qt == "Q4_K_M" else 5)
     assert err < TOL["float16"], err
     steps = _greedy_agrees(m, ref, prompt, 32, TOL["float16"])
     print(f"{qt}: logits rel err {err:.2e}, greedy agrees for {steps}/32 steps")
+    assert steps >= 8
+    m.close()
+
+
+@pytest.mark.parametrize("qt,kv_layout", [("F16", "token_major"), ("Q4_K_M", "head_major"), ("Q4_1", "token_major")])
+def test_unfused_loop_matches_reference(tiny, qt, kv_layout):
+    """The nine-node loop (separate norm, rope, kv_append) stays available and correct."""
+    m, ref, prompt, err = _check_logits(tiny[qt], fused=False, kv_layout=kv_layout)
+    assert m.nodes_per_layer == (10 if qt == "Q4_K_M" else 9)
+    assert err < TOL["float16"], err
+    steps = _greedy_agrees(m, ref, prompt, 32, TOL["float16"])
+    print(f"{qt} unfused: logits rel err {err:.2e}, greedy agrees for {steps}/32 steps")
     assert steps >= 8
     m.close()
 
@@ -127,10 +140,11 @@ def test_stop_and_cache_end(tiny):
 
 # -- the real model ---------------------------------------------------------------------
 
-def test_smollm2(smollm_path, smollm_tokenizer):
+@pytest.mark.parametrize("fused", [True, False])
+def test_smollm2(smollm_path, smollm_tokenizer, fused):
     from barecuda.models.llama import Llama
     tk = smollm_tokenizer
-    m = Llama(smollm_path, max_seq=128)
+    m = Llama(smollm_path, max_seq=128, fused=fused)
     ref = R.ReferenceLlama(smollm_path, max_seq=128)
     prompt = tk.encode(tk.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
     got = np.stack(m.prompt_logits(prompt))
@@ -146,6 +160,7 @@ def test_smollm2(smollm_path, smollm_tokenizer):
     print("SmolLM2 ref:", repr(tk.decode(want_ids)))
     assert out == want_ids
     answer = tk.decode(m.generate_ids(prompt, 32, stop=sorted(tk.stop_ids)), skip_special=True)
+    print(f"SmolLM2 ({'fused' if fused else 'unfused'}, {m.nodes_per_layer} nodes/layer) answers: {answer!r}")
     assert "Paris" in answer, answer
     m.close()
 
@@ -155,7 +170,7 @@ def test_prefill_gemm_matches(tiny, qt):
     """The batched prefill (matmul + flash attention) leaves the same cache as the graph's:
     the last prompt position's logits match the reference, and greedy continues alike."""
     from barecuda.models.llama import Llama
-    m = Llama(tiny[qt], max_seq=64)
+    m = Llama(tiny[qt], max_seq=64, kv_layout="token_major")
     ref = R.ReferenceLlama(tiny[qt], max_seq=64)
     prompt = _prompt(ref.cfg.vocab, 20, seed=5)
     m.graph()

@@ -133,10 +133,14 @@ class Llama:
     """
 
     def __init__(self, path: Any, *, max_seq: Optional[int] = None, dtype: str = "float16", device: Any = None,
-                 progress: Optional[bool] = None) -> None:
+                 progress: Optional[bool] = None, fused: bool = True, kv_layout: Optional[str] = None) -> None:
         from barecuda.models.reference import LlamaConfig
         if dtype not in _DTYPES:
             raise ValueError(f"dtype={dtype!r}: float16 or bfloat16 (the KV cache and attention are 16-bit)")
+        self.fused = bool(fused)
+        self.kv_layout = kv_layout or ("head_major" if self.fused else "token_major")
+        if self.kv_layout not in ("head_major", "token_major"):
+            raise ValueError(f"kv_layout={kv_layout!r}: 'head_major' or 'token_major'")
         f = path if isinstance(path, GGUFFile) else open_gguf(path)
         cfg = LlamaConfig.from_gguf(f)
         cfg.check(f)
@@ -158,8 +162,9 @@ class Llama:
         plan_upload(f, layout)                      # every tensor checked; no memory yet
         import barecuda
         from barecuda import kernels as K
-        from barecuda.kernels import _attention as KA, _dequant as KD, _matvec as KM
+        from barecuda.kernels import _attention as KA, _dequant as KD, _fused as KF, _matvec as KM
         self._bc: Any = barecuda
+        self._KF: Any = KF
         self._K: Any = K
         self._KA: Any = KA
         self._KD: Any = KD
@@ -249,6 +254,8 @@ class Llama:
                               "token_embd.weight" if c.tied_output else "output.weight")
         self.out_norm = self._norm("output_norm.weight")
         self.layers = []
+        cache_shape = ((self.max_seq, c.n_head_kv, hd) if self.kv_layout == "token_major"
+                       else (c.n_head_kv, self.max_seq, hd))
         for i in range(c.n_layer):
             p = f"blk.{i}."
             self.layers.append(dict(
@@ -258,8 +265,8 @@ class Llama:
                 gate=self._qw(p + "ffn_gate.weight", p + "ffn_gate.weight"),
                 up=self._qw(p + "ffn_up.weight", p + "ffn_up.weight"),
                 down=self._qw(p + "ffn_down.weight", p + "ffn_down.weight"),
-                k_cache=bc.zeros((self.max_seq, c.n_head_kv, hd), dt, device=self.device),
-                v_cache=bc.zeros((self.max_seq, c.n_head_kv, hd), dt, device=self.device)))
+                k_cache=bc.zeros(cache_shape, dt, device=self.device),
+                v_cache=bc.zeros(cache_shape, dt, device=self.device)))
         self.x = bc.zeros((c.dim,), dt, device=self.device)
         self.h = bc.zeros((c.dim,), dt, device=self.device)
         self.qkv = bc.zeros((self.nq + 2 * self.nkv,), dt, device=self.device)
@@ -275,10 +282,20 @@ class Llama:
         self.tok_ref = self.state[1:2]
         self.sampled_ref = self.state[3:4].view("int32", ())
         self.attn_ws = None
+        # the fused loop's norm inputs: xg = x * g and the token's sums of squares
+        # (ss[2i]: layer i's attention norm, ss[2i + 1]: its FFN norm, ss[2L]: the output norm)
+        self.xg = bc.zeros((c.dim,), dt, device=self.device)
+        self.ss = bc.zeros((2 * c.n_layer + 1,), "float32", device=self.device)
+        from barecuda.models.reference import rope_inv_freq
+        inv = [float(v) for v in rope_inv_freq(c, self.file)]
+        self.inv_freq = bc.empty((max(len(inv), 1),), "float32", device=self.device)
+        self.inv_freq.copy_from(struct.pack(f"<{max(len(inv), 1)}f", *(inv or [0.0])))
 
     # -- the graph ---------------------------------------------------------------------
     def _plans(self, sampling: _Sampling) -> List[Any]:
         """The launches of one token, in order, each a LaunchPlan bound to fixed buffers."""
+        if self.fused:
+            return self._plans_fused(sampling) + self._tail(sampling)
         K, KA, KM, c, s = self._K, self._KA, self._KM, self.cfg, self.stream
         eps = c.eps
         plans = [K.embedding.plan(self.table, self.tok_ref, out=self.x.view(self.dtype, (1, c.dim)), stream=s)]
@@ -288,9 +305,11 @@ class Llama:
                 *[KM.plan_matvec(w, self.h, out=self.qkv[r0:r0 + n], stream=s) for w, r0, n in L["qkv"]],
                 K.rope.plan(self.q, self.k, pos=self.pos_ref, theta=c.rope_base, layout="llama",
                             rotary_dim=c.n_rot, scaling=self.rope_scaling, out=self.q, out_k=self.k, stream=s),
-                KA.plan_kv_append(self.k, self.v, L["k_cache"], L["v_cache"], self.pos_ref, stream=s),
+                KA.plan_kv_append(self.k, self.v, L["k_cache"], L["v_cache"], self.pos_ref,
+                                  kv_layout=self.kv_layout, stream=s),
                 KA.plan_attention_decode(self.q, L["k_cache"], L["v_cache"], self.pos_ref, out=self.o,
-                                         scale=1.0 / math.sqrt(c.head_dim), len_offset=1, stream=s),
+                                         scale=1.0 / math.sqrt(c.head_dim), len_offset=1,
+                                         kv_layout=self.kv_layout, stream=s),
                 KM.plan_matvec(L["wo"], self.o_flat, residual=self.x, out=self.x, stream=s),
                 K.rmsnorm.plan(self.x, L["ffn_norm"], eps, out=self.h, stream=s),
                 KM.plan_matvec_silu_mul(L["gate"], L["up"], self.h, out=self.a, stream=s),
@@ -298,6 +317,44 @@ class Llama:
             ]
         plans += [K.rmsnorm.plan(self.x, self.out_norm, eps, out=self.h, stream=s),
                   KM.plan_matvec(self.out_w, self.h, out=self.logits, stream=s)]
+        return plans + self._tail(sampling)
+
+    def _plans_fused(self, sampling: _Sampling) -> List[Any]:
+        """The fused token: embed_norm, then per layer qkv (RoPE + KV append in its
+        epilogue), attention, wo (+ residual, next norm's inputs), glu, down (+ residual,
+        next norm's inputs); the output head scaled by the final norm (csrc/fused.cu)."""
+        KA, KF, c, s = self._KA, self._KF, self.cfg, self.stream
+        eps, hd, dim = c.eps, c.head_dim, c.dim
+        ss = [self.ss[i:i + 1] for i in range(2 * c.n_layer + 1)]
+        plans = [KF.plan_embed_norm(self.table, self.tok_ref, x=self.x, xg=self.xg, g=self.layers[0]["attn_norm"],
+                                    ss=self.ss, stream=s)]
+        for i, L in enumerate(self.layers):
+            g_next = self.layers[i + 1]["attn_norm"] if i + 1 < c.n_layer else self.out_norm
+            plans += [KF.plan_fused_matvec("qkv", w, self.xg, out=self.qkv[r0:r0 + n], ss_in=ss[2 * i], dim=dim,
+                                           eps=eps, k_cache=L["k_cache"], v_cache=L["v_cache"], pos=self.pos_ref,
+                                           inv_freq=self.inv_freq if c.n_rot else None, row0=r0, nq=self.nq,
+                                           nkv=self.nkv, head_dim=hd, n_rot=c.n_rot, kv_layout=self.kv_layout,
+                                           stream=s)
+                      for w, r0, n in L["qkv"]]
+            plans += [
+                KA.plan_attention_decode(self.q, L["k_cache"], L["v_cache"], self.pos_ref, out=self.o,
+                                         scale=1.0 / math.sqrt(hd), len_offset=1, kv_layout=self.kv_layout,
+                                         stream=s),
+                KF.plan_fused_matvec("res", L["wo"], self.o_flat, out=self.x, ss_out=ss[2 * i + 1], xg=self.xg,
+                                     g=L["ffn_norm"], stream=s),
+                KF.plan_fused_matvec("glu", L["gate"], self.xg, up=L["up"], out=self.a, ss_in=ss[2 * i + 1],
+                                     dim=dim, eps=eps, stream=s),
+                KF.plan_fused_matvec("res", L["down"], self.a, out=self.x, ss_out=ss[2 * i + 2], xg=self.xg,
+                                     g=g_next, stream=s),
+            ]
+        plans.append(KF.plan_fused_matvec("scale", self.out_w, self.xg, out=self.logits, ss_in=ss[2 * c.n_layer],
+                                          dim=dim, eps=eps, stream=s))
+        return plans
+
+    def _tail(self, sampling: _Sampling) -> List[Any]:
+        """argmax or sample into state.sampled, then advance the state."""
+        K, s = self._K, self.stream
+        plans: List[Any] = []
         if sampling.temperature <= 0:
             plans.append(K.argmax.plan(self.logits, out=self.sampled_ref, stream=s))
         else:
@@ -328,8 +385,9 @@ class Llama:
 
     @property
     def nodes_per_layer(self) -> int:
-        """Graph nodes of a layer: 9 when Q, K and V share a type (one QKV matvec)."""
-        return 8 + max(len(L["qkv"]) for L in self.layers)
+        """Graph nodes of a layer: fused, 5 when Q, K and V share a type (one QKV matvec), 6
+        when V has its own (Q4_K_M); unfused, 9 and 10."""
+        return (4 if self.fused else 8) + max(len(L["qkv"]) for L in self.layers)
 
     # -- running -----------------------------------------------------------------------
     def reset(self, prompt: Sequence[int]) -> None:
@@ -427,6 +485,9 @@ class Llama:
         """
         K, KA = self._K, self._KA
         from barecuda.kernels import _matmul
+        if self.kv_layout != "token_major":
+            raise NotImplementedError("prefill_gemm writes a token-major KV cache: construct the model with "
+                                      "kv_layout='token_major' (or use the graph prefill)")
         c, s, dt = self.cfg, self.stream, self.dtype
         for L in self.layers:                   # before any launch
             for qw in [w for w, _, _ in L["qkv"]] + [L["wo"], L["gate"], L["up"], L["down"]]:

@@ -1,0 +1,329 @@
+"""The ``decode`` section: tg128 of Llama-shaped random-weight GGUFs (issue 25).
+
+tg128 = 128 greedy tokens from an empty context (one prompt token), batch 1, median of 5
+timed runs after a warm-up. Rows per model (1B and 8B shapes, F16 and Q4_K_M):
+
+- barecuda: ``barecuda.models.llama`` (one graph launch per token), the fused loop (five
+  nodes a layer) and, beside it, the unfused one (nine) for the node-count comparison;
+- torch eager and torch + CUDA graph (``barecuda.models.torch_llama``, the gpt-fast
+  recipe), and torch.compile(mode="reduce-overhead") when asked; torch streams float16
+  weights (quantized files dequantized), so its rows are given for F16 files;
+- llama.cpp's ``llama-bench`` on the same file (``-p 0 -n 128 -r 5 -fa 1 -ngl 99``) when a
+  binary is named (``--llama-bench`` or ``BARECUDA_LLAMA_BENCH``).
+
+Each row: tok/s, % of the bandwidth limit (weight bytes per token / spec, and / the device
+copy measured in the same run), the ratio to torch with graphs and to llama.cpp. Files are
+written once into ``--dir`` (default ``$BARECUDA_DECODE_DIR`` or the temp dir) with
+``synthetic.write_random_llama(fast=True)``.
+
+``python -m barecuda.bench.decode_rows [--shapes 1b,8b] [--types F16,Q4_K_M] [--llama-bench PATH]
+[--compile] [--breakdown] [--check] [--json PATH]``; ``python -m barecuda.bench --rows decode``
+runs the default set (no compile, no llama.cpp unless the variable names one).
+"""
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from barecuda.bench._kernel_timing import _spec, _time_plans, copy_gbs
+
+__all__ = ["decode_section", "model_file", "SECTIONS"]
+
+COLUMNS = [("tok/s", 7), ("GB/s", 6), ("% spec", 6), ("% copy", 6), ("x torch+graph", 13), ("x llama.cpp", 11),
+           ("note", 34)]
+ORDER = 90
+N_TOKENS, REPEATS, MAX_SEQ = 128, 5, 256
+
+
+def _say(*a):
+    print(*a, flush=True)
+
+
+def model_file(d, shape, qtype):
+    """The random-weight GGUF of ``shape`` ('1b', '8b', ...) and ``qtype`` ('F16', 'Q4_K_M') in ``d``."""
+    from barecuda.models.synthetic import SHAPES, write_random_llama
+    path = os.path.join(d, f"llama-{shape}-{qtype}.gguf")
+    if not os.path.exists(path):
+        t0 = time.perf_counter()
+        kw = dict(q4_k_m=True) if qtype == "Q4_K_M" else dict(qtype=qtype)
+        write_random_llama(path + ".part", **SHAPES[shape], **kw, seed=25, fast=True)
+        os.replace(path + ".part", path)
+        _say(f"  wrote {path} ({os.path.getsize(path) / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
+    return path
+
+
+def weight_bytes(path):
+    """Bytes of weights read per token: every tensor but an untied embedding table."""
+    from barecuda.models.gguf import open_gguf
+    f = open_gguf(path)
+    names = list(f.tensors)
+    tied = "output.weight" not in names
+    return sum(f.tensor(n).nbytes for n in names if n != "token_embd.weight" or tied)
+
+
+def barecuda_run(path, fused=True, breakdown=False):
+    from barecuda.models.llama import Llama
+    m = Llama(path, max_seq=MAX_SEQ, fused=fused)
+    r = m.bench(N_TOKENS, REPEATS)
+    r["nodes_per_layer"] = m.nodes_per_layer
+    r["load_s"] = m.load_seconds
+    if breakdown:
+        r["breakdown"] = node_breakdown(m)
+    m.close()
+    del m
+    gc.collect()
+    return r
+
+
+def node_breakdown(m):
+    """[(node, us per node, weight bytes per node, GB/s)] for one layer's nodes and the
+    head: each kind timed as one graph of that node over every layer (distinct weights,
+    so the L2 does not hold them), median of replays, divided by the layer count."""
+    import barecuda as bc
+    from barecuda.models.llama import _Sampling
+    plans = m._plans(_Sampling())
+    c = m.cfg
+    per = m.nodes_per_layer
+    layers = [plans[1 + i * per:1 + (i + 1) * per] for i in range(c.n_layer)]
+    head = plans[1 + c.n_layer * per:]
+    f = m.file
+
+    def nb(names):
+        return sum(f.tensor(n).nbytes for n in names)
+    L0 = "blk.0."
+    if m.fused:
+        kinds = [f"qkv{j}" for j in range(len(m.layers[0]["qkv"]))] + ["attention", "wo+res+norm-in", "glu", "down+res+norm-in"]
+        wbytes = [nb([L0 + f"attn_{x}.weight" for x in key]) for key, _ in m._qkv_groups(0)] + [
+            0, nb([L0 + "attn_output.weight"]), nb([L0 + "ffn_gate.weight", L0 + "ffn_up.weight"]),
+            nb([L0 + "ffn_down.weight"])]
+        head_kinds = ["embed+norm-in", "head (scale)", "argmax", "advance"]
+    else:
+        kinds = (["rmsnorm"] + [f"qkv{j}" for j in range(len(m.layers[0]["qkv"]))] +
+                 ["rope", "kv_append", "attention", "wo+res", "rmsnorm", "glu", "down+res"])
+        wbytes = [0] + [nb([L0 + f"attn_{x}.weight" for x in key]) for key, _ in m._qkv_groups(0)] + [
+            0, 0, 0, nb([L0 + "attn_output.weight"]), 0, nb([L0 + "ffn_gate.weight", L0 + "ffn_up.weight"]),
+            nb([L0 + "ffn_down.weight"])]
+        head_kinds = ["embedding", "rmsnorm", "head", "argmax", "advance"]
+    out = []
+    for j, kind in enumerate(kinds):
+        us = _time_plans(bc, m.stream, [L[j] for L in layers], reps=9)
+        out.append((kind, us, wbytes[j]))
+    head_w = f.tensor("output.weight" if not c.tied_output else "token_embd.weight").nbytes
+    emb = [plans[0]]
+    for kind, p in zip(head_kinds, emb + head):
+        b = head_w if kind.startswith("head") else 0
+        out.append((kind, _time_plans(bc, m.stream, [p] * 8, reps=9), b))
+    return [(k, us, b, (b / (us * 1e-6) / 1e9) if b else 0.0) for k, us, b in out]
+
+
+def torch_run(path, compiled=False, eager=True, graph=True):
+    import torch
+    from barecuda.models.torch_llama import TorchLlama
+    out = {}
+    t = TorchLlama(path, max_seq=MAX_SEQ)
+    if eager:
+        out["eager"] = t.bench(N_TOKENS, REPEATS, graph=False)["tok_s"]
+    if graph:
+        out["graph"] = t.bench(N_TOKENS, REPEATS, graph=True)["tok_s"]
+    if compiled:
+        try:
+            t0 = time.perf_counter()
+            t.graph = None
+            step = t.step
+            t.step = torch.compile(step)                   # Inductor's kernels, captured in one CUDA graph
+            r = t.bench(N_TOKENS, REPEATS, graph=True)
+            out["compile"] = r["tok_s"]
+            out["compile_s"] = time.perf_counter() - t0
+        except Exception as e:   # noqa: BLE001 -- reported in the row
+            out["compile_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    del t
+    gc.collect()
+    torch.cuda.empty_cache()
+    return out
+
+
+def llama_bench_run(binary, path):
+    cmd = [binary, "-m", path, "-p", "0", "-n", str(N_TOKENS), "-r", str(REPEATS), "-fa", "1", "-ngl", "99",
+           "-o", "json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        doc = json.loads(p.stdout)
+        return float(doc[0]["avg_ts"]), None
+    except Exception as e:   # noqa: BLE001 -- reported in the row
+        tail = (p.stderr[-300:] if "p" in locals() else "")
+        return None, f"{type(e).__name__}: {e} {tail}"
+
+
+def check_vs_torch(path, n_prompt=8, steps=32):
+    """barecuda (float16) logits vs the torch model in float32 on the GPU, per prompt
+    position; then 32 greedy tokens, teacher-forced on torch's logits (a step whose two
+    best torch logits are closer than the tolerance is a tie accepted either way)."""
+    import numpy as np
+    import torch
+    from barecuda.models.llama import Llama
+    from barecuda.models.torch_llama import TorchLlama
+    m = Llama(path, max_seq=64)
+    prompt = np.random.default_rng(0).integers(0, m.cfg.vocab, n_prompt).tolist()
+    got = np.stack(m.prompt_logits(prompt))
+    ids = m.generate_ids(prompt, steps)
+    m.close()
+    del m
+    gc.collect()
+    t = TorchLlama(path, max_seq=64, dtype=torch.float32)
+    want = []
+    with torch.inference_mode():
+        t.reset(prompt[0])
+        for i in range(n_prompt):
+            want.append(t.step().float().cpu().numpy())
+            if i + 1 < n_prompt:
+                t.tok.fill_(prompt[i + 1])
+        want = np.stack(want)
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        tol = 2e-2
+        same, tie = 0, None
+        logits = want[-1]
+        for i, tok in enumerate(ids):
+            best = int(np.argmax(logits))
+            if tok != best:
+                top2 = np.sort(logits)[-2:]
+                tie = bool(top2[1] - top2[0] < tol * np.max(np.abs(logits)))
+                break
+            same += 1
+            t.tok.fill_(tok)
+            logits = t.step().float().cpu().numpy()
+    del t
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"logits_rel_err": err, "greedy_same": same, "steps": len(ids), "diverged_on_tie": tie}
+
+
+def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), directory=None, llama_bench=None,
+                   compiled=False, breakdown=False, unfused=True, check=False, progress=True):
+    import barecuda as bc
+    from barecuda.bench.report import Section
+    d = directory or os.environ.get("BARECUDA_DECODE_DIR") or os.path.join(tempfile.gettempdir(), "barecuda-decode")
+    os.makedirs(d, exist_ok=True)
+    llama_bench = llama_bench or os.environ.get("BARECUDA_LLAMA_BENCH")
+    s = bc.Stream()
+    card, spec = _spec(bc)
+    cp = copy_gbs(bc, s)
+    del s
+    if progress:
+        _say(f"  device copy: {cp:.0f} GB/s on {card} ({bc.Device().name})")
+    sec = Section("decode", f"tg{N_TOKENS} decode (batch 1, median of {REPEATS}) on {card}: device copy {cp:.0f} GB/s"
+                  + (f" = {100 * cp / spec:.1f}% of {spec:.0f} spec" if spec else ""), COLUMNS, data=[])
+    results = {}
+    for shape in shapes:
+        torch_f16 = {}
+        for qt in types:
+            path = model_file(d, shape, qt)
+            wb = weight_bytes(path)
+            res = {"weight_bytes": wb, "shape": shape, "type": qt, "card": card, "copy_gbs": cp}
+            res["barecuda"] = barecuda_run(path, fused=True, breakdown=breakdown)
+            if progress:
+                _say(f"  {shape} {qt}: barecuda fused {res['barecuda']['tok_s']:.0f} tok/s")
+            if unfused:
+                res["barecuda_unfused"] = barecuda_run(path, fused=False, breakdown=breakdown)
+                if progress:
+                    _say(f"  {shape} {qt}: barecuda unfused {res['barecuda_unfused']['tok_s']:.0f} tok/s")
+            if qt == "F16":
+                try:
+                    torch_f16 = torch_run(path, compiled=compiled)
+                except Exception as e:   # noqa: BLE001
+                    torch_f16 = {"error": f"{type(e).__name__}: {e}"}
+                if progress:
+                    _say(f"  {shape} {qt}: torch {torch_f16}")
+            res["torch"] = torch_f16
+            if llama_bench:
+                res["llama_cpp"], res["llama_cpp_error"] = llama_bench_run(llama_bench, path)
+                if progress:
+                    _say(f"  {shape} {qt}: llama.cpp {res['llama_cpp']} {res['llama_cpp_error'] or ''}")
+            if check and (check is True or f"{shape}:{qt}" in check):
+                try:
+                    res["check"] = check_vs_torch(path)
+                except Exception as e:   # noqa: BLE001
+                    res["check"] = {"error": f"{type(e).__name__}: {e}"}
+                if progress:
+                    _say(f"  {shape} {qt}: vs torch fp32 {res['check']}")
+            results[(shape, qt)] = res
+            tg = torch_f16.get("graph")
+            lc = res.get("llama_cpp")
+
+            def row(label, tps, note=""):
+                gbs = wb * tps / 1e9
+                sec.add(f"{shape} {qt} {label}", [f"{tps:.0f}", f"{gbs:.0f}",
+                                                  f"{100 * gbs / spec:.1f}" if spec else "-", f"{100 * gbs / cp:.1f}",
+                                                  f"{tps / tg:.2f}" if tg else "-", f"{tps / lc:.2f}" if lc else "-",
+                                                  note])
+                sec.data.append({"model": f"{shape} {qt}", "row": label, "tok_s": tps, "weight_bytes": wb,
+                                 "spec_pct": 100 * gbs / spec if spec else None, "copy_pct": 100 * gbs / cp,
+                                 "card": card, "note": note})
+            b = res["barecuda"]
+            row("barecuda (fused)", b["tok_s"], f"{b['nodes_per_layer']} nodes/layer, {b['nodes_per_token']}/token")
+            if unfused:
+                u = res["barecuda_unfused"]
+                row("barecuda (unfused)", u["tok_s"], f"{u['nodes_per_layer']} nodes/layer, {u['nodes_per_token']}/token")
+            tw = "f16 weights" if qt == "F16" else "torch streams f16 weights: the F16 file's figure"
+            for key, label in (("eager", "torch eager"), ("graph", "torch + CUDA graph"),
+                               ("compile", "torch.compile + CUDA graph")):
+                if torch_f16.get(key):
+                    tps = torch_f16[key]
+                    if qt == "F16":
+                        row(label, tps, tw)
+            if torch_f16.get("compile_error") and qt == "F16":
+                sec.add(f"{shape} {qt} torch.compile", ["-"] * 6 + [torch_f16["compile_error"][:80]])
+            if lc:
+                row("llama.cpp llama-bench", lc, "-fa 1 -ngl 99")
+            elif llama_bench:
+                sec.add(f"{shape} {qt} llama.cpp", ["-"] * 6 + [str(res.get("llama_cpp_error"))[:80]])
+    sec.results = results
+    return sec
+
+
+SECTIONS = {"decode": decode_section}
+
+
+def _print_breakdowns(results):
+    for (shape, qt), res in results.items():
+        for key in ("barecuda", "barecuda_unfused"):
+            bd = res.get(key, {}).get("breakdown")
+            if not bd:
+                continue
+            _say(f"\n  {shape} {qt} {key}: per node (us, weight MB, GB/s); token {1e6 / res[key]['tok_s']:.1f} us")
+            for kind, us, b, gbs in bd:
+                _say(f"    {kind:22s} {us:8.2f} us {b / 1e6:9.2f} MB {gbs:7.0f} GB/s")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m barecuda.bench.decode_rows", description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="1b,8b")
+    ap.add_argument("--types", default="F16,Q4_K_M")
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--llama-bench", default=None)
+    ap.add_argument("--compile", action="store_true", help="add torch.compile rows (minutes of compiling)")
+    ap.add_argument("--breakdown", action="store_true", help="time each node kind (one graph per kind)")
+    ap.add_argument("--no-unfused", action="store_true")
+    ap.add_argument("--check", default="", help="comma list of shape:type (e.g. 1b:F16,8b:F16) whose logits and "
+                    "greedy tokens are checked against torch float32 on the GPU; 'all' for every file")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    sec = decode_section(shapes=a.shapes.split(","), types=a.types.split(","), directory=a.dir,
+                         llama_bench=a.llama_bench, compiled=a.compile, breakdown=a.breakdown,
+                         unfused=not a.no_unfused,
+                         check=True if a.check == "all" else [c for c in a.check.split(",") if c])
+    out = sec.format()
+    print("\n".join(out) if isinstance(out, list) else out)
+    _print_breakdowns(sec.results)
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"rows": sec.data, "results": {f"{k[0]} {k[1]}": v for k, v in sec.results.items()}}, fh,
+                      indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+// fused.cu -- the decode loop's fused matvecs (barecuda.models.llama; issue 25).
+//
+// A Llama layer in five graph nodes (six when V has another type than Q/K, as in Q4_K_M):
+//     fmv_qkv   h = rmsnorm(x); qkv = h Wqkv^T; RoPE on q, k; k, v -> KV cache at pos
+//     attention_decode (attention.cu)
+//     fmv_res   x += o Wo^T;  ss_ffn += sum(x^2);  xg = x * g_ffn
+//     fmv_glu   a = silu(s Wg xg) * (s Wu xg)                (s = rsqrt(ss_ffn / dim + eps))
+//     fmv_res   x += a Wd^T;  ss_next += sum(x^2); xg = x * g_next
+// and fembed (embedding + the first norm's inputs) / fmv_scale (the output head).
+//
+// The RMSNorm is split between producer and consumer: the residual matvec that writes x
+// also accumulates sum(x^2) (one atomic add per warp) and writes xg = x * g (the norm's
+// weight, elementwise); the consumer matvec reads xg and multiplies its dot products by
+// s = rsqrt(sum / dim + eps), which is linear: rmsnorm(x) W^T = s * (x * g) W^T. So no
+// node of its own and no grid-wide reduction. fembed zeroes the token's accumulators.
+//
+// Entry points fmv_<x>_<epi>, x in f16, bf16 (activations), epi in
+//     scale   y = s * (x W^T)                      (s = 1 when ss_in is null)
+//     res     y += x W^T; *ss_out += sum(y^2); xg = y * g      (y rounded first)
+//     glu     y = silu(s * x W^T) * (s * x W2^T)
+//     qkv     y = s * x W^T (rows row0.. of the fused Q|K|V output), RoPE on adjacent
+//             row pairs of Q and K (llama layout, inv_freq table, position *pos), and the
+//             K, V rows written into the caches at *pos
+// all with one parameter list (unused pointers may be null):
+//     (W, W2, x, y, ss_in, ss_out, xg, g, k_cache, v_cache, pos, inv_freq,
+//      N, K, vec, inv_dim, eps, row0, nq, nkv, hd, n_rot, cache_pos_stride, cache_head_stride)
+//
+// The matvec cores follow matvec.cu (K2's; same layout and staging, batch 1): dense
+// weights stream 16-byte vectors per lane (FM_U loads in flight per row, FM_R rows per
+// warp); quantized weights are staged by cp.async into shared memory per warp and
+// decoded a 32-weight unit at a time (quant.cuh). WFMT is ggml's type number.
+#include "common.cuh"
+#include "quant.cuh"
+
+#ifndef WFMT
+#define WFMT 1
+#endif
+#ifndef FM_R
+#define FM_R 2          // rows per warp (qkv: at least 2, even; quantized glu: 1)
+#endif
+#ifndef FM_U
+#define FM_U 4          // dense: 16-byte loads in flight per row per lane
+#endif
+#define FM_WARPS 4      // warps per block (the Python side launches 32 * FM_WARPS threads)
+
+#define FE_SCALE 0
+#define FE_RES 1
+#define FE_GLU 2
+#define FE_QKV 3
+
+#define FM_DENSE (WFMT == 0 || WFMT == 1 || WFMT == 30)
+
+template <int EPI> struct FmRows {
+    static constexpr int NS = EPI == FE_GLU ? 2 : 1;
+    static constexpr int R = EPI == FE_QKV ? (FM_R < 2 ? 2 : FM_R) : ((!FM_DENSE && EPI == FE_GLU) ? 1 : FM_R);
+};
+
+template <typename XT> struct FmP {
+    XT* y; const float* ss_in; float* ss_out; XT* xg; const XT* g; XT* kc; XT* vc; const int* pos;
+    const float* inv_freq;
+    int N; float inv_dim, eps; int row0, nq, nkv, hd, n_rot; long long cps, chs;
+};
+
+// ------------------------------------------------------------------ epilogues (lane 0 writes)
+template <typename XT, int R, int EPI>
+BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p) {
+    float v[R][2];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        v[i][0] = bc_warp_sum(acc[i][0]);
+        if constexpr (EPI == FE_GLU) v[i][1] = bc_warp_sum(acc[i][1]);
+    }
+    if ((threadIdx.x & 31) != 0) return;
+    const int N = p.N;
+    if constexpr (EPI == FE_RES) {
+        float sq = 0.f;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int n = n0 + i;
+            if (n >= N) break;
+            const XT yv = bc_from_float<XT>(v[i][0] + bc_load(p.y + n));
+            p.y[n] = yv;
+            const float f = bc_to_float(yv);
+            sq = fmaf(f, f, sq);
+            bc_store(p.xg + n, f * bc_load(p.g + n));
+        }
+        atomicAdd(p.ss_out, sq);
+        return;
+    }
+    const float s = p.ss_in ? rsqrtf(*p.ss_in * p.inv_dim + p.eps) : 1.f;
+    if constexpr (EPI == FE_GLU) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int n = n0 + i;
+            if (n >= N) break;
+            const float gt = s * v[i][0], up = s * v[i][1];
+            bc_store(p.y + n, gt / (1.f + bc_exp(-gt)) * up);
+        }
+        return;
+    }
+    if constexpr (EPI == FE_SCALE) {
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            if (n0 + i < N) bc_store(p.y + n0 + i, s * v[i][0]);
+        return;
+    }
+    if constexpr (EPI == FE_QKV) {
+        const int pos = *p.pos;
+        const int nqk = p.nq + p.nkv;
+#pragma unroll
+        for (int i = 0; i < R; i += 2) {
+            float a = s * v[i][0], b = s * v[i + 1][0];
+            const int r = p.row0 + n0 + i;                  // even: a RoPE pair (r, r + 1)
+            if (r < nqk) {
+                const int d = (r < p.nq ? r : r - p.nq) % p.hd;
+                if (d < p.n_rot) {
+                    float sn, cs;
+                    sincosf(__fmul_rn((float)pos, p.inv_freq[d >> 1]), &sn, &cs);
+                    const float a2 = a * cs - b * sn;
+                    b = b * cs + a * sn;
+                    a = a2;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int n = n0 + i + j;
+                if (n >= N) break;
+                const float f = j ? b : a;
+                bc_store(p.y + n, f);
+                const int row = r + j;
+                if (row >= p.nq) {
+                    const int kv = row < nqk ? row - p.nq : row - nqk;
+                    XT* c = row < nqk ? p.kc : p.vc;
+                    bc_store(c + (long long)pos * p.cps + (long long)(kv / p.hd) * p.chs + kv % p.hd, f);
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ dense weights
+template <typename WT, typename XT, int EPI>
+BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const XT* __restrict__ x, int K, int vec,
+                     const FmP<XT>& p) {
+    constexpr int R = FmRows<EPI>::R, NS = FmRows<EPI>::NS, U = FM_U;
+    constexpr int VW = 16 / (int)sizeof(WT);
+    const int lane = threadIdx.x & 31;
+    const int N = p.N;
+    const int n0 = (blockIdx.x * FM_WARPS + (threadIdx.x >> 5)) * R;
+    if (n0 >= N) return;
+    const WT* src[2] = {W, W2};
+    float acc[R][2];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = 0.f;
+    if (vec) {
+        const int nv = K / VW;
+        for (int v0 = lane; v0 < nv; v0 += 32 * U) {
+            BcVec<WT> w[U][NS][R];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int v = v0 + 32 * u;
+#pragma unroll
+                for (int s = 0; s < NS; ++s)
+#pragma unroll
+                    for (int i = 0; i < R; ++i) {
+                        const int n = min(n0 + i, N - 1);
+                        if (v < nv) w[u][s][i] = bc_vload_stream(src[s] + (long long)n * K + (long long)v * VW);
+                    }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int v = v0 + 32 * u;
+                if (v >= nv) break;
+                float xf[VW];
+                if constexpr (sizeof(XT) * VW >= 16) {
+#pragma unroll
+                    for (int e = 0; e < VW; e += BcVec<XT>::N) bc_vunpack(bc_vload(x + (long long)v * VW + e), xf + e);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VW; ++e) xf[e] = bc_load(x + (long long)v * VW + e);
+                }
+#pragma unroll
+                for (int s = 0; s < NS; ++s)
+#pragma unroll
+                    for (int i = 0; i < R; ++i) {
+                        float wf[VW];
+                        bc_vunpack(w[u][s][i], wf);
+                        float t = acc[i][s];
+#pragma unroll
+                        for (int e = 0; e < VW; ++e) t = fmaf(wf[e], xf[e], t);
+                        acc[i][s] = t;
+                    }
+            }
+        }
+    } else {
+        for (int k = lane; k < K; k += 32) {
+            const float xv = bc_load(x + k);
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < R; ++i) {
+                    const int n = min(n0 + i, N - 1);
+                    acc[i][s] = fmaf(bc_load(src[s] + (long long)n * K + k), xv, acc[i][s]);
+                }
+        }
+    }
+    fm_store<XT, R, EPI>(acc, n0, p);
+}
+
+// ------------------------------------------------------------------ quantized weights
+#if !FM_DENSE
+template <typename XT, int EPI>
+BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int K,
+                     const FmP<XT>& p) {
+    using Q = BcQ<WFMT>;
+    constexpr int R = FmRows<EPI>::R, NS = FmRows<EPI>::NS, NT = NS * R;   // row streams: t = s * R + i
+    constexpr int SEGB = Q::QK == 256 ? 8 : 64;                 // blocks per staged segment
+    constexpr int SB = BCQ_STAGE_BYTES(SEGB * Q::BYTES);
+    __shared__ __align__(16) u8 stage[FM_WARPS][2][NT][SB];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int N = p.N;
+    const int n0 = (blockIdx.x * FM_WARPS + wi) * R;
+    if (n0 >= N) return;                                        // whole warps only
+    const int nblk = K / Q::QK;
+    const long long rb = (long long)nblk * Q::BYTES;
+    const u8* src[NT];
+    const u8* end[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        const u8* base = t < R ? W : W2;
+        src[t] = base + min(n0 + t % R, N - 1) * rb;
+        end[t] = base + N * rb;
+    }
+    const int nseg = (nblk + SEGB - 1) / SEGB;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
+    auto stage_seg = [&](int sg) {
+        const int nb_ = min(SEGB, nblk - sg * SEGB);
+#pragma unroll
+        for (int t = 0; t < NT; ++t)
+            bcq_stage(stage[wi][sg & 1][t], src[t] + (long long)sg * SEGB * Q::BYTES, nb_ * Q::BYTES, end[t], lane);
+    };
+    stage_seg(0);
+    bcq_commit();
+    for (int sg = 0; sg < nseg; ++sg) {
+        if (sg + 1 < nseg) stage_seg(sg + 1);
+        bcq_commit();
+        bcq_wait<1>();
+        __syncwarp();
+        const int nbk = min(SEGB, nblk - sg * SEGB);
+        for (int u = lane; u < nbk * Q::UNITS; u += 32) {
+            const int blk = u / Q::UNITS, ui = u % Q::UNITS;
+            float q[NT][32], a[NT][2], c[NT][2];
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                const u8* g = src[t] + (long long)sg * SEGB * Q::BYTES;
+                const u8* sb = stage[wi][sg & 1][t] + (reinterpret_cast<u64>(g) & 15) + blk * Q::BYTES;
+                Q::unit(sb, ui, q[t], a[t], c[t]);
+            }
+            const long long k = ((long long)sg * SEGB + blk) * Q::QK + ui * 32;
+            float xf[32];
+#pragma unroll
+            for (int e = 0; e < 32; e += BcVec<XT>::N) bc_vunpack(bc_vload(x + k + e), xf + e);
+            float sx0 = 0.f, sx1 = 0.f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) { sx0 += xf[i]; sx1 += xf[16 + i]; }
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+                for (int i = 0; i < 16; ++i) { d0 = fmaf(q[t][i], xf[i], d0); d1 = fmaf(q[t][16 + i], xf[16 + i], d1); }
+                acc[t] += a[t][0] * d0 + c[t][0] * sx0 + a[t][1] * d1 + c[t][1] * sx1;
+            }
+        }
+        __syncwarp();
+    }
+    float out[R][2];
+#pragma unroll
+    for (int i = 0; i < R; ++i) { out[i][0] = acc[i]; out[i][1] = acc[NT - 1 - (R - 1 - i)]; }
+    fm_store<XT, R, EPI>(out, n0, p);
+}
+#endif
+
+// ------------------------------------------------------------------ entry points
+#if WFMT == 0
+typedef float fm_w_t;
+#elif WFMT == 1
+typedef bc_half fm_w_t;
+#elif WFMT == 30
+typedef bc_bf16 fm_w_t;
+#endif
+
+#if FM_DENSE
+#define FM_BODY(XT, EPI) fm_dense<fm_w_t, XT, EPI>((const fm_w_t*)W, (const fm_w_t*)W2, x, K, vec, p)
+#else
+#define FM_BODY(XT, EPI) fm_quant<XT, EPI>((const u8*)W, (const u8*)W2, x, K, p)
+#endif
+
+#define FM_ENTRY(code, XT, SUF, EPI)                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * FM_WARPS)                                         \
+    fmv_##code##_##SUF(const void* W, const void* W2, const XT* x, XT* y, const float* ss_in,          \
+                       float* ss_out, XT* xg, const XT* g, XT* kc, XT* vc, const int* pos,              \
+                       const float* inv_freq, int N, int K, int vec, float inv_dim, float eps, int row0, \
+                       int nq, int nkv, int hd, int n_rot, long long cps, long long chs) {              \
+        (void)vec;                                                                                      \
+        const FmP<XT> p = {y, ss_in, ss_out, xg, g, kc, vc, pos, inv_freq, N, inv_dim, eps, row0,      \
+                           nq, nkv, hd, n_rot, cps, chs};                                               \
+        FM_BODY(XT, EPI);                                                                               \
+    }
+#define FM_EPIS(code, XT) FM_ENTRY(code, XT, scale, FE_SCALE) FM_ENTRY(code, XT, res, FE_RES) \
+    FM_ENTRY(code, XT, glu, FE_GLU) FM_ENTRY(code, XT, qkv, FE_QKV)
+FM_EPIS(f16, bc_half)
+FM_EPIS(bf16, bc_bf16)
+
+// ------------------------------------------------------------------ embedding + first norm
+// One block: x = table[*tok]; xg = x * g; ss[0] = sum(x^2); ss[1..nss) = 0 (the token's
+// other accumulators, summed into by the fmv_res nodes that follow).
+#define FE_EMBED(code, XT)                                                                              \
+    extern "C" __global__ void fembed_##code(const XT* table, const int* tok, XT* x, XT* xg,          \
+                                             const XT* g, float* ss, int nss, int dim) {               \
+        const XT* row = table + (long long)(*tok) * dim;                                               \
+        float sq = 0.f;                                                                                 \
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) {                                           \
+            const XT v = row[i];                                                                        \
+            x[i] = v;                                                                                   \
+            const float f = bc_to_float(v);                                                             \
+            sq = fmaf(f, f, sq);                                                                        \
+            bc_store(xg + i, f * bc_load(g + i));                                                       \
+        }                                                                                               \
+        for (int i = 1 + threadIdx.x; i < nss; i += blockDim.x) ss[i] = 0.f;                           \
+        sq = bc_block_sum(sq);                                                                          \
+        if (threadIdx.x == 0) ss[0] = sq;                                                               \
+    }
+FE_EMBED(f16, bc_half)
+FE_EMBED(bf16, bc_bf16)

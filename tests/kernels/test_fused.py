@@ -1,0 +1,253 @@
+"""barecuda.kernels._fused (csrc/fused.cu): the decode loop's fused matvecs.
+
+CPU: every entry compiles (sm_80, sm_90, no log) and the argument checks fail before any
+launch. GPU: each epilogue against a float64 numpy reference on fresh random data (weights
+dense and quantized, odd row counts, the last block partly used). Tolerances: the
+activations are float16/bfloat16, so results are compared relative to their largest
+magnitude: 4e-3 (f16), 3e-2 (bf16); the sums of squares to 1e-5 relative (float32 atomics).
+"""
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from barecuda.kernels import _fused as F  # noqa: E402
+from barecuda.kernels import _registry  # noqa: E402
+
+TOL = {"float16": 4e-3, "bfloat16": 3e-2}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("defines", [(("WFMT", 1),), (("WFMT", 12),), (("WFMT", 14),), (("WFMT", 3),)])
+def test_fused_compiles(arch, defines):
+    from barecuda._nvrtc import nvrtc_available
+    if not nvrtc_available():
+        pytest.skip("NVRTC is not installed")
+    oc = _registry.compile_code("fused.cu", defines, target="cubin", arch=arch)
+    assert not (getattr(oc, "log", "") or "").strip()
+
+
+def test_fused_table():
+    names = {n for src, names, _ in F.KERNELS if src == "fused.cu" for n in names}
+    assert {"fmv_f16_qkv", "fmv_bf16_res", "fembed_f16"} <= names
+    fmts = {dict(d)["WFMT"] for _, _, d in F.KERNELS}
+    assert fmts == {0, 1, 30, 2, 3, 8, 12, 14}
+
+
+def test_tuning_rows_even_for_qkv():
+    for fmt in ("f16", "bf16", "f32", "q4_k", "q6_k", "q4_1"):
+        for n, k in ((576, 576), (6144, 4096), (4096, 14336), (32000, 4096)):
+            _, r = F._tuning(fmt, n, k, "qkv")
+            assert r % 2 == 0
+    assert F._tuning("q4_k", 8192, 2048, "glu")[1] == 1
+
+
+# -- the GPU ----------------------------------------------------------------------------
+
+def _dev(bc, a, dtype):
+    a = np.ascontiguousarray(a)
+    if dtype == "bfloat16":
+        u = (a.astype(np.float32).view(np.uint32) + 0x7FFF + ((a.astype(np.float32).view(np.uint32) >> 16) & 1)) >> 16
+        raw = u.astype(np.uint16)
+    elif dtype == "float16":
+        raw = a.astype(np.float16)
+    else:
+        raw = a.astype(dtype)
+    return bc.empty(a.shape, dtype).copy_from(raw.tobytes())
+
+
+def _host(b, dtype):
+    raw = bytes(b.copy_to())
+    if dtype == "float16":
+        return np.frombuffer(raw, np.float16).astype(np.float64).reshape(b.shape)
+    if dtype == "bfloat16":
+        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64).reshape(b.shape)
+    return np.frombuffer(raw, dtype).astype(np.float64).reshape(b.shape)
+
+
+def _round(a, dtype):
+    if dtype == "float16":
+        return a.astype(np.float16).astype(np.float64)
+    u = a.astype(np.float32).view(np.uint32)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _weight(bc, rng, fmt, n, k):
+    """(device weight, float64 reference [n, k])."""
+    from barecuda.kernels import QuantWeight
+    if fmt in ("f16", "bf16", "f32"):
+        dt = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}[fmt]
+        w = _round(rng.standard_normal((n, k)) / np.sqrt(k), dt) if fmt != "f32" else \
+            rng.standard_normal((n, k)).astype(np.float32).astype(np.float64) / np.sqrt(k)
+        return _dev(bc, w, dt), w
+    import sys, os
+    sys.path.insert(0, os.path.dirname(__file__))
+    import _quant_helpers as QH
+    raw = QH.random_blocks(rng, fmt, n * k)
+    ref = QH.reference(raw, fmt, (n, k))
+    buf = bc.empty((raw.size,), "uint8").copy_from(raw.tobytes())
+    return QuantWeight(buf, fmt, (n, k)), ref
+
+
+FMTS = ["f16", "bf16", "q4_k", "q6_k", "q8_0", "q4_0", "q4_1"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_scale_and_glu(fmt, dtype):
+    if fmt not in ("f16", "bf16"):
+        pytest.importorskip("gguf")
+    import barecuda as bc
+    rng = np.random.default_rng(1)
+    n, k = 300, 512                                     # 300 rows: the last block partly used
+    w, wr = _weight(bc, rng, fmt, n, k)
+    u, ur = _weight(bc, rng, fmt, n, k)
+    xg = _round(rng.standard_normal(k), dtype)
+    ss_val = float(np.sum(rng.standard_normal(k) ** 2))
+    xb, ss = _dev(bc, xg, dtype), _dev(bc, np.array([ss_val]), "float32")
+    s = 1.0 / np.sqrt(ss_val / k + 1e-5)
+    y = bc.empty((n,), dtype)
+    F.fused_matvec("scale", w, xb, out=y, ss_in=ss, eps=1e-5)
+    want = s * (wr @ xg)
+    got = _host(y, dtype)
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < TOL[dtype]
+    F.fused_matvec("scale", w, xb, out=y)                # no norm: s = 1
+    want1 = wr @ xg
+    assert np.max(np.abs(_host(y, dtype) - want1)) / np.max(np.abs(want1)) < TOL[dtype]
+    F.fused_matvec("glu", w, xb, up=u, out=y, ss_in=ss, eps=1e-5)
+    gt, up = s * (wr @ xg), s * (ur @ xg)
+    want = gt / (1 + np.exp(-gt)) * up
+    got = _host(y, dtype)
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < TOL[dtype]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["f16", "q4_k", "q8_0", "q6_k"])
+def test_res_accumulates_norm_inputs(fmt):
+    if fmt != "f16":
+        pytest.importorskip("gguf")
+    import barecuda as bc
+    dtype = "float16"
+    rng = np.random.default_rng(2)
+    n, k = 258, 768
+    w, wr = _weight(bc, rng, fmt, n, k)
+    x = _round(rng.standard_normal(k), dtype)
+    r = _round(rng.standard_normal(n), dtype)
+    g = _round(1 + 0.1 * rng.standard_normal(n), dtype)
+    xb, yb, gb = _dev(bc, x, dtype), _dev(bc, r, dtype), _dev(bc, g, dtype)
+    xg = bc.zeros((n,), dtype)
+    ss = _dev(bc, np.array([3.0]), "float32")
+    F.fused_matvec("res", w, xb, out=yb, ss_out=ss, xg=xg, g=gb)
+    want = r + wr @ x
+    got = _host(yb, dtype)
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < TOL[dtype]
+    assert abs(_host(ss, "float32")[0] - (3.0 + np.sum(got ** 2))) < 1e-5 * np.sum(got ** 2)
+    assert np.max(np.abs(_host(xg, dtype) - got * g)) <= 2 ** -10 * np.max(np.abs(got * g))
+
+
+def _rope_ref(v, pos, inv, n_rot, hd):
+    out = v.copy()
+    for h in range(v.size // hd):
+        for i in range(n_rot // 2):
+            a, b = v[h * hd + 2 * i], v[h * hd + 2 * i + 1]
+            t = np.float32(np.float32(pos) * np.float32(inv[i]))
+            c, s = np.cos(np.float64(t)), np.sin(np.float64(t))
+            out[h * hd + 2 * i], out[h * hd + 2 * i + 1] = a * c - b * s, b * c + a * s
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt,layout,split", [("f16", "head_major", False), ("q4_k", "token_major", False),
+                                              ("q8_0", "head_major", True), ("bf16", "head_major", False)])
+def test_qkv_rope_and_cache(fmt, layout, split):
+    if fmt not in ("f16", "bf16"):
+        pytest.importorskip("gguf")
+    import barecuda as bc
+    dtype = "bfloat16" if fmt == "bf16" else "float16"
+    rng = np.random.default_rng(3)
+    hd, nh, nkv_h, k, max_ctx, pos = 64, 4, 2, 512, 16, 11
+    nq, nkv = nh * hd, nkv_h * hd
+    n_rot = 48                                            # partial rotary: the tail passes through
+    rows = nq + 2 * nkv
+    w, wr = _weight(bc, rng, fmt, rows, k)
+    xg = _round(rng.standard_normal(k), dtype)
+    ss_val = float(np.sum(rng.standard_normal(k) ** 2))
+    s = 1.0 / np.sqrt(ss_val / k + 1e-5)
+    inv = (10000.0 ** (-np.arange(0, n_rot, 2) / n_rot)).astype(np.float32)
+    shape = (nkv_h, max_ctx, hd) if layout == "head_major" else (max_ctx, nkv_h, hd)
+    kc, vc = bc.zeros(shape, dtype), bc.zeros(shape, dtype)
+    y = bc.zeros((rows,), dtype)
+    pb = bc.empty((1,), "int32").copy_from(np.array([pos], np.int32).tobytes())
+    fb = bc.empty((n_rot // 2,), "float32").copy_from(inv.tobytes())
+    xb, ssb = _dev(bc, xg, dtype), _dev(bc, np.array([ss_val]), "float32")
+    parts = [(0, rows)] if not split else [(0, nq + nkv), (nq + nkv, nkv)]
+    from barecuda.kernels import QuantWeight
+    for r0, nr in parts:
+        if isinstance(w, QuantWeight):
+            bpr = w.data.shape[0] // rows
+            wp = QuantWeight(w.data[r0 * bpr:(r0 + nr) * bpr], fmt, (nr, k))
+        else:
+            wp = w[r0:r0 + nr]
+        F.fused_matvec("qkv", wp, xb, out=y[r0:r0 + nr], ss_in=ssb, eps=1e-5, k_cache=kc, v_cache=vc, pos=pb,
+                       inv_freq=fb, row0=r0, nq=nq, nkv=nkv, head_dim=hd, n_rot=n_rot, kv_layout=layout)
+    lin = s * (wr @ xg)
+    q = _rope_ref(lin[:nq], pos, inv, n_rot, hd)
+    kk = _rope_ref(lin[nq:nq + nkv], pos, inv, n_rot, hd)
+    v = lin[nq + nkv:]
+    got = _host(y, dtype)
+    want = np.concatenate([q, kk, v])
+    scale = np.max(np.abs(want))
+    assert np.max(np.abs(got - want)) / scale < TOL[dtype]
+    kh, vh = _host(kc, dtype), _host(vc, dtype)
+    if layout == "token_major":
+        kh, vh = kh.transpose(1, 0, 2), vh.transpose(1, 0, 2)
+    assert np.max(np.abs(kh[:, pos].reshape(-1) - kk)) / scale < TOL[dtype]
+    assert np.max(np.abs(vh[:, pos].reshape(-1) - v)) / scale < TOL[dtype]
+    other = [p for p in range(max_ctx) if p != pos]
+    assert not np.any(kh[:, other]) and not np.any(vh[:, other])     # nothing written elsewhere
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_embed_norm(dtype):
+    import barecuda as bc
+    rng = np.random.default_rng(4)
+    vocab, dim = 50, 200
+    table = _round(rng.standard_normal((vocab, dim)), dtype)
+    g = _round(1 + 0.1 * rng.standard_normal(dim), dtype)
+    tb, gb = _dev(bc, table, dtype), _dev(bc, g, dtype)
+    tok = bc.empty((1,), "int32").copy_from(np.array([37], np.int32).tobytes())
+    x, xg = bc.zeros((dim,), dtype), bc.zeros((dim,), dtype)
+    ss = _dev(bc, np.arange(9, dtype=np.float64) + 1, "float32")
+    F.embed_norm(tb, tok, x=x, xg=xg, g=gb, ss=ss)
+    assert np.array_equal(_host(x, dtype), table[37])
+    assert np.max(np.abs(_host(xg, dtype) - table[37] * g)) <= 2 ** -7 * np.max(np.abs(table[37] * g))
+    got = _host(ss, "float32")
+    assert abs(got[0] - np.sum(table[37] ** 2)) < 1e-5 * got[0] and not np.any(got[1:])
+
+
+# -- the driver double: checks before any launch ------------------------------------------
+
+def test_argument_checks(fake):
+    import barecuda as bc
+    x = bc.zeros((64,), "float16")
+    w = bc.zeros((32, 64), "float16")
+    y = bc.zeros((32,), "float16")
+    with pytest.raises(ValueError, match="epilogue"):
+        F.fused_matvec("nope", w, x, out=y)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        F.fused_matvec("scale", w, bc.zeros((64,), "float32"), out=y)
+    with pytest.raises(ValueError, match="up= is required"):
+        F.fused_matvec("glu", w, x, out=y)
+    with pytest.raises(ValueError, match="ss_out=, xg= and g= are required"):
+        F.fused_matvec("res", w, x, out=y)
+    with pytest.raises(ValueError, match="k_cache=, v_cache= and pos= are required"):
+        F.fused_matvec("qkv", w, x, out=y, nq=0, nkv=16, head_dim=16, row0=0)
+    with pytest.raises(ValueError, match="exceed"):
+        F.fused_matvec("qkv", w, x, out=y, nq=0, nkv=8, head_dim=8, row0=0)
+    with pytest.raises(ValueError, match="out: 16 elements"):
+        F.fused_matvec("scale", w, x, out=bc.zeros((16,), "float16"))
+    with pytest.raises(ValueError, match="overlaps"):
+        big = bc.zeros((96,), "float16")
+        F.fused_matvec("scale", w, big[0:64], out=big[32:64])
