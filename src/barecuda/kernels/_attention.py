@@ -59,8 +59,7 @@ def _rs(d):
 def decode_smem(d, group):
     pipe = DEC_STAGES * 2 * DEC_KPW * DEC_WARPS * _rs(d)
     merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
-    weights = 4 * group * MAX_SPLITS          # the last block's split weights
-    return max(pipe, merge, weights)
+    return max(pipe, merge)
 
 
 def prefill_smem(d, warps=None):

@@ -347,41 +347,34 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     if (!s_last) return;
     __threadfence();
     const float* lse_all = part + (long long)n_heads * n_splits * D;
-    // weights of the splits, one warp per head of the group: sw[r * n_splits + s] = exp2(lse - M) / L
-    float* sw = (float*)smem;
-    for (int r = warp; r < group; r += DEC_WARPS) {
-        const float* lse = lse_all + (long long)(kvh * group + r) * n_splits;
-        float M = neg_inf();
-        for (int s = lane; s < used; s += 32) M = fmaxf(M, __ldcg(lse + s));
-#pragma unroll
-        for (int o2 = 16; o2 > 0; o2 >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
-        float L = 0.f;
-        for (int s = lane; s < used; s += 32) {
-            const float f = M == neg_inf() ? 0.f : bc_exp2(__ldcg(lse + s) - M);
-            sw[r * n_splits + s] = f;
-            L += f;
-        }
-#pragma unroll
-        for (int o2 = 16; o2 > 0; o2 >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
-        const float inv = L > 0.f ? 1.f / L : 0.f;
-        for (int s = lane; s < used; s += 32) sw[r * n_splits + s] *= inv;
-    }
-    __syncthreads();
+    // one pass per output element: every split's log-sum-exp and partial output are loaded
+    // together (8 splits at a time, independent loads: one L2 round trip per 8 splits) and
+    // folded with an online log-sum-exp (no block-wide reduction, no second pass)
     for (int idx = tid; idx < group * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
         const int head = kvh * group + r;
+        const float* lse = lse_all + (long long)head * n_splits;
         const float* po = part + (long long)head * n_splits * D + d;
-        const float* w = sw + r * n_splits;
-        float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
-        int s = 0;
-        for (; s + 4 <= used; s += 4) {
-            acc0 += w[s] * __ldcg(po + (long long)s * D);
-            acc1 += w[s + 1] * __ldcg(po + (long long)(s + 1) * D);
-            acc2 += w[s + 2] * __ldcg(po + (long long)(s + 2) * D);
-            acc3 += w[s + 3] * __ldcg(po + (long long)(s + 3) * D);
+        float M = neg_inf(), L = 0.f, acc = 0.f;
+        for (int s0 = 0; s0 < used; s0 += 8) {
+            float lv[8], pv[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                const bool in = s0 + u < used;
+                lv[u] = in ? __ldcg(lse + s0 + u) : neg_inf();
+                pv[u] = in ? __ldcg(po + (long long)(s0 + u) * D) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+                if (lv[u] == neg_inf()) continue;
+                const float mn = fmaxf(M, lv[u]);
+                const float a = bc_exp2(M - mn), w = bc_exp2(lv[u] - mn);
+                L = L * a + w;
+                acc = acc * a + pv[u] * w;
+                M = mn;
+            }
         }
-        for (; s < used; ++s) acc0 += w[s] * __ldcg(po + (long long)s * D);
-        out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>((acc0 + acc1) + (acc2 + acc3));
+        out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
     }
     if (tid == 0) counters[kvh] = 0;
 }
