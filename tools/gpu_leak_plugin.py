@@ -16,30 +16,32 @@ import gc
 import sys
 
 
-def _holders(obj, depth=3):
-    """A short description of the chain of Python objects that keeps obj alive."""
-    out = []
-    cur = obj
-    seen = {id(obj)}
+def _global_name(r):
+    """'module.name' when a module's global is r (or r is a module's __dict__), else None."""
+    for m in list(sys.modules.values()):
+        d = getattr(m, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        if d is r:
+            return m.__name__
+        for k, v in list(d.items()):
+            if v is r:
+                return f"{m.__name__}.{k}"
+    return None
+
+
+def _holders(obj, skip):
+    """What refers to obj directly (a module global named as such), leaving out the
+    objects in skip (this plugin's own lists) and frames."""
     frame = sys._getframe()
-    for _ in range(depth):
-        refs = [r for r in gc.get_referrers(cur)
-                if id(r) not in seen and r is not frame and not isinstance(r, type(frame))
-                and r is not out]
-        if not refs:
-            break
-        r = refs[0]
-        seen.add(id(r))
-        if isinstance(r, dict):
-            owner = next((m for m in list(sys.modules.values())
-                          if getattr(m, "__dict__", None) is r), None)
-            if owner is not None:
-                key = next((k for k, v in r.items() if v is cur), "?")
-                out.append(f"global {owner.__name__}.{key}")
-                break
-        out.append(type(r).__qualname__)
-        cur = r
-    return " <- ".join(out) or "nothing on the Python side"
+    ignore = {id(x) for x in skip} | {id(frame)}
+    out = []
+    for r in gc.get_referrers(obj):
+        if id(r) in ignore or type(r).__name__ in ("frame", "list_iterator"):
+            continue
+        g = _global_name(r)
+        out.append(f"{type(r).__qualname__} (global {g})" if g else type(r).__qualname__)
+    return ", ".join(out) or "nothing on the Python side"
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -59,7 +61,7 @@ def pytest_sessionfinish(session, exitstatus):
               f"({total} bytes)")
         orphans = 0
         for b in owners:
-            held = _holders(b)
+            held = _holders(b, (owners,))
             if held == "nothing on the Python side":
                 orphans += 1
             if orphans or owners.index(b) < 20:
@@ -68,12 +70,44 @@ def pytest_sessionfinish(session, exitstatus):
             print(f"gpu_leak_plugin: {orphans} DeviceBuffers that nothing refers to "
                   "(a reference leak)")
             session.exitstatus = 1
-        for b in owners:
+        # Views first: an open view pins its owner, whose close() then defers the free.
+        name = "is_closed" if hasattr(bc.DeviceBuffer, "is_closed") else "closed"
+        views = [o for o in gc.get_objects()
+                 if type(o) is bc.DeviceBuffer and o.is_view and not getattr(o, name)]
+        for b in views + owners:
             try:
                 b.close()
             except Exception as e:      # noqa: BLE001 -- a report, not a failure
                 print(f"gpu_leak_plugin: close {b!r}: {e!r}")
-        del b, owners
+        del b, owners, views
+    # Open DeviceBuffers that the owners' table does not list (views keep their root
+    # listed; anything else here is a buffer the table lost).
+    gc.collect()
+    name = "is_closed" if hasattr(bc.DeviceBuffer, "is_closed") else "closed"
+    stray = [o for o in gc.get_objects() if type(o) is bc.DeviceBuffer and not getattr(o, name)]
+    lost = [o for o in stray if not o.is_view]
+    if lost:
+        print(f"gpu_leak_plugin: {len(lost)} open DeviceBuffers missing from the owners' table")
+        for b in lost[:20]:
+            print(f"  {b!r}: {_holders(b, (stray, lost))}")
+        session.exitstatus = 1
+    del stray, lost
+    # The peers' own caches (CuPy's and torch's pools hold what the tests freed).
+    if "cupy" in sys.modules:
+        try:
+            cp = sys.modules["cupy"]
+            cp.get_default_memory_pool().free_all_blocks()
+            cp.get_default_pinned_memory_pool().free_all_blocks()
+        except Exception as e:          # noqa: BLE001
+            print(f"gpu_leak_plugin: cupy pools: {e!r}")
+    if "torch" in sys.modules:
+        try:
+            torch = sys.modules["torch"]
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+        except Exception as e:          # noqa: BLE001
+            print(f"gpu_leak_plugin: torch cache: {e!r}")
     for d in range(bc.device_count()):
         try:
             bc.Device(d).synchronize()
@@ -84,6 +118,12 @@ def pytest_sessionfinish(session, exitstatus):
             before = pool.stats()
             pool.trim()
             after = pool.stats()
+            if after["in_use"]:
+                # Every buffer is closed or gone: bytes still in use are a free that never
+                # ran (a use count never released, or a reference the table lost).
+                print(f"gpu_leak_plugin: {pool!r}: {after['in_use']} bytes still in use after "
+                      "every DeviceBuffer was closed")
+                session.exitstatus = 1
             if before["reserved"] or after["reserved"]:
                 print(f"gpu_leak_plugin: {pool!r}: reserved {before['reserved']} -> "
                       f"{after['reserved']} bytes, in use {after['in_use']}, driver "
