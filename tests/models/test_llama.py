@@ -25,11 +25,11 @@ def small_f16(tmp_path_factory):
                               llama3_rope=True)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_graph_nodes_and_graph_only_decode(fake_kernels, small_f16, fused):
+@pytest.mark.parametrize("fused,pdl", [(True, False), (False, False), (True, True)])
+def test_graph_nodes_and_graph_only_decode(fake_kernels, small_f16, fused, pdl):
     from barecuda.models.llama import Llama, _Sampling
     fake = fake_kernels
-    m = Llama(small_f16, max_seq=32, fused=fused)
+    m = Llama(small_f16, max_seq=32, fused=fused, pdl=pdl)
     ge = m.graph()
     want = 1 + 5 * SMALL["n_layer"] + 3 if fused else 1 + 9 * SMALL["n_layer"] + 4
     assert m.nodes_per_token == want

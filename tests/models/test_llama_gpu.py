@@ -41,9 +41,9 @@ def _prompt(vocab, n=12, seed=0):
     return np.random.default_rng(seed).integers(0, vocab, n).tolist()
 
 
-def _check_logits(path, dtype="float16", n=12, fused=True, kv_layout=None):
+def _check_logits(path, dtype="float16", n=12, fused=True, kv_layout=None, pdl=False):
     from barecuda.models.llama import Llama
-    m = Llama(path, max_seq=64, dtype=dtype, fused=fused, kv_layout=kv_layout)
+    m = Llama(path, max_seq=64, dtype=dtype, fused=fused, kv_layout=kv_layout, pdl=pdl)
     ref = R.ReferenceLlama(path, max_seq=64)
     prompt = _prompt(ref.cfg.vocab, n)
     got = np.stack(m.prompt_logits(prompt))
@@ -74,6 +74,17 @@ def test_logits_and_greedy_match_reference(tiny, qt):
     assert err < TOL["float16"], err
     steps = _greedy_agrees(m, ref, prompt, 32, TOL["float16"])
     print(f"{qt}: logits rel err {err:.2e}, greedy agrees for {steps}/32 steps")
+    assert steps >= 8
+    m.close()
+
+
+@pytest.mark.parametrize("qt", ["F16", "Q4_K_M", "Q8_0"])
+def test_pdl_loop_matches_reference(tiny, qt):
+    """The fused loop with programmatic dependent launch (graph made by stream capture)."""
+    m, ref, prompt, err = _check_logits(tiny[qt], pdl=True)
+    assert err < TOL["float16"], err
+    steps = _greedy_agrees(m, ref, prompt, 32, TOL["float16"])
+    print(f"{qt} PDL: logits rel err {err:.2e}, greedy agrees for {steps}/32 steps")
     assert steps >= 8
     m.close()
 

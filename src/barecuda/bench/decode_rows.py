@@ -65,9 +65,9 @@ def weight_bytes(path):
     return sum(f.tensor(n).nbytes for n in names if n != "token_embd.weight" or tied)
 
 
-def barecuda_run(path, fused=True, breakdown=False):
+def barecuda_run(path, fused=True, breakdown=False, pdl=False):
     from barecuda.models.llama import Llama
-    m = Llama(path, max_seq=MAX_SEQ, fused=fused)
+    m = Llama(path, max_seq=MAX_SEQ, fused=fused, pdl=pdl)
     r = m.bench(N_TOKENS, REPEATS)
     r["nodes_per_layer"] = m.nodes_per_layer
     r["load_s"] = m.load_seconds
@@ -226,6 +226,9 @@ def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), direc
             res["barecuda"] = barecuda_run(path, fused=True, breakdown=breakdown)
             if progress:
                 _say(f"  {shape} {qt}: barecuda fused {res['barecuda']['tok_s']:.0f} tok/s")
+            res["barecuda_pdl"] = barecuda_run(path, fused=True, pdl=True)
+            if progress:
+                _say(f"  {shape} {qt}: barecuda fused + PDL {res['barecuda_pdl']['tok_s']:.0f} tok/s")
             if unfused:
                 res["barecuda_unfused"] = barecuda_run(path, fused=False, breakdown=breakdown)
                 if progress:
@@ -264,6 +267,8 @@ def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), direc
                                  "card": card, "note": note})
             b = res["barecuda"]
             row("barecuda (fused)", b["tok_s"], f"{b['nodes_per_layer']} nodes/layer, {b['nodes_per_token']}/token")
+            p = res["barecuda_pdl"]
+            row("barecuda (fused + PDL)", p["tok_s"], f"{p['nodes_per_layer']} nodes/layer, programmatic edges")
             if unfused:
                 u = res["barecuda_unfused"]
                 row("barecuda (unfused)", u["tok_s"], f"{u['nodes_per_layer']} nodes/layer, {u['nodes_per_token']}/token")

@@ -214,10 +214,20 @@ def fused_matvec(epilogue, weight, x, *, out, up=None, ss_in=None, ss_out=None, 
 
 def plan_fused_matvec(epilogue, weight, x, *, out, up=None, ss_in=None, ss_out=None, xg=None, g=None,
                       k_cache=None, v_cache=None, pos=None, inv_freq=None, dim=None, eps=1e-5, row0=0, nq=0,
-                      nkv=0, head_dim=0, n_rot=None, kv_layout="head_major", stream=None):
-    """:func:`fused_matvec` packed once: a LaunchPlan (``plan()`` replays it; ``graph.add_plan``)."""
+                      nkv=0, head_dim=0, n_rot=None, kv_layout="head_major", pdl=False, stream=None):
+    """:func:`fused_matvec` packed once: a LaunchPlan (``plan()`` replays it; ``graph.add_plan``).
+
+    ``pdl=True`` launches it with programmatic stream serialization (``cuLaunchKernelEx``):
+    it may start while the previous kernel on the stream finishes, prefetching its first
+    weights before it waits for that kernel's results (griddepcontrol.wait). Such plans
+    keep the overlap when a graph is made by stream capture (``barecuda.graph.capture``).
+    """
     kern, grid, args, y = _prepare(epilogue, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, pos,
                                    inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream)
+    if pdl:
+        from barecuda import LaunchConfig
+        return kern.bind_config(LaunchConfig(grid, 32 * _WARPS, stream=stream, programmatic_serialization=True),
+                                *args)
     return kern.bind(grid, 32 * _WARPS, *args, stream=stream)
 
 

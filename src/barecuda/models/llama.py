@@ -133,11 +133,13 @@ class Llama:
     """
 
     def __init__(self, path: Any, *, max_seq: Optional[int] = None, dtype: str = "float16", device: Any = None,
-                 progress: Optional[bool] = None, fused: bool = True, kv_layout: Optional[str] = None) -> None:
+                 progress: Optional[bool] = None, fused: bool = True, kv_layout: Optional[str] = None,
+                 pdl: bool = False) -> None:
         from barecuda.models.reference import LlamaConfig
         if dtype not in _DTYPES:
             raise ValueError(f"dtype={dtype!r}: float16 or bfloat16 (the KV cache and attention are 16-bit)")
         self.fused = bool(fused)
+        self.pdl = bool(pdl) and self.fused
         self.kv_layout = kv_layout or ("head_major" if self.fused else "token_major")
         if self.kv_layout not in ("head_major", "token_major"):
             raise ValueError(f"kv_layout={kv_layout!r}: 'head_major' or 'token_major'")
@@ -334,21 +336,21 @@ class Llama:
                                            eps=eps, k_cache=L["k_cache"], v_cache=L["v_cache"], pos=self.pos_ref,
                                            inv_freq=self.inv_freq if c.n_rot else None, row0=r0, nq=self.nq,
                                            nkv=self.nkv, head_dim=hd, n_rot=c.n_rot, kv_layout=self.kv_layout,
-                                           stream=s)
+                                           pdl=self.pdl, stream=s)
                       for w, r0, n in L["qkv"]]
             plans += [
                 KA.plan_attention_decode(self.q, L["k_cache"], L["v_cache"], self.pos_ref, out=self.o,
                                          scale=1.0 / math.sqrt(hd), len_offset=1, kv_layout=self.kv_layout,
                                          stream=s),
                 KF.plan_fused_matvec("res", L["wo"], self.o_flat, out=self.x, ss_out=ss[2 * i + 1], xg=self.xg,
-                                     g=L["ffn_norm"], stream=s),
+                                     g=L["ffn_norm"], pdl=self.pdl, stream=s),
                 KF.plan_fused_matvec("glu", L["gate"], self.xg, up=L["up"], out=self.a, ss_in=ss[2 * i + 1],
-                                     dim=dim, eps=eps, stream=s),
+                                     dim=dim, eps=eps, pdl=self.pdl, stream=s),
                 KF.plan_fused_matvec("res", L["down"], self.a, out=self.x, ss_out=ss[2 * i + 2], xg=self.xg,
-                                     g=g_next, stream=s),
+                                     g=g_next, pdl=self.pdl, stream=s),
             ]
         plans.append(KF.plan_fused_matvec("scale", self.out_w, self.xg, out=self.logits, ss_in=ss[2 * c.n_layer],
-                                          dim=dim, eps=eps, stream=s))
+                                          dim=dim, eps=eps, pdl=self.pdl, stream=s))
         return plans
 
     def _tail(self, sampling: _Sampling) -> List[Any]:
@@ -370,11 +372,20 @@ class Llama:
         key = sampling.key()
         ge = self._graphs.get(key)
         if ge is None:
-            g = self._bc.Graph(self.device)
-            prev = None
             plans = self._plans(sampling)
-            for p in plans:
-                prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
+            if self.pdl:
+                # programmatic edges come from capturing launches made with programmatic
+                # stream serialization (the fused matvecs' plans); the rest are plain edges
+                from barecuda.graph import capture
+                self.stream.synchronize()
+                with capture(self.stream) as g:
+                    for p in plans:
+                        p()
+            else:
+                g = self._bc.Graph(self.device)
+                prev = None
+                for p in plans:
+                    prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
             g.keep_alive(plans)
             ge = g.instantiate()
             ge.upload(self.stream)

@@ -50,6 +50,23 @@
 
 #define FM_DENSE (WFMT == 0 || WFMT == 1 || WFMT == 30)
 
+// Programmatic dependent launch (sm_90+): a matvec launched with programmatic serialization
+// starts while the previous node finishes, streams (prefetches) its first weights, then
+// waits for the previous grid's results (griddepcontrol.wait: full completion and memory
+// flush of the primary) before it reads x or any state; it lets its own dependents launch
+// once all its blocks run. Without a programmatic launch both instructions are no-ops.
+BC_DEV void fm_grid_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+BC_DEV void fm_grid_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+BC_DEV void fm_prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }
+
 template <int EPI> struct FmRows {
     static constexpr int NS = EPI == FE_GLU ? 2 : 1;
     static constexpr int R = EPI == FE_QKV ? (FM_R < 2 ? 2 : FM_R) : ((!FM_DENSE && EPI == FE_GLU) ? 1 : FM_R);
@@ -147,11 +164,26 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
     const int lane = threadIdx.x & 31;
     const int N = p.N;
     const int n0 = (blockIdx.x * FM_WARPS + (threadIdx.x >> 5)) * R;
-    if (n0 >= N) return;
+    if (n0 >= N) { fm_grid_launch_dependents(); return; }
     const WT* src[2] = {W, W2};
     float acc[R][2];
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = 0.f;
+    {   // the first loop iteration's weights into L2 while the previous node finishes
+        const int nv = vec ? K / VW : 0;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int v = lane + 32 * u;
+            if (v < nv)
+#pragma unroll
+                for (int s = 0; s < NS; ++s)
+#pragma unroll
+                    for (int i = 0; i < R; ++i)
+                        fm_prefetch_l2(src[s] + (long long)min(n0 + i, N - 1) * K + (long long)v * VW);
+        }
+    }
+    fm_grid_wait();
+    fm_grid_launch_dependents();
     if (vec) {
         const int nv = K / VW;
         for (int v0 = lane; v0 < nv; v0 += 32 * U) {
@@ -220,7 +252,7 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int N = p.N;
     const int n0 = (blockIdx.x * FM_WARPS + wi) * R;
-    if (n0 >= N) return;                                        // whole warps only
+    if (n0 >= N) { fm_grid_launch_dependents(); return; }     // whole warps only
     const int nblk = K / Q::QK;
     const long long rb = (long long)nblk * Q::BYTES;
     const u8* src[NT];
@@ -241,8 +273,10 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
         for (int t = 0; t < NT; ++t)
             bcq_stage(stage[wi][sg & 1][t], src[t] + (long long)sg * SEGB * Q::BYTES, nb_ * Q::BYTES, end[t], lane);
     };
-    stage_seg(0);
+    stage_seg(0);                       // weights only: before waiting for the previous node
     bcq_commit();
+    fm_grid_wait();
+    fm_grid_launch_dependents();
     for (int sg = 0; sg < nseg; ++sg) {
         if (sg + 1 < nseg) stage_seg(sg + 1);
         bcq_commit();
