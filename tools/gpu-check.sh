@@ -7,13 +7,17 @@
 # earlier one failed; the last lines printed are the benchmark table, the baseline comparison and a pass/fail
 # summary of each stage. The whole run is kept under 9 minutes: each stage gets a timeout from what is left.
 #
-# Usage: tools/gpu-check.sh [--part 1|2] [--stages LIST] [--shard K/N] [--update-baseline]
-#   --part 1           = --stages build,seeds,tests,memcheck --shard 1/2
-#   --part 2           = --stages build,memcheck,racecheck,synccheck,doctor,bench --shard 2/2
-#                      (two device calls cover everything; without --part every stage runs, memcheck over
-#                      all GPU test files, which one call's time limit may cut short)
+# Usage: tools/gpu-check.sh [--part 1|2] [--stages LIST] [--shard K/N] [--memcheck-jobs J] [--update-baseline]
+#   --part 1           = --stages build,seeds,tests,memcheck (memcheck over every GPU test file)
+#   --part 2           = --stages build,racecheck,synccheck,doctor,bench
+#                      (two device calls cover everything; without --part every stage runs, which one
+#                      call's time limit may cut short)
 #   --stages LIST      comma-separated subset of build,seeds,tests,memcheck,racecheck,synccheck,doctor,bench
 #   --shard K/N        memcheck runs shard K of N of the GPU test files (the seed checks are in shard N)
+#   --memcheck-jobs J  this run's memcheck files split over J sanitizer processes at once (default: 4 on a
+#                      machine of 8 cores or more, else 1); each has its log memcheck.K.log, joined into
+#                      memcheck.log. The GPU suite's files are independent (each makes its own buffers).
+#   The tests stage runs the files in parallel with pytest-xdist (-n 8 --dist loadfile) when it is there.
 #   --update-baseline  rewrite bench/baseline.json (and $OUT/baseline.json) with this run's ratios to raw C
 #   GPU_CHECK_SECONDS  the whole run's time budget (default 570); stages get timeouts from what is left
 #
@@ -50,20 +54,23 @@ export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
 UPDATE=0
 STAGES=build,seeds,tests,memcheck,racecheck,synccheck,doctor,bench
 SHARD=1/1
+MEMJOBS=$(( JOBS >= 8 ? 4 : 1 ))
 while (( $# )); do
     case $1 in
         --update-baseline) UPDATE=1 ;;
         --part|--part=*)
             if [[ $1 == --part ]]; then shift; p=${1:-}; else p=${1#--part=}; fi
             case $p in
-                1) STAGES=build,seeds,tests,memcheck; SHARD=1/2 ;;
-                2) STAGES=build,memcheck,racecheck,synccheck,doctor,bench; SHARD=2/2 ;;
+                1) STAGES=build,seeds,tests,memcheck; SHARD=1/1 ;;
+                2) STAGES=build,racecheck,synccheck,doctor,bench; SHARD=1/1 ;;
                 *) echo "gpu-check.sh: --part 1 or 2" >&2; exit 2 ;;
             esac ;;
         --stages) shift; STAGES=${1:-} ;;
         --stages=*) STAGES=${1#--stages=} ;;
         --shard) shift; SHARD=${1:-} ;;
         --shard=*) SHARD=${1#--shard=} ;;
+        --memcheck-jobs) shift; MEMJOBS=${1:-} ;;
+        --memcheck-jobs=*) MEMJOBS=${1#--memcheck-jobs=} ;;
         -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
         *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -116,19 +123,41 @@ for i in "${!GPU_FILES[@]}"; do (( i % SHARD_N == SHARD_K - 1 )) && MEM_FILES+=(
 (( SHARD_K == SHARD_N )) && MEM_FILES+=("$SEEDS")
 MEMFLAGS=(--leak-check full)
 export PYTHONPATH="$REPO/tools:$PYTHONPATH"      # gpu_leak_plugin (loaded with -p under memcheck only)
-# memcheck_stage NAME SHARD TIMEOUT FILES...: memcheck with the leak check over FILES; the status says
-# LEAKS when a device allocation was never freed, TIMING when only seed checks failed (see the header).
+# memcheck_stage NAME TIMEOUT FILES...: memcheck with the leak check over FILES, split over MEMJOBS
+# sanitizer processes running at once (logs NAME.K.log, joined into NAME.log); one status line each.
+# The status says LEAKS when a device allocation was never freed, TIMING when only seed checks failed
+# (see the header).
 memcheck_stage() {
     local name=$1 t=$2; shift 2
-    stage "$name" "$name.log" "$t" "$SAN" --tool memcheck "${SANFLAGS[@]}" "${MEMFLAGS[@]}" \
-        "${PYTEST[@]}" -p gpu_leak_plugin -m gpu "$@" -q -rfE -k "not grow_the_heap"   # the sanitizer's own allocations grow RSS
-    local i=$(( ${#STATUS[@]} - 1 )) log="$OUT/$name.log"
-    if grep -qE 'Leaked [0-9]+ bytes|LEAK SUMMARY: [1-9]' "$log"; then
-        STATUS[$i]="LEAKS"
-    elif [[ ${STATUS[$i]} == FAIL* ]] && grep -qE '^FAILED ' "$log" \
-            && ! grep -E '^FAILED ' "$log" | grep -qv "^FAILED $SEEDS::"; then
-        STATUS[$i]="TIMING(seeds only)"
-    fi
+    local files=("$@") j k t0 rc st log
+    local n=$MEMJOBS; (( n > ${#files[@]} )) && n=${#files[@]}; (( n < 1 )) && n=1
+    t0=$(date +%s)
+    echo; echo "=== [$name] ${#files[@]} files over $n sanitizer processes (timeout ${t}s) ==="
+    for (( k = 1; k <= n; k++ )); do
+        local part=()
+        for j in "${!files[@]}"; do (( j % n == k - 1 )) && part+=("${files[$j]}"); done
+        ( timeout -k 10 "$t" "$SAN" --tool memcheck "${SANFLAGS[@]}" "${MEMFLAGS[@]}" \
+            "${PYTEST[@]}" -p gpu_leak_plugin -m gpu "${part[@]}" -q -rfE -k "not grow_the_heap" \
+            > "$OUT/$name.$k.log" 2>&1; echo $? > "$OUT/$name.$k.rc" ) &   # (the sanitizer's own allocations grow RSS)
+    done
+    wait
+    : > "$OUT/$name.log"
+    for (( k = 1; k <= n; k++ )); do
+        log="$OUT/$name.$k.log"; rc=$(cat "$OUT/$name.$k.rc" 2>/dev/null || echo 1)
+        { echo "=== [$name.$k] rc=$rc"; cat "$log"; } >> "$OUT/$name.log"
+        st=PASS
+        (( rc == 124 || rc == 137 )) && st="TIMEOUT(${t}s)" || { (( rc == 86 )) && st="SANITIZER-ERRORS"; } \
+            || { (( rc != 0 )) && st="FAIL(rc=$rc)"; }
+        if grep -qE 'Leaked [0-9]+ bytes|LEAK SUMMARY: [1-9]' "$log"; then
+            st="LEAKS"
+        elif [[ $st == FAIL* ]] && grep -qE '^FAILED ' "$log" \
+                && ! grep -E '^FAILED ' "$log" | grep -qv "^FAILED $SEEDS::"; then
+            st="TIMING(seeds only)"
+        fi
+        echo "[$name.$k] $st: $(grep -E '(passed|failed|error)' "$log" | grep -v 'ERROR SUMMARY' | tail -1)"
+        NAMES+=("$name.$k"); STATUS+=("$st"); SECS+=($(( $(date +%s) - t0 )))
+        rm -f "$OUT/$name.$k.rc" "$log"
+    done
 }
 
 LOCK=(); command -v flock >/dev/null && LOCK=(flock /tmp/barecuda-build.lock)
@@ -138,8 +167,9 @@ echo "GPU test files: ${GPU_FILES[*]} $SEEDS; memcheck shard $SHARD_K/$SHARD_N: 
 r_after_tests=0; want memcheck && r_after_tests=130; want racecheck && r_after_tests=$((r_after_tests + 50))
 want bench && r_after_tests=$((r_after_tests + 180))
 want seeds && stage seeds seeds.log "$(budget 60 $((r_after_tests + 230)))" "${PYTEST[@]}" "$SEEDS" -v -rs
-want tests && stage tests tests.log "$(budget 230 "$r_after_tests")" "${PYTEST[@]}" tests -q -rfEs --tb=short \
-    --durations=10 --ignore="$SEEDS"
+XDIST=(); "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8 --dist loadfile)
+want tests && stage tests tests.log "$(budget 230 "$r_after_tests")" "${PYTEST[@]}" tests "${XDIST[@]}" -q -rfEs \
+    --tb=short --durations=10 --ignore="$SEEDS"
 r_after_mem=0; want racecheck && r_after_mem=50; want synccheck && r_after_mem=$((r_after_mem + 40))
 want bench && r_after_mem=$((r_after_mem + 180))
 if [ -n "$SAN" ]; then
@@ -181,7 +211,9 @@ fi
     echo "seeds:       $(grep -E '(passed|failed|error|skipped)' "$OUT/seeds.log" 2>/dev/null | tail -1)"
     grep -E '^tests/stress/test_concurrency_gpu.py::' "$OUT/seeds.log" 2>/dev/null | sed 's/^/seed:        /'
     echo "tests:       $(grep -E '(passed|failed|error|skipped)' "$OUT/tests.log" 2>/dev/null | tail -1)"
-    for t in memcheck racecheck synccheck; do
+    [ -f "$OUT/memcheck.log" ] && awk '/^=== \[memcheck\./ {n = $2} /ERROR SUMMARY/ {print n, $0}' \
+        "$OUT/memcheck.log" | sed 's/^/memcheck:    /'
+    for t in racecheck synccheck; do
         [ -f "$OUT/$t.log" ] && echo "$(printf '%-12s' "$t:") $(grep -E 'ERROR SUMMARY' "$OUT/$t.log" | tail -1)" \
             "| pytest: $(grep -E '(passed|failed|error)' "$OUT/$t.log" | grep -v 'ERROR SUMMARY' | tail -1)"
     done
