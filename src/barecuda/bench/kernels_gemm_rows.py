@@ -98,19 +98,28 @@ def gemm_section(ctx=None):
     import os
     if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
         from barecuda.kernels import _matmul as MM
-        names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES", "DB")
+        names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES", "DB", "PF", "GM")
         old = tuple(getattr(MM, n) for n in names)
-        for cfg in ((128, 128, 2, 2, 64, 3, 1), (128, 128, 2, 2, 32, 4, 1), (128, 256, 2, 4, 32, 4, 1),
-                    (256, 128, 4, 2, 32, 4, 1)):
+        for cfg in ((128, 256, 2, 4, 64, 3, 1, 0, 8), (128, 256, 2, 4, 32, 5, 1, 0, 8), (128, 256, 2, 4, 32, 3, 1, 0, 8),
+                    (128, 256, 2, 4, 32, 4, 1, 1, 8), (128, 256, 2, 4, 32, 4, 1, 0, 16),
+                    (256, 128, 4, 2, 64, 3, 1, 0, 8), (128, 256, 4, 2, 32, 4, 1, 0, 8)):
             for n, v in zip(names, cfg):
                 setattr(MM, n, v)
             try:
                 for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[2], SHAPES[3])):
-                    sec.add(label + " [{}x{} w{}x{} k{} {}st db{}]".format(*cfg),
+                    sec.add(label + " [{}x{} w{}x{} k{} {}st db{} pf{} gm{}]".format(*cfg),
                             [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
             finally:
                 for n, v in zip(names, old):
                     setattr(MM, n, v)
+        if lt:   # small shapes: which backend "auto" should pick (its threshold: 64^3 multiply-adds)
+            small = (("bfloat16", 32, 32, 64, False, False), ("bfloat16", 64, 64, 64, False, False),
+                     ("bfloat16", 128, 128, 128, False, False), ("bfloat16", 256, 256, 256, False, False),
+                     ("bfloat16", 16, 4096, 4096, False, True), ("float32", 64, 64, 64, False, False))
+            for backend in ("builtin", "cublaslt"):
+                for label, us, tf, _ in gemm_rows(bc, s, None, shapes=small, backend=backend):
+                    sec.add(label + ("" if backend != "builtin" else " [builtin]"),
+                            [f"{us:.1f}", f"{tf:.2f} TF/s", "", "", ""])
     return sec
 
 

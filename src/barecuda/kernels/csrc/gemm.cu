@@ -12,7 +12,8 @@
 // Layout: row-major. op(A) is M x K: A is M x K (lda >= K) or, with TRANS_A, K x M (lda >= M);
 // op(B) is K x N: B is K x N (ldb >= N) or, with TRANS_B, N x K (ldb >= K). C is M x N (ldc).
 // Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES; GEMM_BK (32 or 64); GEMM_BM,
-// GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N (the block and warp tiles); GEMM_DB (fragment double buffering).
+// GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N (the block and warp tiles); GEMM_DB (fragment double buffering);
+// GEMM_PF (L2 prefetch hint on the tile copies); GEMM_GM (the grouped raster's height).
 #include "mma.cuh"
 
 #ifndef TRANS_A
@@ -45,11 +46,17 @@
 #ifndef GEMM_DB
 #define GEMM_DB 0   // 1: register double-buffered fragments (see gemm_tc_impl)
 #endif
+#ifndef GEMM_PF
+#define GEMM_PF 0   // 1: tile copies carry the L2 256-byte prefetch hint
+#endif
+#ifndef GEMM_GM
+#define GEMM_GM 8   // grouped raster: this many row tiles share their column tiles in L2
+#endif
 
 namespace {
 
 #if !GEMM_SIMT
-constexpr int BM = GEMM_BM, BN = GEMM_BN, BK = GEMM_BK, GROUP_M = 8;
+constexpr int BM = GEMM_BM, BN = GEMM_BN, BK = GEMM_BK, GROUP_M = GEMM_GM;
 constexpr int NTH = GEMM_WARPS_M * GEMM_WARPS_N * 32;
 constexpr int WTM = BM / GEMM_WARPS_M, WTN = BN / GEMM_WARPS_N;   // warp tile
 constexpr int MI = WTM / 16, NJ = WTN / 8;                         // mma tiles per warp
@@ -102,7 +109,10 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
                 ok = (m0 + row < M) && (k0 + cc * 8 < K);
                 src = A + (long long)(m0 + row) * lda + k0 + cc * 8;
             }
-            bc_cp_async16(as + (bc_u32)(row * A_RS + cc * 16), ok ? src : A, ok);
+            if (GEMM_PF)
+                bc_cp_async16_pf(as + (bc_u32)(row * A_RS + cc * 16), ok ? src : A, ok);
+            else
+                bc_cp_async16(as + (bc_u32)(row * A_RS + cc * 16), ok ? src : A, ok);
         }
 #pragma unroll
         for (int i = 0; i < (B_ROWS * B_COLS / 8) / NTH; ++i) {
@@ -117,7 +127,10 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
                 ok = (k0 + row < K) && (n0 + cc * 8 < N);
                 src = B + (long long)(k0 + row) * ldb + n0 + cc * 8;
             }
-            bc_cp_async16(bs + (bc_u32)(row * B_RS + cc * 16), ok ? src : B, ok);
+            if (GEMM_PF)
+                bc_cp_async16_pf(bs + (bc_u32)(row * B_RS + cc * 16), ok ? src : B, ok);
+            else
+                bc_cp_async16(bs + (bc_u32)(row * B_RS + cc * 16), ok ? src : B, ok);
         }
     };
 
