@@ -252,9 +252,10 @@ def attention_section(ctx=None):
                     setattr(A, n, v)
         dn = ("DEC_WARPS", "DEC_STAGES", "DEC_L2PF", "SPLIT_WAVES", "DEC_KPW", "DEC_WPIPE")
         old = tuple(getattr(A, n) for n in dn)
+        decode = tune == "1" or "decode" in tune
         for cfg in ((4, 4, 0, 2, 16, 0), (4, 3, 0, 1, 16, 0), (4, 2, 0, 1, 16, 0), (8, 3, 0, 1, 16, 0),
                     (4, 2, 0, 1, 32, 0), (4, 4, 0, 1, 16, 1), (4, 3, 0, 1, 16, 1), (4, 3, 0, 1, 32, 1),
-                    (4, 2, 0, 1, 32, 1), (8, 3, 0, 1, 16, 1), (8, 2, 0, 1, 16, 1), (4, 4, 1, 1, 16, 1)):
+                    (4, 2, 0, 1, 32, 1), (8, 3, 0, 1, 16, 1), (8, 2, 0, 1, 16, 1), (4, 4, 1, 1, 16, 1)) if decode else ():
             for n, v in zip(dn, cfg):
                 setattr(A, n, v)
             try:
