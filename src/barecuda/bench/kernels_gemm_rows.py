@@ -71,6 +71,48 @@ def gemm_rows(bc, s, torch=None, shapes=SHAPES, backend="builtin"):
     return rows
 
 
+def issue_rows(bc, s, torch=None, n=500):
+    """CPU issue cost (us per call, 64x64x64 bf16, stream-ordered, no sync): the cuBLASLt plan's
+    launch (one C call into cublasLtMatmul), the op function on each backend, the builtin
+    plan, and torch.matmul(out=) where torch is installed."""
+    import time
+    from barecuda.kernels import _matmul as MM
+    a = bc.empty((64, 64), "bfloat16", stream=s)
+    b = bc.empty((64, 64), "bfloat16", stream=s)
+    o = bc.empty((64, 64), "bfloat16", stream=s)
+    for x in (a, b, o):
+        x.memset(0, stream=s)
+    lt = MM.plan_matmul(a, b, out=o, backend="cublaslt", stream=s)
+    bp = MM.plan_matmul(a, b, out=o, backend="builtin", stream=s)
+    cases = [("issue: cuBLASLt plan.launch()", lt.launch),
+             ("issue: matmul(backend='cublaslt')", lambda: MM.matmul(a, b, out=o, backend="cublaslt", stream=s)),
+             ("issue: builtin plan()", bp),
+             ("issue: matmul(backend='builtin')", lambda: MM.matmul(a, b, out=o, backend="builtin", stream=s))]
+    if torch is not None:
+        x = torch.zeros((64, 64), device="cuda", dtype=torch.bfloat16)
+        y = torch.zeros((64, 64), device="cuda", dtype=torch.bfloat16)
+        z = torch.zeros((64, 64), device="cuda", dtype=torch.bfloat16)
+        cases.append(("issue: torch.matmul(out=)", lambda: torch.matmul(x, y, out=z)))
+    rows = []
+    for label, f in cases:
+        for _ in range(50):
+            f()
+        s.synchronize()
+        if torch is not None:
+            torch.cuda.synchronize()
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                f()
+            ts.append((time.perf_counter() - t0) / n * 1e6)
+            s.synchronize()
+            if torch is not None:
+                torch.cuda.synchronize()
+        rows.append((label, _median(ts)))
+    return rows
+
+
 def gemm_section(ctx=None):
     import barecuda as bc
     from barecuda.bench.kernels_attention_rows import _torch
@@ -91,7 +133,10 @@ def gemm_section(ctx=None):
         rows += gemm_rows(bc, s, torch, backend="cublaslt")
     else:
         sec.notes.append("cuBLASLt rows: libcublasLt not found (pip install nvidia-cublas)")
-    for label, us, tf, tt in rows:
+    for label, us, tf, tt in rows + ([(lab, us, None, None) for lab, us in issue_rows(bc, s, torch)] if lt else []):
+        if tf is None:
+            sec.add(label, [f"{us:.2f}", "", "", "", ""])
+            continue
         tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
         x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
         sec.add(label, [f"{us:.0f}", f"{tf:.1f} TF/s", f"{100 * tf / peak:.0f}%" if peak else "", tcell, x])
