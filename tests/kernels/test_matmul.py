@@ -46,8 +46,8 @@ def from_dev(b, dtype):
                                      MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
 def test_gemm_source_compiles_without_warnings(arch, defines):
     if arch == "sm_90" and defines[0] == ("TRANS_A", 0) and defines[1] == ("TRANS_B", 0):
-        # one tile of each code path besides the default (no double buffering; K 64 with it)
-        for bm, bn, wm, wn, bk, st, db in (TILES["128x256w8"], TILES["128x256w8k64db"]):
+        # one tile of each code path besides the default (no double buffering; K 32 with it)
+        for bm, bn, wm, wn, bk, st, db in (TILES["128x256w8"], TILES["128x256w8k32db"]):
             oc = _registry.compile_code(MM.SOURCE, defines[:2] + (
                 ("GEMM_STAGES", st), ("GEMM_BK", bk), ("GEMM_BM", bm), ("GEMM_BN", bn), ("GEMM_WARPS_M", wm),
                 ("GEMM_WARPS_N", wn), ("GEMM_DB", db)), target="cubin", arch=arch)
@@ -203,8 +203,9 @@ def test_cublaslt_argument_checks(fake, no_cublaslt):
     assert MM._lt_layout(am=1, ak=64, m=64, k=32, bk=1, bn=32, n=48) == (True, 64, True, 32)
     assert MM._lt_layout(am=40, ak=1, m=7, k=33, bk=48, bn=1, n=48) == (False, 40, False, 48)
     assert MM._lt_layout(am=2, ak=128, m=32, k=32, bk=48, bn=1, n=48) is None
-    assert MM._auto_prefers_lt("f32", 4, 4, 4, 1) and not MM._auto_prefers_lt("bf16", 16, 16, 16, 1)
-    assert MM._auto_prefers_lt("bf16", 4096, 4096, 4096, 1)
+    assert not MM._auto_prefers_lt("bf16", 16, 16, 16, 1) and MM._auto_prefers_lt("bf16", 64, 64, 64, 1)
+    assert not MM._auto_prefers_lt("f32", 64, 64, 64, 1) and MM._auto_prefers_lt("f32", 128, 128, 128, 1)
+    assert MM._auto_prefers_lt("bf16", 4096, 4096, 4096, 1) and MM._auto_prefers_lt("bf16", 16, 16, 64, 16)
 
 
 # ------------------------------------------------------------------ GPU
@@ -297,8 +298,7 @@ def test_cublaslt_auto_plan_and_graph_capture():
 
 
 TILES = {"128x256w8": (128, 256, 2, 4, 32, 4, 0), "128x128w4k64": (128, 128, 2, 2, 64, 3, 0),
-         "128x256w8k32db": (128, 256, 2, 4, 32, 4, 1), "128x256w8k64db": (128, 256, 2, 4, 64, 3, 1),
-         "128x256w8k32db5": (128, 256, 2, 4, 32, 5, 1), "128x256w4x2db": (128, 256, 4, 2, 32, 4, 1)}
+         "128x256w8k32db": (128, 256, 2, 4, 32, 4, 1), "128x256w8k64db": (128, 256, 2, 4, 64, 3, 1)}
 
 
 @pytest.fixture(params=sorted(TILES))

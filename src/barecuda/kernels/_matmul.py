@@ -28,13 +28,14 @@ BACKENDS = ("auto", "builtin", "cublaslt")
 
 SOURCE = "gemm.cu"
 # the tensor-core tile (a specialization: module values read at call time)
-# H200, bf16 4096^3 (one run, 2026-11-26 15:4x): 128x256 tile on 2x4 warps of 64x64, K tile 32,
-# 4 stages, fragments double-buffered in registers: 376 TF/s (8192^3: 405); the earlier default
-# 128x128 / 2x2 warps / K 64 / 3 stages without double buffering: 342 (365); 128x128 with double
-# buffering: 328 (K 32, 4 stages), 199 (K 64, 3 stages: registers); 256x128 on 4x2 warps: 344.
-STAGES = 4
+# bf16, same-run tile sweeps (2026-11-26): 128x256 tile on 2x4 warps of 64x64, K tile 64, 3 stages,
+# fragments double-buffered in registers: H100 395 TF/s at 4096^3 (0.45x cuBLAS's 874), 423 at
+# 8192^3; with K 32 and 4 stages: H100 375 / 410, H200 376 / 405; the session's earlier default
+# (128x128, 2x2 warps, K 64, 3 stages, no double buffering): H200 342 / 365. Double buffering on
+# the 128x128 tile with K 64 spills (H200 199); 256x128 on 4x2 warps: H100 368; 5 stages: 372.
+STAGES = 3
 BM, BN = 128, 256
-BK = 32
+BK = 64
 WARPS_M, WARPS_N = 2, 4
 DB = 1              # 1: fragments double-buffered in registers (GEMM_DB)
 PF = 0              # 1: tile copies carry the L2 256-byte prefetch hint (GEMM_PF)
@@ -168,12 +169,12 @@ _LT_CACHE_MAX = 256
 
 
 def _auto_prefers_lt(code, m, n, k, nbat):
-    """The "auto" decision table (H200 measurements, docs/kernels.md): cuBLASLt for fp32
-    (the builtin fp32 path is SIMT) and for fp16/bf16 once the product is big enough
-    that tensor-core efficiency matters (cuBLASLt 2.1-2.5x the builtin kernel at 1k-8k);
-    below ~64^3 multiply-adds both are launch-bound and the builtin kernel has the
-    cheaper host path."""
-    return code == "f32" or m * n * k * nbat >= (1 << 18)
+    """The "auto" decision table (H100/H200 same-run rows, docs/kernels.md): fp16/bf16 from
+    64^3 multiply-adds (at 64^3 the two tie, launch-bound; from 128^3 up cuBLASLt wins: 7.2 vs
+    8.8 us at 128^3, 10.5 vs 83 us at 16x4096x4096, 2.1-2.4x the builtin TF/s at 4k-8k);
+    fp32 from 128^3 (at 64^3 the builtin SIMT kernel issues faster, 9.4 vs 12.4 us; at 2048^3
+    cuBLASLt is 3.2x faster; between the two not measured)."""
+    return m * n * k * nbat >= ((1 << 21) if code == "f32" else (1 << 18))
 
 
 def _lt_layout(am, ak, m, k, bk, bn, n):
