@@ -173,6 +173,18 @@ def test_decode_launch_geometry_on_the_double(fake):
     assert struct.unpack_from("<2Q", la.params, 32) == (0, 0)
 
 
+def test_decode_small_shared_memory_gpus_get_a_shallower_pipeline(fake, monkeypatch):
+    """sm_86/sm_89 allow 99 KB of shared memory a block: the decode kernel drops to
+    SMALL_DEC_STAGES there instead of failing to launch (the double reports 99 KB here)."""
+    from barecuda.kernels import _matmul as MM
+    monkeypatch.setattr(MM, "_smem_optin", {0: 101376})
+    q, k, v, ln = _bufs(fake, max_ctx=1024, n_kv=2, d=128, n_heads=8)
+    assert A.decode_smem(128, 4) > 101376
+    A.attention_decode(q, k, v, ln, n_splits=4)
+    la = fake.last_launch()
+    assert la.name == "attn_decode_f16" and la.shared == A.decode_smem(128, 4, A.SMALL_DEC_STAGES) <= 101376
+
+
 def test_decode_plan_replays_the_same_launch(fake):
     q, k, v, ln = _bufs(fake, max_ctx=256)
     out = bc.empty((8, 64), "float16")
@@ -275,6 +287,7 @@ def test_decode_length_from_device_under_graph_capture():
 
 @gpu
 @pytest.mark.parametrize("warps,stages,pf,kpw,wpipe", [(4, 3, 0, 16, 0), (4, 4, 0, 16, 0), (8, 2, 1, 16, 0),
+                                                        (4, A.SMALL_DEC_STAGES, 0, 16, 0),
                                                         (4, 2, 0, 32, 0), (4, 4, 0, 16, 1), (4, 3, 0, 32, 1),
                                                         (8, 3, 0, 16, 1)])
 def test_decode_head_major_layout_and_append(warps, stages, pf, kpw, wpipe, monkeypatch):

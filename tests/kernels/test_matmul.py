@@ -136,6 +136,18 @@ def no_cublaslt(monkeypatch, tmp_path):
     MM._lt_broken.clear()
 
 
+def test_small_shared_memory_gpus_get_the_small_tile(fake, no_cublaslt, monkeypatch):
+    """sm_86/sm_89 allow 99 KB of shared memory a block: the default tile needs more, so the
+    tensor-core path takes SMALL_TILE there (the double reports 99 KB here)."""
+    monkeypatch.setattr(MM, "_smem_optin", {0: 101376})
+    assert MM.tc_smem(0, 0) > 101376
+    MM.matmul(bc.empty((300, 64), "bfloat16"), bc.empty((64, 136), "bfloat16"), backend="builtin")
+    la = fake.last_launch()
+    t = MM.SMALL_TILE
+    assert la.name == "gemm_tc_bf16" and la.shared == MM.tc_smem(0, 0, t) <= 101376
+    assert la.block == (32 * t[2] * t[3], 1, 1) and la.grid == (-(-300 // t[0]) * -(-136 // t[1]), 1, 1)
+
+
 def test_cublaslt_lookup_follows_the_one_finder(monkeypatch, tmp_path):
     from barecuda import _libfind
     from barecuda.kernels import _cublaslt
@@ -297,7 +309,7 @@ def test_cublaslt_auto_plan_and_graph_capture():
     assert np.abs(from_dev(out, "bfloat16") - ref2).max() < 1e-2 * np.abs(ref2).max()
 
 
-TILES = {"128x256w8": (128, 256, 2, 4, 32, 4, 0), "128x128w4k64": (128, 128, 2, 2, 64, 3, 0),
+TILES = {"128x256w8": (128, 256, 2, 4, 32, 4, 0), "128x128w4": MM.SMALL_TILE,
          "128x256w8k32db": (128, 256, 2, 4, 32, 4, 1), "128x256w8k64db": (128, 256, 2, 4, 64, 3, 1)}
 
 

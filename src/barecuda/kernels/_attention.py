@@ -20,6 +20,7 @@ import math
 from typing import Dict, Tuple
 
 from barecuda.kernels import _args, _registry
+from barecuda.kernels._matmul import smem_limit
 
 __all__ = ["attention_decode", "plan_attention_decode", "attention_prefill", "plan_attention_prefill",
            "kv_append", "plan_kv_append", "decode_workspace_size"]
@@ -43,10 +44,16 @@ _LOG2E = 1.4426950408889634
 _DT = ("f16", "bf16")
 
 
-def _dec_defines(d):
+# Decode pipeline depth for GPUs whose per-block shared memory (opt-in) is below the
+# default's (sm_86/sm_89: 99 KB; 4 stages of head dim 128 need 136 KB): 2 stages = 68 KB.
+SMALL_DEC_STAGES = 2
+
+
+def _dec_defines(d, stages=None):
     extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
     extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
-    return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", DEC_STAGES), ("DEC_L2PF", DEC_L2PF)) + extra
+    return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
+            ("DEC_L2PF", DEC_L2PF)) + extra
 
 
 _sms: Dict[Tuple[int, ...], int] = {}
@@ -56,8 +63,8 @@ def _rs(d):
     return d * 2 + 16
 
 
-def decode_smem(d, group):
-    pipe = DEC_STAGES * 2 * DEC_KPW * DEC_WARPS * _rs(d)
+def decode_smem(d, group, stages=None):
+    pipe = (stages or DEC_STAGES) * 2 * DEC_KPW * DEC_WARPS * _rs(d)
     merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
     return max(pipe, merge)
 
@@ -72,7 +79,7 @@ def _pf_defines(d):
 
 
 KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
-             _dec_defines(d)) for d in HEAD_DIMS]
+             _dec_defines(d, st)) for d in HEAD_DIMS for st in (None, SMALL_DEC_STAGES)]
            + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
 
 
@@ -225,8 +232,12 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         scale = 1.0 / math.sqrt(d)
     scale = _args.scalar_f32(scale, "scale")
     device = qb.device
-    defines = _dec_defines(d)
+    stages = DEC_STAGES
     smem = decode_smem(d, group)
+    if smem > smem_limit(device):      # sm_86/sm_89 (99 KB a block): a shallower pipeline
+        stages = SMALL_DEC_STAGES
+        smem = decode_smem(d, group, stages)
+    defines = _dec_defines(d, stages)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
         n_splits = _default_splits(kern, n_kv, max_ctx, smem, device)

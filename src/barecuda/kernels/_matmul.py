@@ -40,22 +40,48 @@ WARPS_M, WARPS_N = 2, 4
 DB = 1              # 1: fragments double-buffered in registers (GEMM_DB)
 PF = 0              # 1: tile copies carry the L2 256-byte prefetch hint (GEMM_PF)
 GM = 8              # grouped raster height (GEMM_GM)
+# The tile for GPUs whose per-block shared memory (opt-in) is below the default tile's
+# (sm_86/sm_89: 99 KB; the default needs 153 KB): 128x128 on 2x2 warps, K 32, 4 stages = 74 KB.
+SMALL_TILE = (128, 128, 2, 2, 32, 4, 0)     # BM, BN, WARPS_M, WARPS_N, BK, STAGES, DB
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
-def _tc_defines(ta, tb):
-    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", STAGES), ("GEMM_BK", BK), ("GEMM_BM", BM),
-            ("GEMM_BN", BN), ("GEMM_WARPS_M", WARPS_M), ("GEMM_WARPS_N", WARPS_N)) + ((("GEMM_DB", 1),) if DB else ()) \
+
+def _tile():
+    """The default tile (module values, read at call time)."""
+    return (BM, BN, WARPS_M, WARPS_N, BK, STAGES, DB)
+
+
+def _tc_defines(ta, tb, tile=None):
+    bm, bn, wm, wn, bk, st, db = tile or _tile()
+    return (("TRANS_A", ta), ("TRANS_B", tb), ("GEMM_STAGES", st), ("GEMM_BK", bk), ("GEMM_BM", bm),
+            ("GEMM_BN", bn), ("GEMM_WARPS_M", wm), ("GEMM_WARPS_N", wn)) + ((("GEMM_DB", 1),) if db else ()) \
         + ((("GEMM_PF", 1),) if PF else ()) + ((("GEMM_GM", GM),) if GM != 8 else ())
 
 
-KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)]
+KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb, t)) for t in (None, SMALL_TILE)
+            for ta in (0, 1) for tb in (0, 1)]
            + [(SOURCE, ("gemm_simt_f32", "gemm_simt_f16", "gemm_simt_bf16"), (("GEMM_SIMT", 1),))])
 
 
-def tc_smem(ta, tb):
-    a = (BK * (BM * 2 + 16)) if ta else (BM * (BK * 2 + 16))
-    b = (BN * (BK * 2 + 16)) if tb else (BK * (BN * 2 + 16))
-    return STAGES * (a + b)
+def tc_smem(ta, tb, tile=None):
+    bm, bn, _, _, bk, st, _ = tile or _tile()
+    a = (bk * (bm * 2 + 16)) if ta else (bm * (bk * 2 + 16))
+    b = (bn * (bk * 2 + 16)) if tb else (bk * (bn * 2 + 16))
+    return st * (a + b)
+
+
+_smem_optin: Dict[int, int] = {}
+
+
+def smem_limit(device):
+    """The device's opt-in shared memory per block (bytes), cached per ordinal."""
+    o = int(device)
+    v = _smem_optin.get(o)
+    if v is None:
+        from barecuda._device import Device
+        dev = device if isinstance(device, Device) else Device(o)
+        v = _smem_optin[o] = int(dev.attribute("max_shared_memory_per_block_optin"))
+    return v
 
 
 def _geom(x, name):
@@ -128,13 +154,17 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream, plan=False)
         tc = _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob)
         if tc is not None:
             ta, lda, tb, ldb = tc
-            kern = _registry.get(SOURCE, f"gemm_tc_{code}", _tc_defines(ta, tb), device)
-            smem = tc_smem(ta, tb)
+            tile = _tile()
+            smem = tc_smem(ta, tb, tile)
+            if smem > smem_limit(device):
+                tile = SMALL_TILE
+                smem = tc_smem(ta, tb, tile)
+            kern = _registry.get(SOURCE, f"gemm_tc_{code}", _tc_defines(ta, tb, tile), device)
             if kern.max_dynamic_shared_memory < smem:
                 kern.set_max_dynamic_shared_memory(smem)
-            grid = (((m + BM - 1) // BM) * ((n + BN - 1) // BN), 1, nbat)
+            grid = (((m + tile[0] - 1) // tile[0]) * ((n + tile[1] - 1) // tile[1]), 1, nbat)
             args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, alpha, beta)
-            return kern, grid, 32 * WARPS_M * WARPS_N, smem, args, ob
+            return kern, grid, 32 * tile[2] * tile[3], smem, args, ob
     kern = _registry.get(SOURCE, f"gemm_simt_{code}", (("GEMM_SIMT", 1),), device)
     grid = ((n + 63) // 64, (m + 63) // 64, nbat)
     args = (ab, bb, ob, m, n, k, am, ak, bk, bn, n, sa, sb, sc, alpha, beta)
