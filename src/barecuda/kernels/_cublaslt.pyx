@@ -18,6 +18,7 @@ arguments adds a few microseconds each time, about the host cost of cublasLtMatm
 import os
 import threading
 
+cimport cython
 from libc.stdint cimport uint64_t, int64_t, int32_t, uintptr_t
 
 from barecuda._abi cimport CUstream
@@ -334,6 +335,7 @@ cdef class Matmul:
             LT.cublasLtMatmulDescDestroy(self.desc)
 
 
+@cython.auto_pickle(False)      # raw device pointers: a pickled plan would be meaningless
 cdef class MatmulPlan:
     """A :class:`Matmul` bound to its buffers, scalars, workspace and stream: ``launch()``
     queues it again (one C call). Under stream capture it records cuBLASLt's kernels into
