@@ -1,8 +1,9 @@
 #!/bin/bash
 # bench/decode_gpu.sh STAGE... -- issue 25's decode work on the GPU machine, stage by stage.
 #
-#   setup       gguf wheel from .carry/ (the device image lacks it), in-place build, every
-#               kernel prebuilt for sm_90 in parallel (so no test waits on a cold NVRTC)
+#   setup       gguf wheel from .carry/ (the device image lacks it), in-place build (kernels
+#               compile on first use; BARECUDA_CACHE=0 in the caller makes each process compile
+#               afresh, which keeps the parameter types that a cubin from the cache lacks)
 #   lcpp-start  llama.cpp (.carry/llama-src.tar.xz: llama-cpp-python's vendored tree, trimmed)
 #               configured and built for sm_90 in the background (setsid: it outlives the
 #               call while the machine stays warm), into /tmp/llama.cpp/build
@@ -29,9 +30,8 @@ for st in "$@"; do
   case $st in
   setup)
     python3 -c "import gguf" 2>/dev/null || python3 -m pip install -q --no-deps .carry/gguf-*.whl 2>&1 | tail -2
+    rm -rf src/barecuda/kernels/prebuilt
     python3 setup.py build_ext --inplace -q -j 16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-    python3 -m barecuda.kernels._prebuild --archs 90 --no-ptx --jobs 14 --quiet > "$OUT/prebuild.log" 2>&1 \
-      || tail -20 "$OUT/prebuild.log"
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader ;;
   lcpp-start)
     if [ ! -x "$LB" ]; then
@@ -48,21 +48,25 @@ for st in "$@"; do
     cp $LC/configure.log $LC/build.log "$OUT/" 2>/dev/null
     ls -la "$LB" 2>/dev/null || echo "no llama-bench" ;;
   tests)
-    python3 -m pytest tests/kernels/test_fused.py tests/models/test_llama_gpu.py --gpu -q -x -p no:cacheprovider \
+    python3 -m pytest tests/kernels/test_fused.py tests/models/test_llama_gpu.py --gpu -q -p no:cacheprovider \
       -k "not smollm2" 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
   smol)
     [ -f $SMOL ] || cat .carry/smol1/part .carry/smol2/part > $SMOL
     sha256sum $SMOL
     BARECUDA_TEST_GGUF=$SMOL python3 -m pytest tests/models/test_llama_gpu.py --gpu -q -s -p no:cacheprovider \
       -k smollm2 2>&1 | tee "$OUT/smol.log" | grep -v "^$" | tail -12
-    python3 -m barecuda.models.llama generate --gguf $SMOL --prompt "What is the capital of France?" --max-new 48
+    python3 examples/llama_generate.py $SMOL "What is the capital of France?"
     python3 -m barecuda.models.llama generate --gguf $SMOL --prompt "Write a haiku about the sea." --max-new 48
-    python3 -m barecuda.models.llama bench --gguf $SMOL
+    for v in "" "--pdl" "--unfused"; do python3 -m barecuda.models.llama bench --gguf $SMOL $v; done
     [ -x "$LB" ] && $LB -m $SMOL -p 0 -n 128 -r 5 -fa 1 -ngl 99 2>&1 | grep -E "^\|" ;;
   bench)
-    [ -x "$LB" ] && export BARECUDA_LLAMA_BENCH=$LB
-    python3 -m barecuda.bench.decode_rows --dir /tmp/decode --json "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 \
-      | tee "$OUT/decode.log" ;;
+    [ -d $LC ] && export BARECUDA_LLAMA_BENCH=$LB BARECUDA_LLAMA_WAIT=${LCPP_WAIT:-0}
+    python3 -m barecuda.bench.decode_rows --dir /tmp/decode --json "$OUT/decode${DECODE_TAG:-}.json" ${DECODE_ARGS:-} 2>&1 \
+      | tee "$OUT/decode${DECODE_TAG:-}.log" ;;
+  check)
+    for f in ${CHECK_FILES:-/tmp/decode/llama-8b-F16.gguf}; do
+      python3 -c "import sys; from barecuda.bench.decode_rows import check_vs_torch as c; print(sys.argv[1], 'vs torch fp32:', c(sys.argv[1]))" $f
+    done ;;
   *) echo "unknown stage $st"; exit 2 ;;
   esac
 done

@@ -74,16 +74,21 @@ def _round(a, dtype):
 
 def _weight(bc, rng, fmt, n, k):
     """(device weight, float64 reference [n, k])."""
-    from barecuda.kernels import QuantWeight
+    from barecuda.kernels._dequant import QuantWeight
     if fmt in ("f16", "bf16", "f32"):
         dt = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}[fmt]
         w = _round(rng.standard_normal((n, k)) / np.sqrt(k), dt) if fmt != "f32" else \
             rng.standard_normal((n, k)).astype(np.float32).astype(np.float64) / np.sqrt(k)
         return _dev(bc, w, dt), w
-    import sys, os
+    import os
+    import sys
     sys.path.insert(0, os.path.dirname(__file__))
     import _quant_helpers as QH
-    raw = QH.random_blocks(rng, fmt, n * k)
+    if fmt in ("q4_k", "q6_k"):        # scales of a real model's size (the helper's overflow float16 sums)
+        from barecuda.models.synthetic import random_blocks
+        raw = random_blocks(rng, fmt.upper(), n, k, 1.0 / np.sqrt(k)).reshape(-1)
+    else:
+        raw = QH.random_blocks(rng, fmt, n * k)
     ref = QH.reference(raw, fmt, (n, k))
     buf = bc.empty((raw.size,), "uint8").copy_from(raw.tobytes())
     return QuantWeight(buf, fmt, (n, k)), ref
@@ -182,7 +187,7 @@ def test_qkv_rope_and_cache(fmt, layout, split):
     fb = bc.empty((n_rot // 2,), "float32").copy_from(inv.tobytes())
     xb, ssb = _dev(bc, xg, dtype), _dev(bc, np.array([ss_val]), "float32")
     parts = [(0, rows)] if not split else [(0, nq + nkv), (nq + nkv, nkv)]
-    from barecuda.kernels import QuantWeight
+    from barecuda.kernels._dequant import QuantWeight
     for r0, nr in parts:
         if isinstance(w, QuantWeight):
             bpr = w.data.shape[0] // rows

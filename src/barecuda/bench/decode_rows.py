@@ -46,11 +46,11 @@ def _say(*a):
 def model_file(d, shape, qtype):
     """The random-weight GGUF of ``shape`` ('1b', '8b', ...) and ``qtype`` ('F16', 'Q4_K_M') in ``d``."""
     from barecuda.models.synthetic import SHAPES, write_random_llama
-    path = os.path.join(d, f"llama-{shape}-{qtype}.gguf")
+    path = os.path.join(d, f"llama-{shape}-{qtype}-r2.gguf")      # r2: marked as vocabulary-free for llama.cpp
     if not os.path.exists(path):
         t0 = time.perf_counter()
         kw = dict(q4_k_m=True) if qtype == "Q4_K_M" else dict(qtype=qtype)
-        write_random_llama(path + ".part", **SHAPES[shape], **kw, seed=25, fast=True)
+        write_random_llama(path + ".part", **SHAPES[shape], **kw, seed=25, fast=True, no_vocab=True)
         os.replace(path + ".part", path)
         _say(f"  wrote {path} ({os.path.getsize(path) / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
     return path
@@ -217,74 +217,81 @@ def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), direc
     sec = Section("decode", f"tg{N_TOKENS} decode (batch 1, median of {REPEATS}) on {card}: device copy {cp:.0f} GB/s"
                   + (f" = {100 * cp / spec:.1f}% of {spec:.0f} spec" if spec else ""), COLUMNS, data=[])
     results = {}
+
+    def guarded(what, fn, *a, **kw):
+        try:
+            return fn(*a, **kw)
+        except Exception as e:   # noqa: BLE001 -- one failed row does not lose the table
+            _say(f"  {what}: {type(e).__name__}: {str(e)[:300]}")
+            return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     for shape in shapes:
         torch_f16 = {}
         for qt in types:
             path = model_file(d, shape, qt)
-            wb = weight_bytes(path)
-            res = {"weight_bytes": wb, "shape": shape, "type": qt, "card": card, "copy_gbs": cp}
-            res["barecuda"] = barecuda_run(path, fused=True, breakdown=breakdown)
-            if progress:
-                _say(f"  {shape} {qt}: barecuda fused {res['barecuda']['tok_s']:.0f} tok/s")
-            res["barecuda_pdl"] = barecuda_run(path, fused=True, pdl=True)
-            if progress:
-                _say(f"  {shape} {qt}: barecuda fused + PDL {res['barecuda_pdl']['tok_s']:.0f} tok/s")
-            if unfused:
-                res["barecuda_unfused"] = barecuda_run(path, fused=False, breakdown=breakdown)
-                if progress:
-                    _say(f"  {shape} {qt}: barecuda unfused {res['barecuda_unfused']['tok_s']:.0f} tok/s")
+            res = {"weight_bytes": weight_bytes(path), "shape": shape, "type": qt, "card": card, "copy_gbs": cp,
+                   "path": path}
+            for key, kw in (("barecuda", dict(fused=True, breakdown=breakdown)), ("barecuda_pdl", dict(pdl=True)),
+                            ("barecuda_unfused", dict(fused=False, breakdown=breakdown))):
+                if key == "barecuda_unfused" and not unfused:
+                    continue
+                res[key] = guarded(f"{shape} {qt} {key}", barecuda_run, path, **kw)
+                if progress and "tok_s" in res[key]:
+                    _say(f"  {shape} {qt}: {key} {res[key]['tok_s']:.0f} tok/s")
             if qt == "F16":
-                try:
-                    torch_f16 = torch_run(path, compiled=compiled)
-                except Exception as e:   # noqa: BLE001
-                    torch_f16 = {"error": f"{type(e).__name__}: {e}"}
+                torch_f16 = guarded(f"{shape} {qt} torch", torch_run, path, compiled=compiled)
                 if progress:
                     _say(f"  {shape} {qt}: torch {torch_f16}")
             res["torch"] = torch_f16
-            if llama_bench:
-                res["llama_cpp"], res["llama_cpp_error"] = llama_bench_run(llama_bench, path)
-                if progress:
-                    _say(f"  {shape} {qt}: llama.cpp {res['llama_cpp']} {res['llama_cpp_error'] or ''}")
             if check and (check is True or f"{shape}:{qt}" in check):
-                try:
-                    res["check"] = check_vs_torch(path)
-                except Exception as e:   # noqa: BLE001
-                    res["check"] = {"error": f"{type(e).__name__}: {e}"}
+                res["check"] = guarded(f"{shape} {qt} check", check_vs_torch, path)
                 if progress:
                     _say(f"  {shape} {qt}: vs torch fp32 {res['check']}")
             results[(shape, qt)] = res
-            tg = torch_f16.get("graph")
-            lc = res.get("llama_cpp")
+    if llama_bench:            # last: a build started beside this run has the most time to finish
+        wait = float(os.environ.get("BARECUDA_LLAMA_WAIT", "0"))
+        t0 = time.perf_counter()
+        while not os.path.exists(llama_bench) and time.perf_counter() - t0 < wait:
+            time.sleep(2)
+        for (shape, qt), res in results.items():
+            res["llama_cpp"], res["llama_cpp_error"] = llama_bench_run(llama_bench, res["path"])
+            if progress:
+                _say(f"  {shape} {qt}: llama.cpp {res['llama_cpp']} {res['llama_cpp_error'] or ''}")
+    for (shape, qt), res in results.items():
+        wb = res["weight_bytes"]
+        torch_f16 = res["torch"]
+        tg = torch_f16.get("graph")
+        lc = res.get("llama_cpp")
 
-            def row(label, tps, note=""):
-                gbs = wb * tps / 1e9
-                sec.add(f"{shape} {qt} {label}", [f"{tps:.0f}", f"{gbs:.0f}",
-                                                  f"{100 * gbs / spec:.1f}" if spec else "-", f"{100 * gbs / cp:.1f}",
-                                                  f"{tps / tg:.2f}" if tg else "-", f"{tps / lc:.2f}" if lc else "-",
-                                                  note])
-                sec.data.append({"model": f"{shape} {qt}", "row": label, "tok_s": tps, "weight_bytes": wb,
-                                 "spec_pct": 100 * gbs / spec if spec else None, "copy_pct": 100 * gbs / cp,
-                                 "card": card, "note": note})
-            b = res["barecuda"]
-            row("barecuda (fused)", b["tok_s"], f"{b['nodes_per_layer']} nodes/layer, {b['nodes_per_token']}/token")
-            p = res["barecuda_pdl"]
-            row("barecuda (fused + PDL)", p["tok_s"], f"{p['nodes_per_layer']} nodes/layer, programmatic edges")
-            if unfused:
-                u = res["barecuda_unfused"]
-                row("barecuda (unfused)", u["tok_s"], f"{u['nodes_per_layer']} nodes/layer, {u['nodes_per_token']}/token")
-            tw = "f16 weights" if qt == "F16" else "torch streams f16 weights: the F16 file's figure"
+        def row(label, tps, note=""):
+            gbs = wb * tps / 1e9
+            sec.add(f"{shape} {qt} {label}", [f"{tps:.0f}", f"{gbs:.0f}",
+                                              f"{100 * gbs / spec:.1f}" if spec else "-", f"{100 * gbs / cp:.1f}",
+                                              f"{tps / tg:.2f}" if tg else "-", f"{tps / lc:.2f}" if lc else "-",
+                                              note])
+            sec.data.append({"model": f"{shape} {qt}", "row": label, "tok_s": tps, "weight_bytes": wb,
+                             "spec_pct": 100 * gbs / spec if spec else None, "copy_pct": 100 * gbs / cp,
+                             "card": card, "note": note})
+        for key, label in (("barecuda", "barecuda (fused)"), ("barecuda_pdl", "barecuda (fused + PDL)"),
+                           ("barecuda_unfused", "barecuda (unfused)")):
+            r = res.get(key)
+            if r is None:
+                continue
+            if "tok_s" in r:
+                row(label, r["tok_s"], f"{r['nodes_per_layer']} nodes/layer, {r['nodes_per_token']}/token")
+            else:
+                sec.add(f"{shape} {qt} {label}", ["-"] * 6 + [r.get("error", "")[:80]])
+        if qt == "F16":
             for key, label in (("eager", "torch eager"), ("graph", "torch + CUDA graph"),
                                ("compile", "torch.compile + CUDA graph")):
                 if torch_f16.get(key):
-                    tps = torch_f16[key]
-                    if qt == "F16":
-                        row(label, tps, tw)
-            if torch_f16.get("compile_error") and qt == "F16":
-                sec.add(f"{shape} {qt} torch.compile", ["-"] * 6 + [torch_f16["compile_error"][:80]])
-            if lc:
-                row("llama.cpp llama-bench", lc, "-fa 1 -ngl 99")
-            elif llama_bench:
-                sec.add(f"{shape} {qt} llama.cpp", ["-"] * 6 + [str(res.get("llama_cpp_error"))[:80]])
+                    row(label, torch_f16[key], "f16 weights")
+            for key in ("compile_error", "error"):
+                if torch_f16.get(key):
+                    sec.add(f"{shape} {qt} torch", ["-"] * 6 + [torch_f16[key][:80]])
+        if lc:
+            row("llama.cpp llama-bench", lc, "-fa 1 -ngl 99")
+        elif llama_bench:
+            sec.add(f"{shape} {qt} llama.cpp", ["-"] * 6 + [str(res.get("llama_cpp_error"))[:80]])
     sec.results = results
     return sec
 

@@ -182,8 +182,9 @@ def _prepare(epi, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, po
     defines, r = _tuning(fmt, n, k, epi)
     kern = _registry.get("fused.cu", f"fmv_{code}_{epi}", defines, int(xb.device))
     grid = -(-n // (_WARPS * r))
+    import ctypes
     args = (wb, ub if ub is not None else 0, xb, yb, ssi, sso, xgb, gb, kc, vc, pb, fb,
-            n, k, vec, inv_dim, eps, row0, nq, nkv, hd, n_rot, cps, chs)
+            n, k, vec, ctypes.c_float(inv_dim), ctypes.c_float(eps), row0, nq, nkv, hd, n_rot, cps, chs)
     return kern, grid, args, yb
 
 

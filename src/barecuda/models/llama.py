@@ -616,6 +616,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     b.add_argument("--max-seq", type=int, default=512)
     b.add_argument("--dtype", default="float16", choices=sorted(_DTYPES))
     b.add_argument("--json", action="store_true")
+    b.add_argument("--unfused", action="store_true", help="the 9-node loop (separate norm, rope, kv_append)")
+    b.add_argument("--pdl", action="store_true", help="programmatic dependent launch between the fused matvecs")
     args = ap.parse_args(argv)
     if args.cmd == "generate":
         from barecuda.models.tokenizer import Tokenizer
@@ -631,7 +633,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(tok.decode(out, skip_special=True))
         print(f"[{len(ids)} prompt + {len(out)} new tokens in {dt:.3f} s]", file=sys.stderr)
         return 0
-    m = Llama(args.gguf, max_seq=args.max_seq, dtype=args.dtype)
+    m = Llama(args.gguf, max_seq=args.max_seq, dtype=args.dtype, fused=not args.unfused, pdl=args.pdl)
     r = m.bench(args.tokens, args.repeats)
     r.update(device=m.device.name, file=os.path.basename(args.gguf), load_s=m.load_seconds)
     if args.json:
@@ -639,7 +641,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(json.dumps(r))
     else:
         print(f"{r['file']} on {r['device']}: {r['tok_s']:.1f} tok/s ({r['tokens']} tokens, median of {args.repeats}), "
-              f"{r['GB_s']:.0f} GB/s of weights, {r['nodes_per_token']} graph nodes per token")
+              f"{r['GB_s']:.0f} GB/s of weights, {r['nodes_per_token']} graph nodes per token "
+              f"({m.nodes_per_layer} a layer{', PDL' if m.pdl else ''})")
     return 0
 
 

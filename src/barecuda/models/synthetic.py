@@ -74,7 +74,7 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
                        vocab: int, qtype: str = "F16", tied: bool = False, seed: int = 0,
                        rope_base: float = 10000.0, llama3_rope: bool = False, context_length: int = 4096,
                        head_dim: Optional[int] = None, q4_k_m: bool = False, emb_qtype: Optional[str] = None,
-                       fast: bool = False) -> str:
+                       fast: bool = False, no_vocab: bool = False) -> str:
     """Write a random-weight Llama GGUF to ``path`` and return it.
 
     ``qtype`` is the type of every 2-D weight (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K);
@@ -83,6 +83,8 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
     ffn_down and the output). ``llama3_rope`` adds a ``rope_freqs.weight`` tensor (Llama 3.1's scaling:
     factor 8, low/high 1/4, original context 8192). ``fast=True`` cuts the random values
     from one pool at random offsets (benchmark-size files in seconds; F32/F16/BF16/Q4_K/Q6_K).
+    ``no_vocab=True`` writes ``tokenizer.ggml.model = "none"`` (llama.cpp's marker for a file
+    without a vocabulary, which its llama-bench then loads).
     """
     import numpy as np
     import gguf
@@ -101,6 +103,8 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
+    if no_vocab:        # llama.cpp loads a file without a tokenizer only when it says so (llama-bench)
+        w.add_tokenizer_model("none")
     if head_dim:
         w.add_key_length(hd)
         w.add_value_length(hd)

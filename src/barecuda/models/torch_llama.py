@@ -65,7 +65,8 @@ class TorchLlama:
 
     def _rope(self, x: Any) -> Any:
         n = self.cfg.n_rot
-        cos, sin = self.cos[self.pos], self.sin[self.pos]
+        p = self.pos.view(1)
+        cos, sin = self.cos.index_select(0, p)[0], self.sin.index_select(0, p)[0]
         xf = x.float()
         x0, x1 = xf[..., 0:n:2], xf[..., 1:n:2]
         out = xf.clone()
@@ -78,7 +79,7 @@ class TorchLlama:
         t, c = self.torch, self.cfg
         F = t.nn.functional
         hd, nh, nkv = c.head_dim, c.n_head, c.n_head_kv
-        x = self.emb[self.tok][None]
+        x = self.emb.index_select(0, self.tok.view(1))       # no host read of the token (graph-safe)
         mask = (self.ar <= self.pos)
         for li, L in enumerate(self.layers):
             h = self._norm(x, L["an"])
@@ -120,8 +121,14 @@ class TorchLlama:
         t.cuda.current_stream().wait_stream(s)
         self.graph = t.cuda.CUDAGraph()
         self.reset()
-        with t.cuda.graph(self.graph):
-            self.logits = self.step()
+        import gc
+        gc.collect()                # no finalizer of another CUDA user may free memory mid-capture
+        gc.disable()
+        try:
+            with t.cuda.graph(self.graph, capture_error_mode="thread_local"):
+                self.logits = self.step()
+        finally:
+            gc.enable()
 
     def bench(self, n_tokens: int = 128, repeats: int = 5, graph: bool = True) -> Dict[str, Any]:
         t = self.torch

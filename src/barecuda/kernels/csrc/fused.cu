@@ -53,8 +53,9 @@
 // Programmatic dependent launch (sm_90+): a matvec launched with programmatic serialization
 // starts while the previous node finishes, streams (prefetches) its first weights, then
 // waits for the previous grid's results (griddepcontrol.wait: full completion and memory
-// flush of the primary) before it reads x or any state; it lets its own dependents launch
-// once all its blocks run. Without a programmatic launch both instructions are no-ops.
+// flush of the primary) before it reads x or any state; each block lets the dependents
+// launch once its rows are stored (so they launch as the last blocks drain, and never
+// take a multiprocessor from a block of this grid still waiting to run). Without a programmatic launch both instructions are no-ops.
 BC_DEV void fm_grid_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -183,7 +184,6 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
         }
     }
     fm_grid_wait();
-    fm_grid_launch_dependents();
     if (vec) {
         const int nv = K / VW;
         for (int v0 = lane; v0 < nv; v0 += 32 * U) {
@@ -237,6 +237,7 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
         }
     }
     fm_store<XT, R, EPI>(acc, n0, p);
+    fm_grid_launch_dependents();
 }
 
 // ------------------------------------------------------------------ quantized weights
@@ -276,7 +277,6 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
     stage_seg(0);                       // weights only: before waiting for the previous node
     bcq_commit();
     fm_grid_wait();
-    fm_grid_launch_dependents();
     for (int sg = 0; sg < nseg; ++sg) {
         if (sg + 1 < nseg) stage_seg(sg + 1);
         bcq_commit();
@@ -313,6 +313,7 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
 #pragma unroll
     for (int i = 0; i < R; ++i) { out[i][0] = acc[i]; out[i][1] = acc[NT - 1 - (R - 1 - i)]; }
     fm_store<XT, R, EPI>(out, n0, p);
+    fm_grid_launch_dependents();
 }
 #endif
 
