@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import barecuda as bc
+from barecuda.kernels import _args as A
 from barecuda.kernels import _dequant as D
 from barecuda.kernels import _registry
 
@@ -222,7 +223,7 @@ def test_dequantize_launch_on_the_double(fake):
     la = fake.last_launch()
     assert la.name == "dequant_q4_k_bf16"
     assert la.block == (128, 1, 1)
-    assert la.grid[0] == min(-(-34 // 4), D.sm_count(0) * 16)
+    assert la.grid[0] == min(-(-34 // 4), A.sm_count(0) * 16)
     assert struct.unpack_from("<QQq", la.params, 0) == (buf.ptr, out.ptr, n_blocks)
     qw = D.QuantWeight(buf, "q4_k", (n_blocks, 256))
     o2 = bc.empty((n_blocks, 256), "float32")
@@ -304,12 +305,13 @@ def test_dequantize_plan_in_a_captured_graph():
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("fmt", QFORMATS)
-def test_dequantize_eight_weights_per_lane(fmt, dtype):
-    """dequant.cu built with DQ_P8=1 (BcQ::part, coalesced stores; the bench's candidate)."""
+def test_dequantize_unit_layout(fmt, dtype):
+    """dequant.cu built with DQ_P8=0 (a lane decodes 32-weight units; the default is 8 weights
+    a lane, coalesced stores): the bench's comparison row."""
     rng = np.random.default_rng()
     qk = D.format_info(fmt)[2]
     code = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
-    kern = _registry.get("dequant.cu", f"dequant_{fmt}_{code}", (("DQ_P8", 1),))
+    kern = _registry.get("dequant.cu", f"dequant_{fmt}_{code}", (("DQ_P8", 0),))
     for shape in SHAPES[qk]:
         raw = random_blocks(rng, fmt, shape[0] * shape[1])
         ref = reference(raw, fmt, shape)

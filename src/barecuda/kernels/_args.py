@@ -7,6 +7,9 @@ with ``barecuda.as_device_buffer(x, stream=stream)``, which also orders a foreig
 array's producer stream before ``stream`` (docs/interop.md); a ``DeviceBuffer`` is
 taken as is. No numpy, no torch import.
 """
+import ctypes
+from typing import Any, Callable, Dict, Tuple
+
 from barecuda._buffer import DeviceBuffer, empty
 from barecuda._interop import as_device_buffer
 
@@ -53,7 +56,7 @@ def dt(b):
     return n
 
 
-_DT_NAMES = {}
+_DT_NAMES: Dict[Any, str] = {}
 
 
 def float_code(b, name, allowed=FLOAT_CODES):
@@ -158,6 +161,13 @@ def scalar_f32(v, name):
     return float(v)
 
 
+def f32(v):
+    """A float32 kernel argument as a 4-byte ctypes scalar: it packs into a parameter whose
+    type is known (PTX) or only its size (a cubin loaded without PTX: a cache hit, a prebuilt
+    file), where a Python float would be refused as ambiguous."""
+    return ctypes.c_float(v)
+
+
 def int_arg(v, name, lo=None, hi=None):
     """An int in [lo, hi]; TypeError for non-integers, ValueError out of range."""
     if isinstance(v, bool) or not isinstance(v, int):
@@ -206,6 +216,35 @@ def row_kernel(vec, cols, vn, kernel_of):
     cap = k.max_threads_per_block & ~31
     t = ((-(-nch // kv)) + 31) & ~31
     return k, max(32, min(cap, t))
+
+
+_sm_count: Dict[int, int] = {}
+_wave: Dict[Tuple[int, int, int], int] = {}
+
+
+def sm_count(device):
+    """The device's multiprocessor count (cached)."""
+    d = int(device)
+    n = _sm_count.get(d)
+    if n is None:
+        from barecuda._device import Device
+        n = _sm_count[d] = Device(d).attribute("multiprocessor_count")
+    return n
+
+
+def wave(kernel, block, n, device):
+    """Grid of a kernel whose blocks loop over ``n`` rows: one resident wave (blocks a
+    multiprocessor holds x multiprocessors), at most ``n``."""
+    key = (id(kernel), block, int(device))
+    w = _wave.get(key)
+    if w is None:
+        w = _wave[key] = max(1, kernel.max_active_blocks_per_sm(block)) * sm_count(device)
+    return min(n, w)
+
+
+def attach_plan(op: Callable[..., Any], plan: Callable[..., Any]) -> None:
+    """``op.plan = plan``: an op's plan form, reached as ``barecuda.kernels.rmsnorm.plan``."""
+    setattr(op, "plan", plan)
 
 
 def ptr_or_0(b):

@@ -116,18 +116,6 @@ class QuantWeight:
         return f"QuantWeight({self.format}, shape={self.shape}, {self.nbytes} bytes at 0x{self.data.ptr:x})"
 
 
-_sm_count = {}
-
-
-def sm_count(device):
-    d = int(device)
-    n = _sm_count.get(d)
-    if n is None:
-        from barecuda._device import Device
-        n = _sm_count[d] = Device(d).attribute("multiprocessor_count")
-    return n
-
-
 def _prepare(buffer, format, shape, dtype, out, stream):
     if isinstance(buffer, QuantWeight):
         if format is not None or shape is not None:
@@ -149,7 +137,7 @@ def _prepare(buffer, format, shape, dtype, out, stream):
     nblocks = qw.data.nbytes // qw.block_bytes
     kern = _registry.get("dequant.cu", f"dequant_{qw.format}_{code}", (), int(qw.data.device))
     nseg = -(-nblocks // _SEG[qw.block])
-    grid = max(1, min(-(-nseg // _WARPS), sm_count(qw.data.device) * 16))
+    grid = max(1, min(-(-nseg // _WARPS), _args.sm_count(qw.data.device) * 16))
     return kern, grid, qw, y, nblocks
 
 
@@ -185,6 +173,6 @@ def plan_dequantize(buffer, format=None, shape=None, *, dtype="float16", out, st
     return kern.bind(grid, 32 * _WARPS, qw.data, y, nblocks, stream=stream)
 
 
-dequantize.plan = plan_dequantize
+_args.attach_plan(dequantize, plan_dequantize)
 
 KERNELS = [("dequant.cu", tuple(f"dequant_{f}_{c}" for f in FORMATS if f not in DENSE for c in ("f32", "f16", "bf16")), ())]

@@ -122,13 +122,13 @@ def _gelu_op(approximate):
     raise ValueError(f"approximate={approximate!r}: expected 'none' or 'tanh'")
 
 
-silu_mul.plan = lambda gate, up=None, *, out=None, stream=None: _bind(
-    _prep_ew("silu_mul", gate, up, out, stream, split=up is None), stream)
-gelu.plan = lambda x, *, approximate="none", out=None, stream=None: _bind(
-    _prep_ew(_gelu_op(approximate), x, None, out, stream), stream)
-silu.plan = lambda x, *, out=None, stream=None: _bind(_prep_ew("silu", x, None, out, stream), stream)
-add.plan = lambda a, b, *, out=None, stream=None: _bind(_prep_ew("add", a, _need(b), out, stream), stream)
-mul.plan = lambda a, b, *, out=None, stream=None: _bind(_prep_ew("mul", a, _need(b), out, stream), stream)
+A.attach_plan(silu_mul, lambda gate, up=None, *, out=None, stream=None: _bind(
+    _prep_ew("silu_mul", gate, up, out, stream, split=up is None), stream))
+A.attach_plan(gelu, lambda x, *, approximate="none", out=None, stream=None: _bind(
+    _prep_ew(_gelu_op(approximate), x, None, out, stream), stream))
+A.attach_plan(silu, lambda x, *, out=None, stream=None: _bind(_prep_ew("silu", x, None, out, stream), stream))
+A.attach_plan(add, lambda a, b, *, out=None, stream=None: _bind(_prep_ew("add", a, _need(b), out, stream), stream))
+A.attach_plan(mul, lambda a, b, *, out=None, stream=None: _bind(_prep_ew("mul", a, _need(b), out, stream), stream))
 
 
 # ------------------------------------------------------------------ embedding
@@ -178,4 +178,4 @@ def _emb_plan(table, ids, *, out=None, stream=None):
     return k.bind(grid, block, *args, stream=stream)
 
 
-embedding.plan = _emb_plan
+A.attach_plan(embedding, _emb_plan)

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import threading
+from typing import Any, Dict
 
 from barecuda._errors import CudaError, DriverVersionError
 from barecuda._nvrtc import CompilerNotFoundError
@@ -39,11 +40,11 @@ NVRTC_HINT = "install NVRTC with: " + _libfind.install_advice(_libfind.NVRTC)   
 _NOT_FAMILIES = frozenset({"_registry", "_args", "_prebuild"})
 
 _lock = threading.RLock()
-_kernels = {}          # (source, name, defines, ordinal) -> Kernel
-_modules = {}          # (source, defines, ordinal) -> Module
-_digests = {}          # (source, defines) -> hex digest
+_kernels: Dict[Any, Any] = {}          # (source, name, defines, ordinal) -> Kernel
+_modules: Dict[Any, Any] = {}          # (source, defines, ordinal) -> Module
+_digests: Dict[Any, str] = {}          # (source, defines) -> hex digest
 _manifest = None       # prebuilt/manifest.json, read once
-_origin = {}           # (source, defines, ordinal) -> 'prebuilt-cubin' | 'prebuilt-ptx' | 'cache' | 'nvrtc'
+_origin: Dict[Any, str] = {}           # (source, defines, ordinal) -> 'prebuilt-cubin' | 'prebuilt-ptx' | 'cache' | 'nvrtc'
 
 
 def get(source, name, defines=(), device=None):

@@ -111,7 +111,7 @@ def _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, 
     P = A.ptr_or_0
     args = (bqo, bq, sqot, sqoh, sqt, sqh, hq,
             P(bko), P(bk), skot, skoh, skt, skh, hk,
-            n, max(seqlen, 1), D, rot, P(bposs), P(bpos), pos0, theta, *l3)
+            n, max(seqlen, 1), D, rot, P(bposs), P(bpos), pos0, A.f32(theta), *map(A.f32, l3))
     total = n * (rot // 2)                  # one thread a (token, rotated pair), looping over the heads
     if not total or not (hq + hk):
         return kern, 0, args, (bqo if bk is None else (bqo, bko))
@@ -162,4 +162,4 @@ def _plan(q, k=None, *, pos=0, positions=None, theta=10000.0, layout="neox", rot
     return kern.bind(grid, _BLOCK, *args, stream=stream)
 
 
-rope.plan = _plan
+A.attach_plan(rope, _plan)
