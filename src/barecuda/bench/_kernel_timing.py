@@ -62,3 +62,28 @@ def _torch():
     except Exception:   # noqa: BLE001
         pass
     return None
+
+
+def torch_graph_us(torch, body, count, reps=15):
+    """microseconds per op of ``body()`` (which issues ``count`` ops) captured in a torch CUDA
+    graph, median over replays (the torch rows beside the kernel rows)."""
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        body()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    del g
+    return _median(ts) * 1e3 / count

@@ -13,7 +13,7 @@ import math
 import sys
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs  # noqa: F401
+from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs, torch_graph_us  # noqa: F401
 
 ORDER = 61
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch GB/s", 11), ("vs torch", 9)]
@@ -29,7 +29,6 @@ def _weights(bc, s, nbytes, make):
 
 
 def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
-    F = torch.nn.functional
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     ws = [torch.full((n, k), 0.01, device="cuda", dtype=dt) for _ in range(count)]
     x = torch.full((batch, k), 0.01, device="cuda", dtype=dt)
@@ -38,27 +37,10 @@ def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
     def body():
         for w, y in zip(ws, ys):
             torch.matmul(x, w.t(), out=y)
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        body()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    del g, ws, ys
+    us = torch_graph_us(torch, body, count, reps)
+    del ws, ys
     torch.cuda.empty_cache()
-    return _median(ts) * 1e3 / count
+    return us
 
 
 def dense_rows(bc, s, torch=None, dtype="float16", shapes=DENSE, batches=(1,)):
@@ -110,8 +92,10 @@ def quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=QUAN
 
 
 def dequant_p8_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096)):
-    """dequant.cu built with DQ_P8=1 (8 weights per lane, coalesced stores), f16 out."""
+    """dequant.cu built with DQ_P8=0 (32-weight units a lane; the default is 1: 8 weights a lane,
+    coalesced stores), f16 out."""
     from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _args as A
     from barecuda.kernels import _registry
     out = []
     n, k = shape
@@ -122,12 +106,12 @@ def dequant_p8_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=
         for b in bufs:
             b.memset(0x1c, stream=s)
         y = bc.empty((n, k), "float16", stream=s)
-        kern = _registry.get("dequant.cu", f"dequant_{fmt}_f16", (("DQ_P8", 1),))
+        kern = _registry.get("dequant.cu", f"dequant_{fmt}_f16", (("DQ_P8", 0),))
         nblocks = qbytes // bb
-        grid = max(1, min(-(-nblocks // (D._SEG[qk] * 4)), D.sm_count(0) * 16))
+        grid = max(1, min(-(-nblocks // (D._SEG[qk] * 4)), A.sm_count(0) * 16))
         plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
         us = _time_plans(bc, s, plans)
-        out.append((f"sweep dequantize {fmt} DQ_P8=1 -> 16 {n}x{k}", us, qbytes + obytes, None))
+        out.append((f"sweep dequantize {fmt} DQ_P8=0 -> 16 {n}x{k}", us, qbytes + obytes, None))
         del plans, bufs
     return out
 
@@ -170,36 +154,50 @@ def sweep_rows(bc, s, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), varia
     return out
 
 
-def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shapes=((14336, 4096), (4096, 14336)),
-                variants=((), (("MVQ_R", 2),), (("MVQ_P8", 1),), (("MVQ_P8", 1), ("MVQ_R", 2)))):
-    """Quantized f16-x batch-1 matvec with MVQ_R rows per warp and the 8-weights-per-lane layout."""
+# (tensor-core entry?, extra defines over the format's default module)
+QVARIANTS = ((False, ()), (True, ()), (True, (("MVT_W", 8),)))
+
+
+def qsweep_variants(fmt):
+    """The sweep's variants for ``fmt`` (8 warps a block only where its staging fits 48 KB)."""
+    return [v for v in QVARIANTS if not (dict(v[1]).get("MVT_W") == 8 and fmt in ("q6_k", "q4_1"))]
+
+
+def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=((14336, 4096), (4096, 14336)),
+                batches=(1, 8), variants=None):
+    """Quantized f16-x matvec, CUDA-core entries (matvec_f16_b<B>: MVQ_R rows a warp) against the
+    tensor-core ones (matvec_f16_tc: MVT_W warps a 16-row tile), batch 1 and 8."""
     from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _matvec as M
     from barecuda.kernels import _registry
     out = []
     for fmt in fmts:
         _, t, qk, bb = D.format_info(fmt)
+        base = (("WFMT", t),) + M._quant_tuning(fmt)
         for n, k in shapes:
             wbytes = n * k // qk * bb
             bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
             for b in bufs:
                 b.memset(0x1c, stream=s)
-            x = bc.empty((1, k), "float16", stream=s)
-            x.memset(0x1c, stream=s)
-            y = bc.empty((1, n), "float16", stream=s)
-            for v in variants:
-                r = dict(v).get("MVQ_R", 1)
-                kern = _registry.get("matvec.cu", "matvec_f16_b1", (("WFMT", t),) + v)
-                plans = [kern.bind(-(-n // (4 * r)), 128, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
-                us = _time_plans(bc, s, plans)
-                tag = " ".join(f"{a}={b}" for a, b in v) or "MVQ_R=1"
-                out.append((f"sweep {fmt} {n}x{k} {tag}{_occ(kern)}", us, wbytes, None))
+            for nb in batches:
+                x = bc.empty((nb, k), "float16", stream=s)
+                x.memset(0x1c, stream=s)
+                y = bc.empty((nb, n), "float16", stream=s)
+                for tc, v in variants or qsweep_variants(fmt):
+                    rows, threads = M._quant_geometry(base + v, "f16", None, tc)
+                    name = "matvec_f16_tc" if tc else f"matvec_f16_b{next(c for c in (1, 2, 4, 8) if c >= nb)}"
+                    kern = _registry.get("matvec.cu", name, base + v)
+                    plans = [kern.bind(-(-n // rows), threads, b, 0, x, y, 0, n, k, nb, 0, stream=s) for b in bufs]
+                    us = _time_plans(bc, s, plans)
+                    tag = ("tensor cores" if tc else "CUDA cores") + "".join(f" {a}={c}" for a, c in v)
+                    out.append((f"sweep {fmt} {n}x{k} b{nb} {tag}{_occ(kern, threads)}", us, wbytes, None))
             del bufs
     return out
 
 
-def _occ(kern):
+def _occ(kern, threads=128):
     try:
-        return f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(128)} blk/SM]"
+        return f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(threads)} blk/SM]"
     except Exception:   # noqa: BLE001
         return ""
 

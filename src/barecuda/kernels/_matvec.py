@@ -36,8 +36,28 @@ def _dense_tuning(fmt, n, k, epi):
     return ()
 
 
+# Quantized weights with f16/bf16 activations and a batch of TC_MIN_BATCH or more take the
+# tensor-core entries (matvec_<x>_tc*, csrc/matvec.cu: a block of MVT_W warps a 16-row tile;
+# the mma's 8 columns hold the batch rows, so a batch of 8 costs what a batch of 1 does).
+# At batch 1 the CUDA-core entries are as fast or faster (H100: Q4_K 14336x4096 40.7% vs
+# 38.3% of spec, 4096x14336 20.3% vs 37.6%; docs/kernels.md).
+TC_MIN_BATCH = 2
+_TC_WARPS = 4         # MVT_W in matvec.cu
+
+
 def _quant_tuning(fmt):
     return (("MVQ_R", 2),) if fmt in _QTUNED else ()
+
+
+def _quant_geometry(defines, code, epi, tc=False):
+    """(rows a block covers, threads a block) of a quantized module's entry for x dtype
+    ``code``: the tensor-core entries (``tc``) or the CUDA-core ones."""
+    d = dict(defines)
+    if tc:
+        return 16, 32 * d.get("MVT_W", _TC_WARPS)
+    return _WARPS * (1 if epi == "glu" else d.get("MVQ_R", 1)), 32 * _WARPS
+
+
 _EPI = {None: "", "res": "_res", "glu": "_glu"}
 _CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # str(dtype) -> entry suffix
 
@@ -94,13 +114,16 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         tune = _dense_tuning(fmt, n, k, epi)
         defines = (("WFMT", t),) + tune
         rows_per_block = _WARPS * dict(tune).get("MV_R", 1)
+        threads = 32 * _WARPS
+        tc = False
     else:
         if xb.ptr % 16:
             raise ValueError(f"x: address 0x{xb.ptr:x} is not 16-byte aligned (needed with {fmt} weights)")
         vec = 0
         tune = _quant_tuning(fmt)
         defines = (("WFMT", t),) + tune
-        rows_per_block = _WARPS * (1 if epi == "glu" else dict(tune).get("MVQ_R", 1))
+        tc = code != "f32" and nb >= TC_MIN_BATCH
+        rows_per_block, threads = _quant_geometry(tune, code, epi, tc)
     _args.same_device(("x", xb), ("weight", wb), ("up", ub))
     rb = None
     if residual is not None:
@@ -117,10 +140,11 @@ def _prepare(weight, up, x, residual, out, stream, epi):
     if y.ptr < xend and xb.ptr < y.ptr + nb * n * xb.itemsize:
         raise ValueError("out: overlaps x (matvec reads x while it writes out)")
     bucket = next(b for b in _BUCKETS if b >= nb)
-    kern = _registry.get("matvec.cu", f"matvec_{code}_b{bucket}{_EPI[epi]}", defines, int(xb.device))
+    entry = f"matvec_{code}_tc{_EPI[epi]}" if tc else f"matvec_{code}_b{bucket}{_EPI[epi]}"
+    kern = _registry.get("matvec.cu", entry, defines, int(xb.device))
     grid = -(-n // rows_per_block)
     args = (wb, ub if ub is not None else 0, xb, y, rb if rb is not None else 0, n, k, nb, vec)
-    return kern, grid, args, y
+    return kern, grid, threads, args, y
 
 
 def matvec(weight, x, *, residual=None, out=None, stream=None):
@@ -143,8 +167,8 @@ def matvec(weight, x, *, residual=None, out=None, stream=None):
     -------
     DeviceBuffer or the array given as ``out``
     """
-    kern, grid, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
-    kern.launch(grid, 32 * _WARPS, *args, stream=stream)
+    kern, grid, threads, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
+    kern.launch(grid, threads, *args, stream=stream)
     return out if out is not None else y
 
 
@@ -154,8 +178,8 @@ def matvec_silu_mul(gate, up, x, *, out=None, stream=None):
     ``gate`` and ``up`` have one format and shape ([N, K] arrays or QuantWeights; they may be
     views of one buffer); the rest as :func:`matvec`.
     """
-    kern, grid, args, y = _prepare(gate, up, x, None, out, stream, "glu")
-    kern.launch(grid, 32 * _WARPS, *args, stream=stream)
+    kern, grid, threads, args, y = _prepare(gate, up, x, None, out, stream, "glu")
+    kern.launch(grid, threads, *args, stream=stream)
     return out if out is not None else y
 
 
@@ -164,21 +188,23 @@ def plan_matvec(weight, x, *, residual=None, out, stream=None):
     adds it to a graph. ``out`` is required (a plan writes into memory you name)."""
     if out is None:
         raise ValueError("plan_matvec: out= is required")
-    kern, grid, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
-    return kern.bind(grid, 32 * _WARPS, *args, stream=stream)
+    kern, grid, threads, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
+    return kern.bind(grid, threads, *args, stream=stream)
 
 
 def plan_matvec_silu_mul(gate, up, x, *, out, stream=None):
     """:func:`matvec_silu_mul` as a plan (see :func:`plan_matvec`)."""
     if out is None:
         raise ValueError("plan_matvec_silu_mul: out= is required")
-    kern, grid, args, y = _prepare(gate, up, x, None, out, stream, "glu")
-    return kern.bind(grid, 32 * _WARPS, *args, stream=stream)
+    kern, grid, threads, args, y = _prepare(gate, up, x, None, out, stream, "glu")
+    return kern.bind(grid, threads, *args, stream=stream)
 
 
-matvec.plan = plan_matvec
-matvec_silu_mul.plan = plan_matvec_silu_mul
+_args.attach_plan(matvec, plan_matvec)
+_args.attach_plan(matvec_silu_mul, plan_matvec_silu_mul)
 
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
-KERNELS = ([("matvec.cu", _NAMES, (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k))) for k, v in FORMATS.items()]
+_TC_NAMES = tuple(f"matvec_{c}_tc{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
+KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES), (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))
+            for k, v in FORMATS.items()]
            + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)])
