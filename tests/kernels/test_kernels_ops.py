@@ -342,6 +342,26 @@ def test_norms_vs_torch_strided(dtype):
     assert (got - ref).abs().max().item() <= 2 * TOL[dtype] * max(1, ref.abs().max().item())
 
 
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_row_ops_loop_over_rows(dtype):
+    """More rows than one resident wave of blocks: each block loops over rows (prefetching
+    the rows it takes next), with the residual written in place and causal masks per row."""
+    n, d = 1400, 2048
+    x, xr = to_dev(rnd((n, d), seed=2), dtype)
+    w, wr = to_dev(rnd(d, seed=3) + 1, dtype)
+    r, rr = to_dev(rnd((n, d), seed=4), dtype)
+    plan = K.rmsnorm.plan(x, w, residual=r, residual_out=r, out=bc.empty((n, d), dtype))
+    assert plan.grid[0] <= n
+    y, h = K.rmsnorm(x, w, residual=r, residual_out=r)
+    hr = from_dev(h, dtype)
+    close(hr, xr + rr, dtype)
+    close(from_dev(y, dtype), ref_rms(hr, wr, 1e-6), dtype)
+    close(from_dev(K.layernorm(x, w, w), dtype), ref_ln(xr, wr, wr, 1e-5), dtype, 2)
+    s = K.softmax(x, scale=0.5, causal=True)
+    close(from_dev(s, dtype), ref_softmax(xr, 0.5, True), dtype)
+
+
 def ref_softmax(x, scale, causal=False, offset=None):
     s = x * scale
     if causal:

@@ -22,35 +22,14 @@ import struct
 import sys
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs  # noqa: F401
+from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs, torch_graph_us  # noqa: F401
 
 ORDER = 60
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch us", 9), ("torch GB/s", 11), ("vs torch", 9)]
 ROTATE_BYTES = 512 << 20
 
 
-def _torch_us(torch, body, count, reps=15):
-    """microseconds per op of ``body()`` (which issues ``count`` ops) in a torch CUDA graph."""
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        body()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    del g
-    return _median(ts) * 1e3 / count
+_torch_us = torch_graph_us
 
 
 def _fill(bc, s, b):
@@ -94,9 +73,22 @@ def make_bufs(bc, s, dtype, shape, name):
     if name.startswith("embedding"):
         return {"t": e((128256, cols)), "ids": bc.zeros(rows, "int32", stream=s), "y": e((rows, cols))}
     if name.startswith(("argmax", "sample")):
-        return {"x": e((rows, cols)), "y": bc.empty(rows, "int32", stream=s)}
+        x = _logits(bc, s, dtype, shape) if name.endswith("_random") else e((rows, cols))
+        return {"x": x, "y": bc.empty(rows, "int32", stream=s)}
     return {"x": e((rows, cols)), "r": e((rows, cols)), "w": e(cols), "b": e(cols), "y": e((rows, cols)),
             "h": e((rows, cols))}
+
+
+def _logits(bc, s, dtype, shape):
+    """Logit-like rows: normal with standard deviation 3 (fixed seed), as ``dtype``."""
+    import numpy as np
+    x = (np.random.default_rng(1).standard_normal(shape) * 3).astype(np.float32)
+    if dtype == "float32":
+        return bc.to_device(x, stream=s)
+    if dtype == "float16":
+        return bc.to_device(x.astype(np.float16), stream=s)
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+    return bc.to_device(bits, stream=s).view("bfloat16", shape=shape)
 
 
 def make_tbufs(torch, dtype, shape, name):
@@ -189,12 +181,56 @@ CASES = [
      lambda K, b, s: K.embedding.plan(b["t"], b["ids"], out=b["y"], stream=s), 2, _t_embedding, True),
     ("decode: argmax bf16 1x128256", "argmax", "bfloat16", (1, 128256),
      lambda K, b, s: K.argmax.plan(b["x"], out=b["y"], stream=s), 1, _t_argmax, True),
-    ("decode: sample bf16 1x128256 (T 0.7)", "sample", "bfloat16", (1, 128256),
+    ("decode: sample bf16 1x128256 (T 0.7)", "sample_random", "bfloat16", (1, 128256),
      lambda K, b, s: K.sample.plan(b["x"], temperature=0.7, seed=1, out=b["y"], stream=s), 1, None, True),
-    ("decode: sample bf16 1x128256 (k 40, p 0.9)", "sample", "bfloat16", (1, 128256),
+    ("decode: sample bf16 1x128256 (k 40, p 0.9)", "sample_random", "bfloat16", (1, 128256),
      lambda K, b, s: K.sample.plan(b["x"], temperature=0.7, top_k=40, top_p=0.9, seed=1, out=b["y"], stream=s),
      1, None, True),
+    ("decode: sample bf16 1x128256 (k 40, p 0.9; every logit equal)", "sample", "bfloat16", (1, 128256),
+     lambda K, b, s: K.sample.plan(b["x"], temperature=0.7, top_k=40, top_p=0.9, seed=1, out=b["y"], stream=s),
+     1, None, True),
+    ("decode: sample bf16 1x128256 (p 0.9 alone)", "sample_random", "bfloat16", (1, 128256),
+     lambda K, b, s: K.sample.plan(b["x"], temperature=0.7, top_p=0.9, seed=1, out=b["y"], stream=s),
+     1, None, True),
 ]
+
+
+def row_sweep(prefetch=(0, 1), shape=(32768, 4096)):
+    """Row kernels (bf16 rmsnorm / layernorm / softmax) built with ROW_PF = rows prefetched
+    ahead into L2, launched with one resident wave of looping blocks or one block a row;
+    prints one line each (us, GB/s, registers, blocks a multiprocessor)."""
+    import barecuda as bc
+    import barecuda.kernels as K
+    from barecuda.kernels import _registry
+    s = bc.Stream()
+    card, spec = _spec(bc)
+    ops = (("rmsnorm", "norms.cu", lambda b: K.rmsnorm.plan(b["x"], b["w"], out=b["y"], stream=s)),
+           ("layernorm", "norms.cu", lambda b: K.layernorm.plan(b["x"], b["w"], b["b"], out=b["y"], stream=s)),
+           ("softmax", "softmax.cu", lambda b: K.softmax.plan(b["x"], out=b["y"], stream=s)))
+    rows, cols = shape
+    nbytes = 2 * rows * cols * 2
+    n = max(2, math.ceil(ROTATE_BYTES / nbytes))
+    bsets = [make_bufs(bc, s, "bfloat16", shape, "norm") for _ in range(n)]
+    for op, src, make in ops:
+        base = [make(b) for b in bsets]
+        name, block, args = base[0].kernel.name, base[0].block[0], None
+        for pf in prefetch:
+            kern = _registry.get(src, name, (("ROW_PF", pf),))
+            try:
+                occ = kern.max_active_blocks_per_sm(block)
+                regs = kern.attribute("num_regs")
+            except Exception:   # noqa: BLE001
+                occ = regs = -1
+            for grid in ("wave", "rows"):
+                g = rows if grid == "rows" else min(rows, max(1, occ) * bc.Device().attribute("multiprocessor_count"))
+                plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
+                us = _time_plans(bc, s, plans)
+                gbs = nbytes / (us * 1e-6) / 1e9
+                print(f"  sweep {op} bf16 {rows}x{cols} ROW_PF={pf} grid={grid}({g}) [{regs} regs, {occ} blk/SM]: "
+                      f"{us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
+                del plans
+        del base, args
+    del bsets
 
 
 def norms_section(ctx=None, only=None):
@@ -213,7 +249,7 @@ def norms_section(ctx=None, only=None):
         rows, cols = shape
         isz = 4 if dtype == "float32" else 2
         nbytes = nt * rows * cols * isz
-        if name in ("argmax", "sample"):
+        if name.startswith(("argmax", "sample")):
             nbytes = rows * cols * isz
         if name == "embedding":
             nbytes = 2 * rows * cols * isz
@@ -250,10 +286,10 @@ def issue_section(ctx=None):
     k, args, tb = plan.kernel, tuple(plan.args), plan.block[0]
     pb = B.ParamBlock([struct.pack("<Q", y.ptr), bytes(8), struct.pack("<Q", x.ptr), bytes(8),
                        struct.pack("<Q", w.ptr), struct.pack("<i", 64), struct.pack("<q", 64), bytes(8),
-                       struct.pack("<q", 64), bytes(8), struct.pack("<f", 1e-6)])
+                       struct.pack("<q", 64), bytes(8), struct.pack("<f", 1e-6), struct.pack("<q", 1)])
     ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "a": args, "tb": tb}
-    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 11 args)", k.handle, 1, tb, pb, s)]
-    rows.append(py_row("launch_rms", "Kernel.launch(1, block, *11 args)", "k.launch(1, tb, *a, stream=s)",
+    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 12 args)", k.handle, 1, tb, pb, s)]
+    rows.append(py_row("launch_rms", "Kernel.launch(1, block, *12 args)", "k.launch(1, tb, *a, stream=s)",
                        ns, "s.synchronize()", ref="raw_rms"))
     rows.append(py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"))
     rows.append(py_row("op_rms", "K.rmsnorm(x, w, out=y, stream=s), DeviceBuffers",
@@ -286,6 +322,8 @@ ALIASES = {"norms": ("kernels_norms", "kernels_issue")}
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("-")]
+    if "--sweep" in sys.argv:
+        row_sweep()
     if "--issue-only" not in sys.argv:
         print("\n".join(norms_section(only=args or None).format()))
     if "--no-issue" not in sys.argv:

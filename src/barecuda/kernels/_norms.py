@@ -71,9 +71,11 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
     k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("norms.cu", f"{op}_{code}_{v}", (), dev))
     P = A.ptr_or_0
     if ln:
-        args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, eps)
+        args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, A.f32(eps), n)
     else:
-        args = (by, P(bh), bx, P(br), P(bw), cols, sy, sh, sx, sr, eps)
+        args = (by, P(bh), bx, P(br), P(bw), cols, sy, sh, sx, sr, A.f32(eps), n)
+    # a block a row (the kernel's row loop then runs once): on the H100, rmsnorm/layernorm
+    # bf16 32768x4096 at 89%/78% of spec this way against 82%/76% with one looping wave
     return k, n, block, args, (by if br is None else (by, bh))
 
 
@@ -96,9 +98,9 @@ def rmsnorm(x, weight=None, eps=1e-6, *, residual=None, residual_out=None, out=N
     -------
     y, or (y, residual_out) when ``residual`` is given.
     """
-    k, n, block, args, res = _prep(False, x, weight, None, eps, residual, residual_out, out, stream)
-    if n:
-        k.launch(n, block, *args, stream=stream)
+    k, grid, block, args, res = _prep(False, x, weight, None, eps, residual, residual_out, out, stream)
+    if grid:
+        k.launch(grid, block, *args, stream=stream)
     return res
 
 
@@ -106,17 +108,17 @@ def layernorm(x, weight=None, bias=None, eps=1e-5, *, residual=None, residual_ou
     """Layer normalisation over the last axis: ``y = (h - mean) / sqrt(var + eps) * weight + bias``
     (biased variance, as torch), ``h`` as in :func:`rmsnorm`. Returns y, or
     (y, residual_out) when ``residual`` is given."""
-    k, n, block, args, res = _prep(True, x, weight, bias, eps, residual, residual_out, out, stream)
-    if n:
-        k.launch(n, block, *args, stream=stream)
+    k, grid, block, args, res = _prep(True, x, weight, bias, eps, residual, residual_out, out, stream)
+    if grid:
+        k.launch(grid, block, *args, stream=stream)
     return res
 
 
 def _plan(ln, x, weight, bias, eps, residual, residual_out, out, stream):
-    k, n, block, args, _ = _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream)
-    if not n:
+    k, grid, block, args, _ = _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream)
+    if not grid:
         raise ValueError("x has no rows: nothing to plan")
-    return k.bind(n, block, *args, stream=stream)
+    return k.bind(grid, block, *args, stream=stream)
 
 
 def _rms_plan(x, weight=None, eps=1e-6, *, residual=None, residual_out=None, out=None, stream=None):
@@ -129,5 +131,5 @@ def _ln_plan(x, weight=None, bias=None, eps=1e-5, *, residual=None, residual_out
     return _plan(True, x, weight, bias, eps, residual, residual_out, out, stream)
 
 
-rmsnorm.plan = _rms_plan
-layernorm.plan = _ln_plan
+A.attach_plan(rmsnorm, _rms_plan)
+A.attach_plan(layernorm, _ln_plan)

@@ -59,7 +59,7 @@ def _argmax_plan(x, *, out=None, stream=None):
     return k.bind(grid, block, *args, stream=stream)
 
 
-argmax.plan = _argmax_plan
+A.attach_plan(argmax, _argmax_plan)
 
 
 def _prep_sample(x, temperature, top_k, top_p, seed, offset, out, stream):
@@ -84,7 +84,7 @@ def _prep_sample(x, temperature, top_k, top_p, seed, offset, out, stream):
     bo = _out_ids(out, bx, stream)
     A.same_device(("logits", bx), ("out", bo), ("offset", boff))
     k = get("sampling.cu", f"sample_{code}", (), int(bx.device))
-    return k, min(n, _MAX_GRID), _SAMPLE_THREADS, (bo, bx, n, v, st, 1.0 / t, top_k, top_p, seed, off0,
+    return k, min(n, _MAX_GRID), _SAMPLE_THREADS, (bo, bx, n, v, st, A.f32(1.0 / t), top_k, A.f32(top_p), seed, off0,
                                                   A.ptr_or_0(boff)), bo
 
 
@@ -119,4 +119,4 @@ def _sample_plan(logits, *, temperature=1.0, top_k=0, top_p=1.0, seed=0, offset=
     return k.bind(grid, block, *args, stream=stream)
 
 
-sample.plan = _sample_plan
+A.attach_plan(sample, _sample_plan)

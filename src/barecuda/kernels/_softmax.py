@@ -39,7 +39,7 @@ def _prep(x, scale, causal, offset, out, stream):
     vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy)))
     dev = int(bx.device)
     k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("softmax.cu", f"softmax_{code}_{v}", (), dev))
-    return k, n, block, (by, bx, cols, sy, sx, scale, qlen, off), by
+    return k, A.wave(k, block, n, dev), block, (by, bx, cols, sy, sx, A.f32(scale), qlen, off, n), by
 
 
 def softmax(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
@@ -57,18 +57,18 @@ def softmax(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
     out : device array like x (contiguous), or x itself; default: new
     stream : optional
     """
-    k, n, block, args, res = _prep(x, scale, causal, offset, out, stream)
-    if n:
-        k.launch(n, block, *args, stream=stream)
+    k, grid, block, args, res = _prep(x, scale, causal, offset, out, stream)
+    if grid:
+        k.launch(grid, block, *args, stream=stream)
     return res
 
 
 def _plan(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
     """The launch of :func:`softmax` bound once (``args[0]`` is y)."""
-    k, n, block, args, _ = _prep(x, scale, causal, offset, out, stream)
-    if not n:
+    k, grid, block, args, _ = _prep(x, scale, causal, offset, out, stream)
+    if not grid:
         raise ValueError("x has no rows: nothing to plan")
-    return k.bind(n, block, *args, stream=stream)
+    return k.bind(grid, block, *args, stream=stream)
 
 
-softmax.plan = _plan
+A.attach_plan(softmax, _plan)

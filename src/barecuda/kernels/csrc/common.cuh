@@ -137,25 +137,20 @@ BC_DEV float bc_warp_max(float v) {
 }
 // Block-wide reductions over blockDim.x threads (a multiple of 32, at most 1024); every
 // thread gets the result. Safe to call repeatedly (the leading barrier guards reuse).
-BC_DEV float bc_block_sum(float v) {
-    __shared__ float sh[32];
+// bc_block_reduce: the block-wide form of a warp reduction `wr` (`id` for absent warps).
+template <typename V, typename WR> BC_DEV V bc_block_reduce(V v, WR wr, V id) {
+    __shared__ V sh[32];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = bc_warp_sum(v);
+    v = wr(v);
     __syncthreads();
     if (lane == 0) sh[w] = v;
     __syncthreads();
-    v = lane < nw ? sh[lane] : 0.f;
-    return bc_warp_sum(v);
+    v = lane < nw ? sh[lane] : id;
+    return wr(v);
 }
+BC_DEV float bc_block_sum(float v) { return bc_block_reduce(v, [](float a) { return bc_warp_sum(a); }, 0.f); }
 BC_DEV float bc_block_max(float v) {
-    __shared__ float sh[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = bc_warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -__int_as_float(0x7f800000);
-    return bc_warp_max(v);
+    return bc_block_reduce(v, [](float a) { return bc_warp_max(a); }, -__int_as_float(0x7f800000));
 }
 
 // two sums in one block reduction (one barrier pair instead of two)
@@ -168,14 +163,7 @@ BC_DEV float2 bc_warp_sum2(float2 v) {
     return v;
 }
 BC_DEV float2 bc_block_sum2(float2 v) {
-    __shared__ float2 sh2[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = bc_warp_sum2(v);
-    __syncthreads();
-    if (lane == 0) sh2[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh2[lane] : make_float2(0.f, 0.f);
-    return bc_warp_sum2(v);
+    return bc_block_reduce(v, [](float2 a) { return bc_warp_sum2(a); }, make_float2(0.f, 0.f));
 }
 
 // ------------------------------------------------------------------ math

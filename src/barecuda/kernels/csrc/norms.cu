@@ -4,7 +4,7 @@
 //   rmsnorm:   y = h / sqrt(mean(h^2) + eps) * w
 //   layernorm: y = (h - mean(h)) / sqrt(var(h) + eps) * w + b     (w, b optional: null)
 //
-// fp32 math throughout; one block per row (rowwise.cuh). Entries:
+// fp32 math throughout; a block per row at a time, looping over rows (rowwise.cuh). Entries:
 //   {rmsnorm,layernorm}_{f32,f16,bf16}_{v1,v2,v4,v8,s8}
 // vK: 16-byte vectors, K of them kept a thread; needs cols % (16/sizeof(T)) == 0 and every
 // pointer and row stride 16-byte aligned. s8: scalar, 8 elements kept a thread. The host
@@ -12,129 +12,147 @@
 #include "rowwise.cuh"
 
 template <typename T, int VN, int KV, bool LN>
-__device__ void norm_row(T* __restrict__ y, T* hout, const T* x, const T* r,
-                         const T* __restrict__ w, const T* __restrict__ b,
-                         i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {
-    const i64 row = blockIdx.x;
+__device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
+                          const T* __restrict__ w, const T* __restrict__ b,
+                          i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {
     const int nch = cols / VN;
     const int bd = blockDim.x, tid = threadIdx.x;
-    x += row * sx;
-    y += row * sy;
-    if (r) { r += row * sr; }
-    if (hout) { hout += row * sh; }
     const float inv_n = 1.f / (float)cols;
-    float mean = 0.f, rstd;
     if (nch <= KV * bd) {
-        float v[KV * VN];
-        float s = 0.f, s2 = 0.f;
-        // layernorm: sums of (h - h[0]) and its square in one reduction; the shift by the
-        // row's first value keeps E[d^2] - E[d]^2 accurate when |mean| >> std
-        const float shift = LN ? bc_load(x) + (r ? bc_load(r) : 0.f) : 0.f;
+        // layernorm sums (h - h[0]) and its square in one reduction: the shift by the row's
+        // first value keeps E[d^2] - E[d]^2 accurate when |mean| >> std
+        for (int a = 1; a < ROW_PF; ++a) {
+            bc_prefetch_ahead<T, VN>(x, blockIdx.x, rows, sx, cols, a);
+            bc_prefetch_ahead<T, VN>(r, blockIdx.x, rows, sr, cols, a);
+        }
+        for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+            bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols);
+            bc_prefetch_ahead<T, VN>(r, row, rows, sr, cols);
+            const T* xr = x + row * sx;
+            const T* rr = r ? r + row * sr : r;
+            const float shift = LN ? bc_load(xr) + (rr ? bc_load(rr) : 0.f) : 0.f;
+            float v[KV * VN];
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-                BcChunk<T, VN>::load(x, c, v + k * VN);
-                if (r) {
-                    float rv[VN];
-                    BcChunk<T, VN>::load(r, c, rv);
+            for (int k = 0; k < KV; ++k) {
+                const int c = tid + k * bd;
+                if (c < nch) {
+                    BcChunk<T, VN>::load(xr, c, v + k * VN);
+                    if (rr) {
+                        float rv[VN];
+                        BcChunk<T, VN>::load(rr, c, rv);
 #pragma unroll
-                    for (int i = 0; i < VN; ++i) v[k * VN + i] += rv[i];
-                    if (hout) BcChunk<T, VN>::store(hout, c, v + k * VN);
-                }
-#pragma unroll
-                for (int i = 0; i < VN; ++i) {
-                    const float d = v[k * VN + i] - shift;
-                    s += d;
-                    s2 += d * d;
+                        for (int i = 0; i < VN; ++i) v[k * VN + i] += rv[i];
+                    }
                 }
             }
-        }
-        if (LN) {
-            const float2 t = bc_block_sum2(make_float2(s, s2));
-            const float dm = t.x * inv_n;
-            mean = shift + dm;
-            rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
-        } else {
-            rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
-        }
+            float s = 0.f, s2 = 0.f;
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-                float wv[VN], bv[VN], o[VN];
-                if (w) BcChunk<T, VN>::load(w, c, wv);
-                if (LN && b) BcChunk<T, VN>::load(b, c, bv);
+            for (int k = 0; k < KV; ++k) {
+                const int c = tid + k * bd;
+                if (c < nch) {
+                    if (r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
 #pragma unroll
-                for (int i = 0; i < VN; ++i) {
-                    float t = (v[k * VN + i] - mean) * rstd;
-                    if (w) t *= wv[i];
-                    if (LN && b) t += bv[i];
-                    o[i] = t;
+                    for (int i = 0; i < VN; ++i) {
+                        const float d = v[k * VN + i] - shift;
+                        s += d;
+                        s2 += d * d;
+                    }
                 }
-                BcChunk<T, VN>::store(y, c, o);
+            }
+            float mean = 0.f, rstd;
+            if (LN) {
+                const float2 t = bc_block_sum2(make_float2(s, s2));
+                const float dm = t.x * inv_n;
+                mean = shift + dm;
+                rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
+            } else {
+                rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
+            }
+#pragma unroll
+            for (int k = 0; k < KV; ++k) {
+                const int c = tid + k * bd;
+                if (c < nch) {
+                    float wv[VN], bv[VN], o[VN];
+                    if (w) BcChunk<T, VN>::load(w, c, wv);
+                    if (LN && b) BcChunk<T, VN>::load(b, c, bv);
+#pragma unroll
+                    for (int i = 0; i < VN; ++i) {
+                        float t = (v[k * VN + i] - mean) * rstd;
+                        if (w) t *= wv[i];
+                        if (LN && b) t += bv[i];
+                        o[i] = t;
+                    }
+                    BcChunk<T, VN>::store(y + row * sy, c, o);
+                }
             }
         }
         return;
     }
     // streaming path: long rows; h is read back from hout (or recomputed from x + r)
-    float s = 0.f;
-    for (int c = tid; c < nch; c += bd) {
-        float v[VN];
-        BcChunk<T, VN>::load(x, c, v);
-        if (r) {
-            float rv[VN];
-            BcChunk<T, VN>::load(r, c, rv);
-#pragma unroll
-            for (int i = 0; i < VN; ++i) v[i] += rv[i];
-            if (hout) BcChunk<T, VN>::store(hout, c, v);
-        }
-#pragma unroll
-        for (int i = 0; i < VN; ++i) s += LN ? v[i] : v[i] * v[i];
-    }
-    s = bc_block_sum(s);
-    // the same thread reads back the same chunks it wrote: no barrier needed
-    const T* hsrc = (r && hout) ? (const T*)hout : x;
-    const bool add_r = r && !hout;
-    if (LN) {
-        mean = s * inv_n;
-        float q = 0.f;
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * sx;
+        const T* rr = r ? r + row * sr : r;
+        T* hr = hout ? hout + row * sh : hout;
+        T* yr = y + row * sy;
+        float s = 0.f;
         for (int c = tid; c < nch; c += bd) {
-            float v[VN], rv[VN];
+            float v[VN];
+            BcChunk<T, VN>::load(xr, c, v);
+            if (rr) {
+                float rv[VN];
+                BcChunk<T, VN>::load(rr, c, rv);
+#pragma unroll
+                for (int i = 0; i < VN; ++i) v[i] += rv[i];
+                if (hr) BcChunk<T, VN>::store(hr, c, v);
+            }
+#pragma unroll
+            for (int i = 0; i < VN; ++i) s += LN ? v[i] : v[i] * v[i];
+        }
+        s = bc_block_sum(s);
+        // the same thread reads back the same chunks it wrote: no barrier needed
+        const T* hsrc = (rr && hr) ? (const T*)hr : xr;
+        const bool add_r = rr && !hr;
+        float mean = 0.f, rstd;
+        if (LN) {
+            mean = s * inv_n;
+            float q = 0.f;
+            for (int c = tid; c < nch; c += bd) {
+                float v[VN], rv[VN];
+                BcChunk<T, VN>::load(hsrc, c, v);
+                if (add_r) BcChunk<T, VN>::load(rr, c, rv);
+#pragma unroll
+                for (int i = 0; i < VN; ++i) { const float d = v[i] + (add_r ? rv[i] : 0.f) - mean; q += d * d; }
+            }
+            q = bc_block_sum(q);
+            rstd = rsqrtf(q * inv_n + eps);
+        } else {
+            rstd = rsqrtf(s * inv_n + eps);
+        }
+        for (int c = tid; c < nch; c += bd) {
+            float v[VN], rv[VN], wv[VN], bv[VN];
             BcChunk<T, VN>::load(hsrc, c, v);
-            if (add_r) BcChunk<T, VN>::load(r, c, rv);
+            if (add_r) BcChunk<T, VN>::load(rr, c, rv);
+            if (w) BcChunk<T, VN>::load(w, c, wv);
+            if (LN && b) BcChunk<T, VN>::load(b, c, bv);
 #pragma unroll
-            for (int i = 0; i < VN; ++i) { const float d = v[i] + (add_r ? rv[i] : 0.f) - mean; q += d * d; }
+            for (int i = 0; i < VN; ++i) {
+                float t = (v[i] + (add_r ? rv[i] : 0.f) - mean) * rstd;
+                if (w) t *= wv[i];
+                if (LN && b) t += bv[i];
+                v[i] = t;
+            }
+            BcChunk<T, VN>::store(yr, c, v);
         }
-        q = bc_block_sum(q);
-        rstd = rsqrtf(q * inv_n + eps);
-    } else {
-        rstd = rsqrtf(s * inv_n + eps);
-    }
-    for (int c = tid; c < nch; c += bd) {
-        float v[VN], rv[VN], wv[VN], bv[VN];
-        BcChunk<T, VN>::load(hsrc, c, v);
-        if (add_r) BcChunk<T, VN>::load(r, c, rv);
-        if (w) BcChunk<T, VN>::load(w, c, wv);
-        if (LN && b) BcChunk<T, VN>::load(b, c, bv);
-#pragma unroll
-        for (int i = 0; i < VN; ++i) {
-            float t = (v[i] + (add_r ? rv[i] : 0.f) - mean) * rstd;
-            if (w) t *= wv[i];
-            if (LN && b) t += bv[i];
-            v[i] = t;
-        }
-        BcChunk<T, VN>::store(y, c, v);
     }
 }
 
 #define NORM_ENTRY(code, T, var, VN, KV)                                                              \
     extern "C" __global__ void rmsnorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w,   \
-            i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                                         \
-        norm_row<T, VN, KV, false>(y, hout, x, r, w, nullptr, cols, sy, sh, sx, sr, eps); }                  \
+            i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {                               \
+        norm_rows<T, VN, KV, false>(y, hout, x, r, w, nullptr, cols, sy, sh, sx, sr, eps, rows); }           \
     extern "C" __global__ void layernorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w, \
-            const T* b, i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps) {                             \
-        norm_row<T, VN, KV, true>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps); }
+            const T* b, i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {                   \
+        norm_rows<T, VN, KV, true>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps, rows); }
 #define NORM_ENTRIES(code, T)                                                                             \
     NORM_ENTRY(code, T, v1, 16 / sizeof(T), 1) NORM_ENTRY(code, T, v2, 16 / sizeof(T), 2)                 \
     NORM_ENTRY(code, T, v4, 16 / sizeof(T), 4) NORM_ENTRY(code, T, v8, 16 / sizeof(T), 8)                 \

@@ -112,9 +112,27 @@ BC_DEV uint4 philox4x32_10(uint4 c, u32 k0, u32 k1) {
 #define SM_THREADS 512
 #define SM_WARPS (SM_THREADS / 32)
 
-struct SmShared {
+// the top-k candidate path: a histogram of the distance below the row's maximum, then the
+// candidates (key << 32 | ~index) sorted in shared memory
+#define SM_NB 2048                // histogram bins over [0, SM_DR) logits below the maximum
+#define SM_DR 8.f
+#define SM_CAP 2048               // most candidates (a power of two)
+struct SmTopK {
+    u32 hist[SM_NB];
+    u64 cand[SM_CAP];
+    float cum[SM_CAP];
+};
+
+struct SmRadix {
     u32 wcnt[SM_WARPS][256];      // per-warp histograms: no contention between warps (a float
     float wmass[SM_WARPS][256];   // atomicAdd in shared memory is a CAS loop that contention stalls)
+};
+
+struct SmShared {
+    union {
+        SmRadix rx;
+        SmTopK tk;
+    };
     u32 cnt[256];
     float mass[256];
     float wsum[32];
@@ -122,7 +140,6 @@ struct SmShared {
     u32 sel_digit;
     u32 sel_above_cnt;
     float sel_above_mass;
-    float total;
     int pick;
     int last_thread;
 };
@@ -132,7 +149,7 @@ struct SmShared {
 template <typename T>
 __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, int shift, u32 floor_key,
                         float m, float inv_t) {
-    for (int i = threadIdx.x; i < SM_WARPS * 256; i += blockDim.x) { (&sh.wcnt[0][0])[i] = 0; (&sh.wmass[0][0])[i] = 0.f; }
+    for (int i = threadIdx.x; i < SM_WARPS * 256; i += blockDim.x) { (&sh.rx.wcnt[0][0])[i] = 0; (&sh.rx.wmass[0][0])[i] = 0.f; }
     __syncthreads();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     sm_row(p, V, [&](i32, float l) {
@@ -149,11 +166,18 @@ __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, i
         const unsigned peers = __match_any_sync(act, d);
         sh.stage[w][lane] = e;
         __syncwarp(act);
-        if (d >= 0 && lane == __ffs(peers) - 1) {
+        if (peers == BC_FULL_MASK) {
+            // the whole warp in one bin (logits sharing their leading digits): a butterfly sum
+            const float sum = bc_warp_sum(e);
+            if (d >= 0 && lane == 0) {
+                atomicAdd(&sh.rx.wcnt[w][d], 32u);
+                atomicAdd(&sh.rx.wmass[w][d], sum);
+            }
+        } else if (d >= 0 && lane == __ffs(peers) - 1) {
             float sum = 0.f;
             for (unsigned q = peers; q; q &= q - 1) sum += sh.stage[w][__ffs(q) - 1];
-            atomicAdd(&sh.wcnt[w][d], (u32)__popc(peers));
-            atomicAdd(&sh.wmass[w][d], sum);
+            atomicAdd(&sh.rx.wcnt[w][d], (u32)__popc(peers));
+            atomicAdd(&sh.rx.wmass[w][d], sum);
         }
         __syncwarp(act);
     });
@@ -162,7 +186,7 @@ __device__ void sm_hist(SmShared& sh, const T* p, i32 V, u32 prefix, u32 mask, i
         u32 c = 0;
         float ms = 0.f;
 #pragma unroll
-        for (int i = 0; i < SM_WARPS; ++i) { c += sh.wcnt[i][b]; ms += sh.wmass[i][b]; }
+        for (int i = 0; i < SM_WARPS; ++i) { c += sh.rx.wcnt[i][b]; ms += sh.rx.wmass[i][b]; }
         sh.cnt[b] = c;
         sh.mass[b] = ms;
     }
@@ -210,6 +234,167 @@ __device__ u32 sm_select(SmShared& sh, const T* p, i32 V, u32 floor_key, float n
     return prefix;
 }
 
+// key -> the float it came from (not NaN)
+BC_DEV float sm_unkey(u32 k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
+
+// exclusive scan of v over the block (blockDim.x a multiple of 32); total in *tot
+BC_DEV float sm_scan_excl(SmShared& sh, float v, float* tot) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float inc = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) { const float q = __shfl_up_sync(BC_FULL_MASK, inc, o); if (lane >= o) inc += q; }
+    __syncthreads();
+    if (lane == 31) sh.wsum[w] = inc;
+    __syncthreads();
+    if (w == 0) {
+        float q = lane < nw ? sh.wsum[lane] : 0.f;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) { const float u = __shfl_up_sync(BC_FULL_MASK, q, o); if (lane >= o) q += u; }
+        if (lane < nw) sh.wsum[lane] = q;
+    }
+    __syncthreads();
+    *tot = sh.wsum[nw - 1];
+    return inc - v + (w ? sh.wsum[w - 1] : 0.f);
+}
+
+// sort a[0, n) (n a power of two <= SM_CAP) descending
+BC_DEV void sm_sort_desc(u64* a, int n) {
+    for (int k = 2; k <= n; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const int p = i ^ j;
+                if (p > i) {
+                    const u64 x = a[i], y = a[p];
+                    if (((i & k) == 0) ? (x < y) : (x > y)) { a[i] = y; a[p] = x; }
+                }
+            }
+            __syncthreads();
+        }
+}
+
+// running sums of the masses of the first n entries of tk.cum (already holding the masses),
+// in place; returns the total
+BC_DEV float sm_cumsum(SmShared& sh, int n) {
+    const int per = SM_CAP / blockDim.x;                  // entries a thread (blockDim.x divides SM_CAP)
+    const int i0 = threadIdx.x * per;
+    float s = 0.f;
+    for (int i = i0; i < i0 + per; ++i) s += i < n ? sh.tk.cum[i] : 0.f;
+    float tot;
+    float run = sm_scan_excl(sh, s, &tot);
+    for (int i = i0; i < i0 + per; ++i) if (i < n) { run += sh.tk.cum[i]; sh.tk.cum[i] = run; }
+    __syncthreads();
+    return tot;
+}
+
+// Top-k (and top-p) by candidates: the tokens within SM_DR logits of the maximum are counted
+// in SM_NB bins of the distance; the bin where the count reaches k bounds the k largest, whose
+// bins' tokens (at most SM_CAP) are gathered, sorted and cut exactly. Returns the token, or -1
+// when the k-th largest is not within SM_DR of the maximum or the candidates pass SM_CAP
+// (the caller then takes the radix path).
+template <typename T>
+__device__ i32 sm_topk_pick(SmShared& sh, const T* p, i32 V, float m, float inv_t, i32 top_k, float top_p, float u01) {
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x; i < SM_NB; i += blockDim.x) sh.tk.hist[i] = 0u;
+    if (threadIdx.x == 0) sh.pick = 0;
+    __syncthreads();
+    const float bscale = (float)SM_NB / SM_DR;
+    auto bin = [&](float l) -> int {
+        const float d = (m - l) * bscale;             // NaN and far tokens: no bin
+        return d < (float)SM_NB ? (int)d : -1;
+    };
+    sm_row(p, V, [&](i32, float l) {
+        const int b = bin(l);
+        const unsigned in = __ballot_sync(__activemask(), b >= 0);       // most tokens are far: no match
+        if (b >= 0) {
+            const unsigned peers = __match_any_sync(in, b);
+            if (lane == __ffs(peers) - 1) atomicAdd(&sh.tk.hist[b], (u32)__popc(peers));
+        }
+    });
+    __syncthreads();
+    // the first bin where the running count reaches k
+    const int per = SM_NB / blockDim.x;
+    const int b0 = threadIdx.x * per;
+    float c = 0.f;
+    for (int b = b0; b < b0 + per; ++b) c += (float)sh.tk.hist[b];
+    float tot;
+    float run = sm_scan_excl(sh, c, &tot);
+    if (threadIdx.x == 0) sh.sel_digit = SM_NB;
+    __syncthreads();
+    for (int b = b0; b < b0 + per; ++b) {
+        const float nx = run + (float)sh.tk.hist[b];
+        if (run < (float)top_k && nx >= (float)top_k) { sh.sel_digit = (u32)b; sh.sel_above_cnt = (u32)nx; }
+        run = nx;
+    }
+    __syncthreads();
+    const u32 kbin = sh.sel_digit;
+    const u32 ncand = sh.sel_above_cnt;
+    if (kbin >= (u32)SM_NB || ncand > (u32)SM_CAP) return -1;    // uniform across the block
+    // gather the candidates (warp-aggregated slots); pad to a power of two with 0 (sorts last)
+    int np = 1;
+    while (np < (int)ncand) np <<= 1;
+    for (int i = threadIdx.x; i < np; i += blockDim.x) sh.tk.cand[i] = 0ull;
+    __syncthreads();
+    sm_row(p, V, [&](i32 j, float l) {
+        const int b = bin(l);
+        const bool want = b >= 0 && (u32)b <= kbin;
+        const unsigned act = __activemask();
+        const unsigned bal = __ballot_sync(act, want);
+        const int leader = __ffs(act) - 1;
+        int base = 0;
+        if (lane == leader && bal) base = atomicAdd(&sh.pick, __popc(bal));
+        base = __shfl_sync(act, base, leader);
+        if (want) sh.tk.cand[base + __popc(bal & ((1u << lane) - 1u))] = ((u64)sm_key(l) << 32) | (u64)(u32)~(u32)j;
+    });
+    __syncthreads();
+    sm_sort_desc(sh.tk.cand, np);
+    // top-k: the k-th key; n = the candidates with a key at least that (ties kept)
+    const u32 kt = (u32)(sh.tk.cand[top_k - 1] >> 32);
+    for (int i = threadIdx.x; i < np; i += blockDim.x) {
+        const u32 ki = (u32)(sh.tk.cand[i] >> 32);
+        if (ki >= kt && (i + 1 == np || (u32)(sh.tk.cand[i + 1] >> 32) < kt)) sh.last_thread = i + 1;
+        sh.tk.cum[i] = ki >= kt ? bc_exp((sm_unkey(ki) - m) * inv_t) : 0.f;
+    }
+    __syncthreads();
+    int n = sh.last_thread;
+    if (top_p < 1.f) {
+        const float z = sm_cumsum(sh, n);
+        const float need = top_p * z;
+        if (threadIdx.x == 0) sh.last_thread = n - 1;       // rounding: no crossing -> all of them
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            if (sh.tk.cum[i] >= need && (i == 0 || sh.tk.cum[i - 1] < need)) sh.last_thread = i;
+        __syncthreads();
+        const u32 kp = (u32)(sh.tk.cand[sh.last_thread] >> 32);
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const u32 ki = (u32)(sh.tk.cand[i] >> 32);
+            if (ki >= kp && (i + 1 == n || (u32)(sh.tk.cand[i + 1] >> 32) < kp)) sh.last_thread = i + 1;
+        }
+        __syncthreads();
+        n = sh.last_thread;
+    }
+    // the n eligible tokens in index order (ascending ~index = descending index, so sort
+    // (~index) descending with the rest 0), their running masses, and the token where u falls
+    for (int i = threadIdx.x; i < np; i += blockDim.x) {
+        const u64 e = sh.tk.cand[i];
+        sh.tk.cand[i] = i < n ? (((u64)(u32)e << 32) | (e >> 32)) : 0ull;   // (~index, key)
+    }
+    __syncthreads();
+    sm_sort_desc(sh.tk.cand, np);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sh.tk.cum[i] = bc_exp((sm_unkey((u32)sh.tk.cand[i]) - m) * inv_t);
+    __syncthreads();
+    const float total = sm_cumsum(sh, n);
+    const float u = u01 * total;
+    if (threadIdx.x == 0) sh.pick = n - 1;                 // rounding: u past every sum -> the last
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        if (u < sh.tk.cum[i] && (i == 0 || !(u < sh.tk.cum[i - 1]))) sh.pick = i;
+    __syncthreads();
+    const i32 tok = (i32)~(u32)(sh.tk.cand[sh.pick] >> 32);
+    __syncthreads();
+    return tok;
+}
+
 template <typename T>
 __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stride, float inv_t,
                             i32 top_k, float top_p, u64 seed, u64 offset, const i32* offset_ptr) {
@@ -222,7 +407,19 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
         sm_row(p, V, [&](i32, float l) { m = fmaxf(m, l); });
         m = bc_block_max(m);
         if (!(m > bc_neg_inf())) { if (threadIdx.x == 0) out[r] = 0; continue; }
-        // 2. top-k threshold
+        const uint4 rnd = philox4x32_10(make_uint4((u32)off, (u32)(off >> 32), (u32)r, (u32)(r >> 32)),
+                                        (u32)seed, (u32)(seed >> 32));
+        const float u01 = (float)(rnd.x >> 8) * (1.f / 16777216.f);
+        // 2. top-k (and top-p) over the candidates near the maximum, when they are few
+        if (top_k > 0 && top_k < V) {
+            const i32 tok = sm_topk_pick(sh, p, V, m, inv_t, top_k, top_p, u01);
+            if (tok >= 0) {
+                if (threadIdx.x == 0) out[r] = tok;
+                __syncthreads();
+                continue;
+            }
+        }
+        // else: exact thresholds by radix select over the whole row
         u32 floor_key = 1u;
         if (top_k > 0 && top_k < V) floor_key = sm_select<T, false>(sh, p, V, 1u, (float)top_k, m, inv_t);
         // 3. top-p threshold among what is left
@@ -232,34 +429,17 @@ __device__ void sample_impl(i32* out, const T* logits, i64 rows, i32 V, i64 stri
             z = bc_block_sum(z);
             floor_key = sm_select<T, true>(sh, p, V, floor_key, top_p * z, m, inv_t);
         }
-        // 4. one uniform number, then the token by a prefix sum in index order
-        const uint4 rnd = philox4x32_10(make_uint4((u32)off, (u32)(off >> 32), (u32)r, (u32)(r >> 32)),
-                                        (u32)seed, (u32)(seed >> 32));
-        const float u01 = (float)(rnd.x >> 8) * (1.f / 16777216.f);
+        // 4. the token by a prefix sum in index order
         constexpr int NV = BcVec<T>::N;
         const i32 chunk = ((V + blockDim.x - 1) / blockDim.x + NV - 1) / NV * NV;   // whole vectors a thread
         const i32 j0 = min(V, (i32)threadIdx.x * chunk), j1 = min(V, j0 + chunk);
         float s = 0.f;
         sm_chunk(p, j0, j1, [&](i32, float l) { if (sm_key(l) >= floor_key) s += bc_exp((l - m) * inv_t); });
-        // inclusive scan of s over the block
-        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-        float inc = s;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) { const float t = __shfl_up_sync(BC_FULL_MASK, inc, o); if (lane >= o) inc += t; }
-        __syncthreads();
-        if (lane == 31) sh.wsum[w] = inc;
-        __syncthreads();
-        if (w == 0) {
-            float t = lane < nw ? sh.wsum[lane] : 0.f;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) { const float q = __shfl_up_sync(BC_FULL_MASK, t, o); if (lane >= o) t += q; }
-            if (lane < nw) sh.wsum[lane] = t;       // inclusive over warps
-            if (lane == nw - 1) sh.total = t;
-        }
-        __syncthreads();
-        inc += w ? sh.wsum[w - 1] : 0.f;
-        const float excl = inc - s;
-        const float u = u01 * sh.total;
+        // where this thread's tokens sit in the row's running mass
+        float total;
+        const float excl = sm_scan_excl(sh, s, &total);
+        const float inc = excl + s;
+        const float u = u01 * total;
         if (threadIdx.x == 0) { sh.pick = 0x7fffffff; sh.last_thread = -1; }
         __syncthreads();
         if (s > 0.f) atomicMax(&sh.last_thread, (int)threadIdx.x);

@@ -3,8 +3,8 @@
 //   y[r, j] = exp(s*x[r, j] - m) / sum_j' exp(s*x[r, j'] - m)   over the unmasked j
 //   causal (qlen > 0): row r is query q = r % qlen; columns j > q + offset are masked
 //   (offset = keys - queries for a query block at the end of the keys); masked -> 0.
-// A row with every column masked is written as zeros. fp32 math; one block per row
-// (rowwise.cuh). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8} (as norms.cu).
+// A row with every column masked is written as zeros. fp32 math; a block per row at a
+// time, looping over rows (rowwise.cuh). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8} (as norms.cu).
 #include "rowwise.cuh"
 
 // merge (max, sum of exp(. - max)) pairs: the block's max and the sum rescaled to it
@@ -25,103 +25,103 @@ BC_DEV float2 softmax_warp_merge(float2 v) {
     return v;
 }
 BC_DEV float2 softmax_block_merge(float m, float s) {
-    __shared__ float2 sh[32];
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     // a thread's s is relative to max(m, 0-if-masked): express it relative to m exactly
-    float2 v = make_float2(m, m == bc_neg_inf() ? 0.f : s);
-    v = softmax_warp_merge(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : make_float2(bc_neg_inf(), 0.f);
-    return softmax_warp_merge(v);
+    return bc_block_reduce(make_float2(m, m == bc_neg_inf() ? 0.f : s), [](float2 v) { return softmax_warp_merge(v); },
+                           make_float2(bc_neg_inf(), 0.f));
 }
 
 template <typename T, int VN, int KV>
-__device__ void softmax_row(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
-                            float scale, i32 qlen, i32 offset) {
-    const i64 row = blockIdx.x;
+__device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
+                             float scale, i32 qlen, i32 offset, i64 rows) {
     const int nch = cols / VN;
     const int bd = blockDim.x, tid = threadIdx.x;
-    x += row * sx;
-    y += row * sy;
-    // columns < lim are visible
-    int lim = cols;
-    if (qlen > 0) {
-        const long long l = (long long)(row % qlen) + offset + 1;
-        lim = l < 0 ? 0 : (l > cols ? cols : (int)l);
-    }
     const float NEG = bc_neg_inf();
+    // columns < lim(row) are visible
+    auto limit = [&](i64 row) {
+        if (qlen <= 0) return cols;
+        const long long l = (long long)(row % qlen) + offset + 1;
+        return l < 0 ? 0 : (l > cols ? cols : (int)l);
+    };
     if (nch <= KV * bd) {
         // this thread's max and sum of exp(v - max) in registers, then ONE block reduction
         // of (max, sum) pairs: sum_total = sum_t s_t * exp(m_t - M)
-        float v[KV * VN];
-        float m = NEG;
+        for (int a = 1; a < ROW_PF; ++a) bc_prefetch_ahead<T, VN>(x, blockIdx.x, rows, sx, cols, a);
+        for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+            bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols);
+            float v[KV * VN];
+            const int lim = limit(row);
+            float m = NEG;
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-                BcChunk<T, VN>::load(x, c, v + k * VN);
+            for (int k = 0; k < KV; ++k) {
+                const int c = tid + k * bd;
+                if (c < nch) {
+                    BcChunk<T, VN>::load(x + row * sx, c, v + k * VN);
 #pragma unroll
-                for (int i = 0; i < VN; ++i) {
-                    const float t = c * VN + i < lim ? v[k * VN + i] * scale : NEG;
-                    v[k * VN + i] = t;
-                    m = fmaxf(m, t);
+                    for (int i = 0; i < VN; ++i) {
+                        const float t = c * VN + i < lim ? v[k * VN + i] * scale : NEG;
+                        v[k * VN + i] = t;
+                        m = fmaxf(m, t);
+                    }
                 }
             }
-        }
-        // one exp an element: e = exp(v - m_thread) kept, rescaled by exp(m_thread - M) / S
-        float s = 0.f;
-        const float mloc = m == NEG ? 0.f : m;
+            // one exp an element: e = exp(v - m_thread) kept, rescaled by exp(m_thread - M) / S
+            float s = 0.f;
+            const float mloc = m == NEG ? 0.f : m;
 #pragma unroll
-        for (int k = 0; k < KV; ++k)
-            if (tid + k * bd < nch) {
+            for (int k = 0; k < KV; ++k)
+                if (tid + k * bd < nch) {
 #pragma unroll
-                for (int i = 0; i < VN; ++i) { const float e = bc_exp(v[k * VN + i] - mloc); v[k * VN + i] = e; s += e; }
-            }
-        const float2 ms = softmax_block_merge(m, s);
-        const float f = (ms.y > 0.f && m != NEG) ? bc_exp(mloc - ms.x) / ms.y : 0.f;
+                    for (int i = 0; i < VN; ++i) { const float e = bc_exp(v[k * VN + i] - mloc); v[k * VN + i] = e; s += e; }
+                }
+            const float2 ms = softmax_block_merge(m, s);
+            const float f = (ms.y > 0.f && m != NEG) ? bc_exp(mloc - ms.x) / ms.y : 0.f;
 #pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
+            for (int k = 0; k < KV; ++k) {
+                const int c = tid + k * bd;
+                if (c < nch) {
 #pragma unroll
-                for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
-                BcChunk<T, VN>::store(y, c, v + k * VN);
+                    for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
+                    BcChunk<T, VN>::store(y + row * sy, c, v + k * VN);
+                }
             }
         }
         return;
     }
     // streaming path (long rows): online max/sum in one pass, then the output pass
-    float m = NEG, s = 0.f;
-    for (int c = tid; c < nch; c += bd) {
-        float v[VN];
-        BcChunk<T, VN>::load(x, c, v);
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        const T* xr = x + row * sx;
+        T* yr = y + row * sy;
+        const int lim = limit(row);
+        float m = NEG, s = 0.f;
+        for (int c = tid; c < nch; c += bd) {
+            float v[VN];
+            BcChunk<T, VN>::load(xr, c, v);
 #pragma unroll
-        for (int i = 0; i < VN; ++i) {
-            const float t = c * VN + i < lim ? v[i] * scale : NEG;
-            if (t > m) { s = s * bc_exp(m - t); m = t; }
-            if (t != NEG) s += bc_exp(t - m);
+            for (int i = 0; i < VN; ++i) {
+                const float t = c * VN + i < lim ? v[i] * scale : NEG;
+                if (t > m) { s = s * bc_exp(m - t); m = t; }
+                if (t != NEG) s += bc_exp(t - m);
+            }
         }
-    }
-    const float bm = bc_block_max(m);
-    s = bm == NEG || m == NEG ? 0.f : s * bc_exp(m - bm);
-    s = bc_block_sum(s);
-    const float ms = bm == NEG ? 0.f : bm;
-    const float inv = s > 0.f ? 1.f / s : 0.f;
-    for (int c = tid; c < nch; c += bd) {
-        float v[VN];
-        BcChunk<T, VN>::load(x, c, v);
+        const float bm = bc_block_max(m);
+        s = bm == NEG || m == NEG ? 0.f : s * bc_exp(m - bm);
+        s = bc_block_sum(s);
+        const float ms = bm == NEG ? 0.f : bm;
+        const float inv = s > 0.f ? 1.f / s : 0.f;
+        for (int c = tid; c < nch; c += bd) {
+            float v[VN];
+            BcChunk<T, VN>::load(xr, c, v);
 #pragma unroll
-        for (int i = 0; i < VN; ++i) v[i] = c * VN + i < lim ? bc_exp(v[i] * scale - ms) * inv : 0.f;
-        BcChunk<T, VN>::store(y, c, v);
+            for (int i = 0; i < VN; ++i) v[i] = c * VN + i < lim ? bc_exp(v[i] * scale - ms) * inv : 0.f;
+            BcChunk<T, VN>::store(yr, c, v);
+        }
     }
 }
 
 #define SOFTMAX_ENTRY(code, T, var, VN, KV)                                                        \
     extern "C" __global__ void softmax_##code##_##var(T* y, const T* x, i32 cols, i64 sy, i64 sx,    \
-                                                      float scale, i32 qlen, i32 offset) {           \
-        softmax_row<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset); }
+                                                      float scale, i32 qlen, i32 offset, i64 rows) { \
+        softmax_rows<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset, rows); }
 #define SOFTMAX_ENTRIES(code, T)                                                                      \
     SOFTMAX_ENTRY(code, T, v1, 16 / sizeof(T), 1) SOFTMAX_ENTRY(code, T, v2, 16 / sizeof(T), 2)       \
     SOFTMAX_ENTRY(code, T, v4, 16 / sizeof(T), 4) SOFTMAX_ENTRY(code, T, v8, 16 / sizeof(T), 8)       \
