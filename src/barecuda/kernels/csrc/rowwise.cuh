@@ -7,9 +7,9 @@
 // blockDim ("cached") with about 256 threads a row and few registers; longer rows take
 // the streaming path, which reads the row again (from L1/L2) instead.
 //
-// Blocks loop over rows (row = blockIdx.x, += gridDim.x): softmax launches one resident wave
-// of blocks, so the rows a block will take next are known and prefetched (below); the norms
-// launch a block a row (measured faster for them).
+// Blocks loop over rows (row = blockIdx.x, += gridDim.x): softmax and layernorm launch one
+// resident wave of blocks, so the rows a block will take next are known and prefetched
+// (below); rmsnorm launches a block a row (measured faster for it on the H100).
 #pragma once
 #include "common.cuh"
 
