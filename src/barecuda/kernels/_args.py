@@ -242,6 +242,14 @@ def wave(kernel, block, n, device):
     return min(n, w)
 
 
+def row_out(out, x, bx, sx, stream):
+    """(output buffer, its row stride) of a row op: ``x`` itself (``out is x``: in place, x's
+    strides) or ``out`` / a new contiguous array shaped like x."""
+    if out is x:
+        return bx, sx
+    return out_array(out, bx.shape, dt(bx), bx, stream), bx.shape[-1]
+
+
 def attach_plan(op: Callable[..., Any], plan: Callable[..., Any]) -> None:
     """``op.plan = plan``: an op's plan form, reached as ``barecuda.kernels.rmsnorm.plan``."""
     setattr(op, "plan", plan)

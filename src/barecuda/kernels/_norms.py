@@ -58,11 +58,7 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
         A.check_align(bh, "residual_out")
     elif residual_out is not None:
         raise ValueError("residual_out given without residual")
-    if out is x:
-        by, sy = bx, sx
-    else:
-        by = A.out_array(out, bx.shape, A.dt(bx), bx, stream)
-        sy = cols
+    by, sy = A.row_out(out, x, bx, sx, stream)
     A.same_device(("x", bx), ("weight", bw), ("bias", bb), ("residual", br), ("residual_out", bh), ("out", by))
     eps = A.scalar_f32(eps, "eps")
     isz = bx.itemsize

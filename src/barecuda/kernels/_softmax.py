@@ -30,11 +30,7 @@ def _prep(x, scale, causal, offset, out, stream):
             qlen = 1
     elif offset is not None:
         raise ValueError("offset is only meaningful with causal=True")
-    if out is x:
-        by, sy = bx, sx
-    else:
-        by = A.out_array(out, bx.shape, A.dt(bx), bx, stream)
-        sy = cols
+    by, sy = A.row_out(out, x, bx, sx, stream)
     isz = bx.itemsize
     vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy)))
     dev = int(bx.device)
