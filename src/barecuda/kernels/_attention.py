@@ -257,7 +257,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     part = 0 if ws is None else ws        # a buffer argument keeps the workspace alive in plans
     counters = 0 if ws is None else ws.ptr + 4 * n_heads * n_splits * (d + 1)
     args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
-            0 if tb is None else tb, page, n_heads, n_splits, scale * _LOG2E, group)
+            0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group)
     return kern, (n_splits, n_kv), DEC_WARPS * 32, smem, args, ob, ws
 
 
@@ -406,7 +406,7 @@ def _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream):
     bm = 16 * PF_WARPS
     grid = ((sq + bm - 1) // bm, nh, bsz)
     args = (qb, kb, vb, ob, sq, skv, nh // nkv, qs[1], qs[2], qs[0], ks[1], ks[2], ks[0], vs[1], vs[2], vs[0],
-            os_[1], os_[2], os_[0], 1 if causal else 0, causal_offset, scale * _LOG2E)
+            os_[1], os_[2], os_[0], 1 if causal else 0, causal_offset, _args.f32(scale * _LOG2E))
     return kern, grid, PF_WARPS * 32, smem, args, ob
 
 

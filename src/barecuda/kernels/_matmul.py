@@ -163,11 +163,11 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream, plan=False)
             if kern.max_dynamic_shared_memory < smem:
                 kern.set_max_dynamic_shared_memory(smem)
             grid = (((m + tile[0] - 1) // tile[0]) * ((n + tile[1] - 1) // tile[1]), 1, nbat)
-            args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, alpha, beta)
+            args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, _args.f32(alpha), _args.f32(beta))
             return kern, grid, 32 * tile[2] * tile[3], smem, args, ob
     kern = _registry.get(SOURCE, f"gemm_simt_{code}", (("GEMM_SIMT", 1),), device)
     grid = ((n + 63) // 64, (m + 63) // 64, nbat)
-    args = (ab, bb, ob, m, n, k, am, ak, bk, bn, n, sa, sb, sc, alpha, beta)
+    args = (ab, bb, ob, m, n, k, am, ak, bk, bn, n, sa, sb, sc, _args.f32(alpha), _args.f32(beta))
     return kern, grid, 256, 0, args, ob
 
 
