@@ -55,6 +55,7 @@ cdef void flush_capture_frees() noexcept:
         return
     todo = _after_capture
     _after_capture = []
+    ST.capture_frees = 0
     try:
         synced = set()
         for c, p, is_async in todo:
@@ -114,6 +115,7 @@ cdef int free_async(DeviceBuffer b) except -1:
             check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
             return 0
         _after_capture.append((<size_t>b.ctx, <size_t>p, True))
+        ST.capture_frees += 1
         return 0
     set_current(b.ctx)
     free_order(b, &s)
@@ -130,6 +132,7 @@ cdef int free_sync(DeviceBuffer b) except -1:
         return 0
     if CAP[0] != NULL:
         _after_capture.append((<size_t>b.ctx, <size_t>p, False))
+        ST.capture_frees += 1
         return 0
     set_current(b.ctx)
     with nogil:                  # cuMemFree synchronizes the device itself

@@ -10,6 +10,8 @@ cdef extern from "barecuda/bc_state.h" nogil:
         int pid
         void *handle
         char path[1024]
+        long host_errors
+        long capture_frees
     int bc_driver_usable(const bc_state_t *st)
 
 # The CUresult names: `from barecuda._errors cimport CUDA_ERROR_NOT_READY`.
