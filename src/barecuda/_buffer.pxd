@@ -44,6 +44,7 @@ cdef class DeviceBuffer:
     cdef CUstream stream_handle     # stream this buffer's own work is ordered on (read: order_stream)
     cdef bint used_elsewhere        # (owner) work on another stream used it: free must wait for all
     cdef readonly Device device
+    """The Device the memory is on."""
     cdef CUcontext ctx
     cdef object _stream             # Stream object kept alive while the buffer lives
     cdef object _owner              # foreign producer kept alive by an import; None otherwise
@@ -80,6 +81,7 @@ cdef class DeviceBuffer:
 cdef class Allocator:
     """Where DeviceBuffer memory comes from and goes back to (subclassed by _pool)."""
     cdef readonly Device device
+    """The Device this allocator allocates on."""
     cdef CUcontext ctx
     # Fill b.ptr / b.nbytes / b._block for `size` bytes ordered on stream s (b.stream_handle
     # is already set). Must leave b.ptr == 0 on failure.

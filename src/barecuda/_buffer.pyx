@@ -26,12 +26,14 @@ Lifetime rules:
 - Destructors never raise (failures become CudaWarning) and never call the driver
   once interpreter shutdown began or in a forked child: they leak instead.
 """
+
+__all__ = ["DeviceBuffer", "Allocator", "alloc", "empty", "zeros"]
 cimport cython
 import operator
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_renamed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._stream cimport Stream, stream_handle, resolve_device, stream_use, stream_done
@@ -485,7 +487,14 @@ cdef class DeviceBuffer:
         self.close()
 
     @property
+    def is_closed(self):
+        """True once :meth:`close` was called (or the owner of this view was closed)."""
+        return self._kind == KIND_CLOSED
+
+    @property
     def closed(self):
+        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
+        warn_renamed("DeviceBuffer.closed", "DeviceBuffer.is_closed")
         return self._kind == KIND_CLOSED
 
     @property
@@ -504,12 +513,14 @@ cdef class DeviceBuffer:
 
     @property
     def shape(self):
+        """The shape: the one given at allocation or by a view, else ``(nbytes,)``."""
         if self._shape is None:
             return (self.nbytes,)
         return self._shape
 
     @property
     def ndim(self):
+        """The number of dimensions (``len(shape)``)."""
         return len(self.shape)
 
     @property
@@ -519,6 +530,7 @@ cdef class DeviceBuffer:
 
     @property
     def itemsize(self):
+        """Bytes per element of :attr:`dtype` (1 when the buffer has none)."""
         return self._itemsize if self._itemsize else 1
 
     @property
@@ -760,6 +772,7 @@ cdef class DeviceBuffer:
 
     @property
     def is_managed(self):
+        """True for managed (unified) memory (:func:`managed_empty`, or a view of it)."""
         k = self._free_kind if self._free_pending else self._kind
         return k == KIND_MANAGED or (self._root is not None and self._root._kind == KIND_MANAGED)
 

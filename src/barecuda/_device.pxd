@@ -9,6 +9,7 @@ cdef enum:
 
 cdef class Device:
     cdef readonly int ordinal
+    """The device's ordinal (0-based, as CUDA_VISIBLE_DEVICES numbers them)."""
     cdef CUdevice handle
     cdef CUcontext ctx          # primary context; NULL until first use (see activate)
 

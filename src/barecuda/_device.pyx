@@ -10,6 +10,8 @@ the thread's current device for the block and restores the previous one after it
 In a child forked after the driver was loaded, every Device method raises
 ``ForkedProcessError`` (naming ``spawn``) before any driver call.
 """
+
+__all__ = ["Device", "device_count"]
 import threading
 cimport cython
 

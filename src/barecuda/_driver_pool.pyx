@@ -8,13 +8,15 @@ the driver (free_order, free_async, free_sync: also used by _ipc's and _managed'
 allocators). barecuda's own cache (MemoryPool) and the stream-close rule all
 allocators follow are in _pool.pyx; the Allocator interface in _buffer.pyx.
 """
+
+__all__ = ["DriverAllocator", "DriverMemoryPool"]
 cimport cython
 from libc.string cimport memset
 import warnings
 
 from barecuda._abi cimport *
 from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_SUPPORTED,
-                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed)
+                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed, warn_renamed)
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, oom_error,
@@ -316,8 +318,14 @@ cdef class DriverMemoryPool(Allocator):
         check(D.cuMemPoolTrimTo(self.pool, keep), b"cuMemPoolTrimTo")
 
     @property
+    def handle_int(self):
+        """The ``CUmemoryPool`` as an int."""
+        return <size_t>self.pool
+
+    @property
     def handle(self):
-        """The CUmemoryPool as an int."""
+        """Deprecated spelling of :attr:`handle_int` (goes in the next release)."""
+        warn_renamed("DriverMemoryPool.handle", "DriverMemoryPool.handle_int")
         return <size_t>self.pool
 
     def set_release_threshold(self, nbytes):

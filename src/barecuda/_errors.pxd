@@ -128,6 +128,9 @@ cdef int register_state(bc_state_t *st) except -1
 # error>" (docs/errors.md: destructors never raise). Raises only what warnings.warn
 # raises (a warnings filter set to "error"), exactly as a warnings.warn there would.
 cdef int warn_destroy_failed(CUresult rc, const char *call, str where) except -1
+# The old spelling of a renamed public name was used: a DeprecationWarning "old is
+# deprecated ...; use new" pointing at the caller (the names go in the next release).
+cdef int warn_renamed(str old, str new) except -1
 
 cdef inline int check(CUresult rc, const char *call) except -1 nogil:
     """Return 0 when rc is CUDA_SUCCESS, otherwise raise the matching CudaError."""

@@ -6,13 +6,15 @@ caches implement (barecuda._pinned_pool.PinnedMemoryPool), pinned_empty, host re
 (register_host / HostRegistration, cuMemHostRegister) and mapped memory, and the
 host-buffer helpers the copies use.
 """
+
+__all__ = ["PinnedBuffer", "PinnedAllocator", "pinned_empty", "register_host", "HostRegistration"]
 cimport cython
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, warn_destroy_failed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, warn_destroy_failed, warn_renamed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
@@ -272,7 +274,14 @@ cdef class PinnedBuffer:
         self.close()
 
     @property
+    def is_closed(self):
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    @property
     def closed(self):
+        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
+        warn_renamed("PinnedBuffer.closed", "PinnedBuffer.is_closed")
         return self._closed
 
     @property
@@ -282,6 +291,7 @@ cdef class PinnedBuffer:
 
     @property
     def nbytes(self):
+        """The size in bytes (0 once closed)."""
         return 0 if self._closed else self.nbytes_
 
     def __len__(self):
@@ -289,6 +299,7 @@ cdef class PinnedBuffer:
 
     @property
     def mapped(self):
+        """Whether the memory is also mapped into the device address space (:attr:`device_ptr`)."""
         return bool(self.flags & CU_MEMHOSTALLOC_DEVICEMAP)
 
     @property
@@ -379,6 +390,7 @@ cdef class HostRegistration:
     cdef bint registered
     cdef bint has_view
     cdef readonly Device device
+    """The Device whose context registered the memory."""
     cdef CUcontext ctx
     cdef CUdeviceptr dptr
     cdef object obj
@@ -416,10 +428,12 @@ cdef class HostRegistration:
 
     @property
     def ptr(self):
+        """The registered host address as an int (0 once unregistered)."""
         return <size_t>self.view.buf if self.has_view else 0
 
     @property
     def nbytes(self):
+        """The registered size in bytes (0 once unregistered)."""
         return self.view.len if self.has_view else 0
 
     @property

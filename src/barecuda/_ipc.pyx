@@ -46,7 +46,7 @@ from barecuda._abi cimport (
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
 )
 from barecuda._errors cimport (
-    check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
+    warn_renamed, check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_MAP_FAILED,
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
@@ -240,8 +240,14 @@ cdef class IpcMemoryPool(Allocator):
         self.pool = NULL
 
     @property
-    def handle(self):
+    def handle_int(self):
         """The ``CUmemoryPool`` as an int."""
+        return <size_t>self.pool
+
+    @property
+    def handle(self):
+        """Deprecated spelling of :attr:`handle_int` (goes in the next release)."""
+        warn_renamed("IpcMemoryPool.handle", "IpcMemoryPool.handle_int")
         return <size_t>self.pool
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
@@ -607,7 +613,7 @@ def open_buffer(h, *, device=None):
     key = (h.hostname, h.boot_id, h.pid, h.kind, h.data)
     with _open_lock:
         prev = _open_views.get(key)
-        if prev is not None and not prev.closed:
+        if prev is not None and not prev.is_closed:
             raise IpcAlreadyOpenError(
                 f"this handle is already open in this process ({prev!r}); the driver maps an allocation once "
                 "per process: use that buffer (or a .view() of it), or close it first.")

@@ -18,8 +18,11 @@ cdef class Kernel:
     cdef unsigned int max_threads    # min(device, kernel MAX_THREADS_PER_BLOCK)
     cdef unsigned int max_dyn_smem   # kernel MAX_DYNAMIC_SHARED_SIZE_BYTES
     cdef readonly str name
+    """The kernel's name as the module spells it (the mangled name for C++)."""
     cdef readonly object module
+    """The Module (or Library) the kernel comes from; the kernel keeps it alive."""
     cdef readonly Device device
+    """The Device the kernel's module is loaded on."""
     cdef tuple _types                # type name of each parameter (messages, param_info)
     cdef object __weakref__          # Module tracks its kernels weakly (no Module <-> Kernel cycle)
 

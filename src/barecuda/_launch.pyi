@@ -1,5 +1,8 @@
-from typing import final
 """Type stubs for barecuda._launch: kernels, argument packing, LaunchConfig, plans."""
+
+__all__ = ["Kernel", "LaunchPlan", "PlanList", "launch_all", "set_launch_releases_gil", "launch_releases_gil"]
+from typing_extensions import deprecated
+from typing import final
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 from barecuda._device import Device
@@ -22,6 +25,9 @@ class Kernel:
     @property
     def device(self) -> Device: ...
     @property
+    def handle_int(self) -> int: ...
+    @property
+    @deprecated("use Kernel.handle_int")
     def handle(self) -> int: ...
     @property
     def num_params(self) -> Optional[int]: ...

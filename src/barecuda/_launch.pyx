@@ -16,6 +16,8 @@ the context binding is a per-thread compare. Whether the GIL is released around
 the launch is one switch, ``set_launch_releases_gil`` (default: kept, see
 bc_pack.h for the measurement behind it).
 """
+
+__all__ = ["Kernel", "LaunchPlan", "PlanList", "launch_all", "set_launch_releases_gil", "launch_releases_gil"]
 cimport cython
 from libc.stdint cimport uint32_t, int32_t
 from libc.string cimport memset
@@ -37,7 +39,7 @@ from barecuda._pymethod cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, PyDes
     _TypeWithDict
 
 from barecuda._abi cimport *
-from barecuda._errors cimport bc_state_t
+from barecuda._errors cimport bc_state_t, warn_renamed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
@@ -289,8 +291,14 @@ cdef class Kernel:
         return f"<barecuda.Kernel {sig_text(self)}>"
 
     @property
-    def handle(self):
+    def handle_int(self):
         """The ``CUfunction`` as an int (0 once the module is closed)."""
+        return <size_t>self.func
+
+    @property
+    def handle(self):
+        """Deprecated spelling of :attr:`handle_int` (goes in the next release)."""
+        warn_renamed("Kernel.handle", "Kernel.handle_int")
         return <size_t>self.func
 
     @property
@@ -741,12 +749,14 @@ cdef class LaunchPlan:
     """
     cdef bc_launch_rec rec
     cdef readonly Kernel kernel
+    """The Kernel the plan launches."""
     cdef char *buf
     cdef void **ptrs
     cdef list _args
     cdef list _pinned                # per parameter: the DeviceBuffer pinned (pin()) for the plan, or None
     cdef object _stream
     cdef readonly object config
+    """The LaunchConfig the plan was bound with (``Kernel.bind_config``), or None."""
 
     def __cinit__(self, token=None):
         if token is not _TOKEN:
@@ -842,6 +852,7 @@ cdef class LaunchPlan:
 
     @property
     def stream(self):
+        """The Stream the plan launches on (None: the default stream); assign a Stream to move the plan."""
         return self._stream
 
     @stream.setter
@@ -850,14 +861,17 @@ cdef class LaunchPlan:
 
     @property
     def grid(self):
+        """The grid dimensions as ``(x, y, z)``."""
         return (self.rec.grid[0], self.rec.grid[1], self.rec.grid[2])
 
     @property
     def block(self):
+        """The block dimensions as ``(x, y, z)``."""
         return (self.rec.block[0], self.rec.block[1], self.rec.block[2])
 
     @property
     def shared_mem(self):
+        """The dynamic shared memory per block, in bytes."""
         return self.rec.smem
 
     def __repr__(self):

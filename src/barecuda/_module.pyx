@@ -6,6 +6,8 @@ logs, kernel lookup by name (C++ kernels by their plain name too), ``Global`` (a
 (``Kernel``), which this module builds them with; the PTX ``.entry`` parser and
 parameter kinds live in _signature (``parse_ptx_signatures`` is re-exported here).
 """
+
+__all__ = ["Module", "Global"]
 cimport cython
 import os
 import warnings
@@ -16,7 +18,7 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND, warn_destroy_failed, warn_renamed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
     symbol_version_text
 from barecuda._device cimport Device, device_of
@@ -407,7 +409,14 @@ cdef class Module:
         self.handle = NULL
 
     @property
+    def is_closed(self):
+        """True once :meth:`close` unloaded the module."""
+        return self.handle == NULL
+
+    @property
     def closed(self):
+        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
+        warn_renamed("Module.closed", "Module.is_closed")
         return self.handle == NULL
 
     def __enter__(self):
@@ -442,6 +451,7 @@ cdef class Global:
 
     @property
     def nbytes(self):
+        """The global's size in bytes."""
         return self.size
 
     def __int__(self):

@@ -39,6 +39,8 @@ MemoryPool, how it works:
 The hot path (cached block, same stream) is a few C operations with the GIL held:
 no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
 """
+
+__all__ = ["MemoryPool", "memory_stats", "trim_memory"]
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport calloc, free, realloc
@@ -684,6 +686,7 @@ cdef class MemoryPool(Allocator):
 
     @property
     def limit(self):
+        """Most bytes the pool may hold from the driver (in use + cached), or None for no limit; assignable."""
         return self.limit if self.limit else None
 
     @limit.setter

@@ -10,6 +10,11 @@ version-skew rules) are in ``_nvrtc.pyx``; the memo and on-disk cache in
 ``_module.Module`` objects; their kernels are ``_launch.Kernel`` objects built with
 the PTX parameter types.
 """
+
+__all__ = [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version"
+]
 cimport cython
 import hashlib
 import os
@@ -21,7 +26,8 @@ from libc.string cimport strlen
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, warn_destroy_failed, \
+    warn_renamed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, require
 from barecuda._device cimport Device, device_of
 from barecuda._module cimport Module
@@ -180,7 +186,7 @@ cdef class ObjectCode:
         """
         cdef Device dev = device_of(device)
         m = self._modules.get(dev.ordinal)
-        if m is None or m.closed:
+        if m is None or m.is_closed:
             m = self.load(device=dev)
             self._modules[dev.ordinal] = m
         return m.get_kernel(self._names.get(name, name), signature)
@@ -316,6 +322,7 @@ cdef class Program:
 
     @property
     def source(self):
+        """The CUDA C++ source text."""
         return self._src.decode("utf-8", errors="replace")
 
     def compile(self, target="auto", *, name_expressions=(), arch=None, device=None, cache=True):
@@ -710,7 +717,14 @@ cdef class Library:
             check(D.cuLibraryUnload(h), b"cuLibraryUnload")
 
     @property
+    def is_closed(self):
+        """True once :meth:`close` unloaded the library."""
+        return self.handle == NULL
+
+    @property
     def closed(self):
+        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
+        warn_renamed("Library.closed", "Library.is_closed")
         return self.handle == NULL
 
     def __dealloc__(self):

@@ -12,6 +12,7 @@ cdef extern from "barecuda/bc_uses.h" nogil:      # use counts (docs/architectur
 cdef class Stream:
     cdef CUstream handle
     cdef readonly Device device
+    """The Device this stream (or event) belongs to."""
     cdef CUcontext ctx
     cdef bint owned             # we created it and destroy it
     cdef object _keepalive      # owner of a foreign stream
@@ -29,6 +30,7 @@ cdef class Stream:
 cdef class Event:
     cdef CUevent handle
     cdef readonly Device device
+    """The Device this stream (or event) belongs to."""
     cdef CUcontext ctx
     cdef bint timing
     cdef bint closed

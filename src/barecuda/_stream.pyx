@@ -13,6 +13,8 @@ Rules every method follows:
   any stream or event;
 - after ``close()`` it raises ``ValueError`` naming the object.
 """
+
+__all__ = ["Stream", "Event"]
 cimport cython
 import threading
 import time

@@ -252,7 +252,7 @@ def issue_section(ctx=None):
                        struct.pack("<Q", w.ptr), struct.pack("<i", 64), struct.pack("<q", 64), bytes(8),
                        struct.pack("<q", 64), bytes(8), struct.pack("<f", 1e-6)])
     ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "a": args, "tb": tb}
-    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 11 args)", k.handle, 1, tb, pb, s)]
+    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 11 args)", k.handle_int, 1, tb, pb, s)]
     rows.append(py_row("launch_rms", "Kernel.launch(1, block, *11 args)", "k.launch(1, tb, *a, stream=s)",
                        ns, "s.synchronize()", ref="raw_rms"))
     rows.append(py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"))
