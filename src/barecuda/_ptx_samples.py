@@ -51,6 +51,15 @@ $L_done:
 """
 
 
+def _first_thread_only(done):
+    """PTX: thread 0 of block 0 goes on; every other thread branches to `done`."""
+    return ("    mov.u32 %r1, %tid.x;\n"
+            "    mov.u32 %r2, %ctaid.x;\n"
+            "    or.b32 %r3, %r1, %r2;\n"
+            "    setp.ne.u32 %p1, %r3, 0;\n"
+            f"    @%p1 bra {done};\n")
+
+
 # The launch benchmark's kernels (barecuda.bench.context): each does almost nothing (one
 # thread writes one value) so that the CPU cost of issuing the launch dominates.
 BENCH_KERNELS = r"""
@@ -74,12 +83,7 @@ BENCH_KERNELS = r"""
     .reg .b32 %r<4>;
     .reg .f32 %f<4>;
     .reg .b64 %rd<5>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k4_done;
-    ld.param.u64 %rd1, [bc_k4_out];
+""" + _first_thread_only("$L_k4_done") + r"""    ld.param.u64 %rd1, [bc_k4_out];
     ld.param.u64 %rd2, [bc_k4_in];
     ld.param.u32 %r1, [bc_k4_n];
     ld.param.f32 %f1, [bc_k4_x];
@@ -104,12 +108,7 @@ $L_k4_done:
     .reg .b32 %r<4>;
     .reg .f32 %f<4>;
     .reg .b64 %rd<9>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k4p_done;
-    ld.param.u64 %rd1, [bc_k4p_out];
+""" + _first_thread_only("$L_k4p_done") + r"""    ld.param.u64 %rd1, [bc_k4p_out];
     ld.param.u64 %rd2, [bc_k4p_a];
     ld.param.u64 %rd3, [bc_k4p_b];
     ld.param.u64 %rd4, [bc_k4p_c];
@@ -148,12 +147,7 @@ $L_k4p_done:
     .reg .pred %p<2>;
     .reg .b32 %r<6>;
     .reg .b64 %rd<3>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k16_done;
-    ld.param.u64 %rd1, [bc_k16_p0];
+""" + _first_thread_only("$L_k16_done") + r"""    ld.param.u64 %rd1, [bc_k16_p0];
     cvta.to.global.u64 %rd2, %rd1;
     ld.param.u32 %r1, [bc_k16_a1];
     ld.param.u32 %r2, [bc_k16_a8];

@@ -1,5 +1,6 @@
 """What the kernel benchmark rows share: the device's spec bandwidth, medians, a chain of
-plans timed as one graph, the device-copy bandwidth row, torch when installed."""
+plans timed as one graph, the device-copy bandwidth row, torch when installed, torch's
+ops timed as one CUDA graph."""
 
 SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}          # HBM spec bandwidth, GB/s
 
@@ -52,6 +53,30 @@ def copy_gbs(bc, s, nbytes=1 << 30):
         e1.synchronize()
         ts.append(e1.elapsed_ms(e0))
     return 2 * nbytes / (_median(ts) * 1e-3) / 1e9
+
+
+def _torch_us(torch, body, count, reps=15):
+    """microseconds per op of ``body()`` (which issues ``count`` ops) in a torch CUDA graph."""
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        body()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        body()
+    g.replay()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        g.replay()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    del g
+    return _median(ts) * 1e3 / count
 
 
 def _torch():

@@ -13,7 +13,7 @@ import math
 import sys
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs  # noqa: F401
+from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, _torch_us, copy_gbs  # noqa: F401
 
 ORDER = 61
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch GB/s", 11), ("vs torch", 9)]
@@ -38,27 +38,10 @@ def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
     def body():
         for w, y in zip(ws, ys):
             torch.matmul(x, w.t(), out=y)
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        body()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    del g, ws, ys
+    us = _torch_us(torch, body, count, reps)
+    del ws, ys
     torch.cuda.empty_cache()
-    return _median(ts) * 1e3 / count
+    return us
 
 
 def dense_rows(bc, s, torch=None, dtype="float16", shapes=DENSE, batches=(1,)):

@@ -22,35 +22,11 @@ import struct
 import sys
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs  # noqa: F401
+from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, _torch_us, copy_gbs  # noqa: F401
 
 ORDER = 60
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch us", 9), ("torch GB/s", 11), ("vs torch", 9)]
 ROTATE_BYTES = 512 << 20
-
-
-def _torch_us(torch, body, count, reps=15):
-    """microseconds per op of ``body()`` (which issues ``count`` ops) in a torch CUDA graph."""
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        body()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    del g
-    return _median(ts) * 1e3 / count
 
 
 def _fill(bc, s, b):
