@@ -22,6 +22,7 @@ from barecuda._driver_pool import *  # noqa: F401,F403
 from barecuda._pinned_pool import *  # noqa: F401,F403
 from barecuda._module import *  # noqa: F401,F403
 from barecuda._launch import *  # noqa: F401,F403
+from barecuda._plan import *  # noqa: F401,F403
 from barecuda._launch_config import *  # noqa: F401,F403
 from barecuda._program import *  # noqa: F401,F403
 from barecuda._topology import *  # noqa: F401,F403
@@ -85,7 +86,10 @@ __all__ += [  # _module: modules and launch
     "Module", "Global"
 ]
 __all__ += [  # _launch
-    "Kernel", "LaunchPlan", "PlanList", "launch_all", "set_launch_releases_gil", "launch_releases_gil"
+    "Kernel", "set_launch_releases_gil", "launch_releases_gil"
+]
+__all__ += [  # _plan
+    "LaunchPlan", "PlanList", "launch_all"
 ]
 __all__ += [  # _launch_config
     "LaunchConfig"

@@ -72,7 +72,7 @@ def test_graph_names_come_from_the_wing_modules():
 
 # The modules the top level is assembled from, in barecuda/__init__.py's order.
 _SOURCES = ("_errors", "_loader", "_device", "_stream", "_buffer", "_allocators", "_interop", "_copy", "_host",
-            "_managed", "_staging", "_pool", "_driver_pool", "_pinned_pool", "_module", "_launch", "_launch_config",
+            "_managed", "_staging", "_pool", "_driver_pool", "_pinned_pool", "_module", "_launch", "_plan", "_launch_config",
             "_program", "_topology")
 
 
