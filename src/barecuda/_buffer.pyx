@@ -33,7 +33,7 @@ import operator
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_renamed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._stream cimport Stream, stream_handle, resolve_device, stream_use, stream_done
@@ -42,7 +42,7 @@ from barecuda._dlpack cimport kDLCUDA
 from barecuda._lazy cimport lazy_module
 from cpython.ref cimport PyObject
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of, public_dtype
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning, make_error, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -491,11 +491,7 @@ cdef class DeviceBuffer:
         """True once :meth:`close` was called (or the owner of this view was closed)."""
         return self._kind == KIND_CLOSED
 
-    @property
-    def closed(self):
-        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
-        warn_renamed("DeviceBuffer.closed", "DeviceBuffer.is_closed")
-        return self._kind == KIND_CLOSED
+    closed = _renamed("DeviceBuffer.closed", "is_closed")   # the old spelling, for one release
 
     @property
     def ptr(self):

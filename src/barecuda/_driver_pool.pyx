@@ -16,14 +16,14 @@ import warnings
 
 from barecuda._abi cimport *
 from barecuda._errors cimport (check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_SUPPORTED,
-                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed, warn_renamed)
+                              CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, warn_destroy_failed)
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
 from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, oom_error,
                                stream_closed, _order_on_safe_stream, capture_use_t, capture_use_slot)
 from barecuda._pool cimport fmt_bytes
 from barecuda._stream cimport resolve_device
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning, make_error, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -322,11 +322,7 @@ cdef class DriverMemoryPool(Allocator):
         """The ``CUmemoryPool`` as an int."""
         return <size_t>self.pool
 
-    @property
-    def handle(self):
-        """Deprecated spelling of :attr:`handle_int` (goes in the next release)."""
-        warn_renamed("DriverMemoryPool.handle", "DriverMemoryPool.handle_int")
-        return <size_t>self.pool
+    handle = _renamed("DriverMemoryPool.handle", "handle_int")   # the old spelling, for one release
 
     def set_release_threshold(self, nbytes):
         """Change the bytes the pool keeps reserved across synchronizations

@@ -269,6 +269,18 @@ cdef int warn_destroy_failed(CUresult rc, const char *call, str where) except -1
     return 0
 
 
+class _renamed(property):
+    """The old spelling of a renamed property, kept for one release: a class attribute
+    ``old = _renamed("Class.old", "new")``, a property whose read warns (``warn_renamed``)
+    and returns ``obj.new``. One implementation for every renamed property."""
+
+    def __init__(self, where, new):
+        def old_spelling(obj):
+            warn_renamed(where, f"{where.rsplit('.', 1)[0]}.{new}")
+            return getattr(obj, new)
+        super().__init__(old_spelling, None, None, f"Deprecated spelling of :attr:`{new}` (goes in the next release).")
+
+
 cdef int warn_renamed(str old, str new) except -1:
     """See _errors.pxd."""
     # stacklevel 1: a Cython function adds no Python frame, so the caller's line is the top one

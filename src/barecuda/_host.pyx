@@ -14,13 +14,13 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTI
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, warn_destroy_failed, warn_renamed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport oom_error, checked_size
 from barecuda._stream cimport resolve_device
-from barecuda._errors import CudaWarning
+from barecuda._errors import CudaWarning, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -278,11 +278,7 @@ cdef class PinnedBuffer:
         """True once :meth:`close` was called."""
         return self._closed
 
-    @property
-    def closed(self):
-        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
-        warn_renamed("PinnedBuffer.closed", "PinnedBuffer.is_closed")
-        return self._closed
+    closed = _renamed("PinnedBuffer.closed", "is_closed")   # the old spelling, for one release
 
     @property
     def ptr(self):

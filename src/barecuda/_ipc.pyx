@@ -46,7 +46,7 @@ from barecuda._abi cimport (
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
 )
 from barecuda._errors cimport (
-    warn_renamed, check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
+    check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_ALREADY_MAPPED, CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_MAP_FAILED,
 )
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
@@ -55,7 +55,7 @@ from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, h
 from barecuda._driver_pool cimport free_async, free_sync, pool_alloc
 from barecuda._stream cimport Event
 
-from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info
+from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info, _renamed
 from barecuda._device import device_count
 
 def _rc_name(rc):
@@ -244,11 +244,7 @@ cdef class IpcMemoryPool(Allocator):
         """The ``CUmemoryPool`` as an int."""
         return <size_t>self.pool
 
-    @property
-    def handle(self):
-        """Deprecated spelling of :attr:`handle_int` (goes in the next release)."""
-        warn_renamed("IpcMemoryPool.handle", "IpcMemoryPool.handle_int")
-        return <size_t>self.pool
+    handle = _renamed("IpcMemoryPool.handle", "handle_int")   # the old spelling, for one release
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
         cdef CUresult rc

@@ -39,7 +39,7 @@ from barecuda._pymethod cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, PyDes
     _TypeWithDict
 
 from barecuda._abi cimport *
-from barecuda._errors cimport bc_state_t, warn_renamed
+from barecuda._errors cimport bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device
 from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
@@ -52,7 +52,7 @@ from barecuda._pack cimport *
 from barecuda cimport _occupancy as occ
 # _plan cimports this module's .pxd; the reverse is here only (Kernel.bind makes plans)
 from barecuda._plan cimport LaunchPlan, new_plan
-from barecuda._errors import make_error, DriverVersionError
+from barecuda._errors import make_error, DriverVersionError, _renamed
 from barecuda import _signature as _signature_mod
 from barecuda._occupancy import FUNC_ATTRIBUTES      # re-exported (tests, stubs)
 
@@ -297,11 +297,7 @@ cdef class Kernel:
         """The ``CUfunction`` as an int (0 once the module is closed)."""
         return <size_t>self.func
 
-    @property
-    def handle(self):
-        """Deprecated spelling of :attr:`handle_int` (goes in the next release)."""
-        warn_renamed("Kernel.handle", "Kernel.handle_int")
-        return <size_t>self.func
+    handle = _renamed("Kernel.handle", "handle_int")   # the old spelling, for one release
 
     @property
     def num_params(self):

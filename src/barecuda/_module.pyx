@@ -18,12 +18,12 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND, warn_destroy_failed, warn_renamed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
     symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning, make_error, _renamed
 from barecuda._launch import Kernel
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 
@@ -413,11 +413,7 @@ cdef class Module:
         """True once :meth:`close` unloaded the module."""
         return self.handle == NULL
 
-    @property
-    def closed(self):
-        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
-        warn_renamed("Module.closed", "Module.is_closed")
-        return self.handle == NULL
+    closed = _renamed("Module.closed", "is_closed")   # the old spelling, for one release
 
     def __enter__(self):
         return self

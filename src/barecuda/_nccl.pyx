@@ -23,14 +23,14 @@ from libc.stdlib cimport malloc, free
 from barecuda._dtype cimport resolve_dtype
 from libc.stdint cimport uintptr_t
 from barecuda._abi cimport CUstream, CUdeviceptr
-from barecuda._errors cimport bc_state_t, bc_driver_usable, warn_renamed
+from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
 from barecuda._buffer cimport DeviceBuffer, use_begin, use_end
 from barecuda._interop cimport bc_array, array_of, order_array
 
-from barecuda._errors import BarecudaError, LibraryNotFoundError
+from barecuda._errors import BarecudaError, LibraryNotFoundError, _renamed
 from barecuda import _libfind
 
 cdef extern from "barecuda/nccl_abi.h" nogil:
@@ -610,11 +610,7 @@ cdef class Communicator:
         """True once :meth:`close` or :meth:`abort` released the communicator."""
         return self.comm == NULL
 
-    @property
-    def closed(self):
-        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
-        warn_renamed("Communicator.closed", "Communicator.is_closed")
-        return self.comm == NULL
+    closed = _renamed("Communicator.closed", "is_closed")   # the old spelling, for one release
 
     @property
     def size(self):

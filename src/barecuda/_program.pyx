@@ -26,13 +26,12 @@ from libc.string cimport strlen
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, warn_destroy_failed, \
-    warn_renamed
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, require
 from barecuda._device cimport Device, device_of
 from barecuda._module cimport Module
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import DriverVersionError, CudaWarning, make_error
+from barecuda._errors import DriverVersionError, CudaWarning, make_error, _renamed
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 from barecuda import _compile_cache, _compile_deps, _libfind
 from barecuda._compile_cache import cache_dir, cache_info, clear_cache
@@ -721,11 +720,7 @@ cdef class Library:
         """True once :meth:`close` unloaded the library."""
         return self.handle == NULL
 
-    @property
-    def closed(self):
-        """Deprecated spelling of :attr:`is_closed` (goes in the next release)."""
-        warn_renamed("Library.closed", "Library.is_closed")
-        return self.handle == NULL
+    closed = _renamed("Library.closed", "is_closed")   # the old spelling, for one release
 
     def __dealloc__(self):
         cdef CUresult rc

@@ -10,7 +10,7 @@ way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
 import math
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _median, _torch, _torch_us, copy_gbs
+from barecuda.bench._kernel_timing import SPEC_GBS, _chain, _time_graph, _torch, _torch_us, copy_gbs
 
 ORDER = 62
 PEAK_TF = {"H200": 989.0, "H100": 989.0}             # dense bf16/fp16 tensor TFLOP/s (SXM)
@@ -23,30 +23,6 @@ def _spec(bc):
         if k in name:
             return k, SPEC_GBS[k], PEAK_TF[k]
     return name, None, None
-
-
-def _time_graph(bc, s, fn_nodes, reps=20):
-    """ms per replay of a graph built by fn_nodes(graph) (median of reps)."""
-    g = bc.Graph()
-    fn_nodes(g)
-    exe = g.instantiate()
-    exe.launch(s)
-    s.synchronize()
-    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
-    ts = []
-    for _ in range(reps):
-        e0.record(s)
-        exe.launch(s)
-        e1.record(s)
-        e1.synchronize()
-        ts.append(e1.elapsed_ms(e0))
-    return _median(ts)
-
-
-def _chain(g, plans):
-    prev = None
-    for p in plans:
-        prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
 
 
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
