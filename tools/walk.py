@@ -43,8 +43,10 @@ def build():
     with tarfile.open(fileobj=buf) as tar:
         tar.extractall(WALK, filter="data")
     env = dict(os.environ, BARECUDA_DEBUG="1")
-    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q", "-j", "2"],
-                   cwd=WALK, env=env, check=True, stdout=subprocess.DEVNULL)
+    p = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace", "-q", "-j", "2"],
+                       cwd=WALK, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"tools/walk.py: the traced build failed:\n{p.stdout[-4000:]}{p.stderr[-4000:]}")
 
 
 def fake_lib():

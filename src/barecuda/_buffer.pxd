@@ -21,13 +21,7 @@ cdef extern from "barecuda/bc_owners.h" nogil:     # the table behind view_at (_
     void bc_owners_move(bc_owners *t, ptrdiff_t *frm, void *obj, ptrdiff_t *to)
     const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p)
 
-cdef extern from "barecuda/bc_uses.h" nogil:      # use counts (docs/architecture.md, "Close versus in-flight use")
-    void bc_use_enter(long *n)
-    long bc_use_leave(long *n)
-    long bc_use_count(long *n)
-    void bc_flag_set(int *f)
-    int bc_flag_take(int *f)
-    int bc_flag_get(int *f)
+from barecuda._uses cimport bc_use_enter, bc_use_leave, bc_use_count, bc_flag_set, bc_flag_take, bc_flag_get
 
 # DeviceBuffer._kind
 cdef enum:
