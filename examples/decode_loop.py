@@ -20,48 +20,8 @@ import time
 import numpy as np
 
 import barecuda as bc
+from barecuda._ptx_samples import AXPB    # the kernel's PTX: x[i] = alpha * x[i] + src[i] for i < n
 
-PTX = """
-.version 8.0
-.target sm_52
-.address_size 64
-
-// x[i] = alpha * x[i] + src[i] for i < n
-.visible .entry axpb(
-    .param .u64 x,
-    .param .u64 src,
-    .param .f32 alpha,
-    .param .u32 n
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<5>;
-    .reg .b64 %rd<8>;
-
-    ld.param.u64 %rd1, [x];
-    ld.param.u64 %rd2, [src];
-    ld.param.f32 %f1, [alpha];
-    ld.param.u32 %r2, [n];
-    mov.u32 %r3, %ctaid.x;
-    mov.u32 %r4, %ntid.x;
-    mov.u32 %r5, %tid.x;
-    mad.lo.s32 %r1, %r3, %r4, %r5;
-    setp.ge.u32 %p1, %r1, %r2;
-    @%p1 bra $L__done;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r1, 4;
-    add.s64 %rd6, %rd3, %rd5;
-    add.s64 %rd7, %rd4, %rd5;
-    ld.global.f32 %f2, [%rd6];
-    ld.global.f32 %f3, [%rd7];
-    fma.rn.f32 %f4, %f1, %f2, %f3;
-    st.global.f32 [%rd6], %f4;
-$L__done:
-    ret;
-}
-"""
 
 N = 4096            # vector length
 NODES = 100         # kernels per step
@@ -113,7 +73,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=200)
     args = ap.parse_args(argv)
     rng = np.random.default_rng()
-    kernel = bc.Module.from_ptx(PTX).get_kernel("axpb")
+    kernel = bc.Module.from_ptx(AXPB).get_kernel("axpb")
     s = bc.Stream()
     x0 = rng.standard_normal(N).astype(np.float32)
     kv_host = rng.standard_normal((SLOTS, N)).astype(np.float32)

@@ -80,8 +80,8 @@ def main(argv=None):
     b2 = bc.zeros(32, "float32", stream=s)
     s.synchronize()
     sh = s.handle_int
-    raw = GB.RawChain(k.handle, o.ptr, a.ptr, b.ptr, 32, N)
-    raw1 = GB.RawChain(k.handle, o.ptr, a.ptr, b.ptr, 32, 1)
+    raw = GB.RawChain(k.handle_int, o.ptr, a.ptr, b.ptr, 32, N)
+    raw1 = GB.RawChain(k.handle_int, o.ptr, a.ptr, b.ptr, 32, 1)
 
     g = bc.Graph()
     prev = None

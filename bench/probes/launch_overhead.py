@@ -206,7 +206,7 @@ def main(argv=None):
 
     def raw(k, blobs):
         p = B.ParamBlock(blobs)
-        return lambda: B.launch_loop(k.handle, 1, 1, p, s.handle_int, a.n)
+        return lambda: B.launch_loop(k.handle_int, 1, 1, p, s.handle_int, a.n)
 
     z8 = [b"\0" * 8] * 4
     raws = {
@@ -231,14 +231,14 @@ def main(argv=None):
         rows.append(("dlx4p", "kernel.launch, 4 exchange-API stubs", "raw4p", lambda: L4P(1, 1, x0, x1, x2, x3, stream=s)))
     # the floors of the benchmark (bench/_baseline.LaunchFloor): the same call on a C
     # method doing only the raw launch, or the tensors' exchange-API reads + the launch
-    FL = B.LaunchFloor(k4p.handle, 1, 1, B.ParamBlock(z8), s.handle_int).launch
+    FL = B.LaunchFloor(k4p.handle_int, 1, 1, B.ParamBlock(z8), s.handle_int).launch
     rows.append(("floor4p", "floor: the same call making the raw launch", "raw4p",
                  lambda: FL(1, 1, b0, b1, b2, b3, stream=s)))
     if torch is not None:
-        FLT = B.LaunchFloor(k4p.handle, 1, 1, B.ParamBlock(z8), s.handle_int, ts).launch
+        FLT = B.LaunchFloor(k4p.handle_int, 1, 1, B.ParamBlock(z8), s.handle_int, ts).launch
         rows.append(("floortorch4p", "floor: the same call making torch's reads + the raw launch", "raw4p",
                      lambda: FLT(1, 1, t0, t1, t2, t3, stream=s)))
-        FLX = B.LaunchFloor(k4p.handle, 1, 1, B.ParamBlock(z8), s.handle_int, [x0, x1, x2, x3]).launch
+        FLX = B.LaunchFloor(k4p.handle_int, 1, 1, B.ParamBlock(z8), s.handle_int, [x0, x1, x2, x3]).launch
         rows.append(("floordlx4p", "floor: the same call making the stubs' reads + the raw launch", "raw4p",
                      lambda: FLX(1, 1, x0, x1, x2, x3, stream=s)))
     c0, c1, c2, c3 = (ndarray(p) for p in ptrs[:4])

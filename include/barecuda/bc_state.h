@@ -12,6 +12,9 @@ typedef struct bc_state_t {
     int pid;             /* process that loaded the driver */
     void *handle;        /* dlopen/LoadLibrary handle */
     char path[1024];     /* what was opened */
+    /* Counters the lower modules read without calling up into the graph wing (GIL held): */
+    long host_errors;    /* exceptions host-node callables stored (graph/_host_node.pyx) */
+    long capture_frees;  /* frees _driver_pool set aside until the last capture ends */
 } bc_state_t;
 
 /* Destructors call the driver only when this holds; otherwise they leak. */

@@ -1,3 +1,5 @@
+__all__ = ["get_allocator", "set_allocator"]
+
 from typing import Optional, Union
 
 from barecuda._buffer import Allocator

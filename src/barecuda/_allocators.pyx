@@ -10,6 +10,8 @@ so this module reaches _buffer (the Allocator type check) and _driver_pool (the 
 allocator) only through Python imports on cold paths: a device's first default,
 set_allocator. The cimport graph keeps no cycle.
 """
+
+__all__ = ["get_allocator", "set_allocator"]
 from cpython.ref cimport PyObject
 from libc.string cimport memset
 import threading

@@ -22,13 +22,7 @@ cdef extern from "barecuda/bc_owners.h" nogil:     # the table behind view_at (_
     void bc_owners_move(bc_owners *t, ptrdiff_t *frm, void *obj, ptrdiff_t *to)
     const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p)
 
-cdef extern from "barecuda/bc_uses.h" nogil:      # use counts (docs/architecture.md, "Close versus in-flight use")
-    void bc_use_enter(long *n)
-    long bc_use_leave(long *n)
-    long bc_use_count(long *n)
-    void bc_flag_set(int *f)
-    int bc_flag_take(int *f)
-    int bc_flag_get(int *f)
+from barecuda._uses cimport bc_use_enter, bc_use_leave, bc_use_count, bc_flag_set, bc_flag_take, bc_flag_get
 
 # DeviceBuffer._kind
 cdef enum:
@@ -45,6 +39,7 @@ cdef class DeviceBuffer:
     cdef CUstream stream_handle     # stream this buffer's own work is ordered on (read: order_stream)
     cdef bint used_elsewhere        # (owner) work on another stream used it: free must wait for all
     cdef readonly Device device
+    """The Device the memory is on."""
     cdef CUcontext ctx
     cdef object _stream             # Stream object kept alive while the buffer lives
     cdef object _owner              # foreign producer kept alive by an import; None otherwise
@@ -81,6 +76,7 @@ cdef class DeviceBuffer:
 cdef class Allocator:
     """Where DeviceBuffer memory comes from and goes back to (subclassed by _pool)."""
     cdef readonly Device device
+    """The Device this allocator allocates on."""
     cdef CUcontext ctx
     # Fill b.ptr / b.nbytes / b._block for `size` bytes ordered on stream s (b.stream_handle
     # is already set). Must leave b.ptr == 0 on failure.

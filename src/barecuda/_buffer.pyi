@@ -1,3 +1,6 @@
+__all__ = ["DeviceBuffer", "Allocator", "alloc", "empty", "zeros"]
+
+from typing_extensions import deprecated
 from typing import final, Any, Optional, Tuple, Union
 
 from barecuda._device import Device
@@ -34,6 +37,9 @@ class DeviceBuffer:
     @property
     def stream(self) -> Optional[_StreamLike]: ...
     @property
+    def is_closed(self) -> bool: ...
+    @property
+    @deprecated("use DeviceBuffer.is_closed")
     def closed(self) -> bool: ...
     @property
     def is_view(self) -> bool: ...

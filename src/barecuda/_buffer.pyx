@@ -26,6 +26,8 @@ Lifetime rules:
 - Destructors never raise (failures become CudaWarning) and never call the driver
   once interpreter shutdown began or in a forked child: they leak instead.
 """
+
+__all__ = ["DeviceBuffer", "Allocator", "alloc", "empty", "zeros"]
 cimport cython
 import operator
 import warnings
@@ -40,7 +42,7 @@ from barecuda._dlpack cimport kDLCUDA
 from barecuda._lazy cimport lazy_module
 from cpython.ref cimport PyObject
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of, public_dtype
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning, make_error, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -485,8 +487,11 @@ cdef class DeviceBuffer:
         self.close()
 
     @property
-    def closed(self):
+    def is_closed(self):
+        """True once :meth:`close` was called (or the owner of this view was closed)."""
         return self._kind == KIND_CLOSED
+
+    closed = _renamed("DeviceBuffer.closed", "is_closed")   # the old spelling, for one release
 
     @property
     def ptr(self):
@@ -504,12 +509,14 @@ cdef class DeviceBuffer:
 
     @property
     def shape(self):
+        """The shape: the one given at allocation or by a view, else ``(nbytes,)``."""
         if self._shape is None:
             return (self.nbytes,)
         return self._shape
 
     @property
     def ndim(self):
+        """The number of dimensions (``len(shape)``)."""
         return len(self.shape)
 
     @property
@@ -519,6 +526,7 @@ cdef class DeviceBuffer:
 
     @property
     def itemsize(self):
+        """Bytes per element of :attr:`dtype` (1 when the buffer has none)."""
         return self._itemsize if self._itemsize else 1
 
     @property
@@ -760,6 +768,7 @@ cdef class DeviceBuffer:
 
     @property
     def is_managed(self):
+        """True for managed (unified) memory (:func:`managed_empty`, or a view of it)."""
         k = self._free_kind if self._free_pending else self._kind
         return k == KIND_MANAGED or (self._root is not None and self._root._kind == KIND_MANAGED)
 

@@ -279,15 +279,20 @@ def cache_info() -> Dict[str, Any]:
         f = None
     if f is not None:
         with f:
-            try:
-                ents = f.entries(_ENTRY_NAME)
-            except OSError:
-                pass
+            ents = _listed(f)
     info = {"directory": d, "entries": len(ents), "bytes": sum(e[1] for e in ents),
             "max_bytes": _max_bytes(), "memory_entries": len(_memo), "disabled": disabled,
             "skip_reason": _skip_reason[0]}
     info.update(_stats)
     return info
+
+
+def _listed(f):
+    """The cache entries in folder f, or none when it cannot be listed."""
+    try:
+        return f.entries(_ENTRY_NAME)
+    except OSError:
+        return []
 
 
 def clear_cache(memory: bool = True, disk: bool = True) -> int:
@@ -312,11 +317,7 @@ def clear_cache(memory: bool = True, disk: bool = True) -> int:
             f = None
         if f is not None:
             with f:
-                try:
-                    ents = f.entries(_ENTRY_NAME)
-                except OSError:
-                    ents = []
-                for _, _, name in ents:
+                for _, _, name in _listed(f):
                     try:
                         f.unlink(name)
                         n += 1

@@ -1,3 +1,5 @@
+__all__ = ["to_device", "copy_2d", "copy_3d"]
+
 from typing import Any, Optional, Tuple, Union
 
 from barecuda._buffer import Allocator, DeviceBuffer

@@ -7,6 +7,8 @@ open (not closed), writable destination, contiguous memory, sizes and extents in
 checked 64-bit arithmetic. Synchronous without a stream; with one, queued on it and
 the device sides noted as used there (note_use marks the allocation owner).
 """
+
+__all__ = ["to_device", "copy_2d", "copy_3d"]
 cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
 from cpython.bytearray cimport PyByteArray_FromStringAndSize

@@ -1,4 +1,6 @@
 """Devices and primary contexts (stub of the _device extension module)."""
+
+__all__ = ["Device", "device_count"]
 from typing import Dict, List, Optional, Tuple, Union, final
 
 ATTRIBUTES: Dict[str, int]

@@ -10,20 +10,23 @@ the thread's current device for the block and restores the previous one after it
 In a child forked after the driver was loaded, every Device method raises
 ``ForkedProcessError`` (naming ``spawn``) before any driver call.
 """
+
+__all__ = ["Device", "device_count"]
 import threading
 cimport cython
 
 from libc.string cimport memset
-from barecuda.graph._host_node cimport pending_host_errors
-from barecuda.graph._host_node import check_host_errors
+from cpython.ref cimport PyObject
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, \
     CUDA_ERROR_PEER_ACCESS_NOT_ENABLED
 from barecuda._loader cimport (driver_table, runtime_state, ensure_driver, set_current, forget_current,
                                bound_context, chosen_device, choose_device)
+from barecuda._lazy cimport lazy_module
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
+cdef PyObject *_host_node_mod = NULL   # barecuda.graph._host_node, once a stored host-node error is raised
 
 cdef CUcontext _primary[MAX_DEVICES]       # MAX_DEVICES: _device.pxd
 # ordinal -> identity properties of Device (fixed per process; see _identity)
@@ -415,8 +418,8 @@ cdef class Device:
         self.activate()
         with nogil:
             check(D.cuCtxSynchronize(), b"cuCtxSynchronize")
-        if pending_host_errors()[0]:
-            check_host_errors()     # an exception a CUDA graph host node stored (docs/graphs.md)
+        if ST.host_errors:          # an exception a CUDA graph host node stored (docs/graphs.md)
+            lazy_module(&_host_node_mod, "barecuda.graph._host_node").check_host_errors()
 
     def can_access_peer(self, peer):
         """Whether this device can access memory of ``peer`` directly."""

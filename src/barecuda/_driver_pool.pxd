@@ -30,7 +30,7 @@ cdef int free_sync(DeviceBuffer b) except -1
 # b gets stream-ordered memory on s: mark it a graph allocation (_graph_alloc) when s is
 # capturing in a barecuda capture (then captures do not hold it).
 cdef void note_graph_alloc(DeviceBuffer b, CUstream s) noexcept
-# When the last barecuda capture has ended (_capture): the frees free_async/free_sync
-# put aside during the captures, after one context synchronization. Never raises:
-# failures become CudaWarning.
+# When the last barecuda capture has ended (_capture, only while ST.capture_frees counts
+# any): the frees free_async/free_sync put aside during the captures, after one context
+# synchronization. Never raises: failures become CudaWarning.
 cdef void flush_capture_frees() noexcept

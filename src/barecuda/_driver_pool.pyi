@@ -1,3 +1,6 @@
+__all__ = ["DriverAllocator", "DriverMemoryPool"]
+
+from typing_extensions import deprecated
 from typing import final, Dict, Optional, Union
 
 from barecuda._device import Device
@@ -14,6 +17,9 @@ class DriverMemoryPool(Allocator):
     def __new__(cls, device: _DeviceLike = None, *, release_threshold: Optional[int] = None,
                  limit: Optional[int] = None, default: bool = False) -> "DriverMemoryPool": ...
     @property
+    def handle_int(self) -> int: ...
+    @property
+    @deprecated("use DriverMemoryPool.handle_int")
     def handle(self) -> int: ...
     def stats(self) -> Dict[str, int]: ...
     def trim(self, keep: int = 0) -> None: ...

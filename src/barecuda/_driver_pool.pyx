@@ -8,6 +8,8 @@ the driver (free_order, free_async, free_sync: also used by _ipc's and _managed'
 allocators). barecuda's own cache (MemoryPool) and the stream-close rule all
 allocators follow are in _pool.pyx; the Allocator interface in _buffer.pyx.
 """
+
+__all__ = ["DriverAllocator", "DriverMemoryPool"]
 cimport cython
 from libc.string cimport memset
 import warnings
@@ -21,7 +23,7 @@ from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_ASYNC, KIND_SYNC, o
                                stream_closed, _order_on_safe_stream, capture_use_t, capture_use_slot)
 from barecuda._pool cimport fmt_bytes
 from barecuda._stream cimport resolve_device
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning, make_error, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -55,6 +57,7 @@ cdef void flush_capture_frees() noexcept:
         return
     todo = _after_capture
     _after_capture = []
+    ST.capture_frees = 0
     try:
         synced = set()
         for c, p, is_async in todo:
@@ -114,6 +117,7 @@ cdef int free_async(DeviceBuffer b) except -1:
             check(D.cuMemFreeAsync(p, b.stream_handle), b"cuMemFreeAsync")
             return 0
         _after_capture.append((<size_t>b.ctx, <size_t>p, True))
+        ST.capture_frees += 1
         return 0
     set_current(b.ctx)
     free_order(b, &s)
@@ -130,6 +134,7 @@ cdef int free_sync(DeviceBuffer b) except -1:
         return 0
     if CAP[0] != NULL:
         _after_capture.append((<size_t>b.ctx, <size_t>p, False))
+        ST.capture_frees += 1
         return 0
     set_current(b.ctx)
     with nogil:                  # cuMemFree synchronizes the device itself
@@ -313,9 +318,11 @@ cdef class DriverMemoryPool(Allocator):
         check(D.cuMemPoolTrimTo(self.pool, keep), b"cuMemPoolTrimTo")
 
     @property
-    def handle(self):
-        """The CUmemoryPool as an int."""
+    def handle_int(self):
+        """The ``CUmemoryPool`` as an int."""
         return <size_t>self.pool
+
+    handle = _renamed("DriverMemoryPool.handle", "handle_int")   # the old spelling, for one release
 
     def set_release_threshold(self, nbytes):
         """Change the bytes the pool keeps reserved across synchronizations

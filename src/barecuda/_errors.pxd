@@ -10,6 +10,8 @@ cdef extern from "barecuda/bc_state.h" nogil:
         int pid
         void *handle
         char path[1024]
+        long host_errors
+        long capture_frees
     int bc_driver_usable(const bc_state_t *st)
 
 # The CUresult names: `from barecuda._errors cimport CUDA_ERROR_NOT_READY`.
@@ -126,6 +128,9 @@ cdef int register_state(bc_state_t *st) except -1
 # error>" (docs/errors.md: destructors never raise). Raises only what warnings.warn
 # raises (a warnings filter set to "error"), exactly as a warnings.warn there would.
 cdef int warn_destroy_failed(CUresult rc, const char *call, str where) except -1
+# The old spelling of a renamed public name was used: a DeprecationWarning "old is
+# deprecated ...; use new" pointing at the caller (the names go in the next release).
+cdef int warn_renamed(str old, str new) except -1
 
 cdef inline int check(CUresult rc, const char *call) except -1 nogil:
     """Return 0 when rc is CUDA_SUCCESS, otherwise raise the matching CudaError."""

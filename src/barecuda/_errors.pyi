@@ -1,3 +1,12 @@
+__all__ = [
+    "BarecudaError", "CudaError", "CudaWarning", "LibraryNotFoundError", "DriverNotFoundError",
+    "DriverVersionError", "ForkedProcessError", "CudaOutOfMemoryError", "CudaInvalidValueError",
+    "CudaNotReadyError", "CudaNotFoundError", "CudaNotSupportedError", "CudaInvalidHandleError",
+    "CudaInvalidContextError", "CudaInvalidImageError", "CudaInvalidPtxError", "CudaNoDeviceError",
+    "CudaInvalidDeviceError", "CudaNotInitializedError", "CudaLaunchError", "CudaStickyError",
+    "CudaStreamCaptureError", "error_info", "error_class"
+]
+
 from enum import IntEnum
 from typing import Iterable, Optional, Tuple, Type
 
@@ -108,10 +117,11 @@ class CUresult(IntEnum):
 
 class CudaWarning(RuntimeWarning): ...
 class BarecudaError(Exception): ...
-class _LibraryNotFoundError(BarecudaError, OSError):
+class LibraryNotFoundError(BarecudaError, OSError):
     tried: Tuple[str, ...]
     def __init__(self, message: str, tried: Iterable[str] = ...) -> None: ...
-class DriverNotFoundError(_LibraryNotFoundError): ...
+_LibraryNotFoundError = LibraryNotFoundError
+class DriverNotFoundError(LibraryNotFoundError): ...
 class DriverVersionError(BarecudaError, RuntimeError): ...
 class ForkedProcessError(BarecudaError, RuntimeError): ...
 class CudaError(BarecudaError, RuntimeError):

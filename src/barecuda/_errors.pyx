@@ -7,6 +7,15 @@ exception. The names and descriptions of every CUresult come from our own table
 ``CUresult`` IntEnum is built from that table at import, and C-level code cimports
 the same names from _errors.pxd.
 """
+
+__all__ = [
+    "BarecudaError", "CudaError", "CudaWarning", "LibraryNotFoundError", "DriverNotFoundError",
+    "DriverVersionError", "ForkedProcessError", "CudaOutOfMemoryError", "CudaInvalidValueError",
+    "CudaNotReadyError", "CudaNotFoundError", "CudaNotSupportedError", "CudaInvalidHandleError",
+    "CudaInvalidContextError", "CudaInvalidImageError", "CudaInvalidPtxError", "CudaNoDeviceError",
+    "CudaInvalidDeviceError", "CudaNotInitializedError", "CudaLaunchError", "CudaStickyError",
+    "CudaStreamCaptureError", "error_info", "error_class"
+]
 import enum
 import warnings
 
@@ -29,10 +38,11 @@ class BarecudaError(Exception):
     """Base of every exception barecuda raises on its own account."""
 
 
-class _LibraryNotFoundError(BarecudaError, OSError):
+class LibraryNotFoundError(BarecudaError, OSError):
     """A library opened at run time could not be loaded; ``tried`` lists the names or
-    paths attempted and why each failed. (Base of DriverNotFoundError and of
-    _nvrtc.CompilerNotFoundError.)"""
+    paths attempted and why each failed. The one base of every not-found error:
+    ``DriverNotFoundError``, ``CompilerNotFoundError`` (NVRTC, nvJitLink) and
+    ``barecuda.nccl.NcclNotFoundError``."""
 
     def __init__(self, message, tried=()):
         super().__init__(message)
@@ -42,7 +52,10 @@ class _LibraryNotFoundError(BarecudaError, OSError):
         return (type(self), (str(self), self.tried))
 
 
-class DriverNotFoundError(_LibraryNotFoundError):
+_LibraryNotFoundError = LibraryNotFoundError     # the old private spelling, kept for one release
+
+
+class DriverNotFoundError(LibraryNotFoundError):
     """No usable CUDA driver library could be loaded.
 
     ``tried`` lists the library names or paths that were attempted and why each failed.
@@ -253,6 +266,26 @@ cdef int warn_destroy_failed(CUresult rc, const char *call, str where) except -1
     """See _errors.pxd."""
     name = call.decode()
     warnings.warn(f"{name} in {where}: {make_error(rc, name)}", CudaWarning)
+    return 0
+
+
+class _renamed(property):
+    """The old spelling of a renamed property, kept for one release: a class attribute
+    ``old = _renamed("Class.old", "new")``, a property whose read warns (``warn_renamed``)
+    and returns ``obj.new``. One implementation for every renamed property."""
+
+    def __init__(self, where, new):
+        def old_spelling(obj):
+            warn_renamed(where, f"{where.rsplit('.', 1)[0]}.{new}")
+            return getattr(obj, new)
+        super().__init__(old_spelling, None, None, f"Deprecated spelling of :attr:`{new}` (goes in the next release).")
+
+
+cdef int warn_renamed(str old, str new) except -1:
+    """See _errors.pxd."""
+    # stacklevel 1: a Cython function adds no Python frame, so the caller's line is the top one
+    warnings.warn(f"{old} is deprecated and goes in the next release; use {new} (one spelling per fact)",
+                  DeprecationWarning, stacklevel=1)
     return 0
 
 

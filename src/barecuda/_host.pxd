@@ -5,6 +5,7 @@ from barecuda._device cimport Device
 cdef class PinnedAllocator:
     """A pinned-memory cache (barecuda._pinned_pool.PinnedMemoryPool implements it)."""
     cdef readonly Device device
+    """The Device whose context the cache allocates in."""
     # Take back n bytes at p (device address dptr when mapped) that a PinnedBuffer from
     # this cache used; ev (may be NULL) completes when the last async copy that used the
     # memory is done: reuse only after it. Called at most once per block.
@@ -15,6 +16,7 @@ cdef class PinnedBuffer:
     cdef void *ptr
     cdef size_t nbytes_
     cdef readonly Device device
+    """The Device whose context allocated the memory."""
     cdef CUcontext ctx
     cdef CUdeviceptr dptr           # device address when mapped, else 0
     cdef unsigned int flags

@@ -1,3 +1,6 @@
+__all__ = ["PinnedBuffer", "PinnedAllocator", "pinned_empty", "register_host", "HostRegistration"]
+
+from typing_extensions import deprecated
 import sys
 from typing import final, Any, Optional, Tuple, Union
 
@@ -27,6 +30,9 @@ class PinnedBuffer:
     @property
     def device_ptr(self) -> int: ...
     @property
+    def is_closed(self) -> bool: ...
+    @property
+    @deprecated("use PinnedBuffer.is_closed")
     def closed(self) -> bool: ...
     def __len__(self) -> int: ...
     if sys.version_info >= (3, 12):

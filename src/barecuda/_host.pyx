@@ -6,6 +6,8 @@ caches implement (barecuda._pinned_pool.PinnedMemoryPool), pinned_empty, host re
 (register_host / HostRegistration, cuMemHostRegister) and mapped memory, and the
 host-buffer helpers the copies use.
 """
+
+__all__ = ["PinnedBuffer", "PinnedAllocator", "pinned_empty", "register_host", "HostRegistration"]
 cimport cython
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS,
                              PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
@@ -18,7 +20,7 @@ from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport oom_error, checked_size
 from barecuda._stream cimport resolve_device
-from barecuda._errors import CudaWarning
+from barecuda._errors import CudaWarning, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -272,8 +274,11 @@ cdef class PinnedBuffer:
         self.close()
 
     @property
-    def closed(self):
+    def is_closed(self):
+        """True once :meth:`close` was called."""
         return self._closed
+
+    closed = _renamed("PinnedBuffer.closed", "is_closed")   # the old spelling, for one release
 
     @property
     def ptr(self):
@@ -282,6 +287,7 @@ cdef class PinnedBuffer:
 
     @property
     def nbytes(self):
+        """The size in bytes (0 once closed)."""
         return 0 if self._closed else self.nbytes_
 
     def __len__(self):
@@ -289,6 +295,7 @@ cdef class PinnedBuffer:
 
     @property
     def mapped(self):
+        """Whether the memory is also mapped into the device address space (:attr:`device_ptr`)."""
         return bool(self.flags & CU_MEMHOSTALLOC_DEVICEMAP)
 
     @property
@@ -379,6 +386,7 @@ cdef class HostRegistration:
     cdef bint registered
     cdef bint has_view
     cdef readonly Device device
+    """The Device whose context registered the memory."""
     cdef CUcontext ctx
     cdef CUdeviceptr dptr
     cdef object obj
@@ -416,10 +424,12 @@ cdef class HostRegistration:
 
     @property
     def ptr(self):
+        """The registered host address as an int (0 once unregistered)."""
         return <size_t>self.view.buf if self.has_view else 0
 
     @property
     def nbytes(self):
+        """The registered size in bytes (0 once unregistered)."""
         return self.view.len if self.has_view else 0
 
     @property

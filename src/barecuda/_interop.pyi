@@ -1,3 +1,5 @@
+__all__ = ["as_device_buffer"]
+
 from typing import Any
 
 from barecuda._buffer import DeviceBuffer

@@ -12,6 +12,8 @@ The producer's stream is honoured by ONE rule, the same for launch, bind and wra
 it through an event; torch/cupy tensors read directly make the consumer stream wait
 for the library's current stream through an event. Nothing blocks the host.
 """
+
+__all__ = ["as_device_buffer"]
 cimport cython
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_SetName, PyCapsule_CheckExact
 from cpython.ref cimport PyObject

@@ -1,3 +1,4 @@
+from typing_extensions import deprecated
 from typing import Any, Optional, Tuple, Union
 from barecuda._device import Device
 from barecuda._errors import BarecudaError
@@ -15,6 +16,9 @@ class IpcAllocator(Allocator):
 class IpcMemoryPool(Allocator):
     def __new__(cls, device: Union[Device, int, None] = ...) -> "IpcMemoryPool": ...
     @property
+    def handle_int(self) -> int: ...
+    @property
+    @deprecated("use IpcMemoryPool.handle_int")
     def handle(self) -> int: ...
 
 class MemHandle:

@@ -55,7 +55,7 @@ from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_SYNC, KIND_CLOSED, h
 from barecuda._driver_pool cimport free_async, free_sync, pool_alloc
 from barecuda._stream cimport Event
 
-from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info
+from barecuda._errors import BarecudaError, CudaError, CudaWarning, error_info, _renamed
 from barecuda._device import device_count
 
 def _rc_name(rc):
@@ -240,9 +240,11 @@ cdef class IpcMemoryPool(Allocator):
         self.pool = NULL
 
     @property
-    def handle(self):
+    def handle_int(self):
         """The ``CUmemoryPool`` as an int."""
         return <size_t>self.pool
+
+    handle = _renamed("IpcMemoryPool.handle", "handle_int")   # the old spelling, for one release
 
     cdef int allocate(self, DeviceBuffer b, size_t size, CUstream s) except -1:
         cdef CUresult rc
@@ -607,7 +609,7 @@ def open_buffer(h, *, device=None):
     key = (h.hostname, h.boot_id, h.pid, h.kind, h.data)
     with _open_lock:
         prev = _open_views.get(key)
-        if prev is not None and not prev.closed:
+        if prev is not None and not prev.is_closed:
             raise IpcAlreadyOpenError(
                 f"this handle is already open in this process ({prev!r}); the driver maps an allocation once "
                 "per process: use that buffer (or a .view() of it), or close it first.")

@@ -18,8 +18,11 @@ cdef class Kernel:
     cdef unsigned int max_threads    # min(device, kernel MAX_THREADS_PER_BLOCK)
     cdef unsigned int max_dyn_smem   # kernel MAX_DYNAMIC_SHARED_SIZE_BYTES
     cdef readonly str name
+    """The kernel's name as the module spells it (the mangled name for C++)."""
     cdef readonly object module
+    """The Module (or Library) the kernel comes from; the kernel keeps it alive."""
     cdef readonly Device device
+    """The Device the kernel's module is loaded on."""
     cdef tuple _types                # type name of each parameter (messages, param_info)
     cdef object __weakref__          # Module tracks its kernels weakly (no Module <-> Kernel cycle)
 
@@ -50,3 +53,14 @@ cdef void invalidate_kernel(Kernel k) noexcept
 # A counter invalidate_kernel increments: holders of many kernels (executable graphs)
 # re-check theirs only when it moved.
 cdef const size_t *kernels_closed() noexcept
+
+# -- for the plans (_plan.pyx, which cimports this file; never the reverse): the pieces
+# of the launch path a plan shares. The two slots are read through at each plan launch.
+cdef capture_hook_t *capture_hook_slot() noexcept   # the recorder (set_capture_hook writes it)
+cdef bint *releases_gil_slot() noexcept             # the one GIL switch (set_launch_releases_gil)
+# Pack value into parameter i's slot (k's checks; the launch packer without the launch's memo).
+cdef int pack_slot(Kernel k, Py_ssize_t i, object value, char *slot, CUstream hs) except -1
+# Issue one launch record / n records in order behind the GIL switch (issue_recs: -1, or
+# the index of the first that failed with *rc its CUresult, -1 closed module, -2 closed stream).
+cdef int issue(Kernel k, bc_launch_rec *r) except -1
+cdef Py_ssize_t issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2

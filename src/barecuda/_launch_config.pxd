@@ -9,11 +9,15 @@ cdef class LaunchConfig:
     cdef unsigned int block_[3]
     cdef unsigned int smem
     cdef readonly object stream
+    """The Stream the launch goes to, or None (the default stream)."""
     cdef unsigned int cluster_[3]
     cdef bint has_cluster
     cdef readonly bint cooperative
+    """Whether the launch is cooperative (all blocks co-resident; grid-wide sync allowed)."""
     cdef readonly object priority
+    """The launch priority (overrides the stream's), or None."""
     cdef readonly bint programmatic_serialization
+    """Whether the kernel may start before the previous one on its stream finishes (programmatic dependent launch)."""
     cdef CUlaunchAttribute attrs[4]
     cdef unsigned int nattrs
     cdef CUfunction _validated      # kernel this config was last validated for

@@ -1,5 +1,7 @@
-from typing import final
 """Type stubs for barecuda._launch_config: LaunchConfig."""
+
+__all__ = ["LaunchConfig"]
+from typing import final
 from typing import Any, Optional, Tuple, Union
 
 _Dim3 = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]

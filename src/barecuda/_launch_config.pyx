@@ -7,6 +7,8 @@ device (``validate_config``; first the geometry against the kernel's limits by
 ``check_limits``, which _launch calls too when a launch's geometry is not plain ints
 within limits) and the launch record a config gives (``config_rec``).
 """
+
+__all__ = ["LaunchConfig"]
 cimport cython
 from libc.string cimport memset, memcpy
 
@@ -110,14 +112,17 @@ cdef class LaunchConfig:
 
     @property
     def grid(self):
+        """The grid dimensions as ``(x, y, z)``."""
         return (self.grid_[0], self.grid_[1], self.grid_[2])
 
     @property
     def block(self):
+        """The block dimensions as ``(x, y, z)``."""
         return (self.block_[0], self.block_[1], self.block_[2])
 
     @property
     def shared_mem(self):
+        """The dynamic shared memory per block, in bytes."""
         return self.smem
 
     @property

@@ -1,3 +1,5 @@
+__all__ = ["is_available", "driver_version", "driver_path"]
+
 from typing import Dict, Optional, Tuple
 
 DEFAULT_CANDIDATES: Tuple[str, ...]

@@ -6,6 +6,8 @@ driver table, the process state (fork and shutdown flags) and the per-thread
 cache of the current context. Loading is lazy, happens once, and is serialized by
 a lock with a re-check after taking it.
 """
+
+__all__ = ["is_available", "driver_version", "driver_path"]
 import atexit
 import os
 import threading

@@ -1,3 +1,5 @@
+__all__ = ["managed_empty", "alloc_pitch"]
+
 from typing import Any, Tuple, Union
 
 from barecuda._buffer import DeviceBuffer

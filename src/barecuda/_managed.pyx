@@ -4,6 +4,8 @@ Owns: managed_empty (cuMemAllocManaged) with DeviceBuffer.prefetch/advise, and
 alloc_pitch (cuMemAllocPitch). Neither is stream-ordered, so their allocator's free
 waits for the buffer's stream (or the whole context after cross-stream use).
 """
+
+__all__ = ["managed_empty", "alloc_pitch"]
 cimport cython
 
 from barecuda._abi cimport *

@@ -1,5 +1,8 @@
-from typing import final
 """Type stubs for barecuda._module: modules, the PTX signature parser, globals."""
+
+__all__ = ["Module", "Global"]
+from typing_extensions import deprecated
+from typing import final
 import os
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -28,6 +31,9 @@ class Module:
     @property
     def kernel_names(self) -> Optional[Tuple[str, ...]]: ...
     @property
+    def is_closed(self) -> bool: ...
+    @property
+    @deprecated("use Module.is_closed")
     def closed(self) -> bool: ...
     def ptx_signature(self, name: str) -> Optional[list[Tuple[str, int, int]]]: ...
     def get_kernel(self, name: str, signature: Optional[Sequence[Any]] = None) -> Kernel: ...

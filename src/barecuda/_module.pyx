@@ -6,6 +6,8 @@ logs, kernel lookup by name (C++ kernels by their plain name too), ``Global`` (a
 (``Kernel``), which this module builds them with; the PTX ``.entry`` parser and
 parameter kinds live in _signature (``parse_ptx_signatures`` is re-exported here).
 """
+
+__all__ = ["Module", "Global"]
 cimport cython
 import os
 import warnings
@@ -21,7 +23,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
     symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import CudaWarning, make_error
+from barecuda._errors import CudaWarning, make_error, _renamed
 from barecuda._launch import Kernel
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 
@@ -407,8 +409,11 @@ cdef class Module:
         self.handle = NULL
 
     @property
-    def closed(self):
+    def is_closed(self):
+        """True once :meth:`close` unloaded the module."""
         return self.handle == NULL
+
+    closed = _renamed("Module.closed", "is_closed")   # the old spelling, for one release
 
     def __enter__(self):
         return self
@@ -442,6 +447,7 @@ cdef class Global:
 
     @property
     def nbytes(self):
+        """The global's size in bytes."""
         return self.size
 
     def __int__(self):

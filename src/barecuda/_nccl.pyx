@@ -30,7 +30,7 @@ from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
 from barecuda._buffer cimport DeviceBuffer, use_begin, use_end
 from barecuda._interop cimport bc_array, array_of, order_array
 
-from barecuda._errors import BarecudaError, _LibraryNotFoundError
+from barecuda._errors import BarecudaError, LibraryNotFoundError, _renamed
 from barecuda import _libfind
 
 cdef extern from "barecuda/nccl_abi.h" nogil:
@@ -115,7 +115,7 @@ def _rebuild_nccl_error(result, call, message):
     return nccl_error_class(result)(result, call, message)
 
 
-class NcclNotFoundError(_LibraryNotFoundError):
+class NcclNotFoundError(LibraryNotFoundError):
     """libnccl.so.2 could not be found or loaded; ``tried`` lists the candidates and why
     each failed."""
 
@@ -358,13 +358,18 @@ class UniqueId:
     (:func:`get_unique_id`, on one rank), send it to every rank (it pickles; ``bytes(uid)``
     gives the raw bytes, ``UniqueId(raw)`` takes them back)."""
 
-    __slots__ = ("data",)
+    __slots__ = ("_data",)
 
     def __init__(self, data):
         data = bytes(data)
         if len(data) != 128:
             raise ValueError(f"an NCCL unique id is 128 bytes, not {len(data)}")
-        self.data = data
+        self._data = data
+
+    @property
+    def data(self):
+        """The id's 128 raw bytes."""
+        return self._data
 
     def __bytes__(self):
         return self.data
@@ -458,8 +463,11 @@ cdef class Communicator:
     """
     cdef ncclComm_t comm
     cdef readonly int rank
+    """This communicator's rank (0 to ``nranks - 1``)."""
     cdef readonly int nranks
+    """The number of ranks in the communicator."""
     cdef readonly Device device
+    """The Device this rank runs its collectives on."""
     cdef public bint abort_on_error
     cdef bint _owned
 
@@ -598,8 +606,11 @@ cdef class Communicator:
             self.close()
 
     @property
-    def closed(self):
+    def is_closed(self):
+        """True once :meth:`close` or :meth:`abort` released the communicator."""
         return self.comm == NULL
+
+    closed = _renamed("Communicator.closed", "is_closed")   # the old spelling, for one release
 
     @property
     def size(self):

@@ -1,12 +1,12 @@
 """Type stubs for barecuda._nvrtc: NVRTC and nvJitLink (loading, versions, errors, one raw run)."""
 from typing import Optional, Sequence, Tuple, Union
 
-from barecuda._errors import BarecudaError, _LibraryNotFoundError
+from barecuda._errors import BarecudaError, LibraryNotFoundError
 
 _Arch = Union[str, int, Tuple[int, int]]
 _Version = Union[int, Tuple[int, int]]
 
-class CompilerNotFoundError(_LibraryNotFoundError): ...
+class CompilerNotFoundError(LibraryNotFoundError): ...
 
 class _ToolError(BarecudaError, RuntimeError):
     log: str

@@ -17,7 +17,7 @@ import threading
 
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
-from barecuda._errors import BarecudaError, DriverVersionError, _LibraryNotFoundError
+from barecuda._errors import BarecudaError, DriverVersionError, LibraryNotFoundError
 from barecuda import _libfind
 
 cdef extern from "barecuda/nvrtc_abi.h" nogil:
@@ -77,7 +77,7 @@ cdef extern from "barecuda/nvrtc_abi.h" nogil:
 
 
 # ------------------------------------------------------------------ exceptions
-class CompilerNotFoundError(_LibraryNotFoundError):
+class CompilerNotFoundError(LibraryNotFoundError):
     """NVRTC (or nvJitLink) could not be loaded.
 
     ``tried`` lists the candidates and why each failed; the message names the pip

@@ -176,7 +176,7 @@ cdef int pack_slow(object k, const bc_param *p, Py_ssize_t i, object arg, char *
     if kind == BC_K_BYTES:
         return _pack_bytes(k, p, i, arg, slot)
     if isinstance(arg, DeviceBuffer):
-        if (<DeviceBuffer>arg).ptr == 0 and getattr(arg, "closed", False):
+        if (<DeviceBuffer>arg).ptr == 0 and getattr(arg, "is_closed", False):
             raise ValueError(f"kernel {sig_text(k)}: argument {i} is a closed DeviceBuffer; a kernel "
                              "must not get a freed address")
         if bc_kind_is_pointer(kind):

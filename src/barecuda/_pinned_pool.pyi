@@ -1,3 +1,5 @@
+__all__ = ["PinnedMemoryPool"]
+
 from typing import final, Any, Dict, Tuple, Union
 
 from barecuda._device import Device

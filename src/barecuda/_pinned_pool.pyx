@@ -5,6 +5,8 @@ Owns: PinnedMemoryPool, the C-level pinned allocator (_host.PinnedAllocator) beh
 rounded to the device caching allocator's size classes (bc_sizeclass.h) and reused
 only after the copies that used them completed (cuEventQuery, no blocking).
 """
+
+__all__ = ["PinnedMemoryPool"]
 cimport cython
 import warnings
 

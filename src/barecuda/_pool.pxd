@@ -18,10 +18,6 @@ cdef extern from "barecuda/bc_sizeclass.h" nogil:
 cdef int sync_for_closed(CUcontext ctx) except -1
 # "1.5 MiB": byte counts in allocator messages.
 cdef str fmt_bytes(object n)
-# A barecuda capture began / ended (_capture.Capture): while one runs, allocations and
-# frees ask whether their stream is capturing.
-cdef void capture_started() noexcept
-cdef void capture_ended() noexcept
 
 cdef enum:
     FROM_GRAPH = 2              # bc_block.from_async of a block allocated during a capture (_graph reads it)

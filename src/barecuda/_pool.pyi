@@ -1,3 +1,5 @@
+__all__ = ["MemoryPool", "memory_stats", "trim_memory"]
+
 from typing import final, Any, Dict, Optional, Union
 
 from barecuda._device import Device

@@ -39,6 +39,8 @@ MemoryPool, how it works:
 The hot path (cached block, same stream) is a few C operations with the GIL held:
 no driver call, no dict, no allocation besides the DeviceBuffer (a freelist).
 """
+
+__all__ = ["MemoryPool", "memory_stats", "trim_memory"]
 cimport cython
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport calloc, free, realloc
@@ -50,7 +52,8 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_OU
     CUDA_ERROR_NOT_SUPPORTED
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
 from barecuda._device cimport Device, device_of
-from barecuda._buffer cimport Allocator, DeviceBuffer, KIND_POOL, stream_closed, order_stream
+from barecuda._buffer cimport (Allocator, DeviceBuffer, KIND_POOL, stream_closed, order_stream, capture_use_t,
+                               capture_use_slot)
 from barecuda._errors import CudaWarning, make_error
 from barecuda import _allocators
 
@@ -97,25 +100,14 @@ def _on_stream_close(handle):
 from barecuda import _stream as _stream_mod
 _stream_mod.add_close_hook(_on_stream_close)
 
-# -- CUDA graphs (_graph.pyx): stream capture hook. While a barecuda capture runs
-# (_capture.Capture calls capture_started/capture_ended), allocations on a capturing
+# -- CUDA graphs: stream capture. While a barecuda capture runs (graph._capture fills
+# _buffer's capture slot, CAP: non-NULL exactly then), allocations on a capturing
 # stream bypass the cache: they are cuMemAllocAsync (graph allocation nodes) and their
 # frees cuMemFreeAsync, so no cached block is handed to captured work and no block the
 # graph allocated is reused by the cache; blocks freed during a capture on the capturing
 # stream are deferred (reusable only after a context-wide sync). The driver is asked
 # (cuStreamIsCapturing) only while a capture runs, and only in these two paths.
-cdef int _captures = 0
-
-
-cdef void capture_started() noexcept:
-    global _captures
-    _captures += 1
-
-
-cdef void capture_ended() noexcept:
-    global _captures
-    if _captures > 0:
-        _captures -= 1
+cdef capture_use_t *CAP = capture_use_slot()
 
 
 cdef bint _capturing(CUstream s) noexcept nogil:
@@ -345,7 +337,7 @@ cdef class MemoryPool(Allocator):
         cls = bc_size_class(size, &rounded)
         if cls < 0:
             raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
-        if _captures and _capturing(s):
+        if CAP[0] != NULL and _capturing(s):
             return self._allocate_captured(buf, size, s)
         c = self.cache_for(s, buf._stream)
         b = c.heads[cls]
@@ -504,7 +496,7 @@ cdef class MemoryPool(Allocator):
         if self.closed:
             self.free_block(b, s)
             return 0
-        if buf.used_elsewhere or (_captures and _capturing(s)):
+        if buf.used_elsewhere or (CAP[0] != NULL and _capturing(s)):
             b.next = self.deferred
             self.deferred = b
             self.deferred_bytes += b.size
@@ -699,6 +691,7 @@ cdef class MemoryPool(Allocator):
 
     @property
     def limit(self):
+        """Most bytes the pool may hold from the driver (in use + cached), or None for no limit; assignable."""
         return self.limit if self.limit else None
 
     @limit.setter

@@ -1,4 +1,10 @@
 """Type stubs for barecuda._program: programs, compiled code, linking, library kernels."""
+
+__all__ = [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version"
+]
+from typing_extensions import deprecated
 import os
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union, final
 
@@ -95,6 +101,9 @@ class Library:
     def get_kernel(self, name: str, *, device: Any = None, signature: Optional[Sequence[Any]] = None) -> Kernel: ...
     def close(self) -> None: ...
     @property
+    def is_closed(self) -> bool: ...
+    @property
+    @deprecated("use Library.is_closed")
     def closed(self) -> bool: ...
     def __enter__(self) -> Library: ...
     def __exit__(self, *exc: Any) -> None: ...

@@ -10,6 +10,11 @@ version-skew rules) are in ``_nvrtc.pyx``; the memo and on-disk cache in
 ``_module.Module`` objects; their kernels are ``_launch.Kernel`` objects built with
 the PTX parameter types.
 """
+
+__all__ = [
+    "Program", "ObjectCode", "Library", "link", "compile_module", "cache_info", "clear_cache", "cache_dir",
+    "CompileError", "LinkError", "CompilerNotFoundError", "nvrtc_version", "nvrtc_path", "nvjitlink_version"
+]
 cimport cython
 import hashlib
 import os
@@ -26,7 +31,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, requir
 from barecuda._device cimport Device, device_of
 from barecuda._module cimport Module
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import DriverVersionError, CudaWarning, make_error
+from barecuda._errors import DriverVersionError, CudaWarning, make_error, _renamed
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 from barecuda import _compile_cache, _compile_deps, _libfind
 from barecuda._compile_cache import cache_dir, cache_info, clear_cache
@@ -180,7 +185,7 @@ cdef class ObjectCode:
         """
         cdef Device dev = device_of(device)
         m = self._modules.get(dev.ordinal)
-        if m is None or m.closed:
+        if m is None or m.is_closed:
             m = self.load(device=dev)
             self._modules[dev.ordinal] = m
         return m.get_kernel(self._names.get(name, name), signature)
@@ -316,6 +321,7 @@ cdef class Program:
 
     @property
     def source(self):
+        """The CUDA C++ source text."""
         return self._src.decode("utf-8", errors="replace")
 
     def compile(self, target="auto", *, name_expressions=(), arch=None, device=None, cache=True):
@@ -710,8 +716,11 @@ cdef class Library:
             check(D.cuLibraryUnload(h), b"cuLibraryUnload")
 
     @property
-    def closed(self):
+    def is_closed(self):
+        """True once :meth:`close` unloaded the library."""
         return self.handle == NULL
+
+    closed = _renamed("Library.closed", "is_closed")   # the old spelling, for one release
 
     def __dealloc__(self):
         cdef CUresult rc

@@ -1,54 +1,78 @@
-"""PTX texts the package itself loads: the doctor's check kernel and the benchmark's
-kernels (one place for the package's PTX; the tests have theirs in tests/ptx/).
+"""PTX texts the package itself loads: the doctor's check kernel, the benchmark's kernels
+and the decode-loop example's kernel. One place for the package's PTX: the tests' own
+texts (tests/ptx/) take ``header`` and ``vadd`` from here.
 
 Hand-written for ``sm_52`` so that every GPU the driver supports JIT-compiles them.
 """
 
-__all__ = ["DOCTOR_VADD", "BENCH_KERNELS", "GRAPH_VADD"]
+__all__ = ["header", "vadd", "DOCTOR_VADD", "BENCH_KERNELS", "GRAPH_VADD", "AXPB"]
 
 
-# bc_doctor_vadd(out, a, b, n): out[i] = a[i] + b[i], float32 (python -m barecuda).
-DOCTOR_VADD = r"""
-.version 8.0
-.target sm_52
-.address_size 64
+# %r1 = the thread's global index (ctaid.x * ntid.x + tid.x); threads at or past %r2 (n)
+# branch to $L__done. The elementwise kernels below share it.
+_INDEX_OR_DONE = """    mov.u32 %r3, %ctaid.x;
+    mov.u32 %r4, %ntid.x;
+    mov.u32 %r5, %tid.x;
+    mad.lo.s32 %r1, %r3, %r4, %r5;
+    setp.ge.u32 %p1, %r1, %r2;
+    @%p1 bra $L__done;
+"""
 
-.visible .entry bc_doctor_vadd(
-    .param .u64 vadd_out,
-    .param .u64 vadd_a,
-    .param .u64 vadd_b,
-    .param .u32 vadd_n
+
+def header(target="sm_52", version="8.0"):
+    """The directives a module starts with: PTX ISA `version`, `target`, 64-bit addresses."""
+    return f".version {version}\n.target {target}\n.address_size 64\n"
+
+
+def vadd(head, pointer="", name="vadd"):
+    """A module `head` (``header()``) + the kernel ``name(out, a, b, n)``: out[i] = a[i] + b[i]
+    for i < n (float32). `pointer` qualifies the three pointer parameters (".ptr .global
+    .align 4 " in tests/ptx/gpu.py); the parameter layout is the same either way."""
+    return head + f"""
+.visible .entry {name}(
+    .param .u64 {pointer}out,
+    .param .u64 {pointer}a,
+    .param .u64 {pointer}b,
+    .param .u32 n
 )
-{
+""" + """{
     .reg .pred %p<2>;
     .reg .b32 %r<6>;
     .reg .f32 %f<4>;
-    .reg .b64 %rd<8>;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mad.lo.u32 %r4, %r1, %r2, %r3;
-    ld.param.u32 %r5, [vadd_n];
-    setp.ge.u32 %p1, %r4, %r5;
-    @%p1 bra $L_done;
-    mul.wide.u32 %rd1, %r4, 4;
-    ld.param.u64 %rd2, [vadd_a];
-    cvta.to.global.u64 %rd2, %rd2;
-    add.u64 %rd2, %rd2, %rd1;
-    ld.param.u64 %rd3, [vadd_b];
-    cvta.to.global.u64 %rd3, %rd3;
-    add.u64 %rd3, %rd3, %rd1;
-    ld.param.u64 %rd4, [vadd_out];
-    cvta.to.global.u64 %rd4, %rd4;
-    add.u64 %rd4, %rd4, %rd1;
-    ld.global.f32 %f1, [%rd2];
-    ld.global.f32 %f2, [%rd3];
-    add.rn.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd4], %f3;
-$L_done:
+    .reg .b64 %rd<11>;
+
+    ld.param.u64 %rd1, [out];
+    ld.param.u64 %rd2, [a];
+    ld.param.u64 %rd3, [b];
+    ld.param.u32 %r2, [n];
+""" + _INDEX_OR_DONE + r"""    cvta.to.global.u64 %rd4, %rd2;
+    cvta.to.global.u64 %rd5, %rd3;
+    cvta.to.global.u64 %rd6, %rd1;
+    mul.wide.u32 %rd7, %r1, 4;
+    add.s64 %rd8, %rd4, %rd7;
+    add.s64 %rd9, %rd5, %rd7;
+    add.s64 %rd10, %rd6, %rd7;
+    ld.global.f32 %f1, [%rd8];
+    ld.global.f32 %f2, [%rd9];
+    add.f32 %f3, %f1, %f2;
+    st.global.f32 [%rd10], %f3;
+$L__done:
     ret;
 }
 """
+
+
+# bc_doctor_vadd(out, a, b, n): out[i] = a[i] + b[i], float32 (python -m barecuda's self-check).
+DOCTOR_VADD = vadd(header(), name="bc_doctor_vadd")
+
+
+def _first_thread_only(done):
+    """PTX: thread 0 of block 0 goes on; every other thread branches to `done`."""
+    return ("    mov.u32 %r1, %tid.x;\n"
+            "    mov.u32 %r2, %ctaid.x;\n"
+            "    or.b32 %r3, %r1, %r2;\n"
+            "    setp.ne.u32 %p1, %r3, 0;\n"
+            f"    @%p1 bra {done};\n")
 
 
 # The launch benchmark's kernels (barecuda.bench.context): each does almost nothing (one
@@ -74,12 +98,7 @@ BENCH_KERNELS = r"""
     .reg .b32 %r<4>;
     .reg .f32 %f<4>;
     .reg .b64 %rd<5>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k4_done;
-    ld.param.u64 %rd1, [bc_k4_out];
+""" + _first_thread_only("$L_k4_done") + r"""    ld.param.u64 %rd1, [bc_k4_out];
     ld.param.u64 %rd2, [bc_k4_in];
     ld.param.u32 %r1, [bc_k4_n];
     ld.param.f32 %f1, [bc_k4_x];
@@ -104,12 +123,7 @@ $L_k4_done:
     .reg .b32 %r<4>;
     .reg .f32 %f<4>;
     .reg .b64 %rd<9>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k4p_done;
-    ld.param.u64 %rd1, [bc_k4p_out];
+""" + _first_thread_only("$L_k4p_done") + r"""    ld.param.u64 %rd1, [bc_k4p_out];
     ld.param.u64 %rd2, [bc_k4p_a];
     ld.param.u64 %rd3, [bc_k4p_b];
     ld.param.u64 %rd4, [bc_k4p_c];
@@ -148,12 +162,7 @@ $L_k4p_done:
     .reg .pred %p<2>;
     .reg .b32 %r<6>;
     .reg .b64 %rd<3>;
-    mov.u32 %r1, %tid.x;
-    mov.u32 %r2, %ctaid.x;
-    or.b32 %r3, %r1, %r2;
-    setp.ne.u32 %p1, %r3, 0;
-    @%p1 bra $L_k16_done;
-    ld.param.u64 %rd1, [bc_k16_p0];
+""" + _first_thread_only("$L_k16_done") + r"""    ld.param.u64 %rd1, [bc_k16_p0];
     cvta.to.global.u64 %rd2, %rd1;
     ld.param.u32 %r1, [bc_k16_a1];
     ld.param.u32 %r2, [bc_k16_a8];
@@ -193,6 +202,44 @@ GRAPH_VADD = r"""
     ld.global.f32 %f2, [%rd7];
     add.f32 %f3, %f1, %f2;
     st.global.f32 [%rd5], %f3;
+$L__done:
+    ret;
+}
+"""
+
+
+# axpb(x, src, alpha, n): x[i] = alpha * x[i] + src[i] for i < n, float32 (examples/decode_loop.py).
+AXPB = r"""
+.version 8.0
+.target sm_52
+.address_size 64
+
+// x[i] = alpha * x[i] + src[i] for i < n
+.visible .entry axpb(
+    .param .u64 x,
+    .param .u64 src,
+    .param .f32 alpha,
+    .param .u32 n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .f32 %f<5>;
+    .reg .b64 %rd<8>;
+
+    ld.param.u64 %rd1, [x];
+    ld.param.u64 %rd2, [src];
+    ld.param.f32 %f1, [alpha];
+    ld.param.u32 %r2, [n];
+""" + _INDEX_OR_DONE + r"""    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    mul.wide.u32 %rd5, %r1, 4;
+    add.s64 %rd6, %rd3, %rd5;
+    add.s64 %rd7, %rd4, %rd5;
+    ld.global.f32 %f2, [%rd6];
+    ld.global.f32 %f3, [%rd7];
+    fma.rn.f32 %f4, %f1, %f2, %f3;
+    st.global.f32 [%rd6], %f4;
 $L__done:
     ret;
 }

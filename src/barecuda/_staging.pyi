@@ -1,3 +1,5 @@
+__all__ = ["configure_staging"]
+
 from typing import Any, Dict, Optional, Union
 from barecuda._device import Device
 

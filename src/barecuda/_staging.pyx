@@ -14,6 +14,8 @@ Environment (read at import): ``BARECUDA_STAGING_THREADS``,
 ``BARECUDA_STAGING_CHUNK_BYTES``, ``BARECUDA_STAGING_CHUNKS``,
 ``BARECUDA_STAGING_THRESHOLD`` (byte sizes accept a K/M/G suffix).
 """
+
+__all__ = ["configure_staging"]
 import atexit
 import os
 import warnings

@@ -2,16 +2,12 @@
 from barecuda._abi cimport CUstream, CUevent, CUcontext, CUresult
 from barecuda._device cimport Device
 
-cdef extern from "barecuda/bc_uses.h" nogil:      # use counts (docs/architecture.md, "Close versus in-flight use")
-    void bc_use_enter(long *n)
-    long bc_use_leave(long *n)
-    long bc_use_count(long *n)
-    void bc_flag_set(int *f)
-    int bc_flag_take(int *f)
+from barecuda._uses cimport bc_use_enter, bc_use_leave, bc_use_count, bc_flag_set, bc_flag_take
 
 cdef class Stream:
     cdef CUstream handle
     cdef readonly Device device
+    """The Device this stream (or event) belongs to."""
     cdef CUcontext ctx
     cdef bint owned             # we created it and destroy it
     cdef object _keepalive      # owner of a foreign stream
@@ -29,6 +25,7 @@ cdef class Stream:
 cdef class Event:
     cdef CUevent handle
     cdef readonly Device device
+    """The Device this stream (or event) belongs to."""
     cdef CUcontext ctx
     cdef bint timing
     cdef bint closed

@@ -1,4 +1,6 @@
 """Streams and events (stub of the _stream extension module)."""
+
+__all__ = ["Stream", "Event"]
 from typing import Any, Callable, Optional, Tuple, Union, final
 
 from barecuda._device import Device

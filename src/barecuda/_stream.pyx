@@ -13,6 +13,8 @@ Rules every method follows:
   any stream or event;
 - after ``close()`` it raises ``ValueError`` naming the object.
 """
+
+__all__ = ["Stream", "Event"]
 cimport cython
 import threading
 import time
@@ -23,9 +25,7 @@ from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NO
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of, activate_device, device_at, current_device
 from barecuda._errors import CudaWarning
-from barecuda.graph._host_node cimport pending_host_errors
 from barecuda._lazy cimport lazy_module
-from barecuda.graph._host_node import check_host_errors
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -256,6 +256,7 @@ _close_hooks = []
 _close_hooks_lock = threading.Lock()
 
 cdef PyObject *_capture_mod = NULL     # barecuda.graph._capture, once Stream.capture first ran
+cdef PyObject *_host_node_mod = NULL   # barecuda.graph._host_node, once a stored host-node error is raised
 
 
 def add_close_hook(hook):
@@ -500,8 +501,8 @@ cdef class Stream:
             wait_until(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
         finally:
             stream_done(so)
-        if pending_host_errors()[0]:
-            check_host_errors()     # an exception a CUDA graph host node stored (docs/graphs.md)
+        if ST.host_errors:          # an exception a CUDA graph host node stored (docs/graphs.md)
+            lazy_module(&_host_node_mod, "barecuda.graph._host_node").check_host_errors()
 
     def synchronize_blocking(self):
         """``cuStreamSynchronize`` itself: GIL released, not interruptible."""
@@ -752,8 +753,8 @@ cdef class Event:
             wait_until(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
         finally:
             event_done(self)
-        if pending_host_errors()[0]:
-            check_host_errors()
+        if ST.host_errors:
+            lazy_module(&_host_node_mod, "barecuda.graph._host_node").check_host_errors()
 
     def elapsed_ms(self, Event start not None):
         """Milliseconds from ``start`` to this event: call it on the LATER event,

@@ -1,3 +1,5 @@
+__all__ = ["devices", "topology", "topology_report", "p2p_attributes", "DevicePool"]
+
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 from barecuda._device import Device
 from barecuda._buffer import Allocator, DeviceBuffer

@@ -11,6 +11,8 @@ Each device's default memory pool is its default allocator
 wraps the driver's own default pool). On a machine with one GPU everything here works
 and describes that one device.
 """
+
+__all__ = ["devices", "topology", "topology_report", "p2p_attributes", "DevicePool"]
 import itertools
 import threading
 

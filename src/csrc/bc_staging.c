@@ -176,23 +176,30 @@ static void bc_pool_run(bc_pool *p) {
     }
 }
 
+/* Wait while `cond` holds: spin (a clock read every 256 turns) for up to p->spin_ns,
+ * then sleep on the condition variable `cv` under p->mu (whoever makes `cond` false
+ * broadcasts `cv` under p->mu). A macro, so that each wait keeps its own inlined test. */
+#define BC_POOL_WAIT_WHILE(p, cond, cv) do {                          \
+        long long t0_ = 0;                                            \
+        int spins_ = 0;                                               \
+        while (cond) {                                                \
+            BC_CPU_RELAX();                                           \
+            if ((++spins_ & 255) == 0) {                              \
+                long long now_ = (long long)bc_now_ns();              \
+                if (!t0_) t0_ = now_;                                 \
+                else if (now_ - t0_ > (p)->spin_ns) break;            \
+            }                                                         \
+        }                                                             \
+        bc_mutex_lock(&(p)->mu);                                      \
+        while (cond) bc_cond_wait(&(p)->cv, &(p)->mu);                \
+        bc_mutex_unlock(&(p)->mu);                                    \
+    } while (0)
+
 static void bc_pool_worker_loop(bc_worker_arg *a) {
     bc_pool *p = a->pool;
     long seen = 0;
     for (;;) {
-        long long t0 = 0;
-        int spins = 0;
-        while (BC_ALOAD(&p->gen) == seen && !BC_ALOAD(&p->stop)) {
-            BC_CPU_RELAX();
-            if ((++spins & 255) == 0) {
-                long long now = (long long)bc_now_ns();
-                if (!t0) t0 = now;
-                else if (now - t0 > p->spin_ns) break;
-            }
-        }
-        bc_mutex_lock(&p->mu);
-        while (BC_ALOAD(&p->gen) == seen && !BC_ALOAD(&p->stop)) bc_cond_wait(&p->cv_work, &p->mu);
-        bc_mutex_unlock(&p->mu);
+        BC_POOL_WAIT_WHILE(p, BC_ALOAD(&p->gen) == seen && !BC_ALOAD(&p->stop), cv_work);
         if (BC_ALOAD(&p->stop)) return;
         seen = BC_ALOAD(&p->gen);
         bc_pool_run(p);
@@ -242,8 +249,6 @@ static void bc_pool_stop(bc_pool *p) {
 
 /* Run one job on the caller and every worker; returns when all grains are done. */
 static void bc_pool_job(bc_pool *p, int op, void *dst, const void *src, size_t n, size_t grain, int nt) {
-    long long t0 = 0;
-    int spins = 0;
     p->op = op;
     p->dst = (char *)dst;
     p->src = (const char *)src;
@@ -259,17 +264,7 @@ static void bc_pool_job(bc_pool *p, int op, void *dst, const void *src, size_t n
     bc_cond_broadcast(&p->cv_work);
     bc_mutex_unlock(&p->mu);
     bc_pool_run(p);
-    while (BC_ALOAD(&p->remaining) > 0) {
-        BC_CPU_RELAX();
-        if ((++spins & 255) == 0) {
-            long long now = (long long)bc_now_ns();
-            if (!t0) t0 = now;
-            else if (now - t0 > p->spin_ns) break;
-        }
-    }
-    bc_mutex_lock(&p->mu);
-    while (BC_ALOAD(&p->remaining) > 0) bc_cond_wait(&p->cv_done, &p->mu);
-    bc_mutex_unlock(&p->mu);
+    BC_POOL_WAIT_WHILE(p, BC_ALOAD(&p->remaining) > 0, cv_done);
 }
 
 /* memcpy(dst, src, n) shared between the caller and the workers: about four grains

@@ -115,8 +115,10 @@ def test_override_skips_pathfinder_and_driver_never_asks_it(monkeypatch, tmp_pat
 
 
 def test_every_not_found_error_shares_one_base():
-    base = bc.DriverNotFoundError.__mro__[1]
-    assert base.__name__ == "_LibraryNotFoundError"
+    base = bc.LibraryNotFoundError
+    assert bc.DriverNotFoundError.__mro__[1] is base
+    from barecuda._errors import _LibraryNotFoundError
+    assert _LibraryNotFoundError is base          # the old private name, an alias for one release
     for cls in (bc.DriverNotFoundError, bc.CompilerNotFoundError, nccl.NcclNotFoundError):
         assert issubclass(cls, base) and issubclass(cls, OSError) and issubclass(cls, bc.BarecudaError)
     e = nccl.NcclNotFoundError("m", ["a: b"])

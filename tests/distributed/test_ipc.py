@@ -158,7 +158,7 @@ def test_ipc_pool_export(fake):
     pool = bc.ipc.IpcMemoryPool(0)
     buf = pool.alloc(4096)
     h = ipc.export_buffer(buf)
-    assert h.kind == "pool" and h.pool_fd >= 0 and h.pool_key == pool.handle
+    assert h.kind == "pool" and h.pool_fd >= 0 and h.pool_key == pool.handle_int
     os.fstat(h.pool_fd)                           # a real descriptor, owned by the exporter's handle
     h2 = pickle.loads(pickle.dumps(h))
     assert h2.pool_fd == h.pool_fd and not h2._owns_fd
@@ -213,7 +213,7 @@ def test_pool_descriptor_travels_through_resource_sharer(fake):
     try:
         assert fd != h.pool_fd
         # the double writes the pool's address into the descriptor's file: same file
-        assert os.pread(fd, struct.calcsize("P"), 0) == struct.pack("P", pool.handle)
+        assert os.pread(fd, struct.calcsize("P"), 0) == struct.pack("P", pool.handle_int)
     finally:
         os.close(fd)
 

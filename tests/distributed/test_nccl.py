@@ -220,7 +220,7 @@ def test_error_maps_to_class_with_nccls_message(fnccl):
     e = ei.value
     assert e.result == 5 and e.name == "ncclInvalidUsage" and e.call == "ncclAllReduce"
     assert "rank 0 called ncclAllReduce twice" in str(e) and "invalid usage" in str(e)
-    assert a.closed and fnccl.aborts() >= 1          # aborted on error
+    assert a.is_closed and fnccl.aborts() >= 1          # aborted on error
     e2 = pickle.loads(pickle.dumps(e))
     assert type(e2) is nccl.NcclInvalidUsage and e2.result == 5
     b.abort()
@@ -239,7 +239,7 @@ def test_no_abort_when_disabled(fnccl):
     fnccl.fail("ncclBroadcast", 2, "socket closed")
     with pytest.raises(nccl.NcclSystemError, match="socket closed"):
         a.broadcast(bc.empty(4, "int32"))
-    assert not a.closed
+    assert not a.is_closed
     a.close()
 
 
@@ -249,7 +249,7 @@ def test_async_error(fnccl):
     fnccl.set_async_error(6)
     with pytest.raises(nccl.NcclRemoteError):
         a.check_async_error()
-    assert a.closed
+    assert a.is_closed
     b.close()
 
 
@@ -368,7 +368,7 @@ def test_context_manager_closes(fnccl):
     live = fnccl.live_comms()
     with nccl.Communicator.for_devices([0])[0] as c:
         assert fnccl.live_comms() == live + 1
-    assert c.closed and fnccl.live_comms() == live
+    assert c.is_closed and fnccl.live_comms() == live
 
 
 def test_bfloat16_by_name(fnccl):
@@ -516,7 +516,7 @@ def test_bad_buffers_are_refused_before_nccl(fnccl):
     with pytest.raises(ValueError, match="needs recvbuf"):
         a.all_gather(f32, None)
     assert fnccl.calls("ncclAllReduce") + fnccl.calls("ncclRecv") == calls
-    assert not a.closed                      # argument errors never abort the communicator
+    assert not a.is_closed                      # argument errors never abort the communicator
     a.close()
     b.close()
 
@@ -542,7 +542,7 @@ def test_torch_cpu_tensor_is_refused_before_nccl(fnccl):
         a.all_reduce(torch.ones(4))
     with pytest.raises(ValueError, match="on the CPU"):
         a.all_reduce(bc.empty(4, "float32"), torch.ones(4))
-    assert fnccl.calls("ncclAllReduce") == n and not a.closed
+    assert fnccl.calls("ncclAllReduce") == n and not a.is_closed
     a.close()
 
 

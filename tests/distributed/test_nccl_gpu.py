@@ -304,7 +304,7 @@ def test_torch_bad_tensors_refused(comms):
         other = comms[1].device.ordinal
         with pytest.raises(ValueError, match=rf"on device {other}.*uses device {c.device.ordinal}"):
             c.all_reduce(torch.zeros(4, device=f"cuda:{other}"))
-    assert not c.closed                               # refused before NCCL: nothing to abort
+    assert not c.is_closed                               # refused before NCCL: nothing to abort
 
 
 def test_cupy_arrays(comms):

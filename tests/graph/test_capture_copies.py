@@ -149,7 +149,7 @@ def test_closing_a_pinned_buffer_a_graph_copies_defers_its_free(fake, da, rng):
     eg = bc.Graph()
     eg.add_memcpy(dst2, src)
     src.close()
-    assert src.closed and src.ptr == 0 and src.nbytes == 0 and len(src) == 0
+    assert src.is_closed and src.ptr == 0 and src.nbytes == 0 and len(src) == 0
     with pytest.raises(BufferError):
         memoryview(src)
     with pytest.raises(ValueError, match="closed"):

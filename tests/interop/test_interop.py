@@ -50,7 +50,7 @@ def test_view_outlives_its_closed_owner(fake, drv):
     live = fake.live("mem")
     v = b.view("int32")
     b.close()
-    assert b.closed and b.ptr == 0
+    assert b.is_closed and b.ptr == 0
     assert fake.live("mem") == live                    # the free waits for the view
     np.testing.assert_array_equal(v.to_numpy(), a.view(np.int32))
     del v

@@ -581,7 +581,7 @@ def test_closed_module_refuses_launches(fake, ptx):
     plan = k.bind(1, 1, 0, 0, 0, 1)
     pl = bc.PlanList([plan])
     mod.close()
-    assert k.handle == 0
+    assert k.handle_int == 0
     no_launch(fake, lambda: k.launch(1, 1, 0, 0, 0, 1), ValueError, "closed")
     no_launch(fake, plan, ValueError, "closed")
     no_launch(fake, pl, ValueError, "closed")
@@ -773,7 +773,7 @@ def test_plan_defers_the_free_of_a_closed_argument(fake, ptx, how):
                 plan.set_arg(i, a)
         plan()
         a.close()
-        assert a.closed
+        assert a.is_closed
         with pytest.raises(ValueError, match="closed"):
             k.launch(1, 32, a, a, a, 16, stream=s)      # the closed handle itself is refused
         assert fake.live("mem") == mem0 + 2              # ...but its memory is still allocated

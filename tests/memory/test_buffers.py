@@ -124,7 +124,7 @@ def test_close_is_idempotent_and_context_manager(fake):
     with bc.alloc(64) as b:
         assert fake.live("mem") == before + 1
     assert fake.live("mem") == before
-    assert b.closed
+    assert b.is_closed
     b.close()
     b.close()
     assert fake.calls("cuMemFreeAsync") == 1
@@ -166,7 +166,7 @@ def test_close_failure_raises(fake):
     fake.fail("cuMemFreeAsync", 1)
     with pytest.raises(bc.CudaError):
         b.close()
-    assert b.closed          # never freed twice
+    assert b.is_closed          # never freed twice
     b.close()
     assert fake.calls("cuMemFreeAsync") == 1
 
@@ -526,7 +526,7 @@ def test_pinned_buffer_protocol(fake):
     del m, arr
     p.close()
     p.close()
-    assert p.closed
+    assert p.is_closed
     assert fake.live("host_mem") == before
     with pytest.raises(BufferError):
         memoryview(p)

@@ -201,7 +201,7 @@ def test_plan_launch_after_its_argument_was_closed(fake, vadd):
     aptr = a.ptr
     plan = vadd.bind(1, 32, o, a, a, 256)
     a.close()
-    assert a.closed and fake.live("mem") == live + 2
+    assert a.is_closed and fake.live("mem") == live + 2
     plan()
     assert fake.last_launch().params[8:16] == aptr.to_bytes(8, "little")
     assert bc.to_device(np.zeros(256, np.float32)).ptr != aptr     # not handed out again

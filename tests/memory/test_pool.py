@@ -494,7 +494,7 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
                 bufs.append(b)
             elif op[0] == "launch" and bufs:
                 b = bufs[op[1] % len(bufs)]
-                if not b.closed and b.nbytes >= 4:
+                if not b.is_closed and b.nbytes >= 4:
                     vadd.launch(1, 32, b, b, b, 1, stream=streams[op[2]])
                 del b
             elif op[0] == "del" and bufs:
@@ -510,12 +510,12 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
                 alloc.trim()
             elif op[0] == "derive" and bufs:
                 b = bufs[op[1] % len(bufs)]
-                if not b.closed:                # its stream may have been closed: still fine
+                if not b.is_closed:                # its stream may have been closed: still fine
                     bufs.append(_derive(b, op[2]))
                 del b
             elif op[0] == "bind" and bufs:
                 b = bufs[op[1] % len(bufs)]
-                if not b.closed and b.nbytes >= 4:
+                if not b.is_closed and b.nbytes >= 4:
                     plans.append(vadd.bind(1, 32, b, b, b, 1, stream=streams[op[2]]))
                 del b
             elif op[0] == "plan" and plans:
@@ -528,7 +528,7 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
                 del p
             elif op[0] == "set_arg" and plans and bufs:
                 p, b = plans[op[1] % len(plans)], bufs[op[2] % len(bufs)]
-                if not b.closed and b.nbytes >= 4 and not p.stream.is_closed:
+                if not b.is_closed and b.nbytes >= 4 and not p.stream.is_closed:
                     p.set_arg(op[2] % 3, b)
                 del p, b
             elif op[0] == "pdel" and plans:
@@ -536,7 +536,7 @@ def test_never_freed_or_reused_while_queued_work_uses_it(fake, vadd, kind, ops):
             elif op[0] == "raw" and bufs:
                 b = bufs[op[1] % len(bufs)]
                 o = b.owner if type(b.owner) is bc.DeviceBuffer else b
-                if not b.closed and b.nbytes >= 4 and not o.closed:
+                if not b.is_closed and b.nbytes >= 4 and not o.is_closed:
                     if op[2] == 4:                  # the owner's stream (the safe one if it was closed)
                         vadd.launch(1, 32, b.ptr, b.ptr, b.ptr, 1, stream=o.stream)
                     else:

@@ -15,7 +15,11 @@ from _helpers import REPO
 
 
 
-def run_doctor(fake_lib_path, *args, **env_extra):
+def run_doctor(fake_lib_path, *args, self_check=False, **env_extra):
+    """The doctor on the double, whose kernels do not compute: without --no-self-check
+    (self_check=True) its vector add fails, as it would on any such driver."""
+    if not self_check:
+        args = ("--no-self-check", *args)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FAKECUDA_", "CUDA_VISIBLE"))}
     env.update(
                BARECUDA_LIBCUDA=fake_lib_path)
@@ -42,7 +46,15 @@ def test_ok_state_reports_everything(fake_lib_path):
     assert set(rep["libraries"]) == {"nvrtc", "nvjitlink", "nccl", "cublaslt"}
     assert rep["build"].get("cython") or rep["build"].get("mode")
     assert "launch_overhead" not in rep          # --no-bench
-    assert rep["self_check"]["ok"] is None       # the double runs no kernels
+    assert rep["self_check"] == {"ok": None, "message": "skipped (--no-self-check)"}
+
+
+def test_the_self_check_does_not_know_the_double(fake_lib_path):
+    """The doctor tells no test double apart: on the double, whose kernels do not
+    compute, the self-check runs and fails (exit 1), as on any driver that misbehaves."""
+    p = run_doctor(fake_lib_path, "--json", "--no-bench", self_check=True)
+    rep = json.loads(p.stdout)
+    assert rep["self_check"]["ok"] is False and rep["failed"] and p.returncode == 1, rep["self_check"]
 
 
 def test_no_device_is_not_reported_as_no_driver(fake_lib_path):
@@ -163,7 +175,7 @@ def test_doctor_uses_only_the_public_bench_api():
 def test_closed_pipe_is_not_an_error(fake_lib_path):
     env = dict(os.environ, BARECUDA_LIBCUDA=fake_lib_path,
                PYTHONPATH=os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-m", "barecuda", "--no-bench"], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, "-m", "barecuda", "--no-bench", "--no-self-check"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env)
     p.stdout.close()                # the reader is gone before the first line
     err = p.stderr.read().decode()

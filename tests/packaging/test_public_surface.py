@@ -68,3 +68,43 @@ def test_graph_names_come_from_the_wing_modules():
     for m in parts:
         for n in m.__all__:
             assert getattr(g, n) is getattr(m, n) is getattr(bc, n), n
+
+
+# The modules the top level is assembled from, in barecuda/__init__.py's order.
+_SOURCES = ("_errors", "_loader", "_device", "_stream", "_buffer", "_allocators", "_interop", "_copy", "_host",
+            "_managed", "_staging", "_pool", "_driver_pool", "_pinned_pool", "_module", "_launch", "_plan", "_launch_config",
+            "_program", "_topology")
+
+
+def test_the_top_level_is_its_modules_own_all():
+    """Each module declares its own __all__ (its stub the same list); barecuda.__all__ is
+    those lists in order, then the graph wing's, then the public submodules."""
+    import barecuda.graph as g
+    mods = [importlib.import_module(f"barecuda.{m}") for m in _SOURCES]
+    assert bc.__all__ == ["__version__", *[n for m in mods for n in m.__all__], *g.__all__, "graph", "ipc", "nccl"]
+    for m in mods:
+        stub = open(os.path.join(os.path.dirname(bc.__file__), m.__name__.rsplit(".", 1)[1] + ".pyi")).read()
+        assert f"__all__ = [" in stub, f"{m.__name__}.pyi has no __all__"
+        for n in m.__all__:
+            assert getattr(bc, n) is getattr(m, n), n
+
+
+def test_old_spellings_warn_and_give_the_same_value(fake, vadd):
+    """One spelling per fact: ``is_closed`` and ``handle_int``; ``closed`` and ``handle``
+    still work for one release, with a DeprecationWarning naming the new spelling."""
+    import warnings
+    b = bc.alloc(16)
+    p = bc.PinnedBuffer(16)
+    pool = bc.DriverMemoryPool()
+    cases = [(b, "closed", "is_closed"), (p, "closed", "is_closed"), (vadd.module, "closed", "is_closed"),
+             (vadd, "handle", "handle_int"), (pool, "handle", "handle_int")]
+    for obj, old, new in cases:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert getattr(obj, old) == getattr(obj, new)
+        assert [x.category for x in w] == [DeprecationWarning], (obj, old)
+        assert f".{new}" in str(w[0].message) and w[0].filename == __file__
+    b.close()
+    p.close()
+    assert b.is_closed and p.is_closed and not vadd.module.is_closed
+    assert bc.LibraryNotFoundError is bc.DriverNotFoundError.__mro__[1]

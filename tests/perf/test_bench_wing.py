@@ -270,20 +270,20 @@ def test_dlx_launch_batches_reads_each_tensor_then_launches(fake):
     b = bc.alloc(64)
     pb = _baseline.ParamBlock([bytes(8)] * 2)
     n = fake.launch_count()
-    ts = _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0), cls(b.ptr + 24, 0)], 3, 5)
+    ts = _baseline.dlx_launch_batches(k.handle_int, 1, 1, pb, s.handle_int, [cls(b.ptr, 0), cls(b.ptr + 24, 0)], 3, 5)
     assert len(ts) == 3 and all(t > 0 for t in ts)
     assert fake.launch_count() - n == 15
     p = fake.last_launch().params
     assert (int.from_bytes(p[0:8], "little"), int.from_bytes(p[8:16], "little")) == (b.ptr, b.ptr + 24)
     assert counts == {"dltensor": 2 * 15 + 1, "stream": 15}      # + the device read before the loop
-    _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)], 2, 4, launch=False)
+    _baseline.dlx_launch_batches(k.handle_int, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)], 2, 4, launch=False)
     assert fake.launch_count() - n == 15 and counts["stream"] == 23
     with pytest.raises(TypeError, match="no DLPack C exchange API"):
-        _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [object()], 1, 1)
+        _baseline.dlx_launch_batches(k.handle_int, 1, 1, pb, s.handle_int, [object()], 1, 1)
     with pytest.raises(ValueError, match="CUDA device"):
-        _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)], 1, 1)
+        _baseline.dlx_launch_batches(k.handle_int, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)], 1, 1)
     with pytest.raises(ValueError, match="a slot for each"):
-        _baseline.dlx_launch_batches(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)] * 3, 1, 1)
+        _baseline.dlx_launch_batches(k.handle_int, 1, 1, pb, s.handle_int, [cls(b.ptr, 0)] * 3, 1, 1)
 
 
 def test_launch_floor_is_called_as_kernel_launch_and_makes_the_raw_launch(fake):
@@ -300,7 +300,7 @@ def test_launch_floor_is_called_as_kernel_launch_and_makes_the_raw_launch(fake):
     k = bc.Module.from_ptx(PTR2).get_kernel("k2")
     b = bc.alloc(64)
     pb = _baseline.ParamBlock([b.ptr.to_bytes(8, "little"), (b.ptr + 8).to_bytes(8, "little")])
-    plain = _baseline.LaunchFloor(k.handle, (2, 1, 1), 32, pb, s.handle_int)
+    plain = _baseline.LaunchFloor(k.handle_int, (2, 1, 1), 32, pb, s.handle_int)
     assert (plain.nargs, plain.reads) == (2, False)
     n = fake.launch_count()
     for _ in range(3):
@@ -310,7 +310,7 @@ def test_launch_floor_is_called_as_kernel_launch_and_makes_the_raw_launch(fake):
     assert (last.grid, last.block, last.stream) == ((2, 1, 1), (32, 1, 1), s.handle_int)
     assert int.from_bytes(last.params[0:8], "little") == b.ptr
     t0, t1 = cls(b.ptr + 16, 0), cls(b.ptr + 40, 0)
-    fl = _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [t0, t1])
+    fl = _baseline.LaunchFloor(k.handle_int, 1, 1, pb, s.handle_int, [t0, t1])
     assert (fl.nargs, fl.reads, counts["dltensor"]) == (2, True, 1)     # the device read at construction
     fl.launch(1, 1, t0, t1, stream=s)
     fl.launch(1, 1, t1, t0)
@@ -320,13 +320,13 @@ def test_launch_floor_is_called_as_kernel_launch_and_makes_the_raw_launch(fake):
     with pytest.raises(TypeError, match="grid, block and 2 arguments"):
         fl.launch(1, 1, t0)
     with pytest.raises(TypeError, match="no DLPack C exchange API"):
-        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [object()])
+        _baseline.LaunchFloor(k.handle_int, 1, 1, pb, s.handle_int, [object()])
     with pytest.raises(TypeError, match="one type"):
-        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [t0, object()])
+        _baseline.LaunchFloor(k.handle_int, 1, 1, pb, s.handle_int, [t0, object()])
     with pytest.raises(ValueError, match="1 to 2 tensors"):
-        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [t0] * 3)
+        _baseline.LaunchFloor(k.handle_int, 1, 1, pb, s.handle_int, [t0] * 3)
     with pytest.raises(ValueError, match="CUDA device"):
-        _baseline.LaunchFloor(k.handle, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)])
+        _baseline.LaunchFloor(k.handle_int, 1, 1, pb, s.handle_int, [cls(b.ptr, 0, kind=1)])
     assert fake.launch_count() - n == 5
 
 
@@ -339,7 +339,7 @@ def test_raw_chain_set_one_pushes_the_value_to_node_0(fake):
     k = bc.Module.from_ptx(graph_rows.VADD_PTX).get_kernel("gvadd")
     bufs = [bc.alloc(128) for _ in range(3)]
     s = bc.Stream()
-    raw = _graphbench.RawChain(k.handle, *(b.ptr for b in bufs), 5, 2)
+    raw = _graphbench.RawChain(k.handle_int, *(b.ptr for b in bufs), 5, 2)
     raw.set_one(3, 7)
     raw.issue(s.handle_int, 1)
     n_of = [int.from_bytes(fake.last_launch(back).params[24:28], "little") for back in (1, 0)]

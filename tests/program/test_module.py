@@ -76,7 +76,7 @@ def test_from_ptx_text_and_bytes(fake, ptx):
         m = Module.from_ptx(src)
         assert m.kind == "ptx" and m.kernel_names == ("vadd",)
         assert "fakecuda" in m.info_log and isinstance(m.error_log, str)
-        assert m.handle_int != 0 and not m.closed
+        assert m.handle_int != 0 and not m.is_closed
         assert "vadd" in repr(m)
 
 
@@ -201,7 +201,7 @@ def test_kernel_attributes_and_occupancy(fake, ptx):
     assert k.max_active_blocks_per_sm(128) > 0
     min_grid, block = k.suggested_block_size()
     assert min_grid > 0 and 0 < block <= 256
-    assert k.handle != 0
+    assert k.handle_int != 0
     old = k.max_dynamic_shared_memory
     k.set_max_dynamic_shared_memory(old + 1024)
     assert k.attribute("max_dynamic_shared_size_bytes") == old + 1024 == k.max_dynamic_shared_memory
@@ -261,7 +261,7 @@ def test_close_is_idempotent_and_final(fake, ptx):
     with Module.from_ptx(ptx.VADD) as m:
         k = m.get_kernel("vadd")
         assert fake.live("module") == live + 1
-    assert m.closed and fake.live("module") == live
+    assert m.is_closed and fake.live("module") == live
     m.close()
     with pytest.raises(ValueError, match="closed"):
         m.get_kernel("vadd")

@@ -400,7 +400,7 @@ def test_library_loads_and_launches_on_the_double(fake):
     dev = bc.Device(0)
     dev.synchronize()                                              # the double loads libraries in a live context
     with bc.Library.load(bc.ObjectCode.from_ptx(ptx.LIB_PUT)) as lib:
-        assert not lib.closed and lib.code.kind == "ptx"
+        assert not lib.is_closed and lib.code.kind == "ptx"
         k = lib.get_kernel("put", device=dev)
         assert lib.get_kernel("put", device=dev) is k           # one kernel per (name, device)
         buf = bc.alloc(64)
@@ -412,7 +412,7 @@ def test_library_loads_and_launches_on_the_double(fake):
         with pytest.raises(bc.CudaError, match="no kernel named 'nope'"):
             lib.get_kernel("nope", device=dev)
         assert fake.live("module") >= 1
-    assert lib.closed
+    assert lib.is_closed
     with pytest.raises(Exception):
         k.launch(1, 1, buf, v, d)                                  # the library is gone
     assert fake.calls("cuLibraryUnload") == 1

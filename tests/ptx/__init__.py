@@ -6,14 +6,17 @@ for ``.b8`` arrays), so they are an independent reference for both the fake driv
 parser and barecuda's packer. On a real GPU these texts load too (they are valid PTX
 for sm_90 / PTX ISA 8.0), except INVALID.
 
-``header`` and ``vadd`` are shared with the GPU tests' tests/ptx/gpu.py.
+``header`` and ``vadd`` are shared with the GPU tests' tests/ptx/gpu.py; ``vadd``'s text is the
+package's own (barecuda/_ptx_samples.py), so the doctor runs the kernel these tests check.
 """
 import struct
 
+from barecuda._ptx_samples import header as _header, vadd as _vadd
+
 
 def header(target="sm_90", version="8.0"):
-    """The directives a module starts with: PTX ISA `version`, `target`, 64-bit addresses."""
-    return f".version {version}\n.target {target}\n.address_size 64\n"
+    """The package's module header (barecuda/_ptx_samples.py), for sm_90 by default."""
+    return _header(target, version)
 
 
 HEADER = """\
@@ -24,47 +27,8 @@ HEADER = """\
 
 
 def vadd(head=HEADER, pointer=""):
-    """A module `head` + the kernel ``vadd(out, a, b, n)``: out[i] = a[i] + b[i] for i < n
-    (float32). `pointer` qualifies the three pointer parameters (".ptr .global .align 4 "
-    in tests/ptx/gpu.py); the parameter layout is the same either way."""
-    return head + f"""
-.visible .entry vadd(
-    .param .u64 {pointer}out,
-    .param .u64 {pointer}a,
-    .param .u64 {pointer}b,
-    .param .u32 n
-)
-""" + """{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<11>;
-
-    ld.param.u64 %rd1, [out];
-    ld.param.u64 %rd2, [a];
-    ld.param.u64 %rd3, [b];
-    ld.param.u32 %r2, [n];
-    mov.u32 %r3, %ctaid.x;
-    mov.u32 %r4, %ntid.x;
-    mov.u32 %r5, %tid.x;
-    mad.lo.s32 %r1, %r3, %r4, %r5;
-    setp.ge.u32 %p1, %r1, %r2;
-    @%p1 bra $L__done;
-    cvta.to.global.u64 %rd4, %rd2;
-    cvta.to.global.u64 %rd5, %rd3;
-    cvta.to.global.u64 %rd6, %rd1;
-    mul.wide.u32 %rd7, %r1, 4;
-    add.s64 %rd8, %rd4, %rd7;
-    add.s64 %rd9, %rd5, %rd7;
-    add.s64 %rd10, %rd6, %rd7;
-    ld.global.f32 %f1, [%rd8];
-    ld.global.f32 %f2, [%rd9];
-    add.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd10], %f3;
-$L__done:
-    ret;
-}
-"""
+    """The package's ``vadd(out, a, b, n)`` (barecuda/_ptx_samples.py) under `head`."""
+    return _vadd(head, pointer)
 
 
 # out[i] = a[i] + b[i] for i < n   (float32)

@@ -1,7 +1,8 @@
 """Hand-written PTX for the GPU tests (tests/launch/test_launch_gpu.py). No nvcc needed: the
 driver JIT-compiles these. Every text here is checked with ``ptxas`` in
 test_launch_gpu.py when ptxas is installed (that check runs without a GPU too).
-The module header and ``vadd`` come from tests/ptx/__init__.py, which the CPU tests use.
+The module header and ``vadd`` come from the package (barecuda/_ptx_samples.py) through
+tests/ptx/__init__.py, which the CPU tests use.
 """
 
 from ptx import header as _header, vadd
@@ -12,7 +13,7 @@ def header(target="sm_52"):
     return _header(target)
 
 
-# out[i] = a[i] + b[i], float32, i < n (the kernel text is tests/ptx/__init__.py's)
+# out[i] = a[i] + b[i], float32, i < n (the kernel text is the package's: barecuda/_ptx_samples.py)
 VADD = vadd(header(), pointer=".ptr .global .align 4 ")
 
 # width in bytes of each PTX scalar type

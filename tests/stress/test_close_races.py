@@ -350,7 +350,7 @@ def test_close_while_in_use_frees_once_after(fake):
         t.start()
         time.sleep(0.02)
         b.close()
-        assert b.closed
+        assert b.is_closed
         assert fake.calls("cuMemFreeAsync") + fake.calls("cuMemFree") == frees_before   # deferred
         join_all([t], timeout=30)
     finally:

@@ -1,5 +1,6 @@
 """What the kernel benchmark rows share: the device's spec bandwidth, medians, a chain of
-plans timed as one graph, the device-copy bandwidth row, torch when installed."""
+plans timed as one graph, the device-copy bandwidth row, torch when installed, torch's
+ops timed as one CUDA graph."""
 
 SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}          # HBM spec bandwidth, GB/s
 
@@ -17,12 +18,17 @@ def _median(ts):
     return ts[len(ts) // 2]
 
 
-def _time_plans(bc, s, plans, reps=15):
-    """microseconds per plan: one graph chaining the plans, median over replays."""
-    g = bc.Graph()
+def _chain(g, plans):
+    """Add the plans to graph g as a chain of kernel nodes, in order."""
     prev = None
     for p in plans:
         prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
+
+
+def _time_graph(bc, s, fn_nodes, reps=20):
+    """ms per replay of a graph built by fn_nodes(graph) (median of reps)."""
+    g = bc.Graph()
+    fn_nodes(g)
     exe = g.instantiate()
     exe.launch(s)
     s.synchronize()
@@ -34,7 +40,12 @@ def _time_plans(bc, s, plans, reps=15):
         e1.record(s)
         e1.synchronize()
         ts.append(e1.elapsed_ms(e0))
-    return _median(ts) * 1e3 / len(plans)
+    return _median(ts)
+
+
+def _time_plans(bc, s, plans, reps=15):
+    """microseconds per plan: one graph chaining the plans, median over replays."""
+    return _time_graph(bc, s, lambda g: _chain(g, plans), reps) * 1e3 / len(plans)
 
 
 def copy_gbs(bc, s, nbytes=1 << 30):

@@ -75,7 +75,7 @@ def build_rows(bc, now_ns, reps=200):
     k = bc.Module.from_ptx(VADD_PTX).get_kernel("gvadd")
     o, a, b = (bc.zeros(32, "float32", stream=s) for _ in range(3))
     s.synchronize()
-    raw = GB.RawChain(k.handle, o.ptr, a.ptr, b.ptr, 32, NODES)
+    raw = GB.RawChain(k.handle_int, o.ptr, a.ptr, b.ptr, 32, NODES)
     sh = s.handle_int
 
     g = bc.Graph()

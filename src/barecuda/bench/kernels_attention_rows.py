@@ -10,10 +10,9 @@ way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
 import math
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import _torch
+from barecuda.bench._kernel_timing import SPEC_GBS, _chain, _time_graph, _torch, copy_gbs, torch_graph_us
 
 ORDER = 62
-SPEC_GBS = {"H200": 4800.0, "H100": 3350.0}          # HBM spec bandwidth, GB/s
 PEAK_TF = {"H200": 989.0, "H100": 989.0}             # dense bf16/fp16 tensor TFLOP/s (SXM)
 COLUMNS = [("value", 12), ("% spec", 8), ("vs torch", 9)]
 
@@ -24,49 +23,6 @@ def _spec(bc):
         if k in name:
             return k, SPEC_GBS[k], PEAK_TF[k]
     return name, None, None
-
-
-def _time_graph(bc, s, fn_nodes, reps=20):
-    """ms per replay of a graph built by fn_nodes(graph) (median of reps)."""
-    g = bc.Graph()
-    fn_nodes(g)
-    exe = g.instantiate()
-    exe.launch(s)
-    s.synchronize()
-    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
-    ts = []
-    for _ in range(reps):
-        e0.record(s)
-        exe.launch(s)
-        e1.record(s)
-        e1.synchronize()
-        ts.append(e1.elapsed_ms(e0))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
-def _chain(g, plans):
-    prev = None
-    for p in plans:
-        prev = g.add_plan(p, depends_on=prev) if prev is not None else g.add_plan(p)
-
-
-def copy_gbs(bc, s, nbytes=1 << 30):
-    a = bc.empty((nbytes,), "uint8", stream=s)
-    b = bc.empty((nbytes,), "uint8", stream=s)
-    a.memset(1, stream=s)
-    b.copy_from(a, stream=s)
-    s.synchronize()
-    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
-    ts = []
-    for _ in range(5):
-        e0.record(s)
-        b.copy_from(a, stream=s)
-        e1.record(s)
-        e1.synchronize()
-        ts.append(e1.elapsed_ms(e0))
-    ts.sort()
-    return 2 * nbytes / (ts[len(ts) // 2] * 1e-3) / 1e9
 
 
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
@@ -113,25 +69,7 @@ def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes):
     def body():
         for k, v in zip(ks, vs):
             F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-    st = torch.cuda.Stream()
-    with torch.cuda.stream(st):
-        body()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        body()
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(10):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        g.replay()
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1))
-    ts.sort()
-    ms = ts[len(ts) // 2] / n
+    ms = torch_graph_us(torch, body, n, reps=10) / 1e3
     return kv_bytes / (ms * 1e-3) / 1e9
 
 

@@ -25,7 +25,9 @@ cdef class _KernelParams:
 
 cdef class ExecKernelNode:
     cdef readonly GraphExec exec
+    """The executable whose node this handle changes."""
     cdef readonly KernelNode node
+    """The graph's KernelNode this handle is for."""
     cdef _KernelParams st           # shared with the other handles on this node of this executable
     cdef object __weakref__
 
@@ -41,6 +43,7 @@ ctypedef struct _arg_slot:
 
 cdef class ArgUpdate:
     cdef readonly GraphExec exec
+    """The executable whose nodes the update changes."""
     cdef tuple _handles             # ExecKernelNode per slot
     cdef tuple _nodes               # _KernelParams per touched node, in order of first use
     cdef Py_ssize_t n               # slots

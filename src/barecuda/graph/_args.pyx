@@ -173,14 +173,17 @@ cdef class ExecKernelNode:
 
     @property
     def grid(self):
+        """The grid dimensions the executable's node launches with, as ``(x, y, z)``."""
         return (self.st.p.gridDimX, self.st.p.gridDimY, self.st.p.gridDimZ)
 
     @property
     def block(self):
+        """The block dimensions the executable's node launches with, as ``(x, y, z)``."""
         return (self.st.p.blockDimX, self.st.p.blockDimY, self.st.p.blockDimZ)
 
     @property
     def shared_mem(self):
+        """The dynamic shared memory per block the executable's node launches with, in bytes."""
         return self.st.p.sharedMemBytes
 
     # binding=False: a plain method descriptor, which CPython calls straight (a

@@ -25,11 +25,11 @@ cdef extern from "Python.h":
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
-from barecuda._device cimport Device, device_of
+from barecuda._device cimport Device, device_of, make_current
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._buffer cimport DeviceBuffer, owner_of, KIND_POOL, capture_use_slot
 from barecuda._driver_pool cimport flush_capture_frees
-from barecuda._pool cimport bc_block, FROM_GRAPH, capture_started, capture_ended
+from barecuda._pool cimport bc_block, FROM_GRAPH
 from barecuda._launch cimport Kernel, set_capture_hook
 from barecuda.graph._graph cimport Graph, graph_shell
 from barecuda.graph._nodes cimport need, hold
@@ -104,7 +104,7 @@ cdef class Capture:
                                  "do not nest (end the running capture first, or capture on another stream)")
         ensure_driver(ST)
         need(<void *>D.cuStreamBeginCapture, "cuStreamBeginCapture")
-        dev.activate()
+        make_current(dev)
         self.graph = graph_shell(dev)
         self.graph.captured = True
         self.graph.capturing = True
@@ -117,7 +117,6 @@ cdef class Capture:
         self.active = True
         if type(self.stream) is Stream:
             (<Stream>self.stream)._captures += 1        # Stream.close() refuses while it runs
-        capture_started()
         _active_captures.append(self)
         set_capture_hook(_record_launch)
         capture_use_slot()[0] = _record_use
@@ -140,9 +139,8 @@ cdef class Capture:
             capture_use_slot()[0] = NULL
         set_current(self.graph.ctx)
         rc = D.cuStreamEndCapture(self.hs, &g)
-        capture_ended()
-        if not _active_captures:
-            flush_capture_frees()
+        if not _active_captures and ST.capture_frees:
+            flush_capture_frees()      # frees _driver_pool set aside while captures ran
         if exc_type is not None:
             # Discard the partial graph; the block's exception propagates.
             if g != NULL:

@@ -8,7 +8,9 @@ from barecuda.graph._graph cimport Graph
 cdef class GraphExec:
     cdef CUgraphExec handle
     cdef readonly Graph graph
+    """The Graph this executable was instantiated from (or last updated from)."""
     cdef readonly Device device
+    """The Device the executable runs on."""
     cdef CUcontext ctx
     cdef CUstream last              # stream of the latest launch
     cdef object _last_stream        # ... and its object, kept alive while launches may run on it
@@ -19,6 +21,7 @@ cdef class GraphExec:
     cdef tuple _bufs                # the DeviceBuffers among _refs (marked used when they go)
     cdef Graph _source              # the graph whose parameters it runs (its own, or the latest update's)
     cdef readonly unsigned long long flags
+    """The ``CUgraphInstantiate_flags`` it was instantiated with (from ``instantiate``'s keywords)."""
     cdef dict _params               # node index -> _KernelParams of the nodes that have handles
     cdef tuple _kernels             # the Kernels it runs (launch refuses when one's module was closed)
     cdef size_t _kernels_seen       # _launch.kernels_closed() when _kernels were last found alive

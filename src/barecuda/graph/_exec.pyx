@@ -30,14 +30,12 @@ from barecuda._buffer cimport DeviceBuffer, note_use
 from barecuda._launch cimport Kernel, kernels_closed
 from barecuda.graph._graph cimport Graph
 from barecuda.graph._nodes cimport GraphNode, KernelNode, need
-from barecuda.graph._host_node cimport pending_host_errors
 from barecuda.graph._args cimport _KernelParams, ExecKernelNode, ArgUpdate, _arg_slot, handle_token
 from barecuda._errors import make_error
 from barecuda.graph._host_node import check_host_errors
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
-cdef Py_ssize_t *_nerr = pending_host_errors()      # host-node exceptions stored (_host_node.pyx)
 cdef const size_t *_closed = kernels_closed()       # kernels invalidated so far (_launch.pyx)
 
 _TOKEN = object()
@@ -214,7 +212,7 @@ cdef class GraphExec:
         cdef CUgraphExec x = self.handle
         if x == NULL:
             self._live()
-        if _nerr[0]:
+        if ST.host_errors:
             check_host_errors()
         if not self._kernels_ok or self._kernels_seen != _closed[0]:
             self._check_kernels()
@@ -245,7 +243,7 @@ cdef class GraphExec:
         if self.launched:
             set_current(self.ctx)
             wait_interruptible(<_query_fn>D.cuStreamQuery, <void *>self.last, b"cuStreamSynchronize")
-        if _nerr[0]:
+        if ST.host_errors:
             check_host_errors()
 
     def update(self, Graph graph not None):

@@ -15,6 +15,7 @@ cdef class Graph:
     cdef CUgraph handle             # NULL while a capture fills it, and after close()
     cdef bint owned                 # False: a conditional body (the driver owns it)
     cdef readonly Device device
+    """The Device the graph's nodes run on."""
     cdef CUcontext ctx
     cdef object _parent             # body graphs: the graph whose conditional node owns them
     cdef list _keep                 # everything the nodes reference (buffers, kernels, callables, events,
@@ -26,6 +27,7 @@ cdef class Graph:
     cdef dict _funcs                # <size_t>CUfunction -> Kernel launched into it during its capture
     cdef object __weakref__
     cdef readonly bint captured     # made by stream capture
+    """True for a graph made by stream capture (:func:`capture`), False for one built node by node."""
     cdef bint capturing             # the capture that fills it is still running
     # _take_refs()'s snapshot of _keep, flat (reused while _keep is unchanged: it only grows,
     # so the same list at the same length holds the same objects)
@@ -53,15 +55,21 @@ cdef class Graph:
 
 cdef class ConditionalHandle:
     cdef readonly Graph graph
+    """The Graph the handle was made for."""
     cdef CUgraphConditionalHandle h
     cdef readonly unsigned int default
+    """The value the condition takes at each launch (when ``assign_default``) or at creation."""
     cdef readonly bint assign_default
+    """Whether every launch resets the condition to ``default``."""
 
 
 cdef class ConditionalNode(GraphNode):
     cdef readonly ConditionalHandle condition
+    """The ConditionalHandle whose value decides what the node runs."""
     cdef readonly tuple bodies
+    """The body graphs the node runs (an IF with an else branch has two; a SWITCH one per case)."""
     cdef readonly str type
+    """``'if'``, ``'while'`` or ``'switch'``."""
 
 
 # `value` as a launch priority of g's device (TypeError / ValueError before any node is touched).

@@ -3,7 +3,8 @@ from os import PathLike
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, Union
 
 from barecuda._device import Device
-from barecuda._launch import Kernel, LaunchPlan
+from barecuda._launch import Kernel
+from barecuda._plan import LaunchPlan
 from barecuda._stream import Event, Stream
 from barecuda.graph._exec import GraphExec
 from barecuda.graph._nodes import GraphNode, KernelNode

@@ -768,7 +768,7 @@ cdef class Graph:
         device_launch : bool
             Make it launchable from device code.
         use_node_priority : bool
-            Run kernel nodes at their own priority attribute (:attr:`KernelNode.priority`,
+            Run kernel nodes at their own priority attribute (:meth:`KernelNode.get_priority`,
             ``add_kernel(..., priority=)``; captured launches carry their stream's)
             instead of the priority of the stream the graph is launched into.
 

@@ -6,5 +6,5 @@ cdef class _HostCall:
 
 # The CUfunction-like host function of every host node; userData is a _HostCall.
 cdef void host_trampoline(void *user) noexcept nogil
-# The count of stored host-node exceptions (GraphExec.launch checks it before launching).
-cdef Py_ssize_t *pending_host_errors() noexcept
+# The count of stored host-node exceptions is ST.host_errors (bc_state.h): GraphExec.launch
+# and every synchronize read it there, so the modules below the wing never call up here.

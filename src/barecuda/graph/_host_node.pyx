@@ -20,7 +20,6 @@ from barecuda._errors import CudaWarning
 cdef bc_state_t *ST = runtime_state()
 
 cdef list _host_errors = []
-cdef Py_ssize_t _n_host_errors = 0
 cdef Py_ssize_t _n_host_errors_dropped = 0
 
 
@@ -33,7 +32,7 @@ cdef class _HostCall:
 
 
 cdef void _run_host(PyObject *user) noexcept:
-    global _n_host_errors, _n_host_errors_dropped
+    global _n_host_errors_dropped
     cdef _HostCall c = <_HostCall><object>user
     try:
         c.fn()
@@ -53,7 +52,7 @@ cdef void _run_host(PyObject *user) noexcept:
             _host_errors.append(e)
         else:
             _n_host_errors_dropped += 1
-        _n_host_errors += 1
+        ST.host_errors += 1
 
 
 cdef void host_trampoline(void *user) noexcept nogil:
@@ -69,16 +68,16 @@ def check_host_errors():
     later ones are raised by later calls). Called by ``GraphExec.launch`` and by the
     ``synchronize`` of graph executables, streams, events and devices; call it yourself
     after waiting by other means (``Stream.synchronize_blocking``, a peer library)."""
-    global _n_host_errors, _n_host_errors_dropped
-    if _n_host_errors == 0:
+    global _n_host_errors_dropped
+    if ST.host_errors == 0:
         return
     if not _host_errors:
         n = _n_host_errors_dropped
-        _n_host_errors = 0
+        ST.host_errors = 0
         _n_host_errors_dropped = 0
         raise RuntimeError(f"{n} more host-node callables raised (their exceptions were not kept: over 1000 stored)")
     e = _host_errors.pop(0)
-    _n_host_errors -= 1
+    ST.host_errors -= 1
     raise e
 
 
@@ -91,6 +90,3 @@ def _warn_unraised_at_exit():
 import atexit
 atexit.register(_warn_unraised_at_exit)
 
-
-cdef Py_ssize_t *pending_host_errors() noexcept:
-    return &_n_host_errors

@@ -8,11 +8,14 @@ cdef class GraphNode:
     cdef object _graph_ref          # weak reference to the Graph (nodes never keep a graph alive: no cycle)
     cdef object __weakref__
     cdef readonly str kind
+    """The node's type as a short name (``'kernel'``, ``'memcpy'``, ``'memset'``, ``'host'``, ...)."""
     cdef readonly Py_ssize_t index
+    """The node's position among its graph's nodes (the order of :meth:`Graph.nodes`)."""
 
 
 cdef class KernelNode(GraphNode):
     cdef readonly Kernel kernel
+    """The Kernel the node launches (a captured kernel barecuda did not launch is a plain GraphNode)."""
     cdef char *buf                  # the node's parameter block (kernel.argbytes)
     cdef void **ptrs                # kernelParams: one pointer per slot into buf
     cdef CUDA_KERNEL_NODE_PARAMS_v2 p

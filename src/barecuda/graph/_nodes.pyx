@@ -101,14 +101,17 @@ cdef class KernelNode(GraphNode):
 
     @property
     def grid(self):
+        """The grid dimensions as ``(x, y, z)``."""
         return (self.p.gridDimX, self.p.gridDimY, self.p.gridDimZ)
 
     @property
     def block(self):
+        """The block dimensions as ``(x, y, z)``."""
         return (self.p.blockDimX, self.p.blockDimY, self.p.blockDimZ)
 
     @property
     def shared_mem(self):
+        """The dynamic shared memory per block, in bytes."""
         return self.p.sharedMemBytes
 
     @property
