@@ -287,6 +287,15 @@ def cache_info() -> Dict[str, Any]:
     return info
 
 
+def _folder_or_none():
+    """The cache folder, opened (a context manager), or None when it is refused or cannot
+    be opened (the callers then skip the disk)."""
+    try:
+        return _open_folder(False)
+    except (_Refused, OSError):
+        return None
+
+
 def _listed(f):
     """The cache entries in folder f, or none when it cannot be listed."""
     try:
@@ -311,10 +320,7 @@ def clear_cache(memory: bool = True, disk: bool = True) -> int:
         with _memo_lock:
             _memo.clear()
     if disk:
-        try:
-            f = _open_folder(False)
-        except (_Refused, OSError):
-            f = None
+        f = _folder_or_none()
         if f is not None:
             with f:
                 for _, _, name in _listed(f):
@@ -473,10 +479,7 @@ def disk_get(key, d, digest, make: Callable, keyblob: Optional[bytes] = None):
     default the digest itself) in the cache folder (memoized under ``key``), or None,
     counted as a miss, when there is none or ``d`` is None (the disk cache is off)."""
     if d is not None and _ENTRY_NAME.match(digest + ".bin"):
-        try:
-            f = _open_folder(False)
-        except (_Refused, OSError):
-            f = None
+        f = _folder_or_none()
         if f is not None:
             with f:
                 record = _disk_get(f, digest, keyblob if keyblob is not None else digest.encode())
