@@ -29,7 +29,7 @@ def array(x, name, stream=None):
     (an int address has neither: wrap it with ``DeviceBuffer.view`` or give a buffer).
     """
     if type(x) is DeviceBuffer:
-        if x.closed:
+        if x.is_closed:
             raise ValueError(f"{name}: the buffer is closed")
         return x
     if x is None:
