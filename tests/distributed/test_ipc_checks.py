@@ -38,11 +38,11 @@ def _reopens(fake, buf, h):
 
 
 def test_ipc_open_rejects_offset_past_allocation(fake):
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     good = _foreign(ipc.export_buffer(buf))
     bad = _foreign(ipc.export_buffer(buf))
     bad.offset = 1 << 20                      # a view starting a MiB past the allocation
-    with pytest.raises(bc.IpcError, match="malformed or forged"):
+    with pytest.raises(bc.ipc.IpcError, match="malformed or forged"):
         ipc.open_buffer(bad)
     assert _ipc_live(fake) == 0
     _reopens(fake, buf, good)
@@ -50,11 +50,11 @@ def test_ipc_open_rejects_offset_past_allocation(fake):
 
 
 def test_ipc_open_rejects_size_past_allocation(fake):
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     good = _foreign(ipc.export_buffer(buf))
     bad = _foreign(ipc.export_buffer(buf))
     bad.offset, bad.nbytes, bad.shape = 512, 1 << 20, (1 << 20,)      # reaches past the end
-    with pytest.raises(bc.IpcError, match="malformed or forged"):
+    with pytest.raises(bc.ipc.IpcError, match="malformed or forged"):
         ipc.open_buffer(bad)
     assert _ipc_live(fake) == 0
     _reopens(fake, buf, good)
@@ -65,7 +65,7 @@ def test_ipc_open_rejects_size_past_allocation(fake):
 def test_ipc_open_rejects_offset_before_allocation(fake, offset):
     """A negative or non-int offset is refused before the driver is called (a view
     starting before the allocation, or a TypeError after the open that leaked it)."""
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     good = _foreign(ipc.export_buffer(buf))
     bad = _foreign(ipc.export_buffer(buf))
     bad.offset = offset
@@ -80,7 +80,7 @@ def test_ipc_open_rejects_offset_before_allocation(fake, offset):
 def test_ipc_open_closes_mapping_on_error(fake):
     """An error after cuIpcOpenMemHandle (here the bounds check's own driver call
     fails) closes the mapping: the allocation opens again afterwards."""
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     h = _foreign(ipc.export_buffer(buf))
     closes = fake.calls("cuIpcCloseMemHandle")
     fake.fail("cuMemGetAddressRange", 999)     # CUDA_ERROR_UNKNOWN
@@ -95,7 +95,7 @@ def test_ipc_open_closes_mapping_on_error(fake):
 def test_ipc_open_closes_mapping_on_bad_shape(fake):
     """A handle whose dtype/shape do not cover its bytes fails after the open (making
     the typed view): the mapping is closed at once, not left to the garbage collector."""
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     good = _foreign(ipc.export_buffer(buf))
     bad = _foreign(ipc.export_buffer(buf))
     bad.dtype, bad.shape = "float32", (7,)
@@ -110,10 +110,10 @@ def test_ipc_open_closes_mapping_on_bad_shape(fake):
 def test_ipc_rejects_nonpositive_pid(fake, pid):
     """os.kill(0 or -n, 0) succeeds (a process group), so pid <= 0 passed both the
     own-process and the exporter-alive checks; refused before any driver call."""
-    buf = bc.IpcAllocator(0).alloc(1024)
+    buf = bc.ipc.IpcAllocator(0).alloc(1024)
     h = _foreign(ipc.export_buffer(buf), pid=pid)
     n = fake.calls("cuIpcOpenMemHandle")
-    with pytest.raises(bc.IpcError, match="exporter pid"):
+    with pytest.raises(bc.ipc.IpcError, match="exporter pid"):
         ipc.open_buffer(h)
     assert fake.calls("cuIpcOpenMemHandle") == n
     assert _ipc_live(fake) == 0
@@ -125,7 +125,7 @@ def test_ipc_event_rejects_nonpositive_pid(fake):
     h = pickle.loads(pickle.dumps(ipc.export_event(ev)))
     h.pid = 0
     n = fake.calls("cuIpcOpenEventHandle")
-    with pytest.raises(bc.IpcError, match="exporter pid"):
+    with pytest.raises(bc.ipc.IpcError, match="exporter pid"):
         ipc.open_event(h)
     assert fake.calls("cuIpcOpenEventHandle") == n
     ev.close()
