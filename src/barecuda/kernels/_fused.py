@@ -28,7 +28,8 @@ __all__ = ["fused_matvec", "plan_fused_matvec", "embed_norm", "plan_embed_norm",
 EPILOGUES = ("scale", "res", "glu", "qkv")
 _WARPS = 4                      # FM_WARPS in fused.cu
 _CODES = {"float16": "f16", "bfloat16": "bf16"}
-_DENSE_DEFAULT = (2, 4)         # (FM_R, FM_U)
+_DENSE_DEFAULT = (1, 4)         # (FM_R, FM_U): the source's defaults
+_QUANT_R = 2                    # quantized rows per warp (x and sum(x) shared; glu: 1)
 _WIDE = (1, 2)                  # K >= 8192 (down)
 _TALL = (4, 2)                  # N >= 8192 (the output head)
 
@@ -37,8 +38,8 @@ def _tuning(fmt, n, k, epi):
     """(defines, rows per warp) of the module serving this matvec."""
     t = FORMATS[fmt][0]
     if fmt not in DENSE:
-        r = 1 if epi == "glu" else 2
-        return (("WFMT", t),), r
+        r = 1 if epi == "glu" else _QUANT_R
+        return (("WFMT", t), ("FM_R", _QUANT_R)), r
     if epi != "glu" and k >= 8192:
         fr, fu = _WIDE
     elif epi == "scale" and n >= 8192:
@@ -86,7 +87,7 @@ def _vec1(b, name, n, dtype, stream):
 
 
 def _prepare(epi, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, pos, inv_freq, dim, eps,
-             row0, nq, nkv, head_dim, n_rot, kv_layout, stream):
+             row0, nq, nkv, head_dim, n_rot, kv_layout, stream, pdl=False):
     if epi not in EPILOGUES:
         raise ValueError(f"epilogue {epi!r}: one of {', '.join(EPILOGUES)}")
     fmt, wb, n, k = _weight(weight, "weight", stream)
@@ -184,7 +185,7 @@ def _prepare(epi, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, po
     grid = -(-n // (_WARPS * r))
     import ctypes
     args = (wb, ub if ub is not None else 0, xb, yb, ssi, sso, xgb, gb, kc, vc, pb, fb,
-            n, k, vec, ctypes.c_float(inv_dim), ctypes.c_float(eps), row0, nq, nkv, hd, n_rot, cps, chs)
+            n, k, vec, ctypes.c_float(inv_dim), ctypes.c_float(eps), row0, nq, nkv, hd, n_rot, cps, chs, int(pdl))
     return kern, grid, args, yb
 
 
@@ -224,7 +225,7 @@ def plan_fused_matvec(epilogue, weight, x, *, out, up=None, ss_in=None, ss_out=N
     keep the overlap when a graph is made by stream capture (``barecuda.graph.capture``).
     """
     kern, grid, args, y = _prepare(epilogue, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, pos,
-                                   inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream)
+                                   inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream, pdl)
     if pdl:
         from barecuda import LaunchConfig
         return kern.bind_config(LaunchConfig(grid, 32 * _WARPS, stream=stream, programmatic_serialization=True),
@@ -266,10 +267,11 @@ def plan_embed_norm(table, tok, *, x, xg, g, ss, stream=None):
     return kern.bind(1, 512, *args, stream=stream)
 
 
-fused_matvec.plan = plan_fused_matvec
-embed_norm.plan = plan_embed_norm
+setattr(fused_matvec, "plan", plan_fused_matvec)      # the op's plan form (barecuda.kernels convention)
+setattr(embed_norm, "plan", plan_embed_norm)
 
 _NAMES = tuple(f"fmv_{c}_{e}" for c in ("f16", "bf16") for e in EPILOGUES) + ("fembed_f16", "fembed_bf16")
-KERNELS = ([("fused.cu", _NAMES, (("WFMT", v[0]),)) for k, v in FORMATS.items()]
+KERNELS = ([("fused.cu", _NAMES, (("WFMT", v[0]),) if k in DENSE else (("WFMT", v[0]), ("FM_R", _QUANT_R)))
+            for k, v in FORMATS.items()]
            + [("fused.cu", _NAMES, (("WFMT", FORMATS[k][0]), ("FM_R", r), ("FM_U", u)))
               for k in ("f16", "bf16") for r, u in (_WIDE, _TALL)])

@@ -23,7 +23,8 @@
 //             K, V rows written into the caches at *pos
 // all with one parameter list (unused pointers may be null):
 //     (W, W2, x, y, ss_in, ss_out, xg, g, k_cache, v_cache, pos, inv_freq,
-//      N, K, vec, inv_dim, eps, row0, nq, nkv, hd, n_rot, cache_pos_stride, cache_head_stride)
+//      N, K, vec, inv_dim, eps, row0, nq, nkv, hd, n_rot, cache_pos_stride, cache_head_stride, pf)
+// (pf = 1: launched with programmatic serialization; prefetch the first weights before waiting)
 //
 // The matvec cores follow matvec.cu (K2's; same layout and staging, batch 1): dense
 // weights stream 16-byte vectors per lane (FM_U loads in flight per row, FM_R rows per
@@ -36,7 +37,7 @@
 #define WFMT 1
 #endif
 #ifndef FM_R
-#define FM_R 2          // rows per warp (qkv: at least 2, even; quantized glu: 1)
+#define FM_R 1          // rows per warp (qkv: at least 2, even; quantized glu: 1)
 #endif
 #ifndef FM_U
 #define FM_U 4          // dense: 16-byte loads in flight per row per lane
@@ -76,12 +77,52 @@ template <int EPI> struct FmRows {
 template <typename XT> struct FmP {
     XT* y; const float* ss_in; float* ss_out; XT* xg; const XT* g; XT* kc; XT* vc; const int* pos;
     const float* inv_freq;
-    int N; float inv_dim, eps; int row0, nq, nkv, hd, n_rot; long long cps, chs;
+    int N; float inv_dim, eps; int row0, nq, nkv, hd, n_rot; long long cps, chs; int pf;
 };
+
+// What the epilogue reads besides the dot products (the norm scale, the residual and the
+// norm weight of its rows, the position and its RoPE angles), loaded by lane 0 right after
+// the grid dependency wait, so the latency of these reads hides behind the main loop
+// instead of adding dependent L2 round trips to every warp's tail.
+template <int R> struct FmPre {
+    float s;
+    float r[R], g[R];
+    int pos;
+    float cs[(R + 1) / 2], sn[(R + 1) / 2];
+};
+
+template <typename XT, int R, int EPI>
+BC_DEV void fm_preload(FmPre<R>& q, int n0, const FmP<XT>& p) {
+    if ((threadIdx.x & 31) != 0) return;
+    q.s = 1.f;
+    if constexpr (EPI == FE_RES) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int n = min(n0 + i, p.N - 1);
+            q.r[i] = bc_load(p.y + n);
+            q.g[i] = bc_load(p.g + n);
+        }
+    } else {
+        if (p.ss_in) q.s = rsqrtf(*p.ss_in * p.inv_dim + p.eps);
+    }
+    if constexpr (EPI == FE_QKV) {
+        q.pos = *p.pos;
+        const int nqk = p.nq + p.nkv;
+#pragma unroll
+        for (int i = 0; i < R; i += 2) {
+            const int r = p.row0 + n0 + i;
+            const int d = (r < p.nq ? r : r - p.nq) % p.hd;
+            q.cs[i / 2] = 1.f;
+            q.sn[i / 2] = 0.f;
+            if (r < nqk && d < p.n_rot)
+                sincosf(__fmul_rn((float)q.pos, p.inv_freq[d >> 1]), &q.sn[i / 2], &q.cs[i / 2]);
+        }
+    }
+}
 
 // ------------------------------------------------------------------ epilogues (lane 0 writes)
 template <typename XT, int R, int EPI>
-BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p) {
+BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p, const FmPre<R>& q) {
     float v[R][2];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -96,16 +137,16 @@ BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p) {
         for (int i = 0; i < R; ++i) {
             const int n = n0 + i;
             if (n >= N) break;
-            const XT yv = bc_from_float<XT>(v[i][0] + bc_load(p.y + n));
+            const XT yv = bc_from_float<XT>(v[i][0] + q.r[i]);
             p.y[n] = yv;
             const float f = bc_to_float(yv);
             sq = fmaf(f, f, sq);
-            bc_store(p.xg + n, f * bc_load(p.g + n));
+            bc_store(p.xg + n, f * q.g[i]);
         }
         atomicAdd(p.ss_out, sq);
         return;
     }
-    const float s = p.ss_in ? rsqrtf(*p.ss_in * p.inv_dim + p.eps) : 1.f;
+    const float s = q.s;
     if constexpr (EPI == FE_GLU) {
 #pragma unroll
         for (int i = 0; i < R; ++i) {
@@ -123,21 +164,17 @@ BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p) {
         return;
     }
     if constexpr (EPI == FE_QKV) {
-        const int pos = *p.pos;
+        const int pos = q.pos;
         const int nqk = p.nq + p.nkv;
 #pragma unroll
         for (int i = 0; i < R; i += 2) {
             float a = s * v[i][0], b = s * v[i + 1][0];
             const int r = p.row0 + n0 + i;                  // even: a RoPE pair (r, r + 1)
-            if (r < nqk) {
-                const int d = (r < p.nq ? r : r - p.nq) % p.hd;
-                if (d < p.n_rot) {
-                    float sn, cs;
-                    sincosf(__fmul_rn((float)pos, p.inv_freq[d >> 1]), &sn, &cs);
-                    const float a2 = a * cs - b * sn;
-                    b = b * cs + a * sn;
-                    a = a2;
-                }
+            {                                               // rows past Q|K or n_rot: cs 1, sn 0
+                const float cs = q.cs[i / 2], sn = q.sn[i / 2];
+                const float a2 = a * cs - b * sn;
+                b = b * cs + a * sn;
+                a = a2;
             }
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
@@ -170,7 +207,7 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
     float acc[R][2];
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = 0.f;
-    {   // the first loop iteration's weights into L2 while the previous node finishes
+    if (p.pf) {   // PDL: the first loop iteration's weights into L2 while the previous node finishes
         const int nv = vec ? K / VW : 0;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -184,6 +221,8 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
         }
     }
     fm_grid_wait();
+    FmPre<R> pre;
+    fm_preload<XT, R, EPI>(pre, n0, p);
     if (vec) {
         const int nv = K / VW;
         for (int v0 = lane; v0 < nv; v0 += 32 * U) {
@@ -236,7 +275,7 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
                 }
         }
     }
-    fm_store<XT, R, EPI>(acc, n0, p);
+    fm_store<XT, R, EPI>(acc, n0, p, pre);
     fm_grid_launch_dependents();
 }
 
@@ -277,6 +316,8 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
     stage_seg(0);                       // weights only: before waiting for the previous node
     bcq_commit();
     fm_grid_wait();
+    FmPre<R> pre;
+    fm_preload<XT, R, EPI>(pre, n0, p);
     for (int sg = 0; sg < nseg; ++sg) {
         if (sg + 1 < nseg) stage_seg(sg + 1);
         bcq_commit();
@@ -312,7 +353,7 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
     float out[R][2];
 #pragma unroll
     for (int i = 0; i < R; ++i) { out[i][0] = acc[i]; out[i][1] = acc[NT - 1 - (R - 1 - i)]; }
-    fm_store<XT, R, EPI>(out, n0, p);
+    fm_store<XT, R, EPI>(out, n0, p, pre);
     fm_grid_launch_dependents();
 }
 #endif
@@ -337,10 +378,10 @@ typedef bc_bf16 fm_w_t;
     fmv_##code##_##SUF(const void* W, const void* W2, const XT* x, XT* y, const float* ss_in,          \
                        float* ss_out, XT* xg, const XT* g, XT* kc, XT* vc, const int* pos,              \
                        const float* inv_freq, int N, int K, int vec, float inv_dim, float eps, int row0, \
-                       int nq, int nkv, int hd, int n_rot, long long cps, long long chs) {              \
+                       int nq, int nkv, int hd, int n_rot, long long cps, long long chs, int pf) {      \
         (void)vec;                                                                                      \
         const FmP<XT> p = {y, ss_in, ss_out, xg, g, kc, vc, pos, inv_freq, N, inv_dim, eps, row0,      \
-                           nq, nkv, hd, n_rot, cps, chs};                                               \
+                           nq, nkv, hd, n_rot, cps, chs, pf};                                           \
         FM_BODY(XT, EPI);                                                                               \
     }
 #define FM_EPIS(code, XT) FM_ENTRY(code, XT, scale, FE_SCALE) FM_ENTRY(code, XT, res, FE_RES) \
