@@ -221,7 +221,7 @@ def row_sweep(prefetch=(0, 1), shape=(32768, 4096)):
                 regs = kern.attribute("num_regs")
             except Exception:   # noqa: BLE001
                 occ = regs = -1
-            for grid in ("wave", "rows"):
+            for grid in (("rows",) if op == "rmsnorm" else ("wave", "rows")):      # rmsnorm: a block a row only
                 g = rows if grid == "rows" else min(rows, max(1, occ) * bc.Device().attribute("multiprocessor_count"))
                 plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
                 us = _time_plans(bc, s, plans)

@@ -21,13 +21,20 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
     if (nch <= KV * bd) {
         // layernorm sums (h - h[0]) and its square in one reduction: the shift by the row's
         // first value keeps E[d^2] - E[d]^2 accurate when |mean| >> std
-        for (int a = 1; a < ROW_PF; ++a) {
-            bc_prefetch_ahead<T, VN>(x, blockIdx.x, rows, sx, cols, a);
-            bc_prefetch_ahead<T, VN>(r, blockIdx.x, rows, sr, cols, a);
+        // layernorm loops over rows with prefetch (the host launches one wave); rmsnorm takes a
+        // block a row (the host launches one a row) and holds no loop state in registers
+        constexpr bool LOOP = LN;
+        if constexpr (LOOP) {
+            for (int a = 1; a < ROW_PF; ++a) {
+                bc_prefetch_ahead<T, VN>(x, blockIdx.x, rows, sx, cols, a);
+                bc_prefetch_ahead<T, VN>(r, blockIdx.x, rows, sr, cols, a);
+            }
         }
-        for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
-            bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols);
-            bc_prefetch_ahead<T, VN>(r, row, rows, sr, cols);
+        for (i64 row = blockIdx.x; row < rows; row = LOOP ? row + gridDim.x : rows) {
+            if constexpr (LOOP) {
+                bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols);
+                bc_prefetch_ahead<T, VN>(r, row, rows, sr, cols);
+            }
             const T* xr = x + row * sx;
             const T* rr = r ? r + row * sr : r;
             const float shift = LN ? bc_load(xr) + (rr ? bc_load(rr) : 0.f) : 0.f;
