@@ -38,7 +38,8 @@ def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
         for w, y in zip(ws, ys):
             torch.matmul(x, w.t(), out=y)
     us = torch_graph_us(torch, body, count, reps)
-    del ws, ys
+    ws.clear()
+    ys.clear()
     torch.cuda.empty_cache()
     return us
 
