@@ -47,6 +47,7 @@ from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin, owner_of, use_
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda._signature cimport *
 from barecuda._pack cimport *
+from barecuda._ft cimport BC_FREE_THREADED, bc_count_add
 from barecuda cimport _occupancy as occ
 from barecuda._errors import make_error, DriverVersionError
 from barecuda import _signature as _signature_mod
@@ -55,8 +56,11 @@ from barecuda._occupancy import FUNC_ATTRIBUTES      # re-exported (tests, stubs
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-# The one GIL switch for every launch path (Kernel.launch, plans, plan lists).
-cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
+# The one GIL switch for every launch path (Kernel.launch, plans, plan lists). Always on
+# in a free-threaded build: with no GIL, a close() on another thread can run between the
+# packer's checks and cuLaunchKernel, so every launch takes the use counts of the
+# GIL-released branch (docs/architecture.md, "Free-threaded CPython: what is protected").
+cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL or BC_FREE_THREADED
 
 # Set by _capture while a barecuda capture runs (else NULL: one pointer compare per launch):
 # called as hook(stream handle, kernel or plan, its Kernel, its arguments) by every launch
@@ -79,11 +83,12 @@ def set_launch_releases_gil(flag):
     The default (False) keeps the GIL: the launch call is short, and releasing and
     re-taking the GIL costs more than it saves unless several threads launch at
     once. Returns the previous setting. Meant for the benchmark and for programs
-    that launch from many threads.
+    that launch from many threads. On a free-threaded interpreter (3.13t/3.14t) it
+    stays on: every launch then holds its buffers and stream over the call.
     """
     global _release_gil
     old = bool(_release_gil)
-    _release_gil = bool(flag)
+    _release_gil = bool(flag) or BC_FREE_THREADED     # free-threaded: stays on (see above)
     return old
 
 
@@ -139,9 +144,8 @@ cdef size_t _kernels_closed = 0     # how many times a kernel was invalidated (k
 
 
 cdef void invalidate_kernel(Kernel k) noexcept:
-    global _kernels_closed
     k.func = NULL
-    _kernels_closed += 1
+    bc_count_add(&_kernels_closed, 1)       # modules may close on several threads at once
 
 
 cdef const size_t *kernels_closed() noexcept:
@@ -831,9 +835,28 @@ cdef class LaunchPlan:
         ensure_driver(ST)
         if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
             raise_stream_closed(-1)
-        _pack_one(k, i, value, self.buf + k.params[i].offset, self.rec.stream, NULL)
-        self._pin(i, value)
+        # Two set_arg calls on one plan from two threads (free-threaded build) must not
+        # both unpin the old buffer; a no-op with the GIL. A launch of the plan running
+        # meanwhile is not ordered with this (docs/architecture.md).
+        with cython.critical_section(self):
+            self._repack(i, value)
+
+    cdef int _repack(self, Py_ssize_t i, object value) except -1:
+        """set_arg's body: pin the new buffer first, so that a close() on another thread
+        either defers its free to this plan or makes the packer refuse the buffer."""
+        cdef DeviceBuffer new_pin = pin(<DeviceBuffer>value) if type(value) is DeviceBuffer else None
+        try:
+            _pack_one(self.kernel, i, value, self.buf + self.kernel.params[i].offset, self.rec.stream, NULL)
+        except BaseException:
+            if new_pin is not None:
+                unpin(new_pin)
+            raise
+        old = self._pinned[i]
+        self._pinned[i] = new_pin
+        if old is not None:
+            unpin(<DeviceBuffer>old)
         self._args[i] = value
+        return 0
 
     @property
     def args(self):
@@ -846,7 +869,8 @@ cdef class LaunchPlan:
 
     @stream.setter
     def stream(self, value):
-        self._set_stream(value)
+        with cython.critical_section(self):
+            self._set_stream(value)
 
     @property
     def grid(self):
