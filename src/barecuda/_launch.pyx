@@ -982,14 +982,16 @@ def launch_all(plans):
             _capture_hook(<size_t>p.rec.stream, p, p.kernel, p._args)
         rp = &p.rec
         if _release_gil:
-            _plan_held(p)
+            _plan_held(p, i)
         elif _issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)
 
 
 # ---- GIL-released plan launches: the plans pin their buffers (a close() defers the free
 # to the plan's end), so only their streams are held over the call (see _hold_args).
-cdef int _plan_held(LaunchPlan p) except -1:
+cdef int _plan_held(LaunchPlan p, Py_ssize_t index=-1) except -1:
+    if type(p._stream) is Stream and (<Stream>p._stream).closed:
+        raise_stream_closed(index)          # the words of the GIL-held path ("plan i: its stream...")
     cdef Stream so = stream_use(p._stream)
     try:
         _issue(p.kernel, &p.rec)
@@ -1002,8 +1004,10 @@ cdef list _hold_streams(object plans):
     """stream_use for each plan's barecuda Stream (a list of those held)."""
     cdef list held = []
     try:
-        for p in plans:
+        for i, p in enumerate(plans):
             if type((<LaunchPlan>p)._stream) is Stream:
+                if (<Stream>(<LaunchPlan>p)._stream).closed:
+                    raise_stream_closed(i)
                 held.append(stream_use((<LaunchPlan>p)._stream))
     except BaseException:
         _release_streams(held)
