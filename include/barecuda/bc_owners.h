@@ -11,13 +11,17 @@
  * over contiguous entries (after one envelope test that most foreign memory fails),
  * done only by imports of foreign-described memory. Live
  * allocations never overlap (one virtual address space), so at most one entry matches.
- * Callers hold the GIL.
+ * Callers hold the GIL. On a free-threaded CPython (bc_ft.h) every operation takes the
+ * table's own mutex, and bc_owners_add grows the table itself when another thread used
+ * the room a bc_owners_reserve made (if that grow fails, the owner stays unregistered:
+ * an import of its memory then pins nothing, as for another library's memory).
  */
 #ifndef BARECUDA_BC_OWNERS_H
 #define BARECUDA_BC_OWNERS_H
 
 #include <stddef.h>
 #include <stdlib.h>
+#include "barecuda/bc_ft.h"
 
 typedef struct {
     unsigned long long lo, hi;   /* [lo, hi): the allocation */
@@ -30,10 +34,10 @@ typedef struct {
     ptrdiff_t n, cap;
     unsigned long long lo, hi;   /* an envelope of every entry since the table was last empty
                                     (hi 0: empty); foreign memory outside it is not scanned */
+    bc_mutex mu;                 /* free-threaded builds only (bc_ft.h) */
 } bc_owners;
 
-/* Room for one more entry; -1 when out of memory (nothing changed). */
-static inline int bc_owners_reserve(bc_owners *t) {
+static inline int bc_owners_grow_(bc_owners *t) {
     ptrdiff_t cap;
     bc_owner_entry *v;
     if (t->n < t->cap)
@@ -47,9 +51,24 @@ static inline int bc_owners_reserve(bc_owners *t) {
     return 0;
 }
 
+/* Room for one more entry; -1 when out of memory (nothing changed). */
+static inline int bc_owners_reserve(bc_owners *t) {
+    int rc;
+    bc_mutex_lock(&t->mu);
+    rc = bc_owners_grow_(t);
+    bc_mutex_unlock(&t->mu);
+    return rc;
+}
+
 /* Add [p, p + n) owned by obj; needs a bc_owners_reserve first. */
 static inline void bc_owners_add(bc_owners *t, unsigned long long p, size_t n, void *obj, ptrdiff_t *slot) {
-    bc_owner_entry *e = &t->v[t->n++];
+    bc_owner_entry *e;
+    bc_mutex_lock(&t->mu);
+    if (BC_FREE_THREADED && bc_owners_grow_(t) != 0) {   /* (another thread took the room) */
+        bc_mutex_unlock(&t->mu);
+        return;
+    }
+    e = &t->v[t->n++];
     e->lo = p;
     e->hi = p + n;               /* no wrap: the driver gave [p, p + n) */
     e->obj = obj;
@@ -59,13 +78,18 @@ static inline void bc_owners_add(bc_owners *t, unsigned long long p, size_t n, v
         t->lo = p;
     if (e->hi > t->hi)
         t->hi = e->hi;
+    bc_mutex_unlock(&t->mu);
 }
 
 /* Remove the entry whose index + 1 is *slot (no-op when 0); *slot becomes 0. */
 static inline void bc_owners_remove(bc_owners *t, ptrdiff_t *slot) {
-    ptrdiff_t i = *slot - 1;
-    if (i < 0 || i >= t->n || t->v[i].slot != slot)
+    ptrdiff_t i;
+    bc_mutex_lock(&t->mu);
+    i = *slot - 1;
+    if (i < 0 || i >= t->n || t->v[i].slot != slot) {
+        bc_mutex_unlock(&t->mu);
         return;
+    }
     *slot = 0;
     t->n--;
     if (t->n == 0)
@@ -74,28 +98,39 @@ static inline void bc_owners_remove(bc_owners *t, ptrdiff_t *slot) {
         t->v[i] = t->v[t->n];
         *t->v[i].slot = i + 1;
     }
+    bc_mutex_unlock(&t->mu);
 }
 
 /* The entry's owner moves to another object (and slot field). */
 static inline void bc_owners_move(bc_owners *t, ptrdiff_t *from, void *obj, ptrdiff_t *to) {
-    ptrdiff_t i = *from - 1;
-    if (i < 0 || i >= t->n || t->v[i].slot != from)
-        return;
-    *from = 0;
-    t->v[i].obj = obj;
-    t->v[i].slot = to;
-    *to = i + 1;
+    ptrdiff_t i;
+    bc_mutex_lock(&t->mu);
+    i = *from - 1;
+    if (i >= 0 && i < t->n && t->v[i].slot == from) {
+        *from = 0;
+        t->v[i].obj = obj;
+        t->v[i].slot = to;
+        *to = i + 1;
+    }
+    bc_mutex_unlock(&t->mu);
 }
 
-/* The entry whose allocation contains address p, or NULL. */
-static inline const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p) {
+/* The entry whose allocation contains address p, copied to *out: 1, or 0 when none.
+ * (A copy: on a free-threaded build the table may move entries once the lock is gone.) */
+static inline int bc_owners_find(bc_owners *t, unsigned long long p, bc_owner_entry *out) {
     ptrdiff_t i;
-    if (p - t->lo >= t->hi - t->lo)                    /* outside the envelope (or empty) */
-        return NULL;
-    for (i = 0; i < t->n; i++)
-        if (p - t->v[i].lo < t->v[i].hi - t->v[i].lo)   /* lo <= p < hi, in one compare */
-            return &t->v[i];
-    return NULL;
+    int found = 0;
+    bc_mutex_lock(&t->mu);
+    if (p - t->lo < t->hi - t->lo) {                   /* inside the envelope (and not empty) */
+        for (i = 0; i < t->n; i++)
+            if (p - t->v[i].lo < t->v[i].hi - t->v[i].lo) {   /* lo <= p < hi, in one compare */
+                *out = t->v[i];
+                found = 1;
+                break;
+            }
+    }
+    bc_mutex_unlock(&t->mu);
+    return found;
 }
 
 #endif /* BARECUDA_BC_OWNERS_H */

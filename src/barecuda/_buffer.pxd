@@ -20,7 +20,7 @@ cdef extern from "barecuda/bc_owners.h" nogil:     # the table behind view_at (_
     void bc_owners_add(bc_owners *t, unsigned long long p, size_t n, void *obj, ptrdiff_t *slot)
     void bc_owners_remove(bc_owners *t, ptrdiff_t *slot)
     void bc_owners_move(bc_owners *t, ptrdiff_t *frm, void *obj, ptrdiff_t *to)
-    const bc_owner_entry *bc_owners_find(const bc_owners *t, unsigned long long p)
+    int bc_owners_find(bc_owners *t, unsigned long long p, bc_owner_entry *out)
 
 from barecuda._uses cimport bc_use_enter, bc_use_leave, bc_use_count, bc_flag_set, bc_flag_take, bc_flag_get
 
@@ -46,7 +46,8 @@ cdef class DeviceBuffer:
     cdef DeviceBuffer _root         # the allocation owner of a view of our own memory, else None
     cdef CUstream root_stream       # the owner's stream (note_use compares with it)
     cdef bint *use_flag             # &owner.used_elsewhere (note_use sets it)
-    cdef Py_ssize_t _pins           # (owner) live dependants; the free waits for the last
+    cdef long _pins                 # (owner) live dependants; the free waits for the last (atomic:
+                                    #   bc_uses.h, dependants come and go on any thread)
     cdef int _free_pending          # (owner) closed, free not done yet: the last unpin / use_end frees
                                     #   (taken atomically: bc_flag_take, so the free runs once)
     cdef long _uses                 # (owner) driver calls in flight without the GIL (use_begin/use_end; atomic)

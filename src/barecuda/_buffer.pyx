@@ -46,7 +46,7 @@ from barecuda._errors import CudaWarning, make_error, _renamed
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
-cdef bc_owners _owners           # every owner's live allocation, for view_at (GIL held)
+cdef bc_owners _owners           # every owner's live allocation, for view_at (the GIL, or its own mutex on a free-threaded build)
 
 
 cdef object oom_error(int rc, const char *call, size_t nbytes, Device dev, str extra):
@@ -174,13 +174,14 @@ cdef inline void _attach(DeviceBuffer v, DeviceBuffer o) noexcept:
 cdef DeviceBuffer view_at(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
                           object producer):
     """See _buffer.pxd."""
-    cdef const bc_owner_entry *e = bc_owners_find(&_owners, ptr)
+    cdef bc_owner_entry found
+    cdef const bc_owner_entry *e = &found if bc_owners_find(&_owners, ptr, &found) else NULL
     if e != NULL and nbytes > e.hi - ptr:
         raise BufferError(f"the imported array [0x{ptr:x}, +{nbytes} bytes) runs past the end of the "
                           f"barecuda allocation it lies in ([0x{e.lo:x}, +{e.hi - e.lo} bytes))")
     cdef DeviceBuffer v = make_view(ptr, nbytes, dev, h, stream, producer, None)
     if e != NULL:
-        (<DeviceBuffer>e.obj)._pins += 1
+        bc_use_enter(&(<DeviceBuffer>e.obj)._pins)
         _attach(v, <DeviceBuffer>e.obj)
     return v
 
@@ -210,8 +211,12 @@ cdef int _order_on_safe_stream(DeviceBuffer b, CUstream *out) except -1:
 # ------------------------------------------------------------------ ownership
 cdef DeviceBuffer pin(DeviceBuffer b):
     cdef DeviceBuffer o = owner_of(b)
-    check_usable(b)
-    o._pins += 1
+    # Count first, then look (bc_uses.h): a close() on another thread either sees this
+    # pin and leaves the free to the last unpin, or is seen here.
+    bc_use_enter(&o._pins)
+    if b._kind == KIND_CLOSED:
+        unpin(o)
+        check_usable(b)
     return o
 
 
@@ -247,9 +252,11 @@ cdef list holds(object objs):
 
 cdef void unpin(DeviceBuffer b) noexcept:
     cdef DeviceBuffer o = owner_of(b)
-    if o._pins > 0:
-        o._pins -= 1
-    if o._pins == 0 and bc_use_count(&o._uses) == 0 and bc_flag_take(&o._free_pending):
+    cdef long n = bc_use_leave(&o._pins)
+    if n < 0:                   # more unpins than pins: stay at 0 (as before the count was atomic)
+        bc_use_enter(&o._pins)
+        n = 0
+    if n == 0 and bc_use_count(&o._uses) == 0 and bc_flag_take(&o._free_pending):
         _run_deferred_free(o)
 
 
@@ -267,7 +274,7 @@ cdef void use_end(DeviceBuffer o) noexcept:
         return
     if bc_use_leave(&o._uses) != 0:
         return
-    if o._pins == 0 and bc_flag_take(&o._free_pending):
+    if bc_use_count(&o._pins) == 0 and bc_flag_take(&o._free_pending):
         _run_deferred_free(o)
     elif o._kind == KIND_CLOSED and o._allocator is None and o._root is None and o._owner is not None:
         o._owner = None        # a closed foreign import: its producer goes after the last call
@@ -438,47 +445,51 @@ cdef class DeviceBuffer:
         deferred until the last of them is gone; this object refuses every further
         use at once either way."""
         cdef DeviceBuffer root
-        if self._kind == KIND_CLOSED:
-            return
-        if ST.forked:
-            ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
-        root = self._root
-        if root is not None:
-            # A view releases its pin but keeps naming its owner (owner_of), so that a
-            # dependant made through it (a plan, an export, a graph value) unpins the
-            # right allocation later.
-            self.use_flag = &self.used_elsewhere
-            self._kind = KIND_CLOSED
-            self.ptr = 0
-            self._owner = None
-            unpin(root)
-            return
-        if self._allocator is not None:
-            # Closed at once; the free waits for the last dependant (unpin) and the last
-            # driver call in flight on another thread (use_end). Mark first, then read the
-            # counts (bc_uses.h): whoever takes the pending flag frees, exactly once.
-            self._free_kind = self._kind
-            self._free_ptr = self.ptr
-            self._kind = KIND_CLOSED
-            self.ptr = 0           # closed reads as address 0 everywhere (launch's fast check)
-            self._owner = None
-            bc_flag_set(&self._free_pending)
-            if self._pins > 0 or bc_use_count(&self._uses) > 0 or not bc_flag_take(&self._free_pending):
+        # One close() at a time per buffer: two threads closing it at once (free-threaded
+        # build) would both read it open; a no-op with the GIL.
+        with cython.critical_section(self):
+            if self._kind == KIND_CLOSED:
                 return
-            self._kind = self._free_kind
-            self.ptr = self._free_ptr
-        try:
+            if ST.forked:
+                ensure_driver(ST)          # ForkedProcessError: a forked child leaks it (destructor)
+            root = self._root
+            if root is not None:
+                # A view releases its pin but keeps naming its owner (owner_of), so that a
+                # dependant made through it (a plan, an export, a graph value) unpins the
+                # right allocation later.
+                self.use_flag = &self.used_elsewhere
+                self._kind = KIND_CLOSED
+                self.ptr = 0
+                self._owner = None
+                unpin(root)
+                return
             if self._allocator is not None:
-                if bc_driver_usable(ST):
-                    self._release()
-                else:
-                    self._allocator = None
-        finally:
-            bc_owners_remove(&_owners, &self._reg)
-            self._kind = KIND_CLOSED
-            self.ptr = 0
-            if bc_use_count(&self._uses) == 0:
-                self._owner = None     # (a foreign producer in use on another thread: use_end drops it)
+                # Closed at once; the free waits for the last dependant (unpin) and the last
+                # driver call in flight on another thread (use_end). Mark first, then read the
+                # counts (bc_uses.h): whoever takes the pending flag frees, exactly once.
+                self._free_kind = self._kind
+                self._free_ptr = self.ptr
+                self._kind = KIND_CLOSED
+                self.ptr = 0           # closed reads as address 0 everywhere (launch's fast check)
+                self._owner = None
+                bc_flag_set(&self._free_pending)
+                if bc_use_count(&self._pins) > 0 or bc_use_count(&self._uses) > 0 or \
+                        not bc_flag_take(&self._free_pending):
+                    return
+                self._kind = self._free_kind
+                self.ptr = self._free_ptr
+            try:
+                if self._allocator is not None:
+                    if bc_driver_usable(ST):
+                        self._release()
+                    else:
+                        self._allocator = None
+            finally:
+                bc_owners_remove(&_owners, &self._reg)
+                self._kind = KIND_CLOSED
+                self.ptr = 0
+                if bc_use_count(&self._uses) == 0:
+                    self._owner = None     # (a foreign producer in use on another thread: use_end drops it)
 
     def __enter__(self):
         return self

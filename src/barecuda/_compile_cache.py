@@ -49,9 +49,15 @@ _memo: dict = {}                        # in-process: key -> ObjectCode
 _memo_lock = threading.Lock()
 _stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0, "corrupt": 0, "writes": 0, "evictions": 0,
           "skipped": 0}
+_stats_lock = threading.Lock()          # the counts stay exact with threads (free-threaded builds too)
 _skip_reason: list = [None]                 # why the last skipped compile did not use the disk cache
 _warned: set = set()                    # (folder, what) warned about in this process
 _DEFAULT_MAX_BYTES = 1 << 30
+
+
+def _count(name):
+    with _stats_lock:
+        _stats[name] += 1
 
 # descriptor-relative operations (POSIX): the checks hold for the folder we then use
 _SECURE = (os.name == "posix" and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
@@ -283,7 +289,8 @@ def cache_info() -> Dict[str, Any]:
     info = {"directory": d, "entries": len(ents), "bytes": sum(e[1] for e in ents),
             "max_bytes": _max_bytes(), "memory_entries": len(_memo), "disabled": disabled,
             "skip_reason": _skip_reason[0]}
-    info.update(_stats)
+    with _stats_lock:
+        info.update(_stats)
     return info
 
 
@@ -459,18 +466,18 @@ def memo_get(key):
     """The object memoized under ``key`` (counted as a memory hit), or None."""
     obj = _memo.get(key)
     if obj is not None:
-        _stats["memory_hits"] += 1
+        _count("memory_hits")
     return obj
 
 
 def note_memory_hit() -> None:
     """Count a hit of a memo kept elsewhere (a program's own last results)."""
-    _stats["memory_hits"] += 1
+    _count("memory_hits")
 
 
 def note_skip(reason: str) -> None:
     """Count a compile that could not use the cache, and remember why (``cache_info``)."""
-    _stats["skipped"] += 1
+    _count("skipped")
     _skip_reason[0] = reason
 
 
@@ -484,12 +491,12 @@ def disk_get(key, d, digest, make: Callable, keyblob: Optional[bytes] = None):
             with f:
                 record = _disk_get(f, digest, keyblob if keyblob is not None else digest.encode())
             if record is not None:
-                _stats["disk_hits"] += 1
+                _count("disk_hits")
                 obj = make(*record)
                 with _memo_lock:
                     _memo[key] = obj
                 return obj
-    _stats["misses"] += 1
+    _count("misses")
     return None
 
 
@@ -546,12 +553,12 @@ def _disk_get(f, digest, keyblob):
     except FileNotFoundError:
         return None
     except OSError:
-        _stats["corrupt"] += 1       # a link or something unopenable: ignored, the next write replaces it
+        _count("corrupt")       # a link or something unopenable: ignored, the next write replaces it
         return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            _stats["corrupt"] += 1   # a FIFO, a device, a folder: never read, never removed
+            _count("corrupt")   # a FIFO, a device, a folder: never read, never removed
             return None
         record = None
         if (not _SECURE or st.st_uid == _my_uid()) and st.st_size <= _MAX_ENTRY_BYTES:
@@ -559,7 +566,7 @@ def _disk_get(f, digest, keyblob):
             if len(data) == st.st_size:
                 record = unpack_entry(data, keyblob)
         if record is None:
-            _stats["corrupt"] += 1
+            _count("corrupt")
             try:
                 f.unlink(name)       # a regular file in our folder; replaced by the fresh compile that follows
             except OSError:
@@ -594,7 +601,7 @@ def _disk_put(f, digest, record, keyblob):
         except OSError:
             pass
         raise
-    _stats["writes"] += 1
+    _count("writes")
     _evict(f, _max_bytes())
 
 
@@ -609,7 +616,7 @@ def _evict(f, limit):
             try:
                 f.unlink(name)
                 total -= size
-                _stats["evictions"] += 1
+                _count("evictions")
             except OSError:
                 pass
     # temporary files of writers that died long ago

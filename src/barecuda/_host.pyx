@@ -243,29 +243,30 @@ cdef class PinnedBuffer:
         """Free the memory (after any async copy that used it). Idempotent.
 
         Raises BufferError while views (memoryview, numpy arrays) of it exist."""
-        if ST.forked:
-            ensure_driver(ST)         # ForkedProcessError: a forked child leaks it (destructor)
-        if self._exports > 0:
-            raise BufferError(f"PinnedBuffer has {self._exports} exported view(s) "
-                              "(memoryview / numpy array); delete them first")
-        if self._pins > 0:
-            # A graph copies to or from it: unusable from now on, freed by the last holder.
-            self._closed = True
-            self._free_pending = True
-            return
-        if self.ptr == NULL:
-            self.nbytes_ = 0
-            self._shape[0] = 0
-            self._closed = True
-            return
-        try:
-            if bc_driver_usable(ST):
-                self._free()
-        finally:
-            self.ptr = NULL
-            self.nbytes_ = 0
-            self._shape[0] = 0
-            self._closed = True
+        with cython.critical_section(self):       # against hold_host / a last unpin on another thread
+            if ST.forked:
+                ensure_driver(ST)         # ForkedProcessError: a forked child leaks it (destructor)
+            if self._exports > 0:
+                raise BufferError(f"PinnedBuffer has {self._exports} exported view(s) "
+                                  "(memoryview / numpy array); delete them first")
+            if self._pins > 0:
+                # A graph copies to or from it: unusable from now on, freed by the last holder.
+                self._closed = True
+                self._free_pending = True
+                return
+            if self.ptr == NULL:
+                self.nbytes_ = 0
+                self._shape[0] = 0
+                self._closed = True
+                return
+            try:
+                if bc_driver_usable(ST):
+                    self._free()
+            finally:
+                self.ptr = NULL
+                self.nbytes_ = 0
+                self._shape[0] = 0
+                self._closed = True
 
     def __enter__(self):
         return self
@@ -331,8 +332,10 @@ cdef class _HostHold:
         if b is None:
             return
         self.buf = None
-        b._pins -= 1
-        if b._pins == 0 and b._free_pending:
+        with cython.critical_section(b):      # pins and close() of one PinnedBuffer, any thread
+            b._pins -= 1
+            if not (b._pins == 0 and b._free_pending):
+                return
             b._free_pending = False
             try:
                 if bc_driver_usable(ST):
@@ -356,8 +359,11 @@ cdef object hold_host(PinnedBuffer p):
     if p._closed:
         raise ValueError("PinnedBuffer is closed (use after close())")
     h = _HostHold.__new__(_HostHold)
-    p._pins += 1
-    p._graph_held = True
+    with cython.critical_section(p):
+        if p._closed:
+            raise ValueError("PinnedBuffer is closed (use after close())")
+        p._pins += 1
+        p._graph_held = True
     h.buf = p
     return h
 

@@ -49,6 +49,7 @@ from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin, owner_of, use_
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda._signature cimport *
 from barecuda._pack cimport *
+from barecuda._ft cimport BC_FREE_THREADED, bc_count_add
 from barecuda cimport _occupancy as occ
 # _plan cimports this module's .pxd; the reverse is here only (Kernel.bind makes plans)
 from barecuda._plan cimport LaunchPlan, new_plan
@@ -59,8 +60,11 @@ from barecuda._occupancy import FUNC_ATTRIBUTES      # re-exported (tests, stubs
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-# The one GIL switch for every launch path (Kernel.launch, plans, plan lists).
-cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL
+# The one GIL switch for every launch path (Kernel.launch, plans, plan lists). Always on
+# in a free-threaded build: with no GIL, a close() on another thread can run between the
+# packer's checks and cuLaunchKernel, so every launch takes the use counts of the
+# GIL-released branch (docs/architecture.md, "Free-threaded CPython: what is protected").
+cdef bint _release_gil = BC_LAUNCH_RELEASES_GIL or BC_FREE_THREADED
 
 # Set by _capture while a barecuda capture runs (else NULL: one pointer compare per launch):
 # called as hook(stream handle, kernel or plan, its Kernel, its arguments) by every launch
@@ -83,11 +87,12 @@ def set_launch_releases_gil(flag):
     The default (False) keeps the GIL: the launch call is short, and releasing and
     re-taking the GIL costs more than it saves unless several threads launch at
     once. Returns the previous setting. Meant for the benchmark and for programs
-    that launch from many threads.
+    that launch from many threads. On a free-threaded interpreter (3.13t/3.14t) it
+    stays on: every launch then holds its buffers and stream over the call.
     """
     global _release_gil
     old = bool(_release_gil)
-    _release_gil = bool(flag)
+    _release_gil = bool(flag) or BC_FREE_THREADED     # free-threaded: stays on (see above)
     return old
 
 
@@ -143,9 +148,8 @@ cdef size_t _kernels_closed = 0     # how many times a kernel was invalidated (k
 
 
 cdef void invalidate_kernel(Kernel k) noexcept:
-    global _kernels_closed
     k.func = NULL
-    _kernels_closed += 1
+    bc_count_add(&_kernels_closed, 1)       # modules may close on several threads at once
 
 
 cdef const size_t *kernels_closed() noexcept:

@@ -17,6 +17,7 @@ cdef class LaunchPlan:
 
     cdef int _pack_all(self) except -1
     cdef int _pin(self, Py_ssize_t i, object value) except -1
+    cdef int _repack(self, Py_ssize_t i, object value) except -1
     cdef int _set_stream(self, object stream) except -1
 
 

@@ -147,9 +147,28 @@ cdef class LaunchPlan:
         ensure_driver(ST)
         if self.rec.stream_closed != NULL and self.rec.stream_closed[0]:
             raise_stream_closed(-1)
-        pack_slot(k, i, value, self.buf + k.params[i].offset, self.rec.stream)
-        self._pin(i, value)
+        # Two set_arg calls on one plan from two threads (free-threaded build) must not
+        # both unpin the old buffer; a no-op with the GIL. A launch of the plan running
+        # meanwhile is not ordered with this (docs/architecture.md).
+        with cython.critical_section(self):
+            self._repack(i, value)
+
+    cdef int _repack(self, Py_ssize_t i, object value) except -1:
+        """set_arg's body: pin the new buffer first, so that a close() on another thread
+        either defers its free to this plan or makes the packer refuse the buffer."""
+        cdef DeviceBuffer new_pin = pin(<DeviceBuffer>value) if type(value) is DeviceBuffer else None
+        try:
+            pack_slot(self.kernel, i, value, self.buf + self.kernel.params[i].offset, self.rec.stream)
+        except BaseException:
+            if new_pin is not None:
+                unpin(new_pin)
+            raise
+        old = self._pinned[i]
+        self._pinned[i] = new_pin
+        if old is not None:
+            unpin(<DeviceBuffer>old)
         self._args[i] = value
+        return 0
 
     @property
     def args(self):
@@ -163,7 +182,8 @@ cdef class LaunchPlan:
 
     @stream.setter
     def stream(self, value):
-        self._set_stream(value)
+        with cython.critical_section(self):
+            self._set_stream(value)
 
     @property
     def grid(self):
@@ -278,14 +298,16 @@ def launch_all(plans):
             HOOK[0](<size_t>p.rec.stream, p, p.kernel, p._args)
         rp = &p.rec
         if RELEASE_GIL[0]:
-            _plan_held(p)
+            _plan_held(p, i)
         elif issue_recs(&rp, 1, &rc) >= 0:
             _batch_failed(p, i, rc)
 
 
 # ---- GIL-released plan launches: the plans pin their buffers (a close() defers the free
 # to the plan's end), so only their streams are held over the call (see _hold_args).
-cdef int _plan_held(LaunchPlan p) except -1:
+cdef int _plan_held(LaunchPlan p, Py_ssize_t index=-1) except -1:
+    if type(p._stream) is Stream and (<Stream>p._stream).closed:
+        raise_stream_closed(index)          # the words of the GIL-held path ("plan i: its stream...")
     cdef Stream so = stream_use(p._stream)
     try:
         issue(p.kernel, &p.rec)
@@ -298,8 +320,10 @@ cdef list _hold_streams(object plans):
     """stream_use for each plan's barecuda Stream (a list of those held)."""
     cdef list held = []
     try:
-        for p in plans:
+        for i, p in enumerate(plans):
             if type((<LaunchPlan>p)._stream) is Stream:
+                if (<Stream>(<LaunchPlan>p)._stream).closed:
+                    raise_stream_closed(i)
                 held.append(stream_use((<LaunchPlan>p)._stream))
     except BaseException:
         _release_streams(held)

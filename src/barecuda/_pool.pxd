@@ -68,6 +68,7 @@ cdef class MemoryPool(Allocator):
     cdef int capevents
     cdef bint use_async
     cdef bint closed
+    cdef object __weakref__         # _live_pools holds weak references (a free-threaded close hook)
 
     cdef bc_scache *cache_for(self, CUstream s, object stream_obj) except NULL
     cdef int take_cross_stream(self, int cls, bc_scache *own, bc_block **out) except -1

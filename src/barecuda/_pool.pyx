@@ -46,6 +46,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from libc.stdlib cimport calloc, free, realloc
 import os
 import warnings
+import weakref
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_OUT_OF_MEMORY, \
@@ -62,8 +63,10 @@ cdef bc_state_t *ST = runtime_state()
 
 cdef CUstream READY_STREAM = <CUstream>(<size_t>-1)   # key of the "any stream" cache
 
-# -- Stream close (see the module notes). Live MemoryPools by address (borrowed: each
-# removes itself first thing in __dealloc__), for the close hook.
+# -- Stream close (see the module notes). Live MemoryPools by address, as weak references
+# (each removes itself first thing in __dealloc__), for the close hook: a weak reference,
+# not a borrowed pointer, because on a free-threaded build a pool may die on another
+# thread while a stream's close hook walks this table.
 _live_pools = {}
 
 
@@ -89,11 +92,11 @@ def _on_stream_close(handle):
     cdef MemoryPool pool
     if not _live_pools:                  # none, or module teardown
         return
-    for addr in list(_live_pools):
-        # Checked again at each step: a decref in the previous step may have freed it
-        # (a pool leaves _live_pools first thing in __dealloc__).
-        if addr in _live_pools:
-            pool = <MemoryPool><PyObject *><size_t>addr
+    for ref in list(_live_pools.values()):
+        # Checked again at each step: a decref in the previous step may have freed it.
+        obj = ref()
+        if obj is not None:
+            pool = <MemoryPool>obj
             pool._retire_stream(s)
 
 
@@ -166,7 +169,7 @@ cdef class MemoryPool(Allocator):
         if self.caches == NULL or self.ready == NULL:
             raise MemoryError()
         self.ready.stream = READY_STREAM
-        _live_pools[<size_t><PyObject *>self] = None
+        _live_pools[<size_t><PyObject *>self] = weakref.ref(self)
 
     def __dealloc__(self):
         # Only reached when no buffer uses the pool any more (each holds a reference).
@@ -328,46 +331,47 @@ cdef class MemoryPool(Allocator):
         cdef int cls
         cdef bc_scache *c
         cdef bc_block *b
-        buf.ptr = 0
-        buf.nbytes = size
-        buf._kind = KIND_POOL
-        if size == 0:
-            buf._block = NULL
-            return 0
-        cls = bc_size_class(size, &rounded)
-        if cls < 0:
-            raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
-        if CAP[0] != NULL and _capturing(s):
-            return self._allocate_captured(buf, size, s)
-        c = self.cache_for(s, buf._stream)
-        b = c.heads[cls]
-        if b != NULL:                                   # hot path: same stream, cached
-            c.heads[cls] = b.next
-            c.nblocks -= 1
-            c.nbytes -= b.size
-            self.cached -= b.size
-            self.n_hits += 1
-            if b.event != NULL:
-                self._put_event(b.event)
-                b.event = NULL
-        else:
-            self.take_cross_stream(cls, c, &b)
-            if b != NULL:
+        with cython.critical_section(self):
+            buf.ptr = 0
+            buf.nbytes = size
+            buf._kind = KIND_POOL
+            if size == 0:
+                buf._block = NULL
+                return 0
+            cls = bc_size_class(size, &rounded)
+            if cls < 0:
+                raise OverflowError(f"cannot allocate {size} bytes (above 2**63)")
+            if CAP[0] != NULL and _capturing(s):
+                return self._allocate_captured(buf, size, s)
+            c = self.cache_for(s, buf._stream)
+            b = c.heads[cls]
+            if b != NULL:                                   # hot path: same stream, cached
+                c.heads[cls] = b.next
+                c.nblocks -= 1
+                c.nbytes -= b.size
                 self.cached -= b.size
                 self.n_hits += 1
+                if b.event != NULL:
+                    self._put_event(b.event)
+                    b.event = NULL
             else:
-                self.n_misses += 1
-                b = self._new_block(cls, rounded, size, s)
-        b.stream = s
-        b.next = NULL
-        b.requested = size
-        buf.ptr = b.ptr
-        buf._block = b
-        self.in_use += size
-        self.in_use_rounded += b.size
-        if self.in_use > self.peak_in_use:
-            self.peak_in_use = self.in_use
-        return 0
+                self.take_cross_stream(cls, c, &b)
+                if b != NULL:
+                    self.cached -= b.size
+                    self.n_hits += 1
+                else:
+                    self.n_misses += 1
+                    b = self._new_block(cls, rounded, size, s)
+            b.stream = s
+            b.next = NULL
+            b.requested = size
+            buf.ptr = b.ptr
+            buf._block = b
+            self.in_use += size
+            self.in_use_rounded += b.size
+            if self.in_use > self.peak_in_use:
+                self.peak_in_use = self.in_use
+            return 0
 
     cdef int _allocate_captured(self, DeviceBuffer buf, size_t size, CUstream s) except -1:
         """A graph allocation node (the capture hook above); never cached."""
@@ -462,53 +466,54 @@ cdef class MemoryPool(Allocator):
         cdef bc_scache *c
         cdef CUdeviceptr p
         cdef CUstream s
-        buf._block = NULL
-        buf.ptr = 0
-        if b == NULL:
-            return 0
-        self.in_use -= b.requested
-        self.in_use_rounded -= b.size
-        if stream_closed(buf):
-            # Its stream is gone (see the module notes): never name it again; deferred
-            # (no wait here, unlike order_stream's context synchronization).
-            if b.from_async == FROM_GRAPH or self.closed:
-                sync_for_closed(self.ctx)
-                if b.from_async == FROM_GRAPH:
-                    p = b.ptr
-                    free(b)
-                    check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
-                else:
-                    self.free_block(b, NULL)
+        with cython.critical_section(self):
+            buf._block = NULL
+            buf.ptr = 0
+            if b == NULL:
                 return 0
-            b.stream = READY_STREAM
-            b.next = self.deferred
-            self.deferred = b
-            self.deferred_bytes += b.size
+            self.in_use -= b.requested
+            self.in_use_rounded -= b.size
+            if stream_closed(buf):
+                # Its stream is gone (see the module notes): never name it again; deferred
+                # (no wait here, unlike order_stream's context synchronization).
+                if b.from_async == FROM_GRAPH or self.closed:
+                    sync_for_closed(self.ctx)
+                    if b.from_async == FROM_GRAPH:
+                        p = b.ptr
+                        free(b)
+                        check(D.cuMemFreeAsync(p, NULL), b"cuMemFreeAsync")
+                    else:
+                        self.free_block(b, NULL)
+                    return 0
+                b.stream = READY_STREAM
+                b.next = self.deferred
+                self.deferred = b
+                self.deferred_bytes += b.size
+                self.cached += b.size
+                return 0
+            order_stream(buf, &s)              # open: its own stream, no driver call
+            if b.from_async == FROM_GRAPH:     # capture hook: graph allocations go back to the driver
+                p = b.ptr
+                free(b)
+                set_current(self.ctx)
+                check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
+                return 0
+            if self.closed:
+                self.free_block(b, s)
+                return 0
+            if buf.used_elsewhere or (CAP[0] != NULL and _capturing(s)):
+                b.next = self.deferred
+                self.deferred = b
+                self.deferred_bytes += b.size
+                self.cached += b.size
+                return 0
+            c = self.cache_for(s, buf._stream)
+            b.next = c.heads[b.cls]
+            c.heads[b.cls] = b
+            c.nblocks += 1
+            c.nbytes += b.size
             self.cached += b.size
             return 0
-        order_stream(buf, &s)              # open: its own stream, no driver call
-        if b.from_async == FROM_GRAPH:     # capture hook: graph allocations go back to the driver
-            p = b.ptr
-            free(b)
-            set_current(self.ctx)
-            check(D.cuMemFreeAsync(p, s), b"cuMemFreeAsync")
-            return 0
-        if self.closed:
-            self.free_block(b, s)
-            return 0
-        if buf.used_elsewhere or (CAP[0] != NULL and _capturing(s)):
-            b.next = self.deferred
-            self.deferred = b
-            self.deferred_bytes += b.size
-            self.cached += b.size
-            return 0
-        c = self.cache_for(s, buf._stream)
-        b.next = c.heads[b.cls]
-        c.heads[b.cls] = b
-        c.nblocks += 1
-        c.nbytes += b.size
-        self.cached += b.size
-        return 0
 
     # ------------------------------------------------------------- release
     cdef int free_block(self, bc_block *b, CUstream s) except -1:
@@ -613,43 +618,45 @@ cdef class MemoryPool(Allocator):
         cdef bc_block *b
         cdef bc_block *nb
         cdef PyObject *obj
-        if s == NULL or self.caches == NULL:
+        with cython.critical_section(self):
+            if s == NULL or self.caches == NULL:
+                return 0
+            for i in range(self.ncaches):
+                if self.caches[i].stream == s:
+                    c = self.caches[i]
+                    self.ncaches -= 1
+                    self.caches[i] = self.caches[self.ncaches]
+                    break
+            if c == NULL:
+                return 0
+            self.last = NULL
+            for k in range(BC_NCLASSES):
+                b = c.heads[k]
+                while b != NULL:
+                    nb = b.next
+                    if b.event != NULL:
+                        self._put_event(b.event)
+                        b.event = NULL
+                    b.stream = READY_STREAM
+                    b.next = self.deferred
+                    self.deferred = b
+                    self.deferred_bytes += b.size
+                    b = nb
+            obj = c.stream_obj
+            free(c)
+            Py_XDECREF(obj)
             return 0
-        for i in range(self.ncaches):
-            if self.caches[i].stream == s:
-                c = self.caches[i]
-                self.ncaches -= 1
-                self.caches[i] = self.caches[self.ncaches]
-                break
-        if c == NULL:
-            return 0
-        self.last = NULL
-        for k in range(BC_NCLASSES):
-            b = c.heads[k]
-            while b != NULL:
-                nb = b.next
-                if b.event != NULL:
-                    self._put_event(b.event)
-                    b.event = NULL
-                b.stream = READY_STREAM
-                b.next = self.deferred
-                self.deferred = b
-                self.deferred_bytes += b.size
-                b = nb
-        obj = c.stream_obj
-        free(c)
-        Py_XDECREF(obj)
-        return 0
 
     # ---------------------------------------------------------------- public
     def trim(self):
         """Give every cached block back to the driver (waiting for cross-stream frees
         first), destroy the pool's spare events and forget idle streams. Afterwards
         ``reserved`` is the rounded size of the blocks in use."""
-        ensure_driver(ST)
-        self.release_cached(True)
-        self._drop_idle_streams()
-        self._drop_events()
+        with cython.critical_section(self):
+            ensure_driver(ST)
+            self.release_cached(True)
+            self._drop_idle_streams()
+            self._drop_events()
 
     cdef int _drop_events(self) except -1:
         """Destroy the spare events (those not recorded for a cached block)."""
@@ -665,29 +672,31 @@ cdef class MemoryPool(Allocator):
         ``peak_reserved``, ``driver_allocations``, ``driver_frees``, ``cache_hits``,
         ``cache_misses``, ``cross_stream_reuses``, ``context_syncs``, ``oom_retries``,
         ``streams``, ``limit``."""
-        return {
-            "in_use": self.in_use,
-            "in_use_rounded": self.in_use_rounded,
-            "reserved": self.reserved,
-            "cached": self.cached,
-            "deferred": self.deferred_bytes,
-            "peak": self.peak_in_use,
-            "peak_reserved": self.peak_reserved,
-            "driver_allocations": self.n_driver_alloc,
-            "driver_frees": self.n_driver_free,
-            "cache_hits": self.n_hits,
-            "cache_misses": self.n_misses,
-            "cross_stream_reuses": self.n_cross_stream,
-            "context_syncs": self.n_ctx_syncs,
-            "oom_retries": self.n_oom_retries,
-            "streams": self.ncaches,
-            "limit": self.limit if self.limit else None,
-        }
+        with cython.critical_section(self):
+            return {
+                "in_use": self.in_use,
+                "in_use_rounded": self.in_use_rounded,
+                "reserved": self.reserved,
+                "cached": self.cached,
+                "deferred": self.deferred_bytes,
+                "peak": self.peak_in_use,
+                "peak_reserved": self.peak_reserved,
+                "driver_allocations": self.n_driver_alloc,
+                "driver_frees": self.n_driver_free,
+                "cache_hits": self.n_hits,
+                "cache_misses": self.n_misses,
+                "cross_stream_reuses": self.n_cross_stream,
+                "context_syncs": self.n_ctx_syncs,
+                "oom_retries": self.n_oom_retries,
+                "streams": self.ncaches,
+                "limit": self.limit if self.limit else None,
+            }
 
     def reset_peak(self):
         """Reset ``peak`` and ``peak_reserved`` to the current values."""
-        self.peak_in_use = self.in_use
-        self.peak_reserved = self.reserved
+        with cython.critical_section(self):
+            self.peak_in_use = self.in_use
+            self.peak_reserved = self.reserved
 
     @property
     def limit(self):
@@ -700,11 +709,12 @@ cdef class MemoryPool(Allocator):
 
     def close(self):
         """Give cached memory back; later frees go straight to the driver."""
-        if not self.closed:
-            self.release_cached(True)
-            self._drop_idle_streams()
-            self._drop_events()
-            self.closed = True
+        with cython.critical_section(self):
+            if not self.closed:
+                self.release_cached(True)
+                self._drop_idle_streams()
+                self._drop_events()
+                self.closed = True
 
     def __repr__(self):
         return (f"<barecuda.MemoryPool device={self.device.ordinal} in_use={fmt_bytes(self.in_use)} "

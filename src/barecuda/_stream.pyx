@@ -23,6 +23,7 @@ import warnings
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._ft cimport bc_mutex, bc_mutex_lock, bc_mutex_unlock
 from barecuda._device cimport Device, device_of, activate_device, device_at, current_device
 from barecuda._errors import CudaWarning
 from barecuda._lazy cimport lazy_module
@@ -101,31 +102,41 @@ cdef PyObject *_fs_obj[FS_SLOTS]        # the object's address (identity key)
 cdef PyObject *_fs_ref[FS_SLOTS]        # owned weak reference to it
 cdef CUstream _fs_handle[FS_SLOTS]
 cdef int _fs_next = 0
+# Free-threaded build: the table is read and replaced from any thread (a replaced entry's
+# weak reference is released), so both sides take this mutex; nothing on a GIL build.
+cdef bc_mutex _fs_mu
 
 
 cdef inline bint _seen_stream(object obj, CUstream *out) noexcept:
     cdef int i
+    cdef bint found = False
+    bc_mutex_lock(&_fs_mu)
     for i in range(FS_SLOTS):
         if _fs_obj[i] == <PyObject *>obj and PyWeakref_GetObject(<object>_fs_ref[i]) == <PyObject *>obj:
             out[0] = _fs_handle[i]
-            return True
-    return False
+            found = True
+            break
+    bc_mutex_unlock(&_fs_mu)
+    return found
 
 
 cdef int _remember_stream(object obj, CUstream h) except -1:
     global _fs_next
-    cdef int i = _fs_next
+    cdef int i
     cdef PyObject *old
     try:
         ref = PyWeakref_NewRef(obj, None)
     except TypeError:
         return 0                        # no weak references: not cached
-    old = _fs_ref[i]
     Py_INCREF(ref)
+    bc_mutex_lock(&_fs_mu)
+    i = _fs_next
+    old = _fs_ref[i]
     _fs_ref[i] = <PyObject *>ref
     _fs_obj[i] = <PyObject *>obj
     _fs_handle[i] = h
     _fs_next = (i + 1) % FS_SLOTS
+    bc_mutex_unlock(&_fs_mu)
     Py_XDECREF(old)
     return 0
 

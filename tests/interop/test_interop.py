@@ -91,6 +91,9 @@ def test_closed_buffer_is_refused_by_pointer_of(fake, k2):
     with pytest.raises(ValueError, match="closed"):
         k2.launch(1, 1, Wrapped(), b)
     assert fake.launch_count() == n
+    # Empty the cell the local class closed over: on a free-threaded 3.13 its functions can
+    # outlive gc.collect() once threads have run, and the leak check would count the buffer.
+    del v
 
 
 def test_slices_are_views_holding_the_owner(fake, k2, drv):

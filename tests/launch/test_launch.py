@@ -10,6 +10,7 @@ import itertools
 import math
 import struct
 import sys
+import sysconfig
 import tracemalloc
 import weakref
 
@@ -391,6 +392,9 @@ def test_pointer_arguments(fake):
 
     k.launch(1, 1, buf, CAI(), DL(), 12345)
     assert fake.last_launch().params == struct.pack("<4Q", p, p + 8, p, 12345)
+    # Empty the cell the local class closed over: on a free-threaded 3.13 its functions can
+    # outlive gc.collect() once threads have run, and the leak check would count the buffer.
+    del buf
 
 
 def test_dlpack_from_cpu_is_refused(fake):
@@ -669,7 +673,8 @@ def test_gil_switch(fake, ptx):
         assert fake.last_launch().params[-4:] == struct.pack("<I", 10)
     finally:
         bc._launch.set_launch_releases_gil(old)
-    assert bc._launch.launch_releases_gil() is False
+    # A free-threaded build keeps the switch on (every launch takes the use counts).
+    assert bc._launch.launch_releases_gil() is bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 # ------------------------------------------------------------ allocation checks

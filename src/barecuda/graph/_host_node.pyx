@@ -38,21 +38,25 @@ cdef void _run_host(PyObject *user) noexcept:
         c.fn()
     except BaseException as e:
         # Stored, not raised: the driver's thread has nowhere to raise to.
-        if len(_host_errors) < 1000:
+        try:
+            e.add_note(f"raised by the host-node callable {c.fn!r} ({c.where})")
+        except AttributeError:       # Python < 3.11: no add_note; PEP 678's attribute itself
             try:
-                e.add_note(f"raised by the host-node callable {c.fn!r} ({c.where})")
-            except AttributeError:       # Python < 3.11: no add_note; PEP 678's attribute itself
-                try:
-                    e.__notes__ = [*getattr(e, "__notes__", ()),
-                                   f"raised by the host-node callable {c.fn!r} ({c.where})"]
-                except Exception:
-                    pass
+                e.__notes__ = [*getattr(e, "__notes__", ()),
+                               f"raised by the host-node callable {c.fn!r} ({c.where})"]
             except Exception:
                 pass
-            _host_errors.append(e)
-        else:
-            _n_host_errors_dropped += 1
-        ST.host_errors += 1
+        except Exception:
+            pass
+        # The store and its count are one step for check_host_errors on another thread
+        # (free-threaded build; a no-op with the GIL). ST.host_errors is the count that
+        # synchronize() reads without importing this module.
+        with cython.critical_section(_host_errors):
+            if len(_host_errors) < 1000:
+                _host_errors.append(e)
+            else:
+                _n_host_errors_dropped += 1
+            ST.host_errors += 1
 
 
 cdef void host_trampoline(void *user) noexcept nogil:
@@ -69,16 +73,17 @@ def check_host_errors():
     ``synchronize`` of graph executables, streams, events and devices; call it yourself
     after waiting by other means (``Stream.synchronize_blocking``, a peer library)."""
     global _n_host_errors_dropped
-    if ST.host_errors == 0:
-        return
-    if not _host_errors:
-        n = _n_host_errors_dropped
-        ST.host_errors = 0
-        _n_host_errors_dropped = 0
-        raise RuntimeError(f"{n} more host-node callables raised (their exceptions were not kept: over 1000 stored)")
-    e = _host_errors.pop(0)
-    ST.host_errors -= 1
-    raise e
+    with cython.critical_section(_host_errors):
+        if ST.host_errors == 0:
+            return
+        if not _host_errors:
+            n = _n_host_errors_dropped
+            ST.host_errors = 0
+            _n_host_errors_dropped = 0
+            raise RuntimeError(f"{n} more host-node callables raised (their exceptions were not kept: over 1000 stored)")
+        e = _host_errors.pop(0)
+        ST.host_errors -= 1
+        raise e
 
 
 def _warn_unraised_at_exit():
