@@ -33,11 +33,17 @@ def _global_name(r):
 def _holders(obj, skip):
     """What refers to obj directly (a module global named as such), leaving out the
     objects in skip (this plugin's own lists) and frames."""
-    frame = sys._getframe()
-    ignore = {id(x) for x in skip} | {id(frame)}
+    ignore = {id(x) for x in skip}
+    f = sys._getframe()
+    while f is not None:                    # this plugin's own frames (and pytest's above them)
+        ignore.add(id(f))
+        f = f.f_back
     out = []
     for r in gc.get_referrers(obj):
-        if id(r) in ignore or type(r).__name__ in ("frame", "list_iterator"):
+        if id(r) in ignore or type(r).__name__ == "list_iterator":
+            continue
+        if type(r).__name__ == "frame":     # a frame kept alive (by a stored traceback)
+            out.append(f"frame {r.f_code.co_name} ({r.f_code.co_filename}:{r.f_lineno})")
             continue
         g = _global_name(r)
         out.append(f"{type(r).__qualname__} (global {g})" if g else type(r).__qualname__)
