@@ -50,6 +50,34 @@ def _holders(obj, skip):
     return ", ".join(out) or "nothing on the Python side"
 
 
+def _explain(obj, skip, depth=8):
+    """Print one chain of referrers up from obj (what keeps a buffer alive, step by step)."""
+    ignore = {id(x) for x in skip}
+    f = sys._getframe()
+    while f is not None:
+        ignore.add(id(f))
+        f = f.f_back
+    cur, seen = obj, {id(obj)}
+    for level in range(depth):
+        refs = [r for r in gc.get_referrers(cur) if id(r) not in ignore and id(r) not in seen
+                and type(r).__name__ != "list_iterator"]
+        if not refs:
+            print(f"gpu_leak_plugin: chain {level}: nothing refers to {type(cur).__name__}")
+            return
+        desc = []
+        for r in refs[:6]:
+            d = type(r).__qualname__
+            if d == "frame":
+                d += f" {r.f_code.co_name}:{r.f_lineno}"
+            elif isinstance(r, BaseException):
+                d += f" {r!r:.80}"
+            g = _global_name(r)
+            desc.append(d + (f" (global {g})" if g else ""))
+        print(f"gpu_leak_plugin: chain {level}: {type(cur).__qualname__} <- {'; '.join(desc)}")
+        cur = refs[0]
+        seen.add(id(cur))
+
+
 def pytest_sessionfinish(session, exitstatus):
     try:
         import barecuda as bc
@@ -66,6 +94,25 @@ def pytest_sessionfinish(session, exitstatus):
             bc.Device(d).synchronize()
         except Exception as e:          # noqa: BLE001
             print(f"gpu_leak_plugin: device {d}: {e!r}")
+    # compute-sanitizer keeps the Python frames of its saved host backtraces alive (one per
+    # allocation, for its reports): their locals -- our buffers, CuPy arrays, torch tensors --
+    # would outlive the session although the program dropped them (a run without the
+    # sanitizer leaves none of them). Finished frames are cleared, the running stack kept.
+    running = set()
+    f = sys._getframe()
+    while f is not None:
+        running.add(id(f))
+        f = f.f_back
+    cleared = 0
+    for o in gc.get_objects():
+        if type(o).__name__ == "frame" and id(o) not in running:
+            try:
+                o.clear()
+                cleared += 1
+            except RuntimeError:        # a frame still executing (a generator, another thread)
+                pass
+    if cleared:
+        print(f"gpu_leak_plugin: cleared the locals of {cleared} finished frames")
     # What the kernels wing keeps on purpose: cuBLASLt's workspace per (device, stream).
     mm = sys.modules.get("barecuda.kernels._matmul")
     if mm is not None and isinstance(getattr(mm, "_lt_ws", None), dict):
@@ -77,6 +124,7 @@ def pytest_sessionfinish(session, exitstatus):
         total = sum(b.nbytes for b in owners)
         print(f"\ngpu_leak_plugin: {len(owners)} DeviceBuffers alive after the session "
               f"({total} bytes)")
+        _explain(owners[0], (owners,))
         orphans = 0
         for b in owners:
             held = _holders(b, (owners,))
