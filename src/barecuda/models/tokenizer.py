@@ -20,6 +20,7 @@ come from the file's ``tokenizer.*`` keys, nothing is downloaded.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Dict, List, Optional, Sequence
 
 from barecuda.models.gguf import GGUFError, GGUFFile, open_gguf
@@ -138,7 +139,7 @@ class Tokenizer:
             raise GGUFError(f"{self.path}: the file has no tokenizer.chat_template")
         jinja2: Any
         try:
-            import jinja2
+            jinja2 = importlib.import_module("jinja2")      # optional (the tokenizers extra)
         except ImportError:
             jinja2 = None
         if jinja2 is not None:
