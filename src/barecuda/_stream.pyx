@@ -582,8 +582,28 @@ cdef Stream stream_use(object obj):
     return s
 
 
-cdef void stream_done(Stream s) noexcept:
+ctypedef CUresult (*_destroy_fn)(void *h) noexcept nogil
+
+
+cdef void _destroy_late(CUcontext ctx, _destroy_fn destroy, void *h, const char *call, str what) noexcept:
+    """The destroy a close() left to the last call in flight (stream_done, event_done):
+    never raises, warns on a failure."""
     cdef CUresult rc
+    if h == NULL or not bc_driver_usable(ST):
+        return                                      # shutdown or forked child: leak
+    try:
+        set_current(ctx)
+        rc = destroy(h)
+        if rc != 0:
+            warn_destroy_failed(rc, call, f"{what}.close (deferred to the last call in flight)")
+    except BaseException as e:
+        try:
+            warnings.warn(f"{what}.close (deferred): {e!r}", CudaWarning)
+        except BaseException:
+            pass
+
+
+cdef void stream_done(Stream s) noexcept:
     cdef CUstream h
     if s is None:
         return
@@ -591,18 +611,7 @@ cdef void stream_done(Stream s) noexcept:
         return
     h = s._dead
     s._dead = NULL
-    if h == NULL or not bc_driver_usable(ST):
-        return                                      # shutdown or forked child: leak
-    try:
-        set_current(s.ctx)
-        rc = D.cuStreamDestroy(h)
-        if rc != 0:
-            warn_destroy_failed(rc, b"cuStreamDestroy", "Stream.close (deferred to the last call in flight)")
-    except BaseException as e:
-        try:
-            warnings.warn(f"Stream.close (deferred): {e!r}", CudaWarning)
-        except BaseException:
-            pass
+    _destroy_late(s.ctx, <_destroy_fn>D.cuStreamDestroy, <void *>h, b"cuStreamDestroy", "Stream")
 
 
 cdef int _run_close_hooks(size_t handle) except -1:
@@ -614,24 +623,12 @@ cdef int _run_close_hooks(size_t handle) except -1:
 
 cdef void event_done(Event e) noexcept:
     """Leave e's use count; the last one out destroys a handle close() left behind."""
-    cdef CUresult rc
     cdef CUevent h
     if bc_use_leave(&e._uses) != 0 or not bc_flag_take(&e._destroy_pending):
         return
     h = e._dead
     e._dead = NULL
-    if h == NULL or not bc_driver_usable(ST):
-        return                                      # shutdown or forked child: leak
-    try:
-        set_current(e.ctx)
-        rc = D.cuEventDestroy(h)
-        if rc != 0:
-            warn_destroy_failed(rc, b"cuEventDestroy", "Event.close (deferred to the wait in flight)")
-    except BaseException as ex:
-        try:
-            warnings.warn(f"Event.close (deferred): {ex!r}", CudaWarning)
-        except BaseException:
-            pass
+    _destroy_late(e.ctx, <_destroy_fn>D.cuEventDestroy, <void *>h, b"cuEventDestroy", "Event")
 
 
 cdef inline int _guard_event(Event e) except -1:
