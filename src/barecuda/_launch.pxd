@@ -2,6 +2,7 @@
 from libc.stdint cimport uint32_t, int32_t
 from barecuda._abi cimport CUfunction, CUcontext, CUstream, CUlaunchAttribute, bc_driver_t, CUresult
 from barecuda._device cimport Device
+from barecuda._loader cimport set_current
 
 from barecuda._pack cimport bc_param, bc_launch_rec, bc_issue, BC_LAUNCH_RELEASES_GIL, BC_SMALL_ARGBYTES, \
     BC_SMALL_NPARAMS
@@ -60,7 +61,47 @@ cdef capture_hook_t *capture_hook_slot() noexcept   # the recorder (set_capture_
 cdef bint *releases_gil_slot() noexcept             # the one GIL switch (set_launch_releases_gil)
 # Pack value into parameter i's slot (k's checks; the launch packer without the launch's memo).
 cdef int pack_slot(Kernel k, Py_ssize_t i, object value, char *slot, CUstream hs) except -1
-# Issue one launch record / n records in order behind the GIL switch (issue_recs: -1, or
-# the index of the first that failed with *rc its CUresult, -1 closed module, -2 closed stream).
-cdef int issue(Kernel k, bc_launch_rec *r) except -1
-cdef Py_ssize_t issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2
+# Raise for a record issue_recs refused or the driver failed (rc: the CUresult, -1 closed
+# module, -2 closed stream). Cold.
+cdef int issue_failed(Kernel k, CUresult rc, const bc_launch_rec *r) except -1
+
+
+# -- the issue loop, inline: Kernel.launch's config path and every plan launch call it
+# directly, in their own module (a plan launch makes no cross-module call to issue).
+# D: the caller's driver table; release_gil: the caller's read of the one GIL switch.
+cdef inline Py_ssize_t issue_loop(bc_driver_t *D, bc_launch_rec **recs, Py_ssize_t n,
+                                  CUresult *rc) except -2 nogil:
+    """Issue n records in order. Returns -1, or the index of the first that failed
+    (*rc its CUresult, -1 when its kernel's module was closed, -2 its stream closed)."""
+    cdef Py_ssize_t i
+    cdef bc_launch_rec *r
+    for i in range(n):
+        r = recs[i]
+        if r.pfunc[0] == NULL:
+            rc[0] = -1
+            return i
+        if r.stream_closed != NULL and r.stream_closed[0]:
+            rc[0] = -2
+            return i
+        set_current(r.ctx)
+        rc[0] = bc_issue(D, r)
+        if rc[0] != 0:
+            return i
+    return -1
+
+
+cdef inline Py_ssize_t issue_recs(bc_driver_t *D, bc_launch_rec **recs, Py_ssize_t n, CUresult *rc,
+                                  bint release_gil) except -2:
+    """issue_loop behind the GIL switch."""
+    if release_gil:
+        with nogil:
+            return issue_loop(D, recs, n, rc)
+    return issue_loop(D, recs, n, rc)
+
+
+cdef inline int issue(bc_driver_t *D, Kernel k, bc_launch_rec *r, bint release_gil) except -1:
+    """Issue one record (its kernel's errors on failure)."""
+    cdef CUresult rc = 0
+    if issue_recs(D, &r, 1, &rc, release_gil) >= 0:
+        issue_failed(k, rc, r)
+    return 0

@@ -587,47 +587,12 @@ cdef int _launch_heap(Kernel k, PyObject **args, bc_launch_rec *r, bint config, 
     return 0
 
 
-cdef Py_ssize_t _issue_many(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2 nogil:
-    """Issue n records in order. Returns -1, or the index of the first that failed
-    (*rc its CUresult, or -1 when its kernel's module was closed)."""
-    cdef Py_ssize_t i
-    cdef bc_launch_rec *r
-    for i in range(n):
-        r = recs[i]
-        if r.pfunc[0] == NULL:
-            rc[0] = -1
-            return i
-        if r.stream_closed != NULL and r.stream_closed[0]:
-            rc[0] = -2
-            return i
-        set_current(r.ctx)
-        rc[0] = bc_issue(D, r)
-        if rc[0] != 0:
-            return i
-    return -1
-
-
-cdef inline Py_ssize_t _issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2:
-    """The one GIL switch of every launch path (set_launch_releases_gil)."""
-    if _release_gil:
-        with nogil:
-            return _issue_many(recs, n, rc)
-    return _issue_many(recs, n, rc)
-
-
 cdef str _rec_geometry(const bc_launch_rec *r):
     return geometry_text(r.grid, r.block, r.smem)
 
 
 cdef inline int _issue(Kernel k, bc_launch_rec *r) except -1:
-    cdef CUresult rc = 0
-    if _issue_recs(&r, 1, &rc) >= 0:
-        if rc == -1:
-            raise_closed(k)
-        if rc == -2:
-            raise_stream_closed(-1)
-        _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)
-    return 0
+    return issue(D, k, r, _release_gil)
 
 
 cdef inline int _issue_now(Kernel k, bc_launch_rec *r, PyObject **argv, Py_ssize_t nargs, object stream) except -1:
@@ -729,9 +694,9 @@ cdef int pack_slot(Kernel k, Py_ssize_t i, object value, char *slot, CUstream hs
     return _pack_one(k, i, value, slot, hs, NULL)
 
 
-cdef int issue(Kernel k, bc_launch_rec *r) except -1:
-    return _issue(k, r)
-
-
-cdef Py_ssize_t issue_recs(bc_launch_rec **recs, Py_ssize_t n, CUresult *rc) except -2:
-    return _issue_recs(recs, n, rc)
+cdef int issue_failed(Kernel k, CUresult rc, const bc_launch_rec *r) except -1:
+    if rc == -1:
+        raise_closed(k)
+    if rc == -2:
+        raise_stream_closed(-1)
+    _launch_failed(k, rc, "cuLaunchKernelEx" if r.nattrs else "cuLaunchKernel", r)

@@ -2,9 +2,9 @@
 ``Kernel.bind``), ``PlanList`` and ``launch_all`` (many plans issued from one C loop).
 
 A plan launches through the launch path's own pieces, exported by ``_launch.pxd``: the
-packer (``pack_slot``), the issue loop behind the one GIL switch (``issue``,
-``issue_recs``) and the capture recorder's slot, so kernels, plans and plan lists pack,
-issue and get recorded alike. ``plan()`` and ``PlanList()`` do no heap allocation and no
+packer (``pack_slot``), the issue loop (``issue``, ``issue_recs``: inline there, so a plan
+launch calls it directly, with no cross-module call), the capture recorder's slot and
+the GIL switch's, so kernels, plans and plan lists pack, issue and get recorded alike. ``plan()`` and ``PlanList()`` do no heap allocation and no
 driver call besides the launches themselves.
 """
 __all__ = ["LaunchPlan", "PlanList", "launch_all"]
@@ -21,10 +21,12 @@ from barecuda._stream cimport Stream, stream_handle, stream_use, stream_done
 from barecuda._launch_config cimport geometry_text
 from barecuda._buffer cimport DeviceBuffer, note_use, pin, unpin
 from barecuda._pack cimport bc_launch_rec, sig_text, raise_closed, raise_count, raise_stream_closed
+from barecuda._loader cimport driver_table
 from barecuda._launch cimport Kernel, capture_hook_t, capture_hook_slot, releases_gil_slot, pack_slot, issue, \
     issue_recs
 from barecuda._errors import make_error
 
+cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 cdef capture_hook_t *HOOK = capture_hook_slot()    # _launch's capture recorder slot (NULL outside captures)
 cdef bint *RELEASE_GIL = releases_gil_slot()       # _launch's one GIL switch (set_launch_releases_gil)
@@ -124,7 +126,7 @@ cdef class LaunchPlan:
         if RELEASE_GIL[0]:
             _plan_held(self)      # (a plan pins its buffers already: only the stream is held)
         else:
-            issue(self.kernel, &self.rec)
+            issue(D, self.kernel, &self.rec, False)
 
     def launch(self):
         """Same as calling the plan."""
@@ -133,7 +135,7 @@ cdef class LaunchPlan:
         if RELEASE_GIL[0]:
             _plan_held(self)
         else:
-            issue(self.kernel, &self.rec)
+            issue(D, self.kernel, &self.rec, False)
 
     @cython.binding(False)      # a plain method descriptor: CPython calls it straight (no CyFunction)
     def set_arg(self, Py_ssize_t index, value):
@@ -255,11 +257,11 @@ cdef class PlanList:
         if RELEASE_GIL[0]:
             streams = _hold_streams(self._plans)
             try:
-                bad = issue_recs(self.recs, self.n, &rc)
+                bad = issue_recs(D, self.recs, self.n, &rc, True)
             finally:
                 _release_streams(streams)
         else:
-            bad = issue_recs(self.recs, self.n, &rc)
+            bad = issue_recs(D, self.recs, self.n, &rc, False)
         if bad >= 0:
             _batch_failed(self._plans[bad], bad, rc)
 
@@ -299,7 +301,7 @@ def launch_all(plans):
         rp = &p.rec
         if RELEASE_GIL[0]:
             _plan_held(p, i)
-        elif issue_recs(&rp, 1, &rc) >= 0:
+        elif issue_recs(D, &rp, 1, &rc, False) >= 0:
             _batch_failed(p, i, rc)
 
 
@@ -310,7 +312,7 @@ cdef int _plan_held(LaunchPlan p, Py_ssize_t index=-1) except -1:
         raise_stream_closed(index)          # the words of the GIL-held path ("plan i: its stream...")
     cdef Stream so = stream_use(p._stream)
     try:
-        issue(p.kernel, &p.rec)
+        issue(D, p.kernel, &p.rec, True)
     finally:
         stream_done(so)
     return 0
