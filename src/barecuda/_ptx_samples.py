@@ -24,42 +24,43 @@ def header(target="sm_52", version="8.0"):
     return f".version {version}\n.target {target}\n.address_size 64\n"
 
 
+def _entry(name, params, regs, loads, body, *, guard="", pointer="", done="$L__done"):
+    """One ``.visible .entry`` (every kernel here is written through it).
+
+    params: (PTX type, name) pairs, declared in order (`pointer` qualifies each ``u64``
+    one); regs: the register declarations ("pred %p<2>", ...); guard: instructions
+    before the loads; loads: (register, parameter) pairs, each an ``ld.param`` of the
+    parameter's type; body: the instructions after them, ending at the label `done`.
+    """
+    types = {n: t for t, n in params}
+    decl = ",\n".join(f"    .param .{t} {pointer if t == 'u64' else ''}{n}" for t, n in params)
+    return (f"\n.visible .entry {name}(\n{decl}\n)\n{{\n"
+            + "".join(f"    .reg .{r};\n" for r in regs) + guard
+            + "".join(f"    ld.param.{types[p]} {reg}, [{p}];\n" for reg, p in loads)
+            + body + f"{done}:\n    ret;\n}}\n")
+
+
+def _sum_at(out, a, b, rd):
+    """PTX: out[%r1] = a[%r1] + b[%r1] (float32; out, a, b: registers holding global
+    addresses), in registers %rd<rd>..%rd<rd+3> and %f1..%f3."""
+    return (f"    mul.wide.u32 %rd{rd}, %r1, 4;\n"
+            + "".join(f"    add.s64 %rd{rd + i}, {base}, %rd{rd};\n" for i, base in ((1, a), (2, b), (3, out)))
+            + f"    ld.global.f32 %f1, [%rd{rd + 1}];\n    ld.global.f32 %f2, [%rd{rd + 2}];\n"
+            f"    add.f32 %f3, %f1, %f2;\n    st.global.f32 [%rd{rd + 3}], %f3;\n")
+
+
 def vadd(head, pointer="", name="vadd"):
     """A module `head` (``header()``) + the kernel ``name(out, a, b, n)``: out[i] = a[i] + b[i]
     for i < n (float32). `pointer` qualifies the three pointer parameters (".ptr .global
     .align 4 " in tests/ptx/gpu.py); the parameter layout is the same either way."""
-    return head + f"""
-.visible .entry {name}(
-    .param .u64 {pointer}out,
-    .param .u64 {pointer}a,
-    .param .u64 {pointer}b,
-    .param .u32 n
-)
-""" + """{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<11>;
-
-    ld.param.u64 %rd1, [out];
-    ld.param.u64 %rd2, [a];
-    ld.param.u64 %rd3, [b];
-    ld.param.u32 %r2, [n];
-""" + _INDEX_OR_DONE + r"""    cvta.to.global.u64 %rd4, %rd2;
+    return head + _entry(
+        name, [("u64", "out"), ("u64", "a"), ("u64", "b"), ("u32", "n")],
+        ["pred %p<2>", "b32 %r<6>", "f32 %f<4>", "b64 %rd<11>"],
+        [("%rd1", "out"), ("%rd2", "a"), ("%rd3", "b"), ("%r2", "n")], _INDEX_OR_DONE + """\
+    cvta.to.global.u64 %rd4, %rd2;
     cvta.to.global.u64 %rd5, %rd3;
     cvta.to.global.u64 %rd6, %rd1;
-    mul.wide.u32 %rd7, %r1, 4;
-    add.s64 %rd8, %rd4, %rd7;
-    add.s64 %rd9, %rd5, %rd7;
-    add.s64 %rd10, %rd6, %rd7;
-    ld.global.f32 %f1, [%rd8];
-    ld.global.f32 %f2, [%rd9];
-    add.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd10], %f3;
-$L__done:
-    ret;
-}
-"""
+""" + _sum_at("%rd6", "%rd4", "%rd5", 7), pointer=pointer)
 
 
 # bc_doctor_vadd(out, a, b, n): out[i] = a[i] + b[i], float32 (python -m barecuda's self-check).
@@ -75,94 +76,46 @@ def _first_thread_only(done):
             f"    @%p1 bra {done};\n")
 
 
+def _bench_kernel(name, params, regs, loads, body):
+    """A benchmark kernel: only thread 0 of block 0 runs `body`; parameters are
+    (type, suffix) pairs, named ``<name>_<suffix>``, loads (register, suffix) pairs."""
+    done = f"$L_{name.removeprefix('bc_')}_done"
+    return _entry(name, [(t, f"{name}_{p}") for t, p in params], regs,
+                  [(r, f"{name}_{p}") for r, p in loads], body, guard=_first_thread_only(done), done=done)
+
+
 # The launch benchmark's kernels (barecuda.bench.context): each does almost nothing (one
 # thread writes one value) so that the CPU cost of issuing the launch dominates.
-BENCH_KERNELS = r"""
-.version 8.0
-.target sm_52
-.address_size 64
-
+BENCH_KERNELS = header() + """
 .visible .entry bc_k0()
 {
     ret;
 }
-
-.visible .entry bc_k4(
-    .param .u64 bc_k4_out,
-    .param .u64 bc_k4_in,
-    .param .u32 bc_k4_n,
-    .param .f32 bc_k4_x
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<5>;
-""" + _first_thread_only("$L_k4_done") + r"""    ld.param.u64 %rd1, [bc_k4_out];
-    ld.param.u64 %rd2, [bc_k4_in];
-    ld.param.u32 %r1, [bc_k4_n];
-    ld.param.f32 %f1, [bc_k4_x];
+""" + _bench_kernel(
+    "bc_k4", [("u64", "out"), ("u64", "in"), ("u32", "n"), ("f32", "x")],
+    ["pred %p<2>", "b32 %r<4>", "f32 %f<4>", "b64 %rd<5>"],
+    [("%rd1", "out"), ("%rd2", "in"), ("%r1", "n"), ("%f1", "x")], """\
     cvta.to.global.u64 %rd3, %rd1;
     cvta.to.global.u64 %rd4, %rd2;
     ld.global.f32 %f2, [%rd4];
     cvt.rn.f32.u32 %f3, %r1;
     fma.rn.f32 %f2, %f2, %f1, %f3;
     st.global.f32 [%rd3], %f2;
-$L_k4_done:
-    ret;
-}
-
-.visible .entry bc_k4p(
-    .param .u64 bc_k4p_out,
-    .param .u64 bc_k4p_a,
-    .param .u64 bc_k4p_b,
-    .param .u64 bc_k4p_c
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<4>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<9>;
-""" + _first_thread_only("$L_k4p_done") + r"""    ld.param.u64 %rd1, [bc_k4p_out];
-    ld.param.u64 %rd2, [bc_k4p_a];
-    ld.param.u64 %rd3, [bc_k4p_b];
-    ld.param.u64 %rd4, [bc_k4p_c];
-    cvta.to.global.u64 %rd5, %rd1;
-    cvta.to.global.u64 %rd6, %rd2;
-    cvta.to.global.u64 %rd7, %rd3;
-    cvta.to.global.u64 %rd8, %rd4;
+""") + _bench_kernel(
+    "bc_k4p", [("u64", "out"), ("u64", "a"), ("u64", "b"), ("u64", "c")],
+    ["pred %p<2>", "b32 %r<4>", "f32 %f<4>", "b64 %rd<9>"],
+    [("%rd1", "out"), ("%rd2", "a"), ("%rd3", "b"), ("%rd4", "c")],
+    "".join(f"    cvta.to.global.u64 %rd{i + 4}, %rd{i};\n" for i in range(1, 5)) + """\
     ld.global.f32 %f1, [%rd6];
     ld.global.f32 %f2, [%rd7];
     ld.global.f32 %f3, [%rd8];
     fma.rn.f32 %f1, %f1, %f2, %f3;
     st.global.f32 [%rd5], %f1;
-$L_k4p_done:
-    ret;
-}
-
-.visible .entry bc_k16(
-    .param .u64 bc_k16_p0,
-    .param .u32 bc_k16_a1,
-    .param .f32 bc_k16_a2,
-    .param .u64 bc_k16_p3,
-    .param .s32 bc_k16_a4,
-    .param .f64 bc_k16_a5,
-    .param .u64 bc_k16_p6,
-    .param .u64 bc_k16_a7,
-    .param .u32 bc_k16_a8,
-    .param .f32 bc_k16_a9,
-    .param .u64 bc_k16_p10,
-    .param .s64 bc_k16_a11,
-    .param .f32 bc_k16_a12,
-    .param .u32 bc_k16_a13,
-    .param .u64 bc_k16_p14,
-    .param .f64 bc_k16_a15
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .b64 %rd<3>;
-""" + _first_thread_only("$L_k16_done") + r"""    ld.param.u64 %rd1, [bc_k16_p0];
+""") + _bench_kernel(
+    "bc_k16", list(zip("u64 u32 f32 u64 s32 f64 u64 u64 u32 f32 u64 s64 f32 u32 u64 f64".split(),
+                       [f"{'p' if i in (0, 3, 6, 10, 14) else 'a'}{i}" for i in range(16)])),
+    ["pred %p<2>", "b32 %r<6>", "b64 %rd<3>"],
+    [("%rd1", "p0")], """\
     cvta.to.global.u64 %rd2, %rd1;
     ld.param.u32 %r1, [bc_k16_a1];
     ld.param.u32 %r2, [bc_k16_a8];
@@ -170,68 +123,26 @@ $L_k4p_done:
     add.u32 %r5, %r1, %r2;
     add.u32 %r5, %r5, %r4;
     st.global.u32 [%rd2], %r5;
-$L_k16_done:
-    ret;
-}
-"""
+""")
 
 
 # gvadd(o, a, b, n): o[i] = a[i] + b[i] for the first block (the graph benchmark rows).
-GRAPH_VADD = r"""
-.version 8.0
-.target sm_52
-.address_size 64
-.visible .entry gvadd(.param .u64 o, .param .u64 a, .param .u64 b, .param .u32 n)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<3>;
-    .reg .f32 %f<4>;
-    .reg .b64 %rd<8>;
-    ld.param.u64 %rd1, [o];
-    ld.param.u64 %rd2, [a];
-    ld.param.u64 %rd3, [b];
-    ld.param.u32 %r2, [n];
+GRAPH_VADD = header() + _entry(
+    "gvadd", [("u64", "o"), ("u64", "a"), ("u64", "b"), ("u32", "n")],
+    ["pred %p<2>", "b32 %r<3>", "f32 %f<4>", "b64 %rd<8>"],
+    [("%rd1", "o"), ("%rd2", "a"), ("%rd3", "b"), ("%r2", "n")], """\
     mov.u32 %r1, %tid.x;
     setp.ge.u32 %p1, %r1, %r2;
     @%p1 bra $L__done;
-    mul.wide.u32 %rd4, %r1, 4;
-    add.s64 %rd5, %rd1, %rd4;
-    add.s64 %rd6, %rd2, %rd4;
-    add.s64 %rd7, %rd3, %rd4;
-    ld.global.f32 %f1, [%rd6];
-    ld.global.f32 %f2, [%rd7];
-    add.f32 %f3, %f1, %f2;
-    st.global.f32 [%rd5], %f3;
-$L__done:
-    ret;
-}
-"""
+""" + _sum_at("%rd1", "%rd2", "%rd3", 4))
 
 
 # axpb(x, src, alpha, n): x[i] = alpha * x[i] + src[i] for i < n, float32 (examples/decode_loop.py).
-AXPB = r"""
-.version 8.0
-.target sm_52
-.address_size 64
-
-// x[i] = alpha * x[i] + src[i] for i < n
-.visible .entry axpb(
-    .param .u64 x,
-    .param .u64 src,
-    .param .f32 alpha,
-    .param .u32 n
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<5>;
-    .reg .b64 %rd<8>;
-
-    ld.param.u64 %rd1, [x];
-    ld.param.u64 %rd2, [src];
-    ld.param.f32 %f1, [alpha];
-    ld.param.u32 %r2, [n];
-""" + _INDEX_OR_DONE + r"""    cvta.to.global.u64 %rd3, %rd1;
+AXPB = header() + _entry(
+    "axpb", [("u64", "x"), ("u64", "src"), ("f32", "alpha"), ("u32", "n")],
+    ["pred %p<2>", "b32 %r<6>", "f32 %f<5>", "b64 %rd<8>"],
+    [("%rd1", "x"), ("%rd2", "src"), ("%f1", "alpha"), ("%r2", "n")], _INDEX_OR_DONE + """\
+    cvta.to.global.u64 %rd3, %rd1;
     cvta.to.global.u64 %rd4, %rd2;
     mul.wide.u32 %rd5, %r1, 4;
     add.s64 %rd6, %rd3, %rd5;
@@ -240,7 +151,4 @@ AXPB = r"""
     ld.global.f32 %f3, [%rd7];
     fma.rn.f32 %f4, %f1, %f2, %f3;
     st.global.f32 [%rd6], %f4;
-$L__done:
-    ret;
-}
-"""
+""")
