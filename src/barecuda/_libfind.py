@@ -4,8 +4,8 @@ Owns: the table of those libraries (the CUDA driver, NVRTC, nvJitLink, NCCL, cuB
 each library's search order, the pip packages that provide it for each CUDA major
 version, and the one wording of every "library not found" message. Pure Python,
 imports nothing outside the standard library (``cuda-pathfinder`` is asked when it is
-installed), never opens a library itself: callers dlopen the candidates in order and
-report every failure with :func:`describe`.
+installed), never opens a library itself: ``_libopen.open_table`` dlopens the candidates in order and
+reports every failure with :func:`describe` (the driver's loader does the same itself).
 
 API (used by _loader, _nvrtc, _nccl, _program and the doctor)::
 

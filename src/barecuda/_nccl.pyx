@@ -14,7 +14,6 @@ barecuda never calls ``cuMulticastCreate`` and never changes the user's NCCL set
 whether NCCL uses NVLink multicast is ``NCCL_NVLS_ENABLE``'s to say (docs/multi-gpu.md
 says when to turn it off).
 """
-import os
 import threading
 
 from libc.string cimport memcpy
@@ -22,7 +21,8 @@ from libc.stdlib cimport malloc, free
 
 from barecuda._dtype cimport resolve_dtype
 from libc.stdint cimport uintptr_t
-from barecuda._abi cimport CUstream, CUdeviceptr
+from barecuda._abi cimport CUstream, CUdeviceptr, bc_symbol_info
+from barecuda._libopen cimport open_table
 from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
@@ -76,14 +76,8 @@ cdef extern from "barecuda/nccl_abi.h" nogil:
                                  ncclComm_t comm, bc_nccl_stream_t stream) nogil
         ncclResult_t (*ncclGroupStart)() nogil
         ncclResult_t (*ncclGroupEnd)() nogil
-    const char *const bc_nccl_symbol_names[]
     size_t BC_NCCL_NSYMBOLS
-    ctypedef struct bc_symbol_info:
-        pass
     const bc_symbol_info bc_nccl_symbols[]
-    void *bc_dl_open(const char *path, char *err, size_t errlen)
-    void bc_dl_close(void *h)
-    const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, void *table)
 
 cdef bc_state_t *ST = runtime_state()
 cdef bc_nccl_t NC
@@ -193,33 +187,11 @@ def candidates():
 def load():
     """Load libnccl.so.2 (once) and return its path. Raises NcclNotFoundError."""
     global _handle, _path
-    cdef void *h = NULL
-    cdef size_t i
-    cdef bytes bp
-    cdef char err[512]
     with _load_lock:
-        if _handle != NULL:
-            return _path
-        tried = []
-        for cand in candidates():
-            bp = os.fsencode(cand)
-            h = bc_dl_open(bp, err, sizeof(err))
-            if h == NULL:
-                tried.append(f"{cand}: {err.decode('utf-8', 'replace')}")
-                continue
-            bc_dl_fill(h, bc_nccl_symbols, BC_NCCL_NSYMBOLS, &NC)     # every row optional: checked here
-            missing = [bc_nccl_symbol_names[i].decode() for i in range(BC_NCCL_NSYMBOLS)
-                       if (<void **>&NC)[i] == NULL and bc_nccl_symbol_names[i].decode() not in _OPTIONAL]
-            if missing:
-                bc_dl_close(h)
-                for i in range(BC_NCCL_NSYMBOLS):
-                    (<void **>&NC)[i] = NULL
-                tried.append(f"{cand}: lacks {', '.join(missing)} (NCCL older than 2.7?)")
-                continue
-            _handle = h
-            _path = cand
-            return _path
-        raise NcclNotFoundError(_libfind.describe(_libfind.NCCL, tried, _libfind.driver_cuda_major()), tried)
+        if _handle == NULL:
+            _path = open_table(_libfind.NCCL, bc_nccl_symbols, BC_NCCL_NSYMBOLS, &NC, _OPTIONAL,
+                               "NCCL older than 2.7?", NcclNotFoundError, &_handle)
+        return _path
 
 
 def is_available():

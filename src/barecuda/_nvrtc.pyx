@@ -12,17 +12,16 @@ Everything above the bytes -- ``Program``, ``ObjectCode``, the compile cache, ``
 with its driver fallback, ``Library`` -- lives in ``_program.pyx`` and
 ``_compile_cache.py``.
 """
-import os
 import threading
 
 from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 from barecuda._errors import BarecudaError, DriverVersionError, LibraryNotFoundError
 from barecuda import _libfind
+from barecuda._abi cimport bc_symbol_info
+from barecuda._libopen cimport open_table
 
 cdef extern from "barecuda/nvrtc_abi.h" nogil:
-    ctypedef struct bc_symbol_info:
-        pass
     ctypedef int nvrtcResult
     int NVRTC_SUCCESS, NVRTC_ERROR_INVALID_OPTION
     cdef struct _nvrtcProgram
@@ -71,9 +70,6 @@ cdef extern from "barecuda/nvrtc_abi.h" nogil:
     const bc_symbol_info bc_nvjitlink_symbols[]
     size_t BC_NVRTC_SYMBOL_COUNT
     size_t BC_NVJITLINK_SYMBOL_COUNT
-    void *bc_dl_open(const char *path, char *err, size_t errlen)
-    void bc_dl_close(void *h)
-    const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, void *table)
 
 
 # ------------------------------------------------------------------ exceptions
@@ -124,47 +120,18 @@ _infos = ({}, {})                   # NVRTC: path, version, archs; nvJitLink: pa
 _lib_lock = threading.Lock()
 
 
-cdef void *_open_tool(spec, void *table, const bc_symbol_info *syms, size_t nsyms, dict info) except NULL:
-    """Open the first of ``spec``'s candidates that has every required entry point."""
-    cdef char err[512]
-    cdef void *h
-    cdef const char *missing
-    cdef bytes bpath
-    cdef const char *cpath
-    tried = []
-    for path in _libfind.candidates(spec):
-        bpath = os.fsencode(path)
-        cpath = bpath
-        err[0] = 0
-        with nogil:
-            h = bc_dl_open(cpath, err, sizeof(err))
-        if h == NULL:
-            if os.path.isabs(path) or os.environ.get(spec.env):
-                tried.append(f"{path}: {err.decode(errors='replace')}")
-            else:
-                tried.append(f"{path}: not found by the system loader")
-            continue
-        missing = bc_dl_fill(h, syms, nsyms, table)
-        if missing != NULL:
-            tried.append(f"{path}: opened, but it has no {missing.decode()}")
-            bc_dl_close(h)
-            continue
-        info["path"] = path
-        return h
-    raise CompilerNotFoundError(_libfind.describe(spec, tried, _libfind.driver_cuda_major()), tried)
-
-
 cdef int _open_once(int which) except -1:
     cdef int major = 0, minor = 0, n = 0
     cdef unsigned int jmajor = 0, jminor = 0
     cdef int archs[64]
-    cdef void *h
+    cdef void *h = NULL
     with _lib_lock:
         if _handles[which] != NULL:
             return 0
         info = {}
         if which == _NVRTC:
-            h = _open_tool(_libfind.NVRTC, &NV, bc_nvrtc_symbols, BC_NVRTC_SYMBOL_COUNT, info)
+            info["path"] = open_table(_libfind.NVRTC, bc_nvrtc_symbols, BC_NVRTC_SYMBOL_COUNT, &NV, None, None,
+                                      CompilerNotFoundError, &h)
             NV.nvrtcVersion(&major, &minor)
             info["version"] = (major, minor)
             info["archs"] = ()
@@ -173,7 +140,8 @@ cdef int _open_once(int which) except -1:
                         and NV.nvrtcGetSupportedArchs(archs) == NVRTC_SUCCESS):
                     info["archs"] = tuple([archs[i] for i in range(n)])
         else:
-            h = _open_tool(_libfind.NVJITLINK, &JL, bc_nvjitlink_symbols, BC_NVJITLINK_SYMBOL_COUNT, info)
+            info["path"] = open_table(_libfind.NVJITLINK, bc_nvjitlink_symbols, BC_NVJITLINK_SYMBOL_COUNT, &JL,
+                                      None, None, CompilerNotFoundError, &h)
             info["version"] = None
             if JL.nvJitLinkVersion != NULL and JL.nvJitLinkVersion(&jmajor, &jminor) == NVJITLINK_SUCCESS:
                 info["version"] = (jmajor, jminor)

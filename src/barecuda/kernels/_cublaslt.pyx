@@ -15,13 +15,13 @@ Why Cython and not ctypes: the plan's ``launch`` is one C call (``cublasLtMatmul
 everything prepared), so a replay costs what cuBLASLt itself costs; a ctypes call with 16
 arguments adds a few microseconds each time, about the host cost of cublasLtMatmul itself.
 """
-import os
 import threading
 
 cimport cython
 from libc.stdint cimport uint64_t, int64_t, int32_t, uintptr_t
 
-from barecuda._abi cimport CUstream
+from barecuda._abi cimport CUstream, bc_symbol_info
+from barecuda._libopen cimport open_table
 from barecuda._loader cimport forget_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport stream_handle
@@ -82,14 +82,8 @@ cdef extern from "barecuda/cublaslt_abi.h" nogil:
             cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta, const void *C,
             cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t *algo,
             void *workspace, size_t workspaceSize, bc_lt_stream_t stream) nogil
-    const char *const bc_cublaslt_symbol_names[]
     size_t BC_CUBLASLT_NSYMBOLS
-    ctypedef struct bc_symbol_info:
-        pass
     const bc_symbol_info bc_cublaslt_symbols[]
-    void *bc_dl_open(const char *path, char *err, size_t errlen)
-    void bc_dl_close(void *h)
-    const char *bc_dl_fill(void *h, const bc_symbol_info *syms, size_t n, void *table)
 
 cdef bc_cublaslt_t LT
 cdef void *_handle = NULL
@@ -143,34 +137,11 @@ def candidates():
 def load():
     """Load libcublasLt (once) and return its path. Raises CublasLtNotFoundError."""
     global _handle, _path
-    cdef void *h = NULL
-    cdef size_t i
-    cdef bytes bp
-    cdef char err[512]
     with _load_lock:
-        if _handle != NULL:
-            return _path
-        tried = []
-        for cand in candidates():
-            bp = os.fsencode(cand)
-            h = bc_dl_open(bp, err, sizeof(err))
-            if h == NULL:
-                tried.append(f"{cand}: {err.decode('utf-8', 'replace')}")
-                continue
-            bc_dl_fill(h, bc_cublaslt_symbols, BC_CUBLASLT_NSYMBOLS, &LT)
-            missing = [bc_cublaslt_symbol_names[i].decode() for i in range(BC_CUBLASLT_NSYMBOLS)
-                       if (<void **>&LT)[i] == NULL]
-            if missing:
-                bc_dl_close(h)
-                for i in range(BC_CUBLASLT_NSYMBOLS):
-                    (<void **>&LT)[i] = NULL
-                tried.append(f"{cand}: lacks {', '.join(missing)}")
-                continue
-            _handle = h
-            _path = cand
-            return _path
-        raise CublasLtNotFoundError(_libfind.describe(_libfind.CUBLASLT, tried, _libfind.driver_cuda_major()),
-                                    tried)
+        if _handle == NULL:
+            _path = open_table(_libfind.CUBLASLT, bc_cublaslt_symbols, BC_CUBLASLT_NSYMBOLS, &LT, (), None,
+                               CublasLtNotFoundError, &_handle)
+        return _path
 
 
 def is_available():
