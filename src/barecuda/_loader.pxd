@@ -6,7 +6,7 @@ Modules keep the two pointers in module globals at import:
 The pointers never change; the table's contents are valid once ensure_driver()
 has succeeded, which every object constructor does before it exists.
 """
-from barecuda._abi cimport bc_driver_t, CUcontext
+from barecuda._abi cimport bc_driver_t, CUcontext, CUresult
 from barecuda._errors cimport bc_state_t
 
 cdef bc_driver_t *driver_table() noexcept nogil
@@ -22,6 +22,11 @@ cdef int _require_failed(const char *name, const char *feature) except -1 with g
 # "CUDA 12.4": the version BC_DRIVER_SYMBOLS requests `name` at, for messages that
 # explain a fallback (a missing entry point that is not an error: see require()).
 cdef str symbol_version_text(const char *name)
+# Destroy h with destroy (ctx made current first, unless NULL) for a destructor or a
+# deferred destroy: never raises. A failure, or an exception, becomes a CudaWarning
+# naming `where`; once the driver is unusable (shutdown, forked child) h leaks.
+ctypedef CUresult (*destroy_fn)(void *h) noexcept nogil
+cdef void destroy_handle(CUcontext ctx, destroy_fn destroy, void *h, const char *call, str where) noexcept
 
 cdef inline int ensure_driver(bc_state_t *st) except -1:
     """Load the driver on first use; raise if it cannot be used in this process."""

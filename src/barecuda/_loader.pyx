@@ -11,12 +11,13 @@ __all__ = ["is_available", "driver_version", "driver_path"]
 import atexit
 import os
 import threading
+import warnings
 
 from libc.string cimport strcmp
 
 from barecuda._abi cimport bc_driver_t, bc_symbol_info, CUcontext, CUresult, device_attribute_codes, function_attribute_codes
-from barecuda._errors cimport bc_state_t, check, register_state
-from barecuda._errors import DriverNotFoundError, DriverVersionError, ForkedProcessError, make_error
+from barecuda._errors cimport bc_state_t, check, register_state, bc_driver_usable, warn_destroy_failed
+from barecuda._errors import DriverNotFoundError, DriverVersionError, ForkedProcessError, make_error, CudaWarning
 from barecuda import _libfind
 
 cdef extern from "barecuda/bc_runtime.h" nogil:
@@ -248,3 +249,21 @@ def _state():
 def _attribute_tables():
     """Internal, for tests: the device and function attribute name tables of the ABI header."""
     return device_attribute_codes(), function_attribute_codes()
+
+
+cdef void destroy_handle(CUcontext ctx, destroy_fn destroy, void *h, const char *call, str where) noexcept:
+    """See _loader.pxd (docs/errors.md: destructors never raise)."""
+    cdef CUresult rc
+    if h == NULL or not bc_driver_usable(&bc_state):
+        return                                      # shutdown or forked child: leak
+    try:
+        if ctx != NULL:
+            set_current(ctx)
+        rc = destroy(h)
+        if rc != 0:
+            warn_destroy_failed(rc, call, where)
+    except BaseException as e:
+        try:
+            warnings.warn(f"{where}: {e!r}", CudaWarning)
+        except BaseException:
+            pass

@@ -18,9 +18,9 @@ from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND, warn_destroy_failed
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, \
-    symbol_version_text
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_FOUND
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require, destroy_handle, \
+    destroy_fn, symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
 from barecuda._errors import CudaWarning, make_error, _renamed
@@ -183,15 +183,7 @@ cdef class Module:
         self.error_log = ""
 
     def __dealloc__(self):
-        cdef CUresult rc
-        if self.handle != NULL and bc_driver_usable(ST):
-            try:
-                set_current(self.ctx)
-                rc = D.cuModuleUnload(self.handle)
-                if rc != 0:
-                    warn_destroy_failed(rc, b"cuModuleUnload", "Module.__dealloc__")
-            except Exception as exc:
-                warnings.warn(f"Module.__dealloc__: {exc}", CudaWarning)
+        destroy_handle(self.ctx, <destroy_fn>D.cuModuleUnload, self.handle, b"cuModuleUnload", "Module.__dealloc__")
         self.handle = NULL
 
     @staticmethod

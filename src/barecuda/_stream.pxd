@@ -33,10 +33,6 @@ cdef class Event:
     cdef int _destroy_pending   # closed while waited on: the last event_done destroys _dead
     cdef CUevent _dead          # the handle close() left to the last event_done
 
-ctypedef CUresult (*_query_fn)(void *handle) noexcept nogil
-cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1
-# As wait_interruptible; timeout < 0: none; else TimeoutError after `timeout` seconds.
-cdef int wait_until(_query_fn query, void *handle, const char *call, double timeout, object what) except -1
 cdef int _foreign_stream(object obj, CUstream *out) except -1
 cdef int _stream_closed_error(Stream s) except -1
 cdef Stream as_stream(object obj, Device device)

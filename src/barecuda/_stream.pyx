@@ -21,70 +21,19 @@ import time
 import warnings
 
 from barecuda._abi cimport *
-from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY, warn_destroy_failed
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
+from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_ERROR_NOT_READY
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, destroy_handle, destroy_fn
 from barecuda._ft cimport bc_mutex, bc_mutex_lock, bc_mutex_unlock
 from barecuda._device cimport Device, device_of, activate_device, device_at, current_device
 from barecuda._errors import CudaWarning
 from barecuda._lazy cimport lazy_module
+from barecuda._wait cimport query_fn, wait_until, timeout_arg
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
 
-cdef extern from "Python.h":
-    int PyErr_CheckSignals() except -1
 from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.weakref cimport PyWeakref_NewRef, PyWeakref_GetObject
-
-cdef extern from "barecuda/bc_wait.h" nogil:
-    ctypedef CUresult (*bc_query_fn)(void *handle)
-    CUresult bc_wait_slice_until(bc_query_fn query, void *handle, int first, long long deadline_ns)
-    long long bc_wait_now_ns()
-    int BC_WAIT_TIMESLICE
-    int BC_WAIT_DEADLINE
-
-
-cdef int wait_until(_query_fn query, void *handle, const char *call, double timeout, object what) except -1:
-    """Wait until query(handle) stops answering NOT_READY.
-
-    Ctrl-C interrupts the wait (KeyboardInterrupt) but never the GPU work; so does
-    the timeout (TimeoutError, when ``timeout >= 0`` seconds). The GIL is released
-    while waiting; the short-wait latency equals a spin-wait on the driver."""
-    cdef CUresult rc
-    cdef int first = 1
-    cdef long long deadline = 0
-    if timeout >= 0:
-        deadline = bc_wait_now_ns() + <long long>(timeout * 1e9)
-        if deadline == 0:
-            deadline = 1
-    while True:
-        with nogil:
-            rc = bc_wait_slice_until(<bc_query_fn>query, handle, first, deadline)
-        if rc == BC_WAIT_DEADLINE:
-            raise TimeoutError(f"{what if isinstance(what, str) else repr(what)} did not complete within {timeout:g} s; the queued GPU work "
-                               "keeps running (wait again, or query() to poll)")
-        if rc != BC_WAIT_TIMESLICE:
-            break
-        first = 0
-        PyErr_CheckSignals()
-    if rc != 0:
-        check(rc, call)
-    return 0
-
-
-cdef int wait_interruptible(_query_fn query, void *handle, const char *call) except -1:
-    """wait_until without a timeout."""
-    return wait_until(query, handle, call, -1.0, call.decode())
-
-
-cdef double _timeout_arg(object timeout) except? -2:
-    if timeout is None:
-        return -1.0
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
-    if not timeout >= 0:      # also refuses NaN
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
-    return <double>timeout
 
 
 cdef int _stream_closed_error(Stream s) except -1:
@@ -360,20 +309,17 @@ cdef class Stream:
         return _wrap_stream(NULL, device_of(device), None)
 
     def __dealloc__(self):
-        cdef CUresult rc
         if not (self.owned and self.handle != NULL):
             return
         if not bc_driver_usable(ST):
             return                        # shutdown or forked child: leak silently
         try:
             _run_close_hooks(<size_t>self.handle)
-            set_current(self.ctx)
-            # The driver defers the destruction until queued work is done.
-            rc = D.cuStreamDestroy(self.handle)
-            if rc != 0:
-                warn_destroy_failed(rc, b"cuStreamDestroy", "Stream.__dealloc__")
         except Exception as e:
             warnings.warn(f"Stream.__dealloc__: {e!r}", CudaWarning)
+        else:       # the driver defers the destruction until queued work is done
+            destroy_handle(self.ctx, <destroy_fn>D.cuStreamDestroy, self.handle, b"cuStreamDestroy",
+                           "Stream.__dealloc__")
         self.handle = NULL
 
     def close(self):
@@ -505,11 +451,11 @@ cdef class Stream:
             Seconds to wait at most; then ``TimeoutError`` is raised and the queued
             work keeps running. None (default) waits as long as it takes.
         """
-        cdef double t = _timeout_arg(timeout)
+        cdef double t = timeout_arg(timeout)
         _guard_stream(self)
         cdef Stream so = stream_use(self)      # the wait releases the GIL (a close() meanwhile waits for it)
         try:
-            wait_until(<_query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
+            wait_until(<query_fn>D.cuStreamQuery, <void *>self.handle, b"cuStreamSynchronize", t, self)
         finally:
             stream_done(so)
         if ST.host_errors:          # an exception a CUDA graph host node stored (docs/graphs.md)
@@ -582,25 +528,7 @@ cdef Stream stream_use(object obj):
     return s
 
 
-ctypedef CUresult (*_destroy_fn)(void *h) noexcept nogil
-
-
-cdef void _destroy_late(CUcontext ctx, _destroy_fn destroy, void *h, const char *call, str what) noexcept:
-    """The destroy a close() left to the last call in flight (stream_done, event_done):
-    never raises, warns on a failure."""
-    cdef CUresult rc
-    if h == NULL or not bc_driver_usable(ST):
-        return                                      # shutdown or forked child: leak
-    try:
-        set_current(ctx)
-        rc = destroy(h)
-        if rc != 0:
-            warn_destroy_failed(rc, call, f"{what}.close (deferred to the last call in flight)")
-    except BaseException as e:
-        try:
-            warnings.warn(f"{what}.close (deferred): {e!r}", CudaWarning)
-        except BaseException:
-            pass
+_LATE = "%s.close (deferred to the last call in flight)"    # destroy_handle's `where` for stream_done, event_done
 
 
 cdef void stream_done(Stream s) noexcept:
@@ -611,7 +539,7 @@ cdef void stream_done(Stream s) noexcept:
         return
     h = s._dead
     s._dead = NULL
-    _destroy_late(s.ctx, <_destroy_fn>D.cuStreamDestroy, <void *>h, b"cuStreamDestroy", "Stream")
+    destroy_handle(s.ctx, <destroy_fn>D.cuStreamDestroy, <void *>h, b"cuStreamDestroy", _LATE % "Stream")
 
 
 cdef int _run_close_hooks(size_t handle) except -1:
@@ -628,7 +556,7 @@ cdef void event_done(Event e) noexcept:
         return
     h = e._dead
     e._dead = NULL
-    _destroy_late(e.ctx, <_destroy_fn>D.cuEventDestroy, <void *>h, b"cuEventDestroy", "Event")
+    destroy_handle(e.ctx, <destroy_fn>D.cuEventDestroy, <void *>h, b"cuEventDestroy", _LATE % "Event")
 
 
 cdef inline int _guard_event(Event e) except -1:
@@ -676,16 +604,7 @@ cdef class Event:
         self.timing = timing
 
     def __dealloc__(self):
-        cdef CUresult rc
-        if self.handle == NULL or not bc_driver_usable(ST):
-            return                        # closed, shutdown or forked child: nothing / leak
-        try:
-            set_current(self.ctx)
-            rc = D.cuEventDestroy(self.handle)
-            if rc != 0:
-                warn_destroy_failed(rc, b"cuEventDestroy", "Event.__dealloc__")
-        except Exception as e:
-            warnings.warn(f"Event.__dealloc__: {e!r}", CudaWarning)
+        destroy_handle(self.ctx, <destroy_fn>D.cuEventDestroy, self.handle, b"cuEventDestroy", "Event.__dealloc__")
         self.handle = NULL
 
     def close(self):
@@ -753,12 +672,12 @@ cdef class Event:
             Seconds to wait at most; then ``TimeoutError`` is raised and the GPU work
             keeps running. None (default) waits as long as it takes.
         """
-        cdef double t = _timeout_arg(timeout)
+        cdef double t = timeout_arg(timeout)
         _guard_event(self)
         bc_use_enter(&self._uses)         # enter first, then look (bc_uses.h)
         try:
             _guard_event(self)
-            wait_until(<_query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
+            wait_until(<query_fn>D.cuEventQuery, <void *>self.handle, b"cuEventSynchronize", t, self)
         finally:
             event_done(self)
         if ST.host_errors:

@@ -25,7 +25,8 @@ import operator
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
 from barecuda._loader cimport driver_table, runtime_state, set_current
-from barecuda._stream cimport stream_handle, wait_interruptible, _query_fn
+from barecuda._stream cimport stream_handle
+from barecuda._wait cimport wait_interruptible, query_fn
 from barecuda._buffer cimport DeviceBuffer, note_use
 from barecuda._launch cimport Kernel, kernels_closed
 from barecuda.graph._graph cimport Graph
@@ -242,7 +243,7 @@ cdef class GraphExec:
         self._live()
         if self.launched:
             set_current(self.ctx)
-            wait_interruptible(<_query_fn>D.cuStreamQuery, <void *>self.last, b"cuStreamSynchronize")
+            wait_interruptible(<query_fn>D.cuStreamQuery, <void *>self.last, b"cuStreamSynchronize")
         if ST.host_errors:
             check_host_errors()
 
