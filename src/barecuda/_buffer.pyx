@@ -1,14 +1,14 @@
-"""Device memory: DeviceBuffer, allocation, memset, and the ownership protocol.
+"""Device memory: DeviceBuffer, allocation, and the ownership protocol.
 
 Owns: DeviceBuffer (memory on one device, ordered on one stream), its views and
-slices, the Allocator interface, alloc/empty/zeros, memset, and
+slices, the Allocator interface, alloc/empty/zeros, and
 pin/unpin/owner_of/note_use (the ownership protocol other modules use; see
 docs/errors.md, "Ownership"). Elsewhere: each device's default allocator
 (get_allocator, set_allocator) in _allocators; the device a (device=, stream=) pair
 names and the order between streams (resolve_device, stream_after) in _stream; the
 allocators that leave caching to the driver (DriverAllocator, DriverMemoryPool) and
 their free rule (free_order) in _driver_pool, the caching allocator in _pool, dtypes
-in _dtype, copies in _copy, DLPack/CAI in _interop, pinned host memory in _host,
+in _dtype, copies and memset's fill in _copy, DLPack/CAI in _interop, pinned host memory in _host,
 managed and pitched memory in _managed.
 
 Lifetime rules:
@@ -89,6 +89,20 @@ cdef class Allocator:
         return new_buffer(checked_size(nbytes, "nbytes"), self.device, stream, self)
 
 
+cdef inline DeviceBuffer _blank(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, object stream):
+    """A new DeviceBuffer over [p, p + nbytes) on dev, ordered on h (its own stream and
+    its root's): new_buffer, adopt and make_view then make it an owner or a view."""
+    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
+    b.ptr = p
+    b.nbytes = nbytes
+    b.device = dev
+    b.ctx = dev.ctx
+    b.stream_handle = h
+    b.root_stream = h
+    b._stream = stream
+    return b
+
+
 cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object allocator):
     cdef CUstream h = NULL
     cdef Device dev
@@ -107,11 +121,7 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
         a = <Allocator>default_allocator(dev.ordinal)
     if bc_owners_reserve(&_owners):
         raise MemoryError()
-    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
-    b.device = dev
-    b.ctx = dev.ctx
-    b.stream_handle = h
-    b._stream = stream
+    cdef DeviceBuffer b = _blank(0, 0, dev, h, stream)
     # An allocator may call the driver on h without the GIL (a cache miss): a Stream
     # closed meanwhile on another thread is destroyed after it (stream_done).
     cdef Stream so = stream_use(stream)
@@ -120,7 +130,6 @@ cdef DeviceBuffer new_buffer(size_t nbytes, object device, object stream, object
     finally:
         stream_done(so)
     b._allocator = a
-    b.root_stream = h
     if b.ptr != 0:
         bc_owners_add(&_owners, b.ptr, b.nbytes, <void *>b, &b._reg)
     return b
@@ -130,14 +139,7 @@ cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, ob
                         object allocator):
     if bc_owners_reserve(&_owners):
         raise MemoryError()
-    cdef DeviceBuffer b = DeviceBuffer.__new__(DeviceBuffer)
-    b.ptr = p
-    b.nbytes = nbytes
-    b.device = dev
-    b.ctx = dev.ctx
-    b.stream_handle = h
-    b.root_stream = h
-    b._stream = stream
+    cdef DeviceBuffer b = _blank(p, nbytes, dev, h, stream)
     b._kind = kind
     b._allocator = allocator
     if p != 0:
@@ -147,15 +149,8 @@ cdef DeviceBuffer adopt(CUdeviceptr p, size_t nbytes, Device dev, CUstream h, ob
 
 cdef DeviceBuffer make_view(CUdeviceptr ptr, size_t nbytes, Device dev, CUstream h, object stream,
                             object owner, DeviceBuffer root):
-    cdef DeviceBuffer v = DeviceBuffer.__new__(DeviceBuffer)
-    v.ptr = ptr
-    v.nbytes = nbytes
-    v.device = dev
     dev.activate()
-    v.ctx = dev.ctx
-    v.stream_handle = h
-    v.root_stream = h
-    v._stream = stream
+    cdef DeviceBuffer v = _blank(ptr, nbytes, dev, h, stream)
     v._owner = owner
     v._kind = KIND_VIEW
     if root is not None:
@@ -696,69 +691,7 @@ cdef class DeviceBuffer:
         """Fill the buffer with ``value`` repeated as a ``width``-bit (8, 16 or 32)
         integer; negative values are taken as two's complement. ``nbytes`` must be a
         multiple of ``width // 8``. Synchronous unless a stream is given. Returns self."""
-        cdef CUstream s = NULL
-        cdef CUresult rc
-        cdef unsigned long long v
-        cdef size_t count
-        cdef CUdeviceptr p
-        cdef int w
-        self._check_writable()
-        self._check_contiguous("memset()")
-        if type(value) is not int and (isinstance(value, bool) or not hasattr(type(value), "__index__")):
-            raise TypeError(f"memset value must be an int, not {type(value).__name__}")
-        if type(width) is not int or width not in (8, 16, 32):
-            raise ValueError(f"width must be 8, 16 or 32, not {width!r}")
-        value = operator.index(value)
-        w = width
-        wo = width
-        if not -(1 << (wo - 1)) <= value < (1 << wo):
-            raise OverflowError(f"value {value} does not fit in {w} bits")
-        if value < 0:
-            value += 1 << wo
-        v = value
-        if self.nbytes % (w // 8):
-            raise ValueError(f"nbytes ({self.nbytes}) is not a multiple of {w // 8} (width={w})")
-        if stream is not None:
-            stream_handle(stream, &s)
-        else:
-            order_stream(self, &s)
-        count = self.nbytes // (w // 8)
-        if count == 0:
-            return self
-        if _capture_use != NULL:
-            if stream is None:
-                _refuse_captured(s, "DeviceBuffer.memset", "a memset without stream= (complete on return)")
-            else:
-                _capture_use(s, self, None)
-        set_current(self.ctx)
-        # Held over the GIL-free calls: a close() on another thread defers the free or
-        # the stream's destruction to use_end / stream_done (docs/architecture.md).
-        cdef DeviceBuffer o = use_begin(self)
-        cdef Stream so = None
-        try:
-            so = stream_use(stream if stream is not None else self._stream)
-            p = self.ptr
-            if w == 8:
-                with nogil:
-                    rc = D.cuMemsetD8Async(p, <unsigned char>v, count, s)
-                check(rc, b"cuMemsetD8Async")
-            elif w == 16:
-                with nogil:
-                    rc = D.cuMemsetD16Async(p, <unsigned short>v, count, s)
-                check(rc, b"cuMemsetD16Async")
-            else:
-                with nogil:
-                    rc = D.cuMemsetD32Async(p, <unsigned int>v, count, s)
-                check(rc, b"cuMemsetD32Async")
-            if stream is None:
-                with nogil:
-                    rc = D.cuStreamSynchronize(s)
-                check(rc, b"cuStreamSynchronize")
-            else:
-                note_use(self, s)
-        finally:
-            stream_done(so)
-            use_end(o)
+        _copy().fill(self, value, width, stream)
         return self
 
     # -- managed memory (barecuda._managed)

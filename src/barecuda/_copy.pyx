@@ -2,7 +2,7 @@
 copies, and to_device.
 
 Owns: the copy engine behind DeviceBuffer.copy_from/copy_to/to_numpy/copy,
-to_device, copy_2d and copy_3d. Every copy checks both sides before any driver call:
+to_device, copy_2d and copy_3d, and the fill behind DeviceBuffer.memset. Every copy checks both sides before any driver call:
 open (not closed), writable destination, contiguous memory, sizes and extents in
 checked 64-bit arithmetic. Synchronous without a stream; with one, queued on it and
 the device sides noted as used there (note_use marks the allocation owner).
@@ -13,6 +13,8 @@ cimport cython
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT
 from cpython.bytearray cimport PyByteArray_FromStringAndSize
 from libc.string cimport memset
+
+import operator
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check
@@ -271,6 +273,75 @@ def duplicate(DeviceBuffer self, stream):
     b._shape, b._dtype, b._itemsize = self._shape, self._dtype, self._itemsize
     _copy_dd(b, self, stream, "DeviceBuffer.copy")
     return b
+
+
+def fill(DeviceBuffer buf, value, width, stream):
+    """DeviceBuffer.memset (the checks, then cuMemsetD8/D16/D32Async on the buffer's
+    stream or `stream`; synchronous without one)."""
+    cdef CUstream s = NULL
+    cdef CUresult rc
+    cdef unsigned long long v
+    cdef size_t count
+    cdef CUdeviceptr p
+    cdef int w
+    buf._check_writable()
+    buf._check_contiguous("memset()")
+    if type(value) is not int and (isinstance(value, bool) or not hasattr(type(value), "__index__")):
+        raise TypeError(f"memset value must be an int, not {type(value).__name__}")
+    if type(width) is not int or width not in (8, 16, 32):
+        raise ValueError(f"width must be 8, 16 or 32, not {width!r}")
+    value = operator.index(value)
+    w = width
+    wo = width
+    if not -(1 << (wo - 1)) <= value < (1 << wo):
+        raise OverflowError(f"value {value} does not fit in {w} bits")
+    if value < 0:
+        value += 1 << wo
+    v = value
+    if buf.nbytes % (w // 8):
+        raise ValueError(f"nbytes ({buf.nbytes}) is not a multiple of {w // 8} (width={w})")
+    if stream is not None:
+        stream_handle(stream, &s)
+    else:
+        order_stream(buf, &s)
+    count = buf.nbytes // (w // 8)
+    if count == 0:
+        return 0
+    if CAP[0] != NULL:
+        if stream is None:
+            refuse_captured(CAP, s, "DeviceBuffer.memset", "a memset without stream= (complete on return)")
+        else:
+            CAP[0](s, buf, None)
+    set_current(buf.ctx)
+    # Held over the GIL-free calls: a close() on another thread defers the free or
+    # the stream's destruction to use_end / stream_done (docs/architecture.md).
+    cdef DeviceBuffer o = use_begin(buf)
+    cdef Stream so = None
+    try:
+        so = stream_use(stream if stream is not None else buf._stream)
+        p = buf.ptr
+        if w == 8:
+            with nogil:
+                rc = D.cuMemsetD8Async(p, <unsigned char>v, count, s)
+            check(rc, b"cuMemsetD8Async")
+        elif w == 16:
+            with nogil:
+                rc = D.cuMemsetD16Async(p, <unsigned short>v, count, s)
+            check(rc, b"cuMemsetD16Async")
+        else:
+            with nogil:
+                rc = D.cuMemsetD32Async(p, <unsigned int>v, count, s)
+            check(rc, b"cuMemsetD32Async")
+        if stream is None:
+            with nogil:
+                rc = D.cuStreamSynchronize(s)
+            check(rc, b"cuStreamSynchronize")
+        else:
+            note_use(buf, s)
+    finally:
+        stream_done(so)
+        use_end(o)
+    return 0
 
 
 def to_device(obj, *, stream=None, device=None, allocator=None):
