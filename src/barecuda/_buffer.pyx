@@ -8,7 +8,7 @@ docs/errors.md, "Ownership"). Elsewhere: each device's default allocator
 names and the order between streams (resolve_device, stream_after) in _stream; the
 allocators that leave caching to the driver (DriverAllocator, DriverMemoryPool) and
 their free rule (free_order) in _driver_pool, the caching allocator in _pool, dtypes
-in _dtype, copies and memset's fill in _copy, DLPack/CAI in _interop, pinned host memory in _host,
+in _dtype, copies and memset's fill in _copy, DLPack/CAI in _exchange, pinned host memory in _host,
 managed and pitched memory in _managed.
 
 Lifetime rules:
@@ -319,10 +319,10 @@ cdef size_t checked_size(object n, str what) except? 0:
 # ---------------------------------------------------------------- DeviceBuffer
 # The sibling modules, imported on first use (they cimport this one): _lazy.pxd.
 cdef PyObject *_copy_mod = NULL
-cdef PyObject *_interop_mod = NULL
+cdef PyObject *_exchange_mod = NULL
 cdef PyObject *_managed_mod = NULL
 cdef inline object _copy(): return lazy_module(&_copy_mod, "barecuda._copy")
-cdef inline object _interop(): return lazy_module(&_interop_mod, "barecuda._interop")
+cdef inline object _exchange(): return lazy_module(&_exchange_mod, "barecuda._exchange")
 cdef inline object _managed(): return lazy_module(&_managed_mod, "barecuda._managed")
 
 
@@ -716,11 +716,11 @@ cdef class DeviceBuffer:
         k = self._free_kind if self._free_pending else self._kind
         return k == KIND_MANAGED or (self._root is not None and self._root._kind == KIND_MANAGED)
 
-    # -- export (barecuda._interop)
+    # -- export (barecuda._exchange)
     @property
     def __cuda_array_interface__(self):
         """CUDA Array Interface v3. ``stream`` is the buffer's stream (1: legacy default)."""
-        return _interop().cai_of(self)
+        return _exchange().cai_of(self)
 
     def __dlpack_device__(self):
         return (kDLCUDA, self.device.ordinal)
@@ -736,19 +736,19 @@ cdef class DeviceBuffer:
         nothing blocks). The capsule holds the allocation until it is consumed and
         released.
         """
-        return _interop().dlpack_of(self, stream, max_version, dl_device, copy)
+        return _exchange().dlpack_of(self, stream, max_version, dl_device, copy)
 
     # -- import
     @staticmethod
     def from_cuda_array_interface(obj, *, stream=None):
         """A zero-copy view of ``obj`` (anything with ``__cuda_array_interface__``, or
         the interface dict itself). See :func:`as_device_buffer`."""
-        return _interop().from_cai(obj, stream)
+        return _exchange().from_cai(obj, stream)
 
     @staticmethod
     def from_dlpack(obj, *, stream=None):
         """A zero-copy view of a DLPack producer (or a capsule). See :func:`as_device_buffer`."""
-        return _interop().from_dlpack(obj, stream)
+        return _exchange().from_dlpack(obj, stream)
 
 
 # --------------------------------------------------------------- public API
