@@ -72,9 +72,5 @@ cdef class ConditionalNode(GraphNode):
     """``'if'``, ``'while'`` or ``'switch'``."""
 
 
-# `value` as a launch priority of g's device (TypeError / ValueError before any node is touched).
-cdef int check_priority(Graph g, object value) except? -999999
-# Set node n's launch priority attribute.
-cdef int set_node_priority(Graph g, KernelNode n, int priority) except -1
 # An empty Graph object without a handle, on dev (_capture fills it).
 cdef Graph graph_shell(Device dev)

@@ -40,7 +40,8 @@ from barecuda._buffer cimport DeviceBuffer
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
 from barecuda.graph._host_node cimport _HostCall, host_trampoline
-from barecuda.graph._nodes cimport GraphNode, KernelNode, hold, need, new_kernel_node, node_token
+from barecuda.graph._nodes cimport GraphNode, KernelNode, hold, need, new_kernel_node, node_token, \
+    check_priority, set_node_priority
 from barecuda._lazy cimport lazy_module
 from barecuda._errors import make_error
 
@@ -126,35 +127,6 @@ cdef int _ptr_of(object obj, CUdeviceptr *dev, void **host, size_t *size, str wh
         return 1
     raise TypeError(f"{what} must be a DeviceBuffer, a PinnedBuffer or an array over one, got "
                     f"{type(obj).__name__} (graph copies cannot stage pageable host memory)")
-
-
-cdef int check_priority(Graph g, object value) except? -999999:
-    """``value`` as a launch priority of g's device: an int within
-    ``cuCtxGetStreamPriorityRange`` (greatest <= value <= least), else TypeError /
-    ValueError before the node is touched."""
-    cdef int least = 0, greatest = 0
-    import operator
-    if isinstance(value, bool):
-        raise TypeError("priority must be an int, not bool")
-    p = operator.index(value)
-    need(<void *>D.cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute")
-    set_current(g.ctx)
-    check(D.cuCtxGetStreamPriorityRange(&least, &greatest), b"cuCtxGetStreamPriorityRange")
-    if not greatest <= p <= least:
-        raise ValueError(f"priority {p} is outside device {g.device.ordinal}'s range {greatest}..{least} "
-                         f"(lower numbers are higher priority; Device.stream_priority_range())")
-    return p
-
-
-cdef int set_node_priority(Graph g, KernelNode n, int priority) except -1:
-    cdef CUlaunchAttributeValue v
-    memset(&v, 0, sizeof(v))
-    v.priority = priority
-    set_current(g.ctx)
-    check(D.cuGraphKernelNodeSetAttribute(n.handle, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v),
-          b"cuGraphKernelNodeSetAttribute")
-    return 0
-
 
 
 @cython.final
@@ -340,7 +312,7 @@ cdef class Graph:
         self._live()
         need(<void *>D.cuGraphAddKernelNode, "cuGraphAddKernelNode")
         if priority is not None:
-            prio = check_priority(self, priority)
+            prio = check_priority(self.device, self.ctx, priority)
         if kernel.func == NULL:
             raise ValueError(f"kernel {kernel.name!r}: its module is closed")
         if kernel.nparams < 0:
@@ -380,7 +352,7 @@ cdef class Graph:
             # the node is in the graph (and owned by it) from here: a failure leaves it
             # there at the default priority, and says so
             try:
-                set_node_priority(self, n, prio)
+                set_node_priority(self.ctx, n.handle, prio)
             except Exception as e:
                 if hasattr(e, "add_note"):      # Python 3.11+
                     e.add_note(f"the kernel node #{n.index} was added without its priority")

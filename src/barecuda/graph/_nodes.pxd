@@ -1,5 +1,6 @@
 """CUDA graphs: the nodes of a graph (the graph: _graph.pxd)."""
-from barecuda._abi cimport CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2
+from barecuda._abi cimport CUgraphNode, CUcontext, CUDA_KERNEL_NODE_PARAMS_v2
+from barecuda._device cimport Device
 from barecuda._launch cimport Kernel
 
 
@@ -30,3 +31,8 @@ cdef int hold(list keep, object objs) except -1
 cdef int need(void *fn, str name) except -1
 # A KernelNode of k with a zeroed parameter block and its slot pointers (not yet adopted).
 cdef KernelNode new_kernel_node(Kernel k)
+# `value` as a launch priority of dev (ctx: its context); TypeError / ValueError before
+# any node is touched.
+cdef int check_priority(Device dev, CUcontext ctx, object value) except? -999999
+# Set node h's launch priority attribute.
+cdef int set_node_priority(CUcontext ctx, CUgraphNode h, int priority) except -1

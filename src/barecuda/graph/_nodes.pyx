@@ -23,8 +23,9 @@ from barecuda._errors cimport check
 from barecuda._buffer cimport DeviceBuffer, pin, unpin, KIND_CLOSED
 from barecuda._host cimport PinnedBuffer, hold_host
 from barecuda._launch cimport Kernel, pack_arg
-from barecuda.graph._graph cimport Graph, check_priority, set_node_priority
+from barecuda.graph._graph cimport Graph
 
+import operator
 import warnings
 
 cdef bc_driver_t *D = driver_table()
@@ -141,7 +142,7 @@ cdef class KernelNode(GraphNode):
         ``Device.stream_priority_range()`` first."""
         cdef Graph g = _graph_of(self)
         g._live()
-        set_node_priority(g, self, check_priority(g, value))
+        set_node_priority(g.ctx, self.handle, check_priority(g.device, g.ctx, value))
 
     @property
     def priority(self):
@@ -211,3 +212,30 @@ cdef KernelNode new_kernel_node(Kernel k):
     for i in range(k.nparams):
         n.ptrs[i] = n.buf + k.params[i].offset
     return n
+
+
+cdef int check_priority(Device dev, CUcontext ctx, object value) except? -999999:
+    """``value`` as a launch priority of dev (ctx: its context): an int within
+    ``cuCtxGetStreamPriorityRange`` (greatest <= value <= least), else TypeError /
+    ValueError before the node is touched."""
+    cdef int least = 0, greatest = 0
+    if isinstance(value, bool):
+        raise TypeError("priority must be an int, not bool")
+    p = operator.index(value)
+    need(<void *>D.cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute")
+    set_current(ctx)
+    check(D.cuCtxGetStreamPriorityRange(&least, &greatest), b"cuCtxGetStreamPriorityRange")
+    if not greatest <= p <= least:
+        raise ValueError(f"priority {p} is outside device {dev.ordinal}'s range {greatest}..{least} "
+                         f"(lower numbers are higher priority; Device.stream_priority_range())")
+    return p
+
+
+cdef int set_node_priority(CUcontext ctx, CUgraphNode h, int priority) except -1:
+    cdef CUlaunchAttributeValue v
+    memset(&v, 0, sizeof(v))
+    v.priority = priority
+    set_current(ctx)
+    check(D.cuGraphKernelNodeSetAttribute(h, CU_LAUNCH_ATTRIBUTE_PRIORITY, &v),
+          b"cuGraphKernelNodeSetAttribute")
+    return 0
