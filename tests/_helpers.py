@@ -17,6 +17,9 @@ time: child interpreters started by the tests import this module too.
   another library's wrapper: ``ForeignArray``; a hand-built CAI dict: ``cai_dict``).
 - ``in_fork``: run code in a forked child; ``DriverCalls``: count every driver call
   (for "calls no driver": closed objects, objects made before a fork).
+- ``ref_pack`` (with ``FMT``, ``INT_RANGES``, ``STRICT_RANGES``, ``struct_type``): the
+  reference packer of a kernel's parameter block; ``no_launch``: a call that raises
+  and launches nothing (tests/launch/).
 """
 import ctypes
 import json
@@ -501,3 +504,58 @@ def exchange_api_class(current, counts):
         def __init__(self, ptr, device, kind=2):
             self.ptr, self.dev, self.kind = ptr, device, kind
     return Tensor
+
+
+# ------------------------------------------------------------ reference packer (tests/launch/)
+FMT = {"u8": "<B", "s8": "<b", "u16": "<H", "s16": "<h", "b16": "<H", "f16": "<e",
+       "u32": "<I", "s32": "<i", "b32": "<I", "f32": "<f",
+       "u64": "<Q", "s64": "<q", "b64": "<Q", "f64": "<d", "ptr": "<Q"}
+# A PTX integer parameter has no signedness (nvcc declares C `int` as .u32), so
+# every PTX integer type takes [-2**(n-1), 2**n - 1], stored as two's complement.
+INT_RANGES = {t: (-2**(8 * n - 1), 2**(8 * n) - 1) for n, ts in
+              ((1, ("u8", "s8")), (2, ("u16", "s16", "b16")), (4, ("u32", "s32", "b32")),
+               (8, ("u64", "s64", "b64"))) for t in ts}
+INT_RANGES["ptr"] = (0, 2**64 - 1)
+# Explicit signature= entries stay strict.
+STRICT_RANGES = {"u8": (0, 2**8 - 1), "s8": (-2**7, 2**7 - 1), "u16": (0, 2**16 - 1), "s16": (-2**15, 2**15 - 1),
+                 "u32": (0, 2**32 - 1), "s32": (-2**31, 2**31 - 1), "u64": (0, 2**64 - 1),
+                 "s64": (-2**63, 2**63 - 1), "ptr": (0, 2**64 - 1), "bool": (0, 1)}
+
+
+def struct_type(t):
+    """('b8[N]', N, align) parts of a struct type written 'b8[N]@A'."""
+    body, _, align = t.partition("@")
+    n = int(body[3:-1])
+    return n, int(align or 1)
+
+
+def ref_pack(types, values):
+    """The CUDA parameter block: each parameter at the next multiple of its alignment."""
+    buf = bytearray()
+    for t, v in zip(types, values):
+        if t.startswith("b8["):
+            size, align = struct_type(t)
+            data = bytes(v)
+            assert len(data) == size
+        else:
+            fmt = FMT[t]
+            size = align = struct.calcsize(fmt)
+            if t in INT_RANGES and isinstance(v, int):
+                v &= (1 << (8 * size)) - 1     # two's complement
+                fmt = "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}[size]
+            data = struct.pack(fmt, v)
+        buf += b"\0" * (-len(buf) % align)
+        buf += data
+    return bytes(buf)
+
+
+def no_launch(fake, fn, exc, *needles):
+    """fn() raises exc (its message holding every needle) and launches nothing."""
+    import pytest
+    before = fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx")
+    with pytest.raises(exc) as info:
+        fn()
+    assert fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx") == before
+    for n in needles:
+        assert n in str(info.value), (n, str(info.value))
+    return info.value

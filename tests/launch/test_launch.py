@@ -1,8 +1,10 @@
-"""Argument packing, launch validation, LaunchConfig, plans and batches, against the fake driver.
+"""Argument packing and launch validation against the fake driver (plans and batches:
+test_plan.py; LaunchConfig: test_launch_config.py).
 
 The fake driver records the exact parameter block each launch would hand the kernel
 (it lays the parameters out from its own PTX parser). Every packing test compares
-that block with an independent reference packer written here with ``struct``.
+that block with an independent reference packer (``ref_pack`` in tests/_helpers.py,
+written with ``struct``).
 """
 import ctypes
 import gc
@@ -12,57 +14,14 @@ import struct
 import sys
 import sysconfig
 import tracemalloc
-import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import barecuda as bc
-from barecuda import LaunchConfig, Module
+from barecuda import Module
 import ptx
-
-# ------------------------------------------------------------ reference packer
-FMT = {"u8": "<B", "s8": "<b", "u16": "<H", "s16": "<h", "b16": "<H", "f16": "<e",
-       "u32": "<I", "s32": "<i", "b32": "<I", "f32": "<f",
-       "u64": "<Q", "s64": "<q", "b64": "<Q", "f64": "<d", "ptr": "<Q"}
-# A PTX integer parameter has no signedness (nvcc declares C `int` as .u32), so
-# every PTX integer type takes [-2**(n-1), 2**n - 1], stored as two's complement.
-INT_RANGES = {t: (-2**(8 * n - 1), 2**(8 * n) - 1) for n, ts in
-              ((1, ("u8", "s8")), (2, ("u16", "s16", "b16")), (4, ("u32", "s32", "b32")),
-               (8, ("u64", "s64", "b64"))) for t in ts}
-INT_RANGES["ptr"] = (0, 2**64 - 1)
-# Explicit signature= entries stay strict.
-STRICT_RANGES = {"u8": (0, 2**8 - 1), "s8": (-2**7, 2**7 - 1), "u16": (0, 2**16 - 1), "s16": (-2**15, 2**15 - 1),
-                 "u32": (0, 2**32 - 1), "s32": (-2**31, 2**31 - 1), "u64": (0, 2**64 - 1),
-                 "s64": (-2**63, 2**63 - 1), "ptr": (0, 2**64 - 1), "bool": (0, 1)}
-
-
-def struct_type(t):
-    """('b8[N]', N, align) parts of a struct type written 'b8[N]@A'."""
-    body, _, align = t.partition("@")
-    n = int(body[3:-1])
-    return n, int(align or 1)
-
-
-def ref_pack(types, values):
-    """The CUDA parameter block: each parameter at the next multiple of its alignment."""
-    buf = bytearray()
-    for t, v in zip(types, values):
-        if t.startswith("b8["):
-            size, align = struct_type(t)
-            data = bytes(v)
-            assert len(data) == size
-        else:
-            fmt = FMT[t]
-            size = align = struct.calcsize(fmt)
-            if t in INT_RANGES and isinstance(v, int):
-                v &= (1 << (8 * size)) - 1     # two's complement
-                fmt = "<" + {1: "B", 2: "H", 4: "I", 8: "Q"}[size]
-            data = struct.pack(fmt, v)
-        buf += b"\0" * (-len(buf) % align)
-        buf += data
-    return bytes(buf)
-
+from _helpers import INT_RANGES, struct_type, ref_pack, no_launch
 
 def ptx_for(name, types):
     decls = []
@@ -230,16 +189,6 @@ def test_int_subclasses_and_index_objects(fake):
 
 
 # ------------------------------------------------------------ errors (no driver call)
-def no_launch(fake, fn, exc, *needles):
-    before = fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx")
-    with pytest.raises(exc) as info:
-        fn()
-    assert fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx") == before
-    for n in needles:
-        assert n in str(info.value), (n, str(info.value))
-    return info.value
-
-
 @pytest.mark.parametrize("t", sorted(INT_RANGES))
 def test_int_range_edges(fake, t):
     k = kernel_for(["u8", t])
@@ -470,95 +419,6 @@ def test_large_parameter_block_uses_heap_path(fake):
     assert fake.last_launch().params == ref_pack(types, vals)
 
 
-# ------------------------------------------------------------ plans
-def test_plan_packs_like_launch_and_set_arg(fake, ptx):
-    k = Module.from_ptx(ptx.MIXED).get_kernel("mixed")
-    types = ["u8", "f64", "s8", "f32", "s16", "s64", "ptr"]
-    vals = [1, 2.5, -3, 4.5, -5, 6, 7]
-    s = bc.Stream()
-    plan = k.bind((3, 2), 64, *vals, stream=s, shared_mem=256)
-    assert plan.grid == (3, 2, 1) and plan.block == (64, 1, 1) and plan.shared_mem == 256
-    before = fake.calls("cuLaunchKernel")
-    plan()
-    assert fake.calls("cuLaunchKernel") == before + 1
-    rec = fake.last_launch()
-    assert rec.params == ref_pack(types, vals)
-    assert (rec.grid, rec.block, rec.shared, rec.stream) == ((3, 2, 1), (64, 1, 1), 256, s.handle_int)
-    k.launch((3, 2), 64, *vals, stream=s, shared_mem=256)
-    assert fake.last_launch().params == rec.params
-    plan.set_arg(3, -0.25)
-    plan.set_arg(-1, 0xABC)
-    vals[3], vals[6] = -0.25, 0xABC
-    plan.launch()
-    assert fake.last_launch().params == ref_pack(types, vals)
-    assert plan.args == tuple(vals)
-    # a failed set_arg leaves the slot and the kept argument as they were
-    with pytest.raises(OverflowError):
-        plan.set_arg(0, 256)
-    with pytest.raises(IndexError):
-        plan.set_arg(7, 1)
-    plan()
-    assert fake.last_launch().params == ref_pack(types, vals)
-    assert plan.args[0] == 1
-    plan.stream = None
-    plan()
-    assert fake.last_launch().stream == 0
-
-
-def test_plan_keeps_its_arguments_alive(fake, ptx):
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    buf = bc.alloc(64)
-    s = bc.Stream()
-    ref_buf = weakref.ref(buf)
-    streams = sys.getrefcount(s)
-    plan = k.bind(1, 1, buf, buf, buf, 16, stream=s)
-    assert sys.getrefcount(s) == streams + 1
-    del buf
-    gc.collect()
-    assert ref_buf() is not None
-    plan()
-    plan.set_arg(0, 0)
-    plan.set_arg(1, 0)
-    assert ref_buf() is not None
-    plan.set_arg(2, 0)
-    plan.stream = None
-    gc.collect()
-    assert ref_buf() is None
-    assert sys.getrefcount(s) == streams
-
-
-def test_launch_all_and_plan_list_in_order(fake, ptx):
-    mod = Module.from_ptx(ptx.WITH_GLOBALS)
-    first, second = mod.get_kernel("first"), mod.get_kernel("second")
-    vadd = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    plans = [first.bind(1, 1, 11), second.bind(2, 1, 22, 3), vadd.bind(3, 1, 1, 2, 3, 4), first.bind(4, 1, 44)]
-    for issue in (lambda: bc.launch_all(plans), lambda: bc.launch_all(tuple(plans)), bc.PlanList(plans)):
-        n0 = fake.launch_count()
-        issue()
-        assert fake.launch_count() == n0 + 4
-        got = [fake.last_launch(back) for back in (3, 2, 1, 0)]
-        assert [g.name for g in got] == ["first", "second", "vadd", "first"]
-        assert [g.grid[0] for g in got] == [1, 2, 3, 4]
-        assert got[0].params == struct.pack("<I", 11) and got[3].params == struct.pack("<I", 44)
-    pl = bc.PlanList(plans)
-    assert len(pl) == 4 and pl[1] is plans[1] and list(pl) == plans
-    plans[0].set_arg(0, 99)
-    pl()
-    assert fake.last_launch(3).params == struct.pack("<I", 99)
-    no_launch(fake, lambda: bc.launch_all(plans + [object()]), TypeError, "item 4")
-    with pytest.raises(TypeError, match="item 1"):
-        bc.PlanList([plans[0], 5])
-
-
-def test_batch_driver_error_names_the_plan(fake, ptx):
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    plans = [k.bind(1, 1, 0, 0, 0, i) for i in range(3)]
-    fake.fail("cuLaunchKernel", 701, after=1)
-    with pytest.raises(bc.CudaLaunchError, match="plan 1"):
-        bc.PlanList(plans)()
-    assert fake.last_launch().params[-4:] == struct.pack("<I", 0)
-
-
 # ------------------------------------------------------------ module lifetime
 def test_kernel_keeps_module_alive(fake, ptx):
     k = Module.from_ptx(ptx.VADD).get_kernel("vadd")      # no reference to the Module kept
@@ -590,74 +450,6 @@ def test_closed_module_refuses_launches(fake, ptx):
     no_launch(fake, plan, ValueError, "closed")
     no_launch(fake, pl, ValueError, "closed")
     no_launch(fake, lambda: bc.launch_all([plan]), ValueError, "closed")
-
-
-# ------------------------------------------------------------ LaunchConfig
-def test_launch_config_attributes_recorded(fake, ptx):
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    s = bc.Stream()
-    cfg = LaunchConfig((4, 2), (32, 2), shared_mem=64, stream=s, cluster=(2, 2), priority=-1,
-                       programmatic_serialization=True)
-    assert cfg.cluster == (2, 2, 1) and cfg.grid == (4, 2, 1)
-    k.launch_config(cfg, 1, 2, 3, 4)
-    rec = fake.last_launch()
-    assert rec.kind == "ex"
-    assert (rec.grid, rec.block, rec.shared, rec.stream) == ((4, 2, 1), (32, 2, 1), 64, s.handle_int)
-    assert rec.cluster == (2, 2, 1) and rec.priority == -1 and rec.programmatic_serialization == 1
-    assert not rec.cooperative and rec.num_attrs == 3
-    assert rec.params == ref_pack(["u64", "u64", "u64", "u32"], [1, 2, 3, 4])
-    plan = k.bind_config(cfg, 5, 6, 7, 8)
-    plan()
-    rec2 = fake.last_launch()
-    assert rec2.kind == "ex" and rec2.cluster == (2, 2, 1) and rec2.params == ref_pack(
-        ["u64", "u64", "u64", "u32"], [5, 6, 7, 8])
-    bc.PlanList([plan, k.bind(1, 1, 0, 0, 0, 0)])()
-    assert fake.last_launch(1).kind == "ex" and fake.last_launch(0).kind == "kernel"
-    coop = LaunchConfig(2, 64, cooperative=True)
-    k.launch_config(coop, 1, 2, 3, 4)
-    rec = fake.last_launch()
-    assert rec.cooperative and rec.num_attrs == 1 and rec.kind == "ex"
-
-
-def test_cluster_validation(fake, ptx):
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    args = (0, 0, 0, 1)
-    no_launch(fake, lambda: k.launch_config(LaunchConfig(3, 32, cluster=2), *args), ValueError, "divisible")
-    no_launch(fake, lambda: k.launch_config(LaunchConfig(16, 32, cluster=16), *args), ValueError,
-              "non_portable_cluster_size_allowed")
-    k.set_attribute("non_portable_cluster_size_allowed", 1)
-    no_launch(fake, lambda: k.launch_config(LaunchConfig(32, 32, cluster=32), *args), ValueError, "16")
-    k.launch_config(LaunchConfig(16, 32, cluster=16), *args)
-    assert fake.last_launch().cluster == (16, 1, 1)
-    k2 = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    fake.set_attribute(0, 75, 8)     # compute capability 8.x: no clusters
-    no_launch(fake, lambda: k2.launch_config(LaunchConfig(2, 32, cluster=2), *args), ValueError, "cluster")
-
-
-def test_cooperative_validation(fake, ptx):
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    per_sm = k.max_active_blocks_per_sm(256)
-    sms = bc.Device(0).attribute("multiprocessor_count")
-    assert per_sm > 0 and sms > 0
-    k.launch_config(LaunchConfig(per_sm * sms, 256, cooperative=True), 0, 0, 0, 1)
-    no_launch(fake, lambda: k.launch_config(LaunchConfig(per_sm * sms + 1, 256, cooperative=True), 0, 0, 0, 1),
-              ValueError, "co-residency", str(per_sm * sms))
-    k2 = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    fake.set_attribute(0, 95, 0)
-    no_launch(fake, lambda: k2.launch_config(LaunchConfig(1, 32, cooperative=True), 0, 0, 0, 1),
-              ValueError, "cooperative")
-
-
-def test_launch_config_argument_checks(fake):
-    with pytest.raises(ValueError):
-        LaunchConfig(0, 1)
-    with pytest.raises(ValueError):
-        LaunchConfig(1, (1, 1, 1, 1))
-    with pytest.raises(ValueError):
-        LaunchConfig(2, 1, cluster=0)
-    with pytest.raises(TypeError):
-        LaunchConfig(1, 1, stream="nope")
-    assert "cooperative=True" in repr(LaunchConfig(1, 1, cooperative=True))
 
 
 # ------------------------------------------------------------ GIL switch
@@ -744,74 +536,3 @@ def test_plans_and_batches_allocate_nothing(fake, ptx):
     assert _alloc_growth(plan) == (0, 0, 0)
     pl = bc.PlanList([plan] * 8)
     assert _alloc_growth(pl, n=20_000) == (0, 0, 0)
-
-
-def _pending_lib(fake):
-    lib = fake.lib
-    for name, res, args in [("fakecuda_pending_mode", ctypes.c_int, [ctypes.c_int]),
-                            ("fakecuda_early_frees", ctypes.c_longlong, [])]:
-        getattr(lib, name).restype = res
-        getattr(lib, name).argtypes = args
-    return lib
-
-
-@pytest.mark.parametrize("how", ["bind", "set_arg"])
-def test_plan_defers_the_free_of_a_closed_argument(fake, ptx, how):
-    # a.close() while a plan holds a: the plan's later launches still get allocated
-    # memory (the double counts a free that queued work still uses); the free runs
-    # when the plan goes.
-    lib = _pending_lib(fake)
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    s = bc.Stream()
-    gc.collect()
-    mem0 = fake.live("mem")
-    early0 = lib.fakecuda_early_frees()
-    lib.fakecuda_pending_mode(1)
-    try:
-        a = bc.empty(64, "float32", allocator=bc.DriverAllocator())
-        other = bc.empty(64, "float32", allocator=bc.DriverAllocator())
-        if how == "bind":
-            plan = k.bind(1, 32, a, a, a, 16, stream=s)
-        else:
-            plan = k.bind(1, 32, other, other, other, 16, stream=s)
-            for i in range(3):
-                plan.set_arg(i, a)
-        plan()
-        a.close()
-        assert a.is_closed
-        with pytest.raises(ValueError, match="closed"):
-            k.launch(1, 32, a, a, a, 16, stream=s)      # the closed handle itself is refused
-        assert fake.live("mem") == mem0 + 2              # ...but its memory is still allocated
-        plan()
-        plan()
-        assert lib.fakecuda_early_frees() == early0
-        del plan
-        gc.collect()
-        s.synchronize()
-        bc.Device(0).synchronize()
-        gc.collect()
-        assert lib.fakecuda_early_frees() == early0
-        assert fake.live("mem") == mem0 + 1              # freed once the plan went; `other` remains
-    finally:
-        lib.fakecuda_pending_mode(0)
-    del other
-    gc.collect()
-    assert fake.live("mem") == mem0
-
-
-def test_set_arg_unpins_what_it_replaces(fake, ptx):
-    k = Module.from_ptx(ptx.VADD).get_kernel("vadd")
-    gc.collect()
-    mem0 = fake.live("mem")
-    a, b = bc.empty(64, "float32", allocator=bc.DriverAllocator()), bc.empty(64, "float32", allocator=bc.DriverAllocator())
-    plan = k.bind(1, 32, a, a, b, 16)
-    plan.set_arg(0, b)
-    plan.set_arg(1, 0)            # a no longer used by the plan: its close frees at once
-    a.close()
-    assert fake.live("mem") == mem0 + 1
-    b.close()                     # b still used by the plan: deferred
-    assert fake.live("mem") == mem0 + 1
-    plan()
-    del plan
-    gc.collect()
-    assert fake.live("mem") == mem0
