@@ -4,8 +4,8 @@ from typing import Optional, Union
 
 from barecuda._buffer import Allocator
 from barecuda._device import Device
+from barecuda._device import _DeviceLike
 
-_DeviceLike = Union[Device, int, None]
 
 def get_allocator(device: _DeviceLike = None) -> Allocator: ...
 def set_allocator(allocator: Optional[Allocator], device: _DeviceLike = None) -> Optional[Allocator]: ...

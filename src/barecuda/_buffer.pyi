@@ -5,10 +5,10 @@ from typing import final, Any, Optional, Tuple, Union
 
 from barecuda._device import Device
 from barecuda._stream import Stream
+from barecuda._device import _DeviceLike
+from barecuda._dtype import _Shape
+from barecuda._stream import _StreamLike
 
-_Shape = Union[int, Tuple[int, ...]]
-_DeviceLike = Union[Device, int, None]
-_StreamLike = Any
 
 class Allocator:
     @property

@@ -4,9 +4,9 @@ from typing import Any, Optional, Tuple, Union
 
 from barecuda._buffer import Allocator, DeviceBuffer
 from barecuda._device import Device
+from barecuda._device import _DeviceLike
+from barecuda._stream import _StreamLike
 
-_DeviceLike = Union[Device, int, None]
-_StreamLike = Any
 
 def to_device(obj: Any, *, stream: _StreamLike = None, device: _DeviceLike = None,
               allocator: Optional[Allocator] = None) -> DeviceBuffer: ...

@@ -3,6 +3,9 @@
 __all__ = ["Device", "device_count"]
 from typing import Dict, List, Optional, Tuple, Union, final
 
+# A device argument (the stubs' one spelling of it).
+_DeviceLike = Union[Device, int, None]
+
 ATTRIBUTES: Dict[str, int]
 def device_count() -> int: ...
 

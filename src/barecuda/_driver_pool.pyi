@@ -5,8 +5,8 @@ from typing import final, Dict, Optional, Union
 
 from barecuda._device import Device
 from barecuda._buffer import Allocator
+from barecuda._device import _DeviceLike
 
-_DeviceLike = Union[Device, int, None]
 
 @final
 class DriverAllocator(Allocator):

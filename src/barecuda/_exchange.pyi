@@ -3,8 +3,8 @@
 from typing import Any
 
 from barecuda._buffer import DeviceBuffer
+from barecuda._stream import _StreamLike
 
-_StreamLike = Any
 
 def cai_of(b: DeviceBuffer) -> dict: ...
 def dlpack_of(b: DeviceBuffer, stream: Any, max_version: Any, dl_device: Any, copy: Any) -> Any: ...

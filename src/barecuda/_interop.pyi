@@ -3,7 +3,7 @@ __all__ = ["as_device_buffer"]
 from typing import Any
 
 from barecuda._buffer import DeviceBuffer
+from barecuda._stream import _StreamLike
 
-_StreamLike = Any
 
 def as_device_buffer(obj: Any, *, stream: _StreamLike = None) -> DeviceBuffer: ...

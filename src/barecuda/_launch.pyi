@@ -8,8 +8,8 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 from barecuda._device import Device
 from barecuda._launch_config import LaunchConfig
 from barecuda._plan import LaunchPlan
+from barecuda._launch_config import _Dim3
 
-_Dim3 = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]
 
 KIND_NAMES: Tuple[str, ...]
 FUNC_ATTRIBUTES: dict[str, int]

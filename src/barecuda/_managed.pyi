@@ -4,10 +4,10 @@ from typing import Any, Tuple, Union
 
 from barecuda._buffer import DeviceBuffer
 from barecuda._device import Device
+from barecuda._device import _DeviceLike
+from barecuda._dtype import _Shape
+from barecuda._stream import _StreamLike
 
-_Shape = Union[int, Tuple[int, ...]]
-_DeviceLike = Union[Device, int, None]
-_StreamLike = Any
 
 def managed_empty(shape: _Shape, dtype: Any = "uint8", *, device: _DeviceLike = None, stream: _StreamLike = None,
                   attach: str = "global") -> DeviceBuffer: ...

@@ -4,8 +4,8 @@ from typing import final, Any, Dict, Tuple, Union
 
 from barecuda._device import Device
 from barecuda._host import PinnedBuffer
+from barecuda._device import _DeviceLike
 
-_DeviceLike = Union[Device, int, None]
 
 @final
 class PinnedMemoryPool:

@@ -4,10 +4,10 @@ __all__ = ["LaunchPlan", "PlanList", "launch_all"]
 from typing import Any, Iterator, Optional, Sequence, Tuple, final
 
 from barecuda._launch import Kernel
-from barecuda._launch_config import LaunchConfig
+from barecuda._launch_config import LaunchConfig, _Geometry
 
 @final
-class LaunchPlan:
+class LaunchPlan(_Geometry):
     kernel: Kernel
     config: Optional[LaunchConfig]
     stream: Any
@@ -16,12 +16,6 @@ class LaunchPlan:
     def set_arg(self, index: int, value: Any) -> None: ...
     @property
     def args(self) -> Tuple[Any, ...]: ...
-    @property
-    def grid(self) -> Tuple[int, int, int]: ...
-    @property
-    def block(self) -> Tuple[int, int, int]: ...
-    @property
-    def shared_mem(self) -> int: ...
 
 @final
 class PlanList:

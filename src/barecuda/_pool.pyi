@@ -4,8 +4,8 @@ from typing import final, Any, Dict, Optional, Union
 
 from barecuda._device import Device
 from barecuda._buffer import Allocator, DeviceBuffer
+from barecuda._device import _DeviceLike
 
-_DeviceLike = Union[Device, int, None]
 
 @final
 class MemoryPool(Allocator):

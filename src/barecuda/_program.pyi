@@ -26,6 +26,7 @@ from barecuda._nvrtc import (
     ptx_version_of as ptx_version_of,
     select_target as select_target,
 )
+from barecuda._nvrtc import _Arch
 
 # The compile cache's public functions (defined in _compile_cache.py, re-exported here):
 # typed here so that user code under `mypy --strict` can call them.
@@ -33,7 +34,6 @@ def cache_dir() -> Optional[str]: ...
 def cache_info() -> Dict[str, Any]: ...
 def clear_cache(memory: bool = ..., disk: bool = ...) -> int: ...
 
-_Arch = Union[str, int, Tuple[int, int]]
 _Sig = list[Tuple[str, int, int]]
 
 def find_cudadevrt() -> Optional[str]: ...

@@ -2,11 +2,11 @@ __all__ = ["configure_staging"]
 
 from typing import Any, Dict, Optional, Union
 from barecuda._device import Device
+from barecuda._device import _DeviceLike
 
-_Device = Union[Device, int, None]
 
-def copy_htod(dev_ptr: int, host_obj: Any, stream: Any = ..., *, device: _Device = ...) -> None: ...
-def copy_dtoh(host_obj: Any, dev_ptr: int, stream: Any = ..., *, device: _Device = ..., fresh: bool = ...) -> None: ...
+def copy_htod(dev_ptr: int, host_obj: Any, stream: Any = ..., *, device: _DeviceLike = ...) -> None: ...
+def copy_dtoh(host_obj: Any, dev_ptr: int, stream: Any = ..., *, device: _DeviceLike = ..., fresh: bool = ...) -> None: ...
 def configure_staging(*, chunk_bytes: Optional[int] = ..., chunks: Optional[int] = ...,
                       threads: Optional[int] = ..., threshold: Optional[int] = ...,
                       min_piece: Optional[int] = ..., min_part: Optional[int] = ...,

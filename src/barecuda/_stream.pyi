@@ -5,6 +5,9 @@ from typing import Any, Callable, Optional, Tuple, Union, final
 
 from barecuda._device import Device
 
+# A stream argument: None, a Stream, an object with __cuda_stream__, a raw handle.
+_StreamLike = Any
+
 def add_close_hook(hook: Callable[[int], object]) -> None: ...
 
 @final

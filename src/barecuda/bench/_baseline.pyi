@@ -1,7 +1,7 @@
 """Raw C baselines of the benchmark wing (``python -m barecuda.bench``)."""
 from typing import Any, Callable, Optional, Sequence, Tuple, Union, final
+from barecuda._launch_config import _Dims
 
-_Dims = Union[int, Sequence[int]]
 _Handle = Any   # an int handle, or an object with handle_int / handle / __int__
 
 def now_ns() -> int: ...

@@ -4,23 +4,17 @@ from typing import Any, Optional, Sequence, Tuple, Union
 from barecuda._launch import Kernel
 from barecuda.graph._exec import GraphExec
 from barecuda.graph._nodes import KernelNode
+from barecuda._launch_config import _Dims, _Geometry
 
-_Dims = Union[int, Sequence[int]]
 __all__ = ["ExecKernelNode", "ArgUpdate"]
 
 @final
-class ExecKernelNode:
+class ExecKernelNode(_Geometry):
     exec: GraphExec
     node: KernelNode
     kernel: Kernel
     @property
     def args(self) -> Tuple[Any, ...]: ...
-    @property
-    def grid(self) -> Tuple[int, int, int]: ...
-    @property
-    def block(self) -> Tuple[int, int, int]: ...
-    @property
-    def shared_mem(self) -> int: ...
     def set_arg(self, index: int, value: Any, /) -> None: ...
     def set_args(self, *args: Any) -> None: ...
     def set_dims(self, grid: Optional[_Dims] = ..., block: Optional[_Dims] = ...,

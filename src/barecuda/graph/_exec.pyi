@@ -6,8 +6,8 @@ from barecuda.graph._graph import Graph
 from barecuda.graph._nodes import GraphNode, KernelNode
 from barecuda.graph._args import ArgUpdate, ExecKernelNode
 from barecuda._launch import Kernel
+from barecuda._launch_config import _Dims
 
-_Dims = Union[int, Sequence[int]]
 __all__ = ["GraphExec"]
 
 class GraphExec:

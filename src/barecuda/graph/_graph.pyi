@@ -8,9 +8,9 @@ from barecuda._plan import LaunchPlan
 from barecuda._stream import Event, Stream
 from barecuda.graph._exec import GraphExec
 from barecuda.graph._nodes import GraphNode, KernelNode
+from barecuda._launch_config import _Dims
 
 _Deps = Union[GraphNode, Iterable[GraphNode], None]
-_Dims = Union[int, Sequence[int]]
 __all__ = ["Graph", "ConditionalNode", "ConditionalHandle"]
 
 @final

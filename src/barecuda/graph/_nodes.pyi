@@ -2,6 +2,7 @@ from typing import final
 from typing import Any, Optional, Tuple
 
 from barecuda._launch import Kernel
+from barecuda._launch_config import _Geometry
 from barecuda.graph._graph import Graph
 
 __all__ = ["GraphNode", "KernelNode"]
@@ -14,14 +15,8 @@ class GraphNode:
     def handle_int(self) -> int: ...
 
 @final
-class KernelNode(GraphNode):
+class KernelNode(GraphNode, _Geometry):
     kernel: Kernel
-    @property
-    def grid(self) -> Tuple[int, int, int]: ...
-    @property
-    def block(self) -> Tuple[int, int, int]: ...
-    @property
-    def shared_mem(self) -> int: ...
     @property
     def args(self) -> Tuple[Any, ...]: ...
     def get_priority(self) -> int: ...
