@@ -83,24 +83,24 @@ DRIVER = LibSpec(
     linux=("libcuda.so.1", "libcuda.so"), windows=("nvcuda.dll",), folders=False,
     fix="install the NVIDIA driver (check with `nvidia-smi`)",
 )
-NVRTC = LibSpec(
-    "NVRTC", "BARECUDA_NVRTC",
-    linux=("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"),
-    windows=("nvrtc64_13*.dll", "nvrtc64_12*.dll", "nvrtc64_*.dll"),
-    wheel_dirs=("nvidia/cu13/lib", "nvidia/cu13/bin", "nvidia/cu13/bin/x86_64",
-                "nvidia/cuda_nvrtc/lib", "nvidia/cuda_nvrtc/bin"),
-    packages={13: ("nvidia-cuda-nvrtc", "nvrtc"), 12: ("nvidia-cuda-nvrtc-cu12", "nvrtc-cu12")},
-    pathfinder="nvrtc",
-)
-NVJITLINK = LibSpec(
-    "nvJitLink", "BARECUDA_NVJITLINK",
-    linux=("libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so"),
-    windows=("nvJitLink_13*.dll", "nvJitLink_12*.dll", "nvJitLink*.dll"),
-    wheel_dirs=("nvidia/cu13/lib", "nvidia/cu13/bin", "nvidia/cu13/bin/x86_64",
-                "nvidia/nvjitlink/lib", "nvidia/nvjitlink/bin"),
-    packages={13: ("nvidia-nvjitlink", "nvrtc"), 12: ("nvidia-nvjitlink-cu12", "nvrtc-cu12")},
-    pathfinder="nvJitLink",
-)
+def _toolkit_lib(title, stem, component, windows):
+    """A CUDA 12/13 toolkit library NVRTC's extra installs (NVRTC, nvJitLink): its
+    ``BARECUDA_<STEM>`` variable, ``lib<stem>.so.13/.12`` names, wheel folders
+    (``nvidia/cu13/`` or ``nvidia/<component>/``), pip packages and pathfinder name."""
+    pip = "nvidia-" + component.replace("_", "-")
+    return LibSpec(
+        title, "BARECUDA_" + stem.upper(),
+        linux=(f"lib{stem}.so.13", f"lib{stem}.so.12", f"lib{stem}.so"), windows=windows,
+        wheel_dirs=("nvidia/cu13/lib", "nvidia/cu13/bin", "nvidia/cu13/bin/x86_64",
+                    f"nvidia/{component}/lib", f"nvidia/{component}/bin"),
+        packages={13: (pip, "nvrtc"), 12: (pip + "-cu12", "nvrtc-cu12")},
+        pathfinder=stem,
+    )
+
+
+NVRTC = _toolkit_lib("NVRTC", "nvrtc", "cuda_nvrtc", ("nvrtc64_13*.dll", "nvrtc64_12*.dll", "nvrtc64_*.dll"))
+NVJITLINK = _toolkit_lib("nvJitLink", "nvJitLink", "nvjitlink",
+                         ("nvJitLink_13*.dll", "nvJitLink_12*.dll", "nvJitLink*.dll"))
 NCCL = LibSpec(
     "NCCL", "BARECUDA_NCCL",
     linux=("libnccl.so.2", "libnccl.so"), windows=(),

@@ -103,31 +103,30 @@ cdef int _prepare(size_t n, CUcontext *ctx, bc_stager **stager) except -1 nogil:
 
 cdef int staged_htod(CUdeviceptr dst, const void *src, size_t n, CUstream stream,
                      CUcontext ctx) except -1 nogil:
-    cdef const char *call = b"cuMemcpyHtoDAsync"
-    cdef CUresult rc
-    cdef bc_stager *s = NULL
-    if n == 0:
-        return 0
-    _prepare(n, &ctx, &s)
-    if s != NULL:
-        rc = bc_stager_htod(D, s, dst, src, n, stream, &call)
-    else:
-        rc = bc_staging_plain_htod(D, dst, src, n, stream, &call)
-    return check(rc, call)
+    return _staged(True, dst, <void *>src, n, stream, ctx, False)
 
 
 cdef int staged_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream stream,
                      CUcontext ctx, bint fresh) except -1 nogil:
-    cdef const char *call = b"cuMemcpyDtoH"
+    return _staged(False, src, dst, n, stream, ctx, fresh)
+
+
+cdef inline int _staged(bint htod, CUdeviceptr dev, void *host, size_t n, CUstream stream,
+                        CUcontext ctx, bint fresh) except -1 nogil:
+    """One pageable copy (see _staging.pxd): through this context's stager above the
+    threshold, else the driver's plain copy."""
+    cdef const char *call = b"cuMemcpyHtoDAsync" if htod else b"cuMemcpyDtoH"
     cdef CUresult rc
     cdef bc_stager *s = NULL
     if n == 0:
         return 0
     _prepare(n, &ctx, &s)
-    if s != NULL:
-        rc = bc_stager_dtoh(D, s, dst, src, n, stream, fresh, &call)
+    if htod:
+        rc = (bc_stager_htod(D, s, dev, host, n, stream, &call) if s != NULL
+              else bc_staging_plain_htod(D, dev, host, n, stream, &call))
     else:
-        rc = bc_staging_plain_dtoh(D, dst, src, n, stream, &call)
+        rc = (bc_stager_dtoh(D, s, host, dev, n, stream, fresh, &call) if s != NULL
+              else bc_staging_plain_dtoh(D, host, dev, n, stream, &call))
     return check(rc, call)
 
 

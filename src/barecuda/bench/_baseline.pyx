@@ -228,19 +228,7 @@ def launch_batches(func, grid, block, ParamBlock params, stream=None, long batch
                    long batch=100, *, unsigned int shared_mem=0, dict ex=None):
     """Issue cost: ``batches`` batches of ``batch`` asynchronous launches; returns the
     ns of each batch (the stream sync after each batch is not timed)."""
-    cdef bc_bench_launch L
-    cdef CUresult rc
-    cdef int64_t *out = <int64_t *>calloc(max(batches, 1), sizeof(int64_t))
-    if out == NULL:
-        raise MemoryError()
-    try:
-        _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
-        with nogil:
-            rc = bc_bench_launch_batches(D, &L, batches, batch, out)
-        check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
-        return _to_list(out, batches)
-    finally:
-        free(out)
+    return _launch_series(func, grid, block, params, stream, batches, batch, False, shared_mem, ex)
 
 
 def launch_throughput(func, grid, block, ParamBlock params, stream=None, long n=2000, *,
@@ -259,6 +247,13 @@ def launch_throughput(func, grid, block, ParamBlock params, stream=None, long n=
 def launch_roundtrip(func, grid, block, ParamBlock params, stream=None, long n=50, *,
                      unsigned int shared_mem=0, dict ex=None):
     """``n`` times launch + ``cuStreamSynchronize``; returns the ns of each."""
+    return _launch_series(func, grid, block, params, stream, n, 0, True, shared_mem, ex)
+
+
+cdef list _launch_series(func, grid, block, ParamBlock params, stream, long n, long batch, bint roundtrip,
+                         unsigned int shared_mem, dict ex):
+    """``n`` timings in ns: of batches of ``batch`` launches (launch_batches), or of
+    single launches each with its sync (roundtrip: launch_roundtrip)."""
     cdef bc_bench_launch L
     cdef CUresult rc
     cdef int64_t *out = <int64_t *>calloc(max(n, 1), sizeof(int64_t))
@@ -267,7 +262,10 @@ def launch_roundtrip(func, grid, block, ParamBlock params, stream=None, long n=5
     try:
         _prepare(&L, func, grid, block, params, stream, shared_mem, ex)
         with nogil:
-            rc = bc_bench_launch_roundtrip(D, &L, n, out)
+            if roundtrip:
+                rc = bc_bench_launch_roundtrip(D, &L, n, out)
+            else:
+                rc = bc_bench_launch_batches(D, &L, n, batch, out)
         check(rc, b"cuLaunchKernelEx" if L.ex else b"cuLaunchKernel")
         return _to_list(out, n)
     finally:

@@ -40,6 +40,15 @@ cdef extern from "barecuda/bc_bench_graph.h" nogil:
 
 cdef bc_driver_t *D = driver_table()
 
+# RawChain's timed loops (RawChain._time), and the calls each one's failure names.
+cdef enum:
+    _REPLAY, _ISSUE, _SETPARAMS, _SET_EACH, _UPDATE, _CAPTURE, _INSTANTIATE, _LOOP, _EAGER
+cdef const char *_CALLS[9]
+_CALLS[:] = [b"cuGraphLaunch", b"cuGraphLaunch", b"cuGraphExecKernelNodeSetParams",
+             b"cuGraphExecKernelNodeSetParams", b"cuGraphExecUpdate",
+             b"cuStreamBeginCapture/cuLaunchKernel/cuStreamEndCapture", b"cuGraphInstantiateWithFlags",
+             b"cuGraphExecKernelNodeSetParams/cuGraphLaunch", b"cuLaunchKernel"]
+
 
 def now_ns():
     """bc_now_ns() (barecuda/bc_clock.h): the clock of every benchmark row."""
@@ -93,90 +102,72 @@ cdef class RawChain:
 
     def replay(self, size_t stream, long reps):
         """ns for ``reps`` launches and the sync after them."""
-        cdef int64_t t = 0
-        cdef CUresult rc
-        with nogil:
-            rc = bc_gb_replay(D, self.x, <CUstream>stream, reps, &t)
-        check(rc, b"cuGraphLaunch")
-        return t
+        return self._time(_REPLAY, stream, reps, 0)
 
     def issue(self, size_t stream, long n):
         """ns for ``n`` cuGraphLaunch calls (the sync after them is not timed)."""
-        cdef int64_t t = 0
-        cdef CUresult rc
-        with nogil:
-            rc = bc_gb_issue(D, self.x, <CUstream>stream, n, &t)
-        check(rc, b"cuGraphLaunch")
-        return t
+        return self._time(_ISSUE, stream, n, 0)
 
     def setparams(self, long n):
         """ns for ``n`` cuGraphExecKernelNodeSetParams on node 0."""
-        cdef int64_t t = 0
-        cdef CUresult rc
-        with nogil:
-            rc = bc_gb_setparams(D, self.x, self.nodes[0], &self.k, <unsigned int *>(self.buf + 24), n, &t)
-        check(rc, b"cuGraphExecKernelNodeSetParams")
-        return t
+        return self._time(_SETPARAMS, 0, n, 0)
 
     def setparams_each(self, int nodes, long rounds):
         """ns for ``rounds`` rounds of one cuGraphExecKernelNodeSetParams on each of nodes
         0..nodes-1 in turn (the raw shape of a batch that changes one argument per node)."""
-        cdef int64_t t = 0
-        cdef CUresult rc
         if not 1 <= nodes <= self.n:
             raise ValueError(f"nodes must be in [1, {self.n}], got {nodes}")
-        with nogil:
-            rc = bc_gb_set_steps(D, self.x, self.nodes, nodes, &self.k, <unsigned int *>(self.buf + 24), 0, NULL,
-                                 rounds, &t)
-        check(rc, b"cuGraphExecKernelNodeSetParams")
-        return t
+        return self._time(_SET_EACH, 0, rounds, nodes)
 
     def update(self, long n):
         """ns for ``n`` cuGraphExecUpdate from the chain's own graph."""
-        cdef int64_t t = 0
-        cdef CUresult rc
-        with nogil:
-            rc = bc_gb_update(D, self.x, self.g, n, &t)
-        check(rc, b"cuGraphExecUpdate")
-        return t
+        return self._time(_UPDATE, 0, n, 0)
 
     def capture(self, size_t stream, long launches, long n):
         """ns for ``n`` captures of ``launches`` launches (begin, launches, end, destroy)."""
-        cdef int64_t t = 0
-        cdef CUresult rc
-        with nogil:
-            rc = bc_gb_capture(D, &self.k, <CUstream>stream, launches, n, &t)
-        check(rc, b"cuStreamBeginCapture/cuLaunchKernel/cuStreamEndCapture")
-        return t
+        return self._time(_CAPTURE, stream, n, launches)
 
     def instantiate(self, long n):
         """ns for ``n`` instantiations (with their destruction) of the chain's graph."""
-        cdef int64_t t = 0
-        cdef CUresult rc
-        with nogil:
-            rc = bc_gb_instantiate(D, self.g, n, &t)
-        check(rc, b"cuGraphInstantiateWithFlags")
-        return t
+        return self._time(_INSTANTIATE, 0, n, 0)
 
     def loop(self, size_t stream, long steps):
         """ns for ``steps`` inference-loop steps: 3 set-params + 1 launch each, one sync."""
-        cdef int64_t t = 0
-        cdef CUresult rc
         if self.n < 3:
             raise ValueError("the loop row needs at least 3 nodes")
-        with nogil:
-            rc = bc_gb_loop(D, self.x, self.nodes, &self.k, <unsigned int *>(self.buf + 24), <CUstream>stream,
-                            steps, &t)
-        check(rc, b"cuGraphExecKernelNodeSetParams/cuGraphLaunch")
-        return t
+        return self._time(_LOOP, stream, steps, 0)
 
     def eager_loop(self, size_t stream, long steps):
         """ns for ``steps`` steps of ``nodes`` eager cuLaunchKernel calls, one sync."""
+        return self._time(_EAGER, stream, steps, 0)
+
+    cdef int64_t _time(self, int row, size_t stream, long n, long arg) except? -1:
+        """The ns one raw loop of `row` reports (its bc_gb_* function; `n` its count,
+        `arg` its second count), after checking its CUresult (named by _CALLS[row])."""
         cdef int64_t t = 0
         cdef CUresult rc
+        cdef CUstream s = <CUstream>stream
+        cdef unsigned int *slot = <unsigned int *>(self.buf + 24)
         with nogil:
-            rc = bc_gb_eager_loop(D, &self.k, <unsigned int *>(self.buf + 24), <CUstream>stream, self.n, steps, &t)
-        check(rc, b"cuLaunchKernel")
+            if row == _REPLAY:
+                rc = bc_gb_replay(D, self.x, s, n, &t)
+            elif row == _ISSUE:
+                rc = bc_gb_issue(D, self.x, s, n, &t)
+            elif row == _SETPARAMS:
+                rc = bc_gb_setparams(D, self.x, self.nodes[0], &self.k, slot, n, &t)
+            elif row == _SET_EACH:
+                rc = bc_gb_set_steps(D, self.x, self.nodes, <int>arg, &self.k, slot, 0, NULL, n, &t)
+            elif row == _UPDATE:
+                rc = bc_gb_update(D, self.x, self.g, n, &t)
+            elif row == _CAPTURE:
+                rc = bc_gb_capture(D, &self.k, s, arg, n, &t)
+            elif row == _INSTANTIATE:
+                rc = bc_gb_instantiate(D, self.g, n, &t)
+            elif row == _LOOP:
+                rc = bc_gb_loop(D, self.x, self.nodes, &self.k, slot, s, n, &t)
+            else:
+                rc = bc_gb_eager_loop(D, &self.k, slot, s, self.n, n, &t)
+        check(rc, _CALLS[row])
         return t
 
     # binding=False, as ExecKernelNode.set_arg and GraphExec.launch: the same call path.
