@@ -288,39 +288,35 @@ def configure_staging(*, chunk_bytes=None, chunks=None, threads=None, threshold=
                                spin_us)):
         return _config_dict(&c)
     if chunk_bytes is not None:
-        if chunk_bytes < 1:
-            raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
-        c.chunk_bytes = chunk_bytes
+        c.chunk_bytes = _setting("chunk_bytes", chunk_bytes, 1, None)
     if chunks is not None:
-        if not 1 <= chunks <= BC_STAGING_MAX_CHUNKS:
-            raise ValueError(f"chunks must be in 1..{BC_STAGING_MAX_CHUNKS}, got {chunks}")
-        c.chunks = chunks
+        c.chunks = _setting("chunks", chunks, 1, BC_STAGING_MAX_CHUNKS)
     if threads is not None:
-        if not 1 <= threads <= BC_STAGING_MAX_THREADS:
-            raise ValueError(f"threads must be in 1..{BC_STAGING_MAX_THREADS}, got {threads}")
-        c.threads = threads
+        c.threads = _setting("threads", threads, 1, BC_STAGING_MAX_THREADS)
     if threshold is not None:
-        if threshold < 0:
-            raise ValueError(f"threshold must be >= 0, got {threshold}")
-        c.threshold = threshold
+        c.threshold = _setting("threshold", threshold, 0, None)
     if min_piece is not None:
-        if min_piece < 1:
-            raise ValueError(f"min_piece must be positive, got {min_piece}")
-        c.min_piece = min_piece
+        c.min_piece = _setting("min_piece", min_piece, 1, None)
     if min_part is not None:
-        if min_part < 1:
-            raise ValueError(f"min_part must be positive, got {min_part}")
-        c.min_part = min_part
+        c.min_part = _setting("min_part", min_part, 1, None)
     if spin_us is not None:
-        if not 0 <= spin_us <= 1_000_000:
-            raise ValueError(f"spin_us must be in 0..1000000, got {spin_us}")
-        c.spin_ns = <long long>(spin_us * 1000)
+        c.spin_ns = <long long>(_setting("spin_us", spin_us, 0, 1_000_000) * 1000)
     if nt_htod is not None:
         c.nt_htod = 1 if (nt_htod and BC_STAGING_HAVE_NT) else 0
     if nt_dtoh is not None:
         c.nt_dtoh = 1 if (nt_dtoh and BC_STAGING_HAVE_NT) else 0
     bc_staging_set_config(&c)
     return _config_dict(&c)
+
+
+def _setting(name, value, lo, hi):
+    """configure_staging's check of one setting: value within lo..hi (hi None: no upper
+    bound), else ValueError naming it."""
+    if hi is None and value < lo:
+        raise ValueError(f"{name} must be {'positive' if lo == 1 else f'>= {lo}'}, got {value}")
+    if hi is not None and not lo <= value <= hi:
+        raise ValueError(f"{name} must be in {lo}..{hi}, got {value}")
+    return value
 
 
 # The former private name, still used by src/barecuda/bench (memory_rows.py,

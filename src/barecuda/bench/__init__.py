@@ -31,12 +31,7 @@ registered anywhere. It defines::
     def graph_section(ctx):          # ctx: barecuda.bench.Context (ctx.bc, ctx.B, ctx.settings, ...)
         rows = [...]                 # harness.c_row / harness.py_row / Row objects
         run_rounds(rows, ctx.settings.rounds, ctx.settings.batches, 0, ctx.settings.rt_n, ctx.B.ctx_sync)
-        rat = ratios(rows)
-        sec = Section("graph", "graph launch (ns)", [("issue", 8), ("x", 6)],
-                      data=[r.as_json(rat) for r in rows])
-        for r in rows:
-            sec.add(r.label, f"n/a ({r.na})" if r.na else [fmt_ns(r.result()["issue"]), fmt_x(rat[r.key]["issue"])])
-        return sec
+        return Section.of_issue("graph", "graph launch (ns)", [("issue", 8), ("x", 6)], rows, ratios(rows))
 
 Every section runs by default and by name (``--rows graph``); one that raises is
 reported as ``STAGE FAILED`` and the others still run. Rows whose JSON has ``key``

@@ -277,7 +277,6 @@ def issue_section(ctx=None):
     import barecuda.kernels as K
     from barecuda.bench import _baseline as B
     from barecuda.bench.harness import c_row, py_row, ratios, run_rounds
-    from barecuda.bench.report import fmt_ns, fmt_x
     s = bc.Stream()
     x = bc.zeros((1, 64), "float32", stream=s)
     w = bc.zeros(64, "float32", stream=s)
@@ -308,12 +307,8 @@ def issue_section(ctx=None):
                            ref="raw_rms"))
     rounds = 10
     run_rounds(rows, rounds, 5, 0, 0, B.ctx_sync)
-    rat = ratios(rows)
-    sec = Section("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64; ratio to raw C)",
-                  [("issue", 9), ("x raw", 7)], data=[r.as_json(rat) for r in rows])
-    for r in rows:
-        sec.add(r.label, f"n/a ({r.na})" if r.na else [fmt_ns(r.result()["issue"]), fmt_x(rat[r.key]["issue"])])
-    return sec
+    return Section.of_issue("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64; ratio to raw C)",
+                            [("issue", 9), ("x raw", 7)], rows, ratios(rows))
 
 
 SECTIONS = {"kernels_norms": norms_section, "kernels_issue": issue_section}

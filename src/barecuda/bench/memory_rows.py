@@ -9,7 +9,7 @@ against the driver's pageable and pinned copies, timed in C).
 """
 from barecuda.bench.harness import (BATCH, NotAvailable, Row, median, now_ns, py_row, ratios, run_rounds, say,
                                     timed_to_sync, why)
-from barecuda.bench.report import Section, fmt_ns, fmt_x
+from barecuda.bench.report import Section, fmt_x
 
 ORDER = 20
 ALLOC_SIZE = 1 << 20
@@ -68,12 +68,8 @@ def alloc_section(ctx):
     st = ctx.settings
     rows = alloc_rows(ctx)
     run_rounds(rows, st.mem_rounds, st.mem_batches, 0, 0, ctx.B.ctx_sync, label="alloc")
-    rat = ratios(rows)
-    sec = Section("alloc", "alloc + free 1 MiB (ns per pair)", [("ns", 8), ("x async", 8)],
-                  data=[r.as_json(rat) for r in rows])
-    for r in rows:
-        sec.add(r.label, f"n/a ({r.na})" if r.na else [fmt_ns(r.result()["issue"]), fmt_x(rat[r.key]["issue"])])
-    return sec
+    return Section.of_issue("alloc", "alloc + free 1 MiB (ns per pair)", [("ns", 8), ("x async", 8)], rows,
+                            ratios(rows))
 
 
 # ------------------------------------------------------------------ copy

@@ -58,6 +58,15 @@ class Section:
     def add(self, label, cells):
         self.lines.append((label, cells))
 
+    @classmethod
+    def of_issue(cls, key, title, columns, rows, rat):
+        """A section of one issue cost and its ratio per row (``rat``: ``harness.ratios(rows)``),
+        a row that could not run shown as ``n/a (reason)``."""
+        sec = cls(key, title, columns, data=[r.as_json(rat) for r in rows])
+        for r in rows:
+            sec.add(r.label, f"n/a ({r.na})" if r.na else [fmt_ns(r.result()["issue"]), fmt_x(rat[r.key]["issue"])])
+        return sec
+
     def format(self):
         out = ["-" * RULE, f"{self.title:<{WIDTH}} " + " ".join(f"{n:>{w}}" for n, w in self.columns)]
         for label, cells in self.lines:
