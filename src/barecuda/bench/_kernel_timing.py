@@ -75,9 +75,10 @@ def _torch():
     return None
 
 
-def torch_graph_us(torch, body, count, reps=15):
-    """microseconds per op of ``body()`` (which issues ``count`` ops) captured in a torch CUDA
-    graph, median over replays (the torch rows beside the kernel rows)."""
+def torch_graph(torch, body):
+    """``body()`` run once on a side stream (torch's warm-up rule for capture), then
+    captured in a torch ``CUDAGraph``, returned after a device sync (the torch rows of
+    the kernel and graph sections)."""
     st = torch.cuda.Stream()
     st.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(st):
@@ -86,6 +87,14 @@ def torch_graph_us(torch, body, count, reps=15):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         body()
+    torch.cuda.synchronize()
+    return g
+
+
+def torch_graph_us(torch, body, count, reps=15):
+    """microseconds per op of ``body()`` (which issues ``count`` ops) captured in a torch CUDA
+    graph, median over replays (the torch rows beside the kernel rows)."""
+    g = torch_graph(torch, body)
     g.replay()
     torch.cuda.synchronize()
     ts = []

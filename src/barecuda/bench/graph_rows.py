@@ -29,6 +29,7 @@ the raw ``cuGraphExecKernelNodeSetParams``, no check): the least any Python-call
 """
 from barecuda import _ptx_samples
 from barecuda.bench.harness import median as _median, round_ratio
+from barecuda.bench._kernel_timing import torch_graph
 
 ORDER = 30
 NODES = 100
@@ -267,20 +268,12 @@ def _torch_rows(steps, reps, now_ns, groups):
         return [r]
     x = torch.zeros(32, device="cuda")
     y = torch.ones(32, device="cuda")
-    st = torch.cuda.Stream()
-    torch.cuda.synchronize()
 
     def body():
         for _ in range(NODES):
             x.add_(y)
 
-    with torch.cuda.stream(st):
-        body()
-    torch.cuda.synchronize()
-    tg = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(tg):
-        body()
-    torch.cuda.synchronize()
+    tg = torch_graph(torch, body)
 
     def t_replay():
         t0 = now_ns()
