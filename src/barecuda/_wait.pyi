@@ -1,1 +1,0 @@
-"""Type stubs for barecuda._wait: interruptible and timed waits (C-level API only)."""
