@@ -7,7 +7,7 @@ imports nothing outside the standard library (``cuda-pathfinder`` is asked when 
 installed), never opens a library itself: ``_libopen.open_table`` dlopens the candidates in order and
 reports every failure with :func:`describe` (the driver's loader does the same itself).
 
-API (used by _loader, _nvrtc, _nccl, _program and the doctor)::
+API (used by _loader, _libopen, _nvrtc, _nccl, _program and the doctor)::
 
     candidates(spec) -> list[str]          # paths/names to try, best first
     describe(spec, tried, cuda_major) -> str   # the "not found" message
