@@ -65,7 +65,7 @@ for st in "$@"; do
     for v in "" "--pdl" "--unfused"; do python3 -m barecuda.models.llama bench --gguf $SMOL $v; done
     [ -x "$LB" ] && $LB -m $SMOL -p 0 -n 128 -r 5 -fa 1 -ngl 99 2>&1 | grep -E "^\|" ;;
   scale)
-    BARECUDA_DECODE_DIR=/tmp/decode timeout ${SCALE_TIMEOUT:-240} python3 -m pytest tests/models/test_scale_gpu.py \
+    BARECUDA_DECODE_DIR=${BARECUDA_DECODE_DIR:-/tmp/decode} timeout ${SCALE_TIMEOUT:-240} python3 -m pytest tests/models/test_scale_gpu.py \
       --gpu -q -s -p no:cacheprovider 2>&1 | tee "$OUT/scale.log" | grep -E "vs torch|passed|failed|Error|assert" ;;
   attn)
     timeout ${ATTN_TIMEOUT:-150} python3 -m pytest tests/kernels/test_attention.py tests/kernels/test_matmul.py --gpu -q \

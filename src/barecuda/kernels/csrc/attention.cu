@@ -211,9 +211,11 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
     };
     // The cp.async ring: tiles of `tile` keys (K rows, then V rows, RS bytes each) from token
-    // `first` up to `last`, copied by threads t, t + ts, ...; `sync` makes a stage's copies
-    // visible to its readers; body(stage, first token of the tile) consumes it.
-    auto ring = [&](bc_u32 base, int tile, int first, int last, int t, int ts, auto sync, auto body) {
+    // `first` up to `last`, copied by threads t, t + ts, ...; each tile's stage is made
+    // visible by a block barrier (block_sync) or a warp one, then this warp reads its
+    // DEC_KPW keys at key offset `wofs` of the tile (the last tile masked at `last`).
+    // (A plain lambda: NVRTC 13.0 rejects generic ones in device code.)
+    auto ring = [&](bc_u32 base, int tile, int first, int last, int t, int ts, int wofs, bool block_sync) {
         const int stage = 2 * tile * RS;
         const int ntile = last > first ? (last - first + tile - 1) / tile : 0;
         auto load = [&](int it) {
@@ -231,32 +233,30 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
         for (int it = 0; it < ntile; ++it) {
             bc_cp_async_wait<DEC_STAGES - 2>();
-            sync();
+            if (block_sync)
+                __syncthreads();
+            else
+                __syncwarp();
             if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
             bc_cp_async_commit();
-            body(base + (bc_u32)((it % DEC_STAGES) * stage), first + it * tile);
+            const bc_u32 ks = base + (bc_u32)((it % DEC_STAGES) * stage + wofs * RS);
+            const bc_u32 vs = ks + (bc_u32)(tile * RS);
+            const int col0 = first + it * tile + wofs;
+            if (col0 >= last) continue;
+            if (col0 + DEC_KPW <= last)
+                attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
+            else
+                attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
         }
-    };
-    // one warp's DEC_KPW keys from token col0 (the last tile of a range masked at lim)
-    auto warp_tile = [&](bc_u32 ks, bc_u32 vs, int col0, int lim) {
-        if (col0 + DEC_KPW <= lim)
-            attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, lim, false, 0);
-        else
-            attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, lim, false, 0);
     };
 #if DEC_WPIPE
     // warp w streams keys [wstart, wend) (a DEC_KPW multiple of the split) through its own ring
     const int wchunk = chunk / DEC_WARPS;
     const int wstart = start + warp * wchunk, wend = min(end, wstart + wchunk);
-    ring(sbase + (bc_u32)(warp * DEC_STAGES * 2 * DEC_KPW * RS), DEC_KPW, wstart, wend, lane, 32,
-         [] { __syncwarp(); }, [&](bc_u32 ks, int col0) { warp_tile(ks, ks + DEC_KPW * RS, col0, wend); });
+    ring(sbase + (bc_u32)(warp * DEC_STAGES * 2 * DEC_KPW * RS), DEC_KPW, wstart, wend, lane, 32, 0, false);
 #else
     // the block streams [start, end) in stages of DEC_BN keys, DEC_KPW of them per warp
-    ring(sbase, DEC_BN, start, end, tid, DEC_WARPS * 32, [] { __syncthreads(); }, [&](bc_u32 st, int t0) {
-        const int col0 = t0 + warp * DEC_KPW;
-        const bc_u32 ks = st + (bc_u32)(warp * DEC_KPW * RS);
-        if (col0 < end) warp_tile(ks, ks + DEC_BN * RS, col0, end);
-    });
+    ring(sbase, DEC_BN, start, end, tid, DEC_WARPS * 32, warp * DEC_KPW, true);
 #endif
     bc_cp_async_wait<0>();
     __syncthreads();
