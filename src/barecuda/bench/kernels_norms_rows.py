@@ -20,6 +20,7 @@ Sections
 
 ``python -m barecuda.bench.kernels_norms_rows`` prints both.
 """
+import ctypes
 import math
 import struct
 import sys
@@ -287,7 +288,7 @@ def _torch_rows(B, K, k, tb, torch):
     on that stream and the torch floor: a C method that reads the 3 tensors and torch's
     current stream through DLPack's C exchange API and makes the raw launch (what any
     binding honouring torch's stream rule must do; bench/_baseline.LaunchFloor)."""
-    from barecuda.bench.harness import c_row, py_row
+    from barecuda.bench.harness import c_row, na_row, py_row
     ts = torch.cuda.Stream(device=0)
     with torch.cuda.stream(ts):
         tx, tw, ty = torch.zeros(1, 64, device="cuda:0"), torch.zeros(64, device="cuda:0"), torch.zeros(1, 64, device="cuda:0")
@@ -303,11 +304,17 @@ def _torch_rows(B, K, k, tb, torch):
     h = ts.cuda_stream
     pb = _rms_params(B, ty.data_ptr(), tx.data_ptr(), tw.data_ptr())
     # the floor writes the 3 tensors' addresses into slots 0-2: y, (hout: unused without a residual), x
-    fl = B.LaunchFloor(k.handle, 1, tb, _rms_params(B, 0, 0, tw.data_ptr()), h, [ty, tw, tx])
+    floor_label = "torch floor: C reads of 3 tensors + stream, raw launch"
+    try:
+        fl = B.LaunchFloor(k.handle, 1, tb, _rms_params(B, 0, 0, tw.data_ptr()), h, [ty, tw, tx])
+    except TypeError as exc:     # torch before 2.10: no DLPack C exchange API to read with
+        fl, floor = None, na_row("floor_rms_torch", floor_label, "raw_rms_ts", str(exc))
     tns = {"K": K, "x": tx, "w": tw, "y": ty, "s": ts, "torch": torch, "fl": fl, "tb": tb}
+    if fl is not None:
+        floor = py_row("floor_rms_torch", floor_label, "fl.launch(1, tb, y, w, x, stream=s)", tns,
+                       "s.synchronize()", ref="raw_rms_ts")
     rows = [c_row(B, "raw_rms_ts", f"raw C cuLaunchKernel ({k.name}), torch's stream", k.handle, 1, tb, pb, h),
-            py_row("floor_rms_torch", "torch floor: C reads of 3 tensors + stream, raw launch",
-                   "fl.launch(1, tb, y, w, x, stream=s)", tns, "s.synchronize()", ref="raw_rms_ts"),
+            floor,
             py_row("op_rms_torch", "K.rmsnorm(x, w, out=y, stream=s), torch tensors",
                    "K.rmsnorm(x, w, out=y, stream=s)", tns, "s.synchronize()", ref="floor_rms_torch"),
             py_row("slow_rms_torch", "  its Python checks + Kernel.launch (the path before the memo)",
@@ -337,18 +344,26 @@ def issue_section(ctx=None, rounds=10):
     plan = K.rmsnorm.plan(x, w, out=y, stream=s)
     k, args, tb = plan.kernel, tuple(plan.args), plan.block[0]
     pb = _rms_params(B, y.ptr, x.ptr, w.ptr)
-    ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "a": args, "tb": tb}
+    # Kernel.launch with the 12 arguments spelled out, eps a Python float (a PTX kernel's f32
+    # slot: what the op's recorded launch packs too)
+    lit = [a.value if type(a) is ctypes.c_float else a for a in args]
+    ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "tb": tb}
+    ns.update({f"a{i}": a for i, a in enumerate(lit)})
+    call = f"k.launch(1, tb, {', '.join(f'a{i}' for i in range(len(lit)))}, stream=s)"
     rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 12 args)", k.handle, 1, tb, pb, s),
-            py_row("launch_rms", "Kernel.launch(1, block, *12 args)", "k.launch(1, tb, *a, stream=s)",
-                   ns, "s.synchronize()", ref="raw_rms"),
+            py_row("launch_rms", "Kernel.launch(1, block, 12 args)", call, ns, "s.synchronize()", ref="raw_rms"),
             py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"),
             py_row("op_rms", "K.rmsnorm(x, w, out=y, stream=s), DeviceBuffers",
                    "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"),
             py_row("slow_rms", "  its Python checks + Kernel.launch (the path before the memo)",
                    "g = K.rmsnorm.prep(x, w, out=y, stream=s); g[0].launch(g[1], g[2], *g[3], stream=s)", ns,
                    "s.synchronize()", ref="raw_rms"),
+            py_row("op_rms_launch", "  the same hit issued through Kernel.launch (_opcall.set_direct(False))",
+                   "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"),
             py_row("op_rms_new", "K.rmsnorm(x, w, stream=s), a new output each call",
                    "K.rmsnorm(x, w, stream=s)", ns, "s.synchronize()", ref="raw_rms")]
+    from barecuda.kernels import _opcall
+    rows[-2].setup, rows[-2].teardown = (lambda: _opcall.set_direct(False)), (lambda: _opcall.set_direct(True))
     keep = None
     torch = _torch()
     if torch is not None:
