@@ -2,6 +2,8 @@
 function into the public op, with a memo of call signatures."""
 from typing import Any, Callable, Tuple, final
 
+__all__ = ["Op", "op", "stats", "clear", "set_direct"]
+
 @final
 class Op:
     prep: Callable[..., Any]

@@ -341,6 +341,11 @@ cdef bint _val_eq(PyObject *a, PyObject *b) noexcept:
         return False
 
 
+cdef inline bint _same_dtype(PyObject *a, PyObject *b) noexcept:
+    """A buffer's dtype key against a recorded one: the same object, or equal names."""
+    return a == b or (PyUnicode_CheckExact(<object>a) and _val_eq(a, b))
+
+
 cdef bint _match(_Record r, Op self, const pfact *f) noexcept:
     cdef int i, d
     cdef const pkey *k
@@ -359,7 +364,8 @@ cdef bint _match(_Record r, Op self, const pfact *f) noexcept:
             return False
         if k.kind == P_BUF:
             b = <DeviceBuffer>f[i].obj
-            if (b._dtype is not <object>k.dtype or b.device.ordinal != k.device or b._readonly != k.readonly
+            if (not _same_dtype(<PyObject *>b._dtype, k.dtype) or b.device.ordinal != k.device
+                    or b._readonly != k.readonly
                     or not _eq(<PyObject *>b._shape, k.shape) or not _eq(<PyObject *>b._strides, k.strides)):
                 return False
             continue
