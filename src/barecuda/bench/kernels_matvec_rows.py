@@ -106,15 +106,18 @@ def dequant_grid_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shape=(14336, 4096),
         for b in bufs:
             b.memset(0x1c, stream=s)
         y = bc.empty((n, k), "float16", stream=s)
-        kern = _registry_get("dequant.cu", f"dequant_{fmt}_f16", ())
         nblocks = qbytes // bb
         nseg = -(-nblocks // D._SEG[qk])
-        for m in per_sm:
-            grid = -(-nseg // D._WARPS) if m == 0 else max(1, min(-(-nseg // D._WARPS), A.sm_count(0) * m))
-            plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
-            us = _time_plans(bc, s, plans)
-            out.append((f"sweep dequantize {fmt} -> f16 {n}x{k} grid {m or 'all'}/SM{_occ(kern)}", us, qbytes + obytes, None))
-            del plans
+        for defines in ((),) + (((("DQ_DIRECT", 0),),) if fmt == "q4_k" else ()):
+            kern = _registry_get("dequant.cu", f"dequant_{fmt}_f16", defines)
+            tag = " DQ_DIRECT=0" if defines else ""
+            for m in per_sm:
+                grid = -(-nseg // D._WARPS) if m == 0 else max(1, min(-(-nseg // D._WARPS), A.sm_count(0) * m))
+                plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
+                us = _time_plans(bc, s, plans)
+                out.append((f"sweep dequantize {fmt}{tag} -> f16 {n}x{k} grid {m or 'all'}/SM{_occ(kern)}", us,
+                            qbytes + obytes, None))
+                del plans
         del bufs
     return out
 
@@ -308,7 +311,8 @@ def warm_jobs():
         if fmt != "q4_1":
             jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
-    jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_P8", 0),)))
+    jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_P8", 0), ("DQ_DIRECT", 0))))
+    jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_DIRECT", 0),)))
     seen, out = set(), []
     for j in jobs:
         if (j[0], j[2]) not in seen:
@@ -351,13 +355,18 @@ def quick_section():
     card, spec = _spec(bc)
     cp = copy_gbs(bc, s)
     print(f"  device copy: {cp:.0f} GB/s on {card}", flush=True)
-    rows = []
-    for make in (lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0")),
-                 lambda: dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0")),
-                 lambda: dequant_grid_rows(bc, s),
-                 lambda: qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0")),
-                 lambda: qsweep_rows(bc, s, fmts=("q4_0", "q4_1"), shapes=((14336, 4096),), variants=QVARIANTS[:2])):
-        for label, us, nbytes, tus in make():
+    groups = (lambda: tcd_sweep_rows(bc, s),
+              lambda: qsweep_rows(bc, s, fmts=("q4_k",), variants=QVARIANTS[:2]),
+              lambda: dequant_grid_rows(bc, s),
+              lambda: qsweep_rows(bc, s, fmts=("q6_k", "q8_0")),
+              lambda: qsweep_rows(bc, s, fmts=("q4_0", "q4_1"), shapes=((14336, 4096),), variants=QVARIANTS[:2]))
+    for make in groups:
+        try:
+            got = make()
+        except Exception as exc:   # noqa: BLE001 -- a sweep: the other groups still run
+            print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            continue
+        for label, us, nbytes, tus in got:
             gbs = nbytes / (us * 1e-6) / 1e9
             print(f"  {label}: {us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}%", flush=True)
 

@@ -143,7 +143,13 @@ template <> struct BcQ<BC_Q4_K> {
     }
     // part p (0..31): the 8 weights 8p..8p+7 (sub-block p / 4): w[i] = a * q[i] + c
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
-        const uint4 h = *reinterpret_cast<const uint4*>(blk);
+        const int u = p >> 2;
+        part_r(*reinterpret_cast<const uint4*>(blk),
+               *reinterpret_cast<const uint2*>(blk + 16 + 32 * (u >> 1) + 8 * (p & 3)), p, q, a, c);
+    }
+    // the same from registers: h = the block's first 16 bytes, w = its 8 quant bytes
+    // 16 + 32 (p / 8) + 8 (p % 4) .. + 7 (low nibbles for p % 8 < 4, else high)
+    BC_DEV static void part_r(const uint4 h, const uint2 w2, int p, float* q, float& a, float& c) {
         const int u = p >> 2;
         const int j = u & 3;
         const u32 b0 = (h.y >> (8 * j)) & 0xffu, b1 = (h.z >> (8 * j)) & 0xffu, b2 = (h.w >> (8 * j)) & 0xffu;
@@ -152,7 +158,7 @@ template <> struct BcQ<BC_Q4_K> {
         else       { sc = (b2 & 15u) | ((b0 >> 6) << 4); m = (b2 >> 4) | ((b1 >> 6) << 4); }
         a = bc_half_to_float((u16)(h.x & 0xffffu)) * (float)sc;
         c = -bc_half_to_float((u16)(h.x >> 16)) * (float)m;
-        const u32* qs = reinterpret_cast<const u32*>(blk + 16 + 32 * (u >> 1) + 8 * (p & 3));
+        const u32 qs[2] = {w2.x, w2.y};
         const u32 shift = (u & 1) * 4u;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
