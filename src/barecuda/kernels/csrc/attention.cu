@@ -291,6 +291,10 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
     }
     __syncthreads();
+    // splits that hold tokens; with one (len <= chunk: short contexts) this block has the
+    // whole answer and writes it straight out (no partials, no merge, counter untouched)
+    const int used = len > 0 ? (len + chunk - 1) / chunk : 1;
+    const bool direct = part == nullptr || used == 1;
     for (int idx = tid; idx < group * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
         float M = neg_inf();
@@ -306,7 +310,7 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             }
         }
         const int head = kvh * group + r;
-        if (part == nullptr) {
+        if (direct) {
             out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
         } else {
             part[((long long)head * n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
@@ -316,13 +320,12 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             }
         }
     }
-    if (part == nullptr) return;
+    if (direct) return;
     // The last block of this KV head to finish merges the splits (threadFenceReduction
     // pattern) and re-arms the counter for the next launch or graph replay.
     __shared__ int s_last;
     __threadfence();
     __syncthreads();
-    const int used = len > 0 ? (len + chunk - 1) / chunk : 1;
     if (tid == 0) s_last = atomicAdd(counters + kvh, 1) == used - 1;
     __syncthreads();
     if (!s_last) return;
