@@ -138,15 +138,17 @@ def test_matvec_launches_on_the_double(fake, monkeypatch):
     la = fake.last_launch()
     assert la.name == "matvec_f16_tc_res" and la.grid == (1, 1, 1)      # tensor cores: a block a 16-row tile
     assert la.block == (32 * M._TC_WARPS, 1, 1)
-    # batch 1: the tensor cores too (column layout) in the formats of TC1, else the CUDA-core
-    # entries (MVQ_R = 2 rows a warp), as is f32 x at any batch
+    # batch 1: the CUDA-core entries (MVQ_R = 2 rows a warp) below TC1_MIN_ROWS rows, as for
+    # f32 x at any batch; the tensor cores (column layout) from there in the formats of TC1
+    M.matvec(q, bc.empty((768,), "float16"))
+    assert fake.last_launch().name == "matvec_f16_b1" and fake.last_launch().grid == (2, 1, 1)
+    monkeypatch.setattr(M, "TC1_MIN_ROWS", 9)
     M.matvec(q, bc.empty((768,), "float16"))
     assert fake.last_launch().name == "matvec_f16_tc" and fake.last_launch().grid == (1, 1, 1)
     monkeypatch.setattr(M, "TC1", frozenset())
     M.matvec(q, bc.empty((768,), "float16"))
-    assert fake.last_launch().name == "matvec_f16_b1" and fake.last_launch().grid == (2, 1, 1)
-    # Q4_K at batch 1: the direct entries, the block's warps from the shape
-    monkeypatch.setattr(M, "TC1", frozenset({"q4_k"}))
+    assert fake.last_launch().name == "matvec_f16_b1"
+    # Q4_K at batch 1, any N: the direct entries, the block's warps from the shape
     q4 = D.QuantWeight(bc.empty((40 * 4 * 144,), "uint8"), "q4_k", (40, 1024))
     M.matvec(q4, bc.empty((1024,), "bfloat16"))
     la4 = fake.last_launch()

@@ -18,6 +18,7 @@ from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans,
 ORDER = 61
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch GB/s", 11), ("vs torch", 9)]
 ROTATE_BYTES = 512 << 20
+_XCODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 DENSE = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
 QUANT = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096)]
@@ -87,7 +88,7 @@ def quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=QUAN
                 y = bc.empty((batch, n), xdtype, stream=s)
                 plans = [M.plan_matvec(D.QuantWeight(b, fmt, (n, k)), x, out=y, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
-                out.append((f"matvec {fmt} x{xdtype[5:]} {n}x{k} b{batch}", us, wbytes + 2 * batch * (n + k), None))
+                out.append((f"matvec {fmt} x {_XCODE[xdtype]} {n}x{k} b{batch}", us, wbytes + 2 * batch * (n + k), None))
                 del plans, bufs
     return out
 
@@ -141,7 +142,7 @@ def dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14
         y = bc.empty((n, k), dtype, stream=s)
         plans = [D.plan_dequantize(b, fmt, (n, k), dtype=dtype, out=y, stream=s) for b in bufs]
         us = _time_plans(bc, s, plans)
-        out.append((f"dequantize {fmt} -> {dtype[5:]} {n}x{k}", us, qbytes + obytes, None))
+        out.append((f"dequantize {fmt} -> {_XCODE[dtype]} {n}x{k}", us, qbytes + obytes, None))
         del plans, bufs
     return out
 

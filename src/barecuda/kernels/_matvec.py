@@ -39,13 +39,20 @@ def _dense_tuning(fmt, n, k, epi):
 # Quantized weights with f16/bf16 activations take the tensor-core entries (matvec_<x>_tc*,
 # csrc/matvec.cu: a block of MVT_W warps a 16-row tile) at a batch of TC_MIN_BATCH or more
 # (the mma's 8 columns hold the batch rows, so a batch of 8 costs what a batch of 1 does),
-# and at batch 1 in the formats of TC1 (the batch-1 column layout: column n of the mma holds
-# x of group n of the chunk, so the scales are applied once a chunk, with no shuffles).
+# and at batch 1 in the formats of TC1 for N >= TC1_MIN_ROWS (the batch-1 column layout:
+# column n of the mma holds x of group n of the chunk, so the scales are applied once a
+# chunk, with no shuffles). H100 sweep, 2026-11-26 19:1x (docs/kernels.md): tall weights
+# gain 2-4 points of spec over the CUDA-core entries (Q6_K 14336x4096 39.6% vs 37.2%, Q8_0
+# 58.9 vs 56.6, Q4_0 43.3 vs 39.2, Q4_1 44.3 vs 41.9); at N = 4096 the 256 tiles leave the
+# device half empty and the CUDA cores are as fast or faster (Q6_K 4096x14336 36.7% vs 33.5).
 TC_MIN_BATCH = 2
 TC1 = frozenset({"q4_k", "q6_k", "q8_0", "q4_0", "q4_1"})
+TC1_MIN_ROWS = 8192
 _TC_WARPS = 4         # MVT_W in matvec.cu
-# Q4_K at batch 1 with f16/bf16 x: matvec_<x>_tcd* (the same column layout, each thread's
-# weights straight into registers, MVD_PF super-blocks ahead; no shared-memory staging).
+# Q4_K at batch 1 with f16/bf16 x, any N: matvec_<x>_tcd* (the same column layout, each
+# thread's weights straight into registers, MVD_PF super-blocks ahead; no shared-memory
+# staging): 50.6 / 54.4 / 34.3 / 56.7% of the H100's spec at 14336x4096 / 4096x14336 /
+# 4096x4096 / 28672x4096 against 39.1 / 38.5 / 29.1% on the CUDA cores in the same run.
 # Its warps a block (the K split) are a launch choice: tcd_warps().
 TCD = True
 TCD_WARPS_PER_SM = 16         # warps the registers let a multiprocessor hold (118 a thread)
@@ -119,10 +126,16 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         vec = 0
         tune = _quant_tuning(fmt)
         defines = (("WFMT", t),) + tune
-        tc = "tc" if code != "f32" and (nb >= TC_MIN_BATCH or fmt in TC1) else ""
-        rows_per_block, threads = _quant_geometry(tune, code, epi, bool(tc))
-        if tc and nb == 1 and fmt == "q4_k" and TCD:
+        if code == "f32":
+            tc = ""
+        elif nb >= TC_MIN_BATCH:
+            tc = "tc"
+        elif fmt == "q4_k" and TCD:
             tc = "tcd"
+        else:
+            tc = "tc" if fmt in TC1 and n >= TC1_MIN_ROWS else ""
+        rows_per_block, threads = _quant_geometry(tune, code, epi, bool(tc))
+        if tc == "tcd":
             threads = 32 * tcd_warps(n, k, _args.sm_count(xb.device), epi)
     _args.same_device(("x", xb), ("weight", wb), ("up", ub))
     rb = None
