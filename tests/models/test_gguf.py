@@ -296,6 +296,9 @@ def test_upload_places_every_tensor(fake, tiny_ggufs, via):
         assert ctypes.string_at(b.ptr, b.nbytes) == bytes(f.tensor(key).data), key
     qkv = b"".join(bytes(f.tensor(f"blk.0.attn_{x}.weight").data) for x in "qkv")
     assert ctypes.string_at(bufs["blk.0.qkv"].ptr, len(qkv)) == qkv
+    st = G.LAST_UPLOAD                                      # the phases, for the load rows
+    assert st["via"] == via and st["bytes"] >= sum(f.tensor(k).nbytes for k in ["token_embd.weight"])
+    assert all(st[k] >= 0 for k in ("alloc_s", "htod_s", "place_s")) and st["total_s"] >= st["htod_s"]
     del bufs
     everything = G.upload(f, progress=False, via=via)
     for name, t in f.tensors.items():
