@@ -329,6 +329,25 @@ template <int XQ, typename XT> BC_DEV void mvt_xfrag(const XT* xp, int t, bool o
     }
 }
 
+// B of one group of the column layout: x's fragment where this thread's column holds the
+// group (on), zeros elsewhere
+BC_DEV void mvt_mask(const u32 (&B)[2][2], bool on, u32 (&b)[2][2]) {
+    const u32 m = on ? ~0u : 0u;
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) { b[sl][0] = B[sl][0] & m; b[sl][1] = B[sl][1] & m; }
+}
+// sum(x) of a group (both slices) into Dx: A = ones
+template <int BF> BC_DEV void mvt_sumx(float* Dx, const u32 (&b)[2][2]) {
+    const u32 o = MvtK<BF>::ONE;
+    bc_mma16816<BF>(Dx, o, o, o, o, b[0][0], b[0][1]);
+    bc_mma16816<BF>(Dx, o, o, o, o, b[1][0], b[1][1]);
+}
+// a group's products of rows g (Ag) and g + 8 (Ah): slice 0 into D0, slice 1 into D1
+template <int BF> BC_DEV void mvt_dot(float* D0, float* D1, const u32 (&Ag)[4], const u32 (&Ah)[4], const u32 (&b)[2][2]) {
+    bc_mma16816<BF>(D0, Ag[0], Ah[0], Ag[1], Ah[1], b[0][0], b[0][1]);
+    bc_mma16816<BF>(D1, Ag[2], Ah[2], Ag[3], Ah[3], b[1][0], b[1][1]);
+}
+
 // COL = 0: the batch rows are the mma's 8 columns (B column g = x row g), each group's
 // products are scaled as they come. COL = 1 (batch 1): column n holds x of group n of the
 // chunk and zeros elsewhere, so one accumulator fragment per chunk collects every group's
@@ -446,20 +465,15 @@ BC_DEV void mv_tc(u8* __restrict__ smem, const u8* __restrict__ W, const u8* __r
 #pragma unroll
             for (int gi = 0; gi < Q::NG; ++gi) {
                 if (gi >= ng) break;
-                const u32 m = g == gi ? ~0u : 0u;
-                const u32 b00 = B[0][0] & m, b01 = B[0][1] & m, b10 = B[1][0] & m, b11 = B[1][1] & m;
-                if (Q::MINS) {
-                    const u32 o = MvtK<BF>::ONE;
-                    bc_mma16816<BF>(Dx, o, o, o, o, b00, b01);
-                    bc_mma16816<BF>(Dx, o, o, o, o, b10, b11);
-                }
+                u32 b[2][2];
+                mvt_mask(B, g == gi, b);
+                if (Q::MINS) mvt_sumx<BF>(Dx, b);
 #pragma unroll
                 for (int s = 0; s < NS; ++s) {
                     u32 Ag[4], Ah[4];
                     Q::template quants<BF>(pr[s][0], gi, t, Ag);
                     Q::template quants<BF>(pr[s][1], gi, t, Ah);
-                    bc_mma16816<BF>(D[s][0], Ag[0], Ah[0], Ag[1], Ah[1], b00, b01);
-                    bc_mma16816<BF>(D[s][Q::SPLIT], Ag[2], Ah[2], Ag[3], Ah[3], b10, b11);
+                    mvt_dot<BF>(D[s][0], D[s][Q::SPLIT], Ag, Ah, b);
                 }
             }
             // D[.][.][i]: row g + 8 (i >> 1), group 2t + (i & 1)
@@ -481,11 +495,7 @@ BC_DEV void mv_tc(u8* __restrict__ smem, const u8* __restrict__ W, const u8* __r
                 u32 B[2][2];
                 mvt_xfrag<Q::XQ>(xc + 32 * gi, t, xon, B);
                 float Dx[4] = {0.f, 0.f, 0.f, 0.f};
-                if (Q::MINS) {
-                    const u32 o = MvtK<BF>::ONE;
-                    bc_mma16816<BF>(Dx, o, o, o, o, B[0][0], B[0][1]);
-                    bc_mma16816<BF>(Dx, o, o, o, o, B[1][0], B[1][1]);
-                }
+                if (Q::MINS) mvt_sumx<BF>(Dx, B);
                 const int src = (lane & ~3) | (gi & 3);
 #pragma unroll
                 for (int s = 0; s < NS; ++s) {
@@ -500,8 +510,7 @@ BC_DEV void mv_tc(u8* __restrict__ smem, const u8* __restrict__ W, const u8* __r
                             if (e < 1 + Q::SPLIT || (e == 2 && Q::MINS))
                                 sc[h][e] = __shfl_sync(BC_FULL_MASK, sv[s][h][gi >> 2][e], src);
                     float D0[4] = {0.f, 0.f, 0.f, 0.f}, D1[4] = {0.f, 0.f, 0.f, 0.f};
-                    bc_mma16816<BF>(D0, Ag[0], Ah[0], Ag[1], Ah[1], B[0][0], B[0][1]);
-                    bc_mma16816<BF>(Q::SPLIT ? D1 : D0, Ag[2], Ah[2], Ag[3], Ah[3], B[1][0], B[1][1]);
+                    mvt_dot<BF>(D0, Q::SPLIT ? D1 : D0, Ag, Ah, B);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         float a = fmaf(sc[i >> 1][0], D0[i], acc[s][i]);
@@ -653,18 +662,15 @@ BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
                 for (int i = 0; i < 4; ++i) D[s][i] = 0.f;
 #pragma unroll
             for (int gi = 0; gi < 8; ++gi) {
-                const u32 m = g == (gi < 4 ? 2 * gi : 2 * gi - 7) ? ~0u : 0u;
-                const u32 b00 = B[0][0] & m, b01 = B[0][1] & m, b10 = B[1][0] & m, b11 = B[1][1] & m;
-                const u32 o = MvtK<BF>::ONE;
-                bc_mma16816<BF>(Dx, o, o, o, o, b00, b01);
-                bc_mma16816<BF>(Dx, o, o, o, o, b10, b11);
+                u32 b[2][2];
+                mvt_mask(B, g == (gi < 4 ? 2 * gi : 2 * gi - 7), b);
+                mvt_sumx<BF>(Dx, b);
 #pragma unroll
                 for (int s = 0; s < NS; ++s) {
                     u32 Ag[4], Ah[4];
                     Q::template quants_q<BF>(buf[p][s].q[0][gi >> 1], gi, Ag);
                     Q::template quants_q<BF>(buf[p][s].q[1][gi >> 1], gi, Ah);
-                    bc_mma16816<BF>(D[s], Ag[0], Ah[0], Ag[1], Ah[1], b00, b01);
-                    bc_mma16816<BF>(D[s], Ag[2], Ah[2], Ag[3], Ah[3], b10, b11);
+                    mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
                 }
             }
             load(c + PF * nw, buf[p]);
