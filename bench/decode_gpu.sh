@@ -11,6 +11,11 @@
 #   tests       the fused kernels' and the models' GPU tests
 #   smol        SmolLM2-135M joined from .carry/smol1/part + .carry/smol2/part (the 93 MB file is
 #               over the carry: two calls), its GPU test, an answer, tg128 and llama-bench on it
+#   scale       issue 25's checks at scale: tests/models/test_scale_gpu.py (1B F16, 1B Q4_K_M, 8B F16
+#               against torch float32; the files go to /tmp/decode, shared with `bench`)
+#   attn        the attention and GEMM kernels' GPU tests (tests/kernels/test_{attention,matmul}.py)
+#   attn-bench  the kernels_attention rows (decode GB/s at 4k-32k, prefill), with the decode
+#               tile sweep when BARECUDA_BENCH_TUNE=decode
 #   bench       the decode table (barecuda fused/unfused, torch eager/graph/compile, llama.cpp),
 #               per-node breakdown, logits/greedy against torch float32 (DECODE_ARGS adds flags)
 # Logs go to $OUT (the device tool's folder), default /tmp/out.
@@ -59,6 +64,14 @@ for st in "$@"; do
     python3 -m barecuda.models.llama generate --gguf $SMOL --prompt "Write a haiku about the sea." --max-new 48
     for v in "" "--pdl" "--unfused"; do python3 -m barecuda.models.llama bench --gguf $SMOL $v; done
     [ -x "$LB" ] && $LB -m $SMOL -p 0 -n 128 -r 5 -fa 1 -ngl 99 2>&1 | grep -E "^\|" ;;
+  scale)
+    BARECUDA_DECODE_DIR=${BARECUDA_DECODE_DIR:-/tmp/decode} timeout ${SCALE_TIMEOUT:-240} python3 -m pytest tests/models/test_scale_gpu.py \
+      --gpu -q -s -p no:cacheprovider 2>&1 | tee "$OUT/scale.log" | grep -E "vs torch|passed|failed|Error|assert" ;;
+  attn)
+    timeout ${ATTN_TIMEOUT:-150} python3 -m pytest tests/kernels/test_attention.py tests/kernels/test_matmul.py --gpu -q \
+      -p no:cacheprovider 2>&1 | tee "$OUT/attn.log" | tail -8 ;;
+  attn-bench)
+    timeout ${ATTN_BENCH_TIMEOUT:-120} python3 -m barecuda.bench.kernels_attention_rows 2>&1 | tee "$OUT/attn_bench.log" ;;
   bench)
     [ -d $LC ] && export BARECUDA_LLAMA_BENCH=$LB BARECUDA_LLAMA_WAIT=${LCPP_WAIT:-0}
     python3 -m barecuda.bench.decode_rows --dir /tmp/decode --json "$OUT/decode${DECODE_TAG:-}.json" ${DECODE_ARGS:-} 2>&1 \

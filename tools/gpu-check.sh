@@ -21,6 +21,8 @@
 #   --update-baseline  rewrite bench/baseline.json (and $OUT/baseline.json) with this run's ratios to raw C
 #   GPU_CHECK_SECONDS  the whole run's time budget (default 570); stages get timeouts from what is left
 #
+# Under memcheck BARECUDA_UNDER_SANITIZER=memcheck is set: a test that streams gigabytes (the 8B model checks)
+# skips itself there, saying so, since instrumented kernels run 10-100x slower.
 # memcheck runs with --leak-check full over EVERY GPU test file (any tests/**/test_*.py that marks tests
 # `gpu`: program, NCCL, IPC, seeds, and the tests/kernels/ and tests/models/ folders when they exist), with
 # `-m gpu`, in two shards. The pytest plugin tools/gpu_leak_plugin.py frees what barecuda caches (pools
@@ -136,7 +138,7 @@ memcheck_stage() {
     for (( k = 1; k <= n; k++ )); do
         local part=()
         for j in "${!files[@]}"; do (( j % n == k - 1 )) && part+=("${files[$j]}"); done
-        ( timeout -k 10 "$t" "$SAN" --tool memcheck "${SANFLAGS[@]}" "${MEMFLAGS[@]}" \
+        ( BARECUDA_UNDER_SANITIZER=memcheck timeout -k 10 "$t" "$SAN" --tool memcheck "${SANFLAGS[@]}" "${MEMFLAGS[@]}" \
             "${PYTEST[@]}" -p gpu_leak_plugin -m gpu "${part[@]}" -q -rfE -k "not grow_the_heap" \
             > "$OUT/$name.$k.log" 2>&1; echo $? > "$OUT/$name.$k.rc" ) &   # (the sanitizer's own allocations grow RSS)
     done

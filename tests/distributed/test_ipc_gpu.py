@@ -85,60 +85,53 @@ def test_producer_consumer_pool_memory():
     np.testing.assert_array_equal(buf.to_numpy(), x * 2 + 1)
 
 
-def _cycler(hbuf, warm, n, q, go):
-    import barecuda as bc
+def _cycler(hbuf, n, q):
+    import ctypes
     from barecuda import ipc
+    cu = ctypes.CDLL("libcuda.so.1")
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+
+    def mapped(addr):
+        # the driver's own view of this process's address space: is addr inside a mapping?
+        return cu.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(addr)) == 0
     try:
-        def cycle():
+        bad = []
+        for i in range(n):
             v = ipc.open_buffer(hbuf)
+            addr = v.ptr
+            if not mapped(addr):                 # the probe sees an open mapping...
+                bad.append(f"cycle {i}: the open mapping at {addr:#x} is not seen")
             v.close()
-            return v.device
-        for _ in range(warm):        # the driver's one-time IPC resources appear here
-            dev = cycle()
-        dev.synchronize()
-        free_warm = dev.mem_info()[0]
-        for _ in range(n):
-            cycle()
-        dev.synchronize()
-        q.put(("ok", ipc.open_count(), free_warm, dev.mem_info()[0]))
+            if mapped(addr):                     # ...and sees it gone once closed
+                bad.append(f"cycle {i}: the mapping at {addr:#x} outlived close()")
+            if len(bad) > 3:
+                break
+        q.put(("ok", ipc.open_count(), bad))
     except BaseException as ex:  # noqa: BLE001
-        q.put(("err", f"{type(ex).__name__}: {ex}", 0, 0))
-    go.wait(120)                     # stay alive while the producer frees its memory
+        q.put(("err", f"{type(ex).__name__}: {ex}", []))
 
 
 def test_no_leak_over_1000_open_close_cycles():
-    # Device-wide free memory is compared only between readings that see the same set of
-    # live contexts: the importer's own context (hundreds of MiB, present from its first
-    # open until it exits) is in both readings of each pair.
-    size = 256 << 20
-    dev = bc.Device(0)
-    buf = bc.ipc.IpcAllocator(0).alloc(size)
+    # Each close must unmap: the driver reference-counts IPC opens of one handle in a
+    # process, so a leaked open keeps the mapping (and the exporter's memory) alive while
+    # costing no new device memory. The child asks the driver, after every close, whether
+    # the address is still mapped (cuMemGetAddressRange). Device-wide free memory is not
+    # used: other processes on the GPU (xdist workers, parallel sanitizer runs) move it.
+    buf = bc.ipc.IpcAllocator(0).alloc(256 << 20)
     h = ipc.export_buffer(buf)
     ctx = mp.get_context("spawn")
-    q, go = ctx.Queue(), ctx.Event()
-    p = ctx.Process(target=_cycler, args=(h, 10, 1000, q, go))
+    q = ctx.Queue()
+    p = ctx.Process(target=_cycler, args=(h, 1000, q))
     p.start()
     try:
-        status, nopen, free_warm, free_after = q.get(timeout=300)
+        status, nopen, bad = q.get(timeout=300)
         assert status == "ok", nopen
         assert nopen == 0
-        # 1000 more open/close cycles after the warm-up hold no more device memory
-        assert free_after >= free_warm - (8 << 20), \
-            f"{(free_warm - free_after) >> 20} MiB more held after 1000 open/close cycles"
-        # no mapping is left: freeing the exporter's buffer gives all of its memory back
-        # while the importing process is still alive (a mapping left open would keep it held)
-        dev.synchronize()
-        free_held = dev.mem_info()[0]
-        h.release()
-        del h
-        buf.close()
-        dev.synchronize()
-        free_freed = dev.mem_info()[0]
-        assert free_freed - free_held >= size - (8 << 20), \
-            f"only {(free_freed - free_held) >> 20} MiB of the {size >> 20} MiB came back after the importer closed it"
+        assert not bad, bad
     finally:
-        go.set()
         p.join(60)
+        h.release()
+        buf.close()
 
 
 def test_stale_handle_after_free():

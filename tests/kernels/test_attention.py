@@ -24,6 +24,8 @@ gpu = pytest.mark.gpu
 def to_dev(x, dtype, stream=None):
     """(device buffer of ``dtype`` holding x rounded, the rounded values as float64)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    if dtype == "float32":
+        return bc.to_device(x, stream=stream), x.astype(np.float64)
     if dtype == "float16":
         h = x.astype(np.float16)
         return bc.to_device(h, stream=stream), h.astype(np.float64).reshape(x.shape)
@@ -34,6 +36,8 @@ def to_dev(x, dtype, stream=None):
 
 
 def from_dev(b, dtype):
+    if dtype == "float32":
+        return b.to_numpy().reshape(tuple(b.shape)).astype(np.float64)
     u = b.view("uint16", tuple(b.shape)).to_numpy().reshape(tuple(b.shape))
     if dtype == "float16":
         return u.view(np.float16).astype(np.float64)
@@ -222,6 +226,31 @@ def test_append_and_prefill_checks(fake):
     assert tuple(out.shape) == (100, 4, 64)
 
 
+def test_float32_decode_and_append_dispatch(fake):
+    """float32 caches take the plain kernels: one block per query head, no split, no
+    workspace (n_splits is ignored); kv_append copies 16-byte chunks of 4 floats."""
+    q, k, v, ln = _bufs(fake, max_ctx=512, n_kv=2, d=80, n_heads=6, dtype="float32")
+    out = bc.empty((6, 80), "float32")
+    A.attention_decode(q, k, v, ln, out=out, len_offset=1, n_splits=4)
+    la = fake.last_launch()
+    assert la.name == "attn_decode_f32" and la.grid == (6, 1, 1) and la.block == (A.DEC_WARPS * 32, 1, 1)
+    ptrs = struct.unpack_from("<5Q", la.params, 0)
+    assert ptrs == (q.ptr, k.ptr, v.ptr, out.ptr, ln.ptr)
+    assert struct.unpack_from("<i", la.params, len(la.params) - 8)[0] == 3       # the GQA group
+    plan = A.plan_attention_decode(q, k, v, ln, out=out, kv_layout="token_major")
+    n0 = fake.launch_count()
+    plan()
+    assert fake.launch_count() == n0 + 1 and fake.last_launch().name == "attn_decode_f32"
+    kn = bc.empty((2, 80), "float32")
+    A.kv_append(kn, kn, k, v, ln)
+    la = fake.last_launch()
+    assert la.name == "kv_append_f32" and la.grid[0] * la.block[0] >= 2 * 80 // 4
+    with pytest.raises(TypeError, match="k_new"):
+        A.kv_append(bc.empty((2, 80), "float16"), kn, k, v, ln)
+    with pytest.raises(TypeError, match="dtype"):
+        A.attention_decode(bc.empty((6, 80), "float16"), k, v, ln)
+
+
 # ------------------------------------------------------------------ GPU
 def _decode_case(rng, dtype, d, n_heads, n_kv, max_ctx, length, n_splits=None, paged=None, s=None):
     q32 = rng.standard_normal((n_heads, d)).astype(np.float32)
@@ -249,6 +278,30 @@ def test_decode_matches_float64_reference(dtype, d):
         got = from_dev(out, dtype)
         err = np.abs(got - ref).max()
         assert err < 1e-2, (n_heads, n_kv, length, splits, err)
+
+
+@gpu
+@pytest.mark.parametrize("d", [64, 80, 96, 128])
+def test_float32_decode_and_append_match_float64_reference(d):
+    """The float32 kernels (the models' fp32 mode): contiguous token- and head-major
+    caches, GQA groups, the appended token at the device-held position; error < 1e-4."""
+    rng = np.random.default_rng(100 + d)
+    for nh, nkv, max_ctx, length, layout in [(32, 8, 300, 257, "token_major"), (9, 3, 100, 1, "head_major"),
+                                             (16, 16, 64, 64, "head_major"), (12, 1, 700, 555, "token_major")]:
+        shape = (max_ctx, nkv, d) if layout == "token_major" else (nkv, max_ctx, d)
+        kd, k = to_dev(rng.standard_normal(shape).astype(np.float32), "float32")
+        vd, v = to_dev(rng.standard_normal(shape).astype(np.float32), "float32")
+        qd, q = to_dev(rng.standard_normal((nh, d)).astype(np.float32), "float32")
+        knd, knew = to_dev(rng.standard_normal((nkv, d)).astype(np.float32), "float32")
+        vnd, vnew = to_dev(rng.standard_normal((nkv, d)).astype(np.float32), "float32")
+        pos = bc.to_device(np.array([length - 1], np.int32))
+        A.kv_append(knd, vnd, kd, vd, pos, kv_layout=layout)
+        if layout == "head_major":
+            k, v = k.transpose(1, 0, 2).copy(), v.transpose(1, 0, 2).copy()
+        k[length - 1], v[length - 1] = knew, vnew
+        ref = ref_attention(q[None], k[:length], v[:length], 1 / math.sqrt(d))[0]
+        out = A.attention_decode(qd, kd, vd, pos, len_offset=1, kv_layout=layout)
+        assert np.abs(from_dev(out, "float32") - ref).max() < 1e-4, (nh, nkv, length, layout)
 
 
 @gpu

@@ -76,6 +76,7 @@ typedef uint8_t u8; typedef uint16_t u16; typedef uint32_t u32; typedef uint64_t
 #define BC_DEV inline
 #define __align__(n) alignas(n)
 struct uint4 { u32 x, y, z, w; };
+struct uint2 { u32 x, y; };
 static inline float __uint_as_float(u32 v) { float f; std::memcpy(&f, &v, 4); return f; }
 static inline u32 __funnelshift_r(u32 lo, u32 hi, u32 sh) { sh &= 31; return sh ? (lo >> sh) | (hi << (32 - sh)) : lo; }
 static inline float bc_half_to_float(u16 h) {
@@ -223,7 +224,7 @@ def test_dequantize_launch_on_the_double(fake):
     la = fake.last_launch()
     assert la.name == "dequant_q4_k_bf16"
     assert la.block == (128, 1, 1)
-    assert la.grid[0] == min(-(-34 // 4), A.sm_count(0) * 16)
+    assert la.grid[0] == (min(-(-34 // 4), A.sm_count(0) * D.GRID_PER_SM) if D.GRID_PER_SM else -(-34 // 4))
     assert struct.unpack_from("<QQq", la.params, 0) == (buf.ptr, out.ptr, n_blocks)
     qw = D.QuantWeight(buf, "q4_k", (n_blocks, 256))
     o2 = bc.empty((n_blocks, 256), "float32")
@@ -303,15 +304,31 @@ def test_dequantize_plan_in_a_captured_graph():
 
 
 @gpu
+@pytest.mark.parametrize("grid", [1, 3])
+def test_dequantize_q4_k_direct_grid_stride(grid):
+    """Q4_K's direct kernel (the default, DQ_DIRECT=1) on a grid smaller than the tensor's
+    runs of 32 blocks: its grid-stride loop, a partial last run."""
+    rng = np.random.default_rng()
+    shape = (37, 256 * 9)                               # 333 blocks: 10 runs of 32 and 13
+    raw = random_blocks(rng, "q4_k", shape[0] * shape[1])
+    out = bc.empty(shape, "float32")
+    _registry.get("dequant.cu", "dequant_q4_k_f32", ()).launch(grid, 128, bc.to_device(raw), out, raw.size // 144)
+    assert np.abs(from_dev(out, "float32") - reference(raw, "q4_k", shape)).max() < 1e-4
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("fmt", QFORMATS)
-def test_dequantize_unit_layout(fmt, dtype):
-    """dequant.cu built with DQ_P8=0 (a lane decodes 32-weight units; the default is 8 weights
-    a lane, coalesced stores): the bench's comparison row."""
+@pytest.mark.parametrize("fmt,defines", [(f, (("DQ_P8", 0), ("DQ_DIRECT", 0))) for f in QFORMATS]
+                         + [("q4_k", (("DQ_DIRECT", 0),))])
+def test_dequantize_staged_layouts(fmt, defines, dtype):
+    """dequant.cu's staged kernel (cp.async segments through shared memory) with DQ_P8=0 (a
+    lane decodes 32-weight units; the default is 8 weights a lane, coalesced stores), and
+    Q4_K staged (DQ_DIRECT=0; its default reads straight into registers): the bench's
+    comparison rows."""
     rng = np.random.default_rng()
     qk = D.format_info(fmt)[2]
     code = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]
-    kern = _registry.get("dequant.cu", f"dequant_{fmt}_{code}", (("DQ_P8", 0),))
+    kern = _registry.get("dequant.cu", f"dequant_{fmt}_{code}", defines)
     for shape in SHAPES[qk]:
         raw = random_blocks(rng, fmt, shape[0] * shape[1])
         ref = reference(raw, fmt, shape)

@@ -15,6 +15,7 @@ import pytest
 
 import barecuda as bc
 from barecuda.kernels import _dequant as D
+from barecuda.kernels import _args as A
 from barecuda.kernels import _matvec as M
 from barecuda.kernels import _registry
 
@@ -57,7 +58,8 @@ def test_matvec_source_compiles_without_warnings(arch, fmt):
                               "MV_R" not in dict(e[2])]
     oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
     assert oc.log.strip() == ""
-    assert len(names) == (36 if fmt in D.DENSE else 42)          # + matvec_{f16,bf16}_tc[_res|_glu]
+    # + matvec_{f16,bf16}_tc[_res|_glu]; Q4_K: + matvec_{f16,bf16}_tcd[_res|_glu]
+    assert len(names) == (36 if fmt in D.DENSE else 48 if fmt == "q4_k" else 42)
 
 
 def test_kernels_table_covers_every_format_and_tuning():
@@ -114,7 +116,7 @@ def test_matvec_checks_raise_before_launch(fake):
     assert fake.launch_count() == n0
 
 
-def test_matvec_launches_on_the_double(fake):
+def test_matvec_launches_on_the_double(fake, monkeypatch):
     w = bc.empty((37, 64), "float16")
     x = bc.empty((3, 64), "bfloat16")
     y = M.matvec(w, x)
@@ -136,9 +138,23 @@ def test_matvec_launches_on_the_double(fake):
     la = fake.last_launch()
     assert la.name == "matvec_f16_tc_res" and la.grid == (1, 1, 1)      # tensor cores: a block a 16-row tile
     assert la.block == (32 * M._TC_WARPS, 1, 1)
-    # batch 1, and f32 x at any batch: the CUDA-core entries, MVQ_R = 2 rows a warp
+    # batch 1: the CUDA-core entries (MVQ_R = 2 rows a warp) below TC1_MIN_ROWS rows, as for
+    # f32 x at any batch; the tensor cores (column layout) from there in the formats of TC1
     M.matvec(q, bc.empty((768,), "float16"))
     assert fake.last_launch().name == "matvec_f16_b1" and fake.last_launch().grid == (2, 1, 1)
+    monkeypatch.setattr(M, "TC1_MIN_ROWS", 9)
+    M.matvec(q, bc.empty((768,), "float16"))
+    assert fake.last_launch().name == "matvec_f16_tc" and fake.last_launch().grid == (1, 1, 1)
+    monkeypatch.setattr(M, "TC1", frozenset())
+    M.matvec(q, bc.empty((768,), "float16"))
+    assert fake.last_launch().name == "matvec_f16_b1"
+    # Q4_K at batch 1, any N: the direct entries, the block's warps from the shape
+    q4 = D.QuantWeight(bc.empty((40 * 4 * 144,), "uint8"), "q4_k", (40, 1024))
+    M.matvec(q4, bc.empty((1024,), "bfloat16"))
+    la4 = fake.last_launch()
+    assert la4.name == "matvec_bf16_tcd" and la4.grid == (3, 1, 1)
+    assert la4.block == (32 * M.tcd_warps(40, 1024, A.sm_count(0)), 1, 1) and la4.block[0] == 32 * 4
+    assert M.tcd_warps(14336, 4096, 132) == 2 and M.tcd_warps(4096, 14336, 132) == 8
     M.matvec(q, bc.empty((8, 768), "float32"))
     assert fake.last_launch().name == "matvec_f32_b8" and fake.last_launch().grid == (2, 1, 1)
     assert struct.unpack_from("<5Q", la.params, 0) == (q.ptr, 0, x8.ptr, r.ptr, r.ptr)
@@ -251,6 +267,61 @@ def test_matvec_tensor_core_path(fmt, monkeypatch):
             got = from_dev(M.matvec_silu_mul(qg, qu, xd), xdt).reshape(nb, n)
             s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
             check(got, g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (fmt, xdt, n, k, nb, "glu"))
+
+
+@gpu
+@pytest.mark.parametrize("warps,pf", [(1, 2), (3, 2), (16, 2), (2, 3), (5, 3)])
+def test_matvec_q4_k_direct_entries(warps, pf):
+    """The Q4_K batch-1 entries (matvec_<x>_tcd*, weights straight into registers) with any
+    warps a block (the K split, a launch choice; gate/up at most 8) and MVD_PF super-blocks
+    ahead: warps with no super-block, rows past N, residual and silu*mul epilogues, f16 and
+    bf16 x."""
+    rng = np.random.default_rng()
+    defines = (("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+    for n, k in ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)):
+        rg, ru = random_blocks(rng, "q4_k", n * k), random_blocks(rng, "q4_k", n * k)
+        wg, wu = reference(rg, "q4_k", (n, k)), reference(ru, "q4_k", (n, k))
+        qg, qu = bc.to_device(rg), bc.to_device(ru)
+        for xdt in ("float16", "bfloat16"):
+            code = M._CODES[xdt]
+            xd, x = to_dev(rng.standard_normal((1, k)) * 0.01, xdt)
+            rd, r = to_dev(rng.standard_normal((1, n)), xdt)
+            y = bc.empty((1, n), xdt)
+            grid = -(-n // 16)
+            _registry.get("matvec.cu", f"matvec_{code}_tcd", defines).launch(grid, 32 * warps, qg, 0, xd, y, 0, n, k, 1, 0)
+            sc = np.abs(x) @ np.abs(wg).T
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, (warps, pf, xdt, n, k))
+            _registry.get("matvec.cu", f"matvec_{code}_tcd_res", defines).launch(grid, 32 * warps, qg, 0, xd, y, rd, n, k, 1, 0)
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, (warps, pf, xdt, n, k, "res"))
+            _registry.get("matvec.cu", f"matvec_{code}_tcd_glu", defines).launch(grid, 32 * min(warps, 8), qg, qu, xd, y, 0, n, k, 1, 0)
+            g, up = x @ wg.T, x @ wu.T
+            s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
+            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (warps, pf, xdt, n, k, "glu"))
+
+
+@gpu
+@pytest.mark.parametrize("tune", [(("MVT_W", 8),), (("MVT_S", 3),), (("MVT_W", 6), ("MVT_S", 3))])
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_matvec_tensor_core_tuning_variants(fmt, tune):
+    """The tensor-core entries built with other warps a tile (MVT_W: the K split) and staging
+    depths (MVT_S; cut to what fits 48 KB): batch 1 (column layout) and batch 3, chunks
+    left over by the split, a partial last chunk, rows past N."""
+    if fmt == "q6_k" and dict(tune).get("MVT_W") == 8:
+        pytest.skip("Q6_K's gate/up staging at 8 warps passes 48 KB (the module does not build)")
+    rng = np.random.default_rng()
+    _, t, qk, _ = D.format_info(fmt)
+    defines = (("WFMT", t),) + M._quant_tuning(fmt) + tune
+    for n, k in ((37, qk * 19), (16, qk * 5 + (qk * 3 if qk == 32 else 0))):
+        raw = random_blocks(rng, fmt, n * k)
+        w = reference(raw, fmt, (n, k))
+        qb = bc.to_device(raw)
+        for xdt, nb in (("float16", 1), ("bfloat16", 1), ("float16", 3)):
+            xd, x = to_dev(rng.standard_normal((nb, k)), xdt)
+            y = bc.empty((nb, n), xdt)
+            kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdt]}_tc", defines)
+            rows, threads = M._quant_geometry(defines, M._CODES[xdt], None, True)
+            kern.launch(-(-n // rows), threads, qb, 0, xd, y, 0, n, k, nb, 0)
+            check(from_dev(y, xdt).reshape(nb, n), x @ w.T, np.abs(x) @ np.abs(w).T, xdt, (fmt, tune, xdt, n, k, nb))
 
 
 @gpu

@@ -92,6 +92,29 @@ def test_random_blocks_dequantize_like_gguf(qt):
     assert np.array_equal(mine, ref)
 
 
+@pytest.mark.parametrize("kw", [dict(qtype="F16"), dict(qtype="F32"), dict(q4_k_m=True)], ids=["F16", "F32", "Q4_K_M"])
+def test_fast_random_files(tmp_path, kw):
+    """``fast=True`` (the benchmark's files): tensors cut from one pool as views at random
+    offsets, a pool smaller than a tensor repeated cyclically; the values keep the scale
+    1/sqrt(fan-in), tensors and neighbouring rows differ, and the file reads back."""
+    from barecuda.models import synthetic as S
+    shape = dict(n_layer=2, dim=256, ffn_dim=512, n_head=4, n_head_kv=2, vocab=300)
+    path = S.write_random_llama(str(tmp_path / "fast.gguf"), **shape, fast=True, seed=3, **kw)
+    f = G.open_gguf(path)
+    q = R.dequantize_tensor(f.tensor("blk.0.attn_q.weight"))
+    d = R.dequantize_tensor(f.tensor("blk.1.ffn_down.weight"))
+    if "qtype" in kw:
+        assert abs(q.std() * 16 - 1) < 0.05 and abs(d.std() * np.sqrt(512) - 1) < 0.05
+    assert not np.array_equal(q[0], q[1]) and not np.array_equal(q, R.dequantize_tensor(f.tensor("blk.1.attn_q.weight")))
+    pool = S._Pool(np.random.default_rng(0), 1000)
+    v = pool.take(pool.normal, 600)
+    assert not v.flags.writeable and np.shares_memory(v, pool.normal)
+    assert pool.take(pool.bytes, 600, copy=True).flags.writeable
+    w = pool.take(pool.normal, 2500)                                   # cyclic: index (off + i) mod n
+    off = int(np.flatnonzero(pool.normal == w[0])[0])
+    assert np.array_equal(w, pool.normal[(off + np.arange(2500)) % 1000])
+
+
 def test_type_table_matches_gguf():
     # Q8_1 is never stored in files; gguf-py still lists its old 40-byte block (ggml: 36)
     for qt in gguf.GGMLQuantizationType:
@@ -273,6 +296,9 @@ def test_upload_places_every_tensor(fake, tiny_ggufs, via):
         assert ctypes.string_at(b.ptr, b.nbytes) == bytes(f.tensor(key).data), key
     qkv = b"".join(bytes(f.tensor(f"blk.0.attn_{x}.weight").data) for x in "qkv")
     assert ctypes.string_at(bufs["blk.0.qkv"].ptr, len(qkv)) == qkv
+    st = G.LAST_UPLOAD                                      # the phases, for the load rows
+    assert st["via"] == via and st["bytes"] >= sum(f.tensor(k).nbytes for k in ["token_embd.weight"])
+    assert all(st[k] >= 0 for k in ("alloc_s", "htod_s", "place_s")) and st["total_s"] >= st["htod_s"]
     del bufs
     everything = G.upload(f, progress=False, via=via)
     for name, t in f.tensors.items():

@@ -52,6 +52,23 @@ def test_graph_nodes_and_graph_only_decode(fake_kernels, small_f16, fused, pdl):
     m.close()
 
 
+def test_float32_mode_runs_the_unfused_loop(fake_kernels, small_f16):
+    """dtype="float32" (the correctness mode): the unfused loop whatever ``fused`` says, with
+    float32 activations, cache and logits (attention through attn_decode_f32)."""
+    from barecuda.models.llama import Llama
+    fake = fake_kernels
+    m = Llama(small_f16, max_seq=32, dtype="float32", fused=True, pdl=True)
+    assert not m.fused and not m.pdl and m.kv_layout == "token_major"
+    m.graph()
+    assert m.nodes_per_layer == 9 and m.nodes_per_token == 1 + 9 * SMALL["n_layer"] + 4
+    assert str(m.layers[0]["k_cache"].dtype) == "float32" and str(m.logits.dtype) == "float32"
+    n = fake.calls("cuGraphLaunch")
+    assert len(m.generate_ids([1, 2], 3)) == 3 and fake.calls("cuGraphLaunch") - n == 1 + 3
+    with pytest.raises(NotImplementedError, match="16-bit"):
+        m.prefill_gemm([1, 2, 3])
+    m.close()
+
+
 def test_state_layout(fake_kernels, small_f16):
     """reset() writes pos 0, the first token, the prompt length and the prompt."""
     import ctypes
@@ -87,8 +104,8 @@ def test_errors_before_gpu_memory(fake_kernels, small_f16, tmp_path):
     from barecuda.models.llama import Llama
     fake = fake_kernels
     used = fake.mem_used()
-    with pytest.raises(ValueError, match="float16 or bfloat16"):
-        Llama(small_f16, dtype="float32")
+    with pytest.raises(ValueError, match="float16, bfloat16 or float32"):
+        Llama(small_f16, dtype="float64")
     same = G.open_gguf(_patched(small_f16, tmp_path, "same.gguf", lambda k, v: v))
     assert same["llama.block_count"] == 2 and len(same.tensors) == len(G.open_gguf(small_f16).tensors)
     # a head dim the attention kernel does not serve (128 wide, 4 heads -> 32)

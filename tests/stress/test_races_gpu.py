@@ -173,7 +173,7 @@ def test_ipc_open_bad_bounds_gpu(where, monkeypatch):
     for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}.items():
         monkeypatch.setenv(k, os.environ.get(k, v))
     data = np.random.default_rng(SEED).integers(0, 256, 1 << 20, dtype=np.uint8)
-    buf = bc.IpcAllocator(0).alloc(data.nbytes)
+    buf = bc.ipc.IpcAllocator(0).alloc(data.nbytes)
     buf.copy_from(data)
     good = ipc.export_buffer(buf)
     bad = pickle.loads(pickle.dumps(good))

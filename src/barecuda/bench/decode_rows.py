@@ -71,12 +71,33 @@ def barecuda_run(path, fused=True, breakdown=False, pdl=False):
     r = m.bench(N_TOKENS, REPEATS)
     r["nodes_per_layer"] = m.nodes_per_layer
     r["load_s"] = m.load_seconds
+    from barecuda.models.gguf import LAST_UPLOAD
+    r["load_stats"] = dict(LAST_UPLOAD)
     if breakdown:
         r["breakdown"] = node_breakdown(m)
     m.close()
     del m
     gc.collect()
     return r
+
+
+def pinned_h2d_gbs(bc, s, nbytes=1 << 30):
+    """Host-to-device rate from page-locked memory (one 1 GiB cuMemcpyHtoDAsync, median of 5):
+    issue 25's reference for the load target (>= 80% of it from the page cache)."""
+    from barecuda._staging import copy_htod
+    h = bc.pinned_empty((nbytes,), "uint8")
+    h[:] = 1
+    d = bc.empty((nbytes,), "uint8", stream=s)
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(6):
+        e0.record(s)
+        copy_htod(d.ptr, h, s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    ts = sorted(ts[1:])
+    return nbytes / (ts[len(ts) // 2] * 1e-3) / 1e9
 
 
 def node_breakdown(m):
@@ -158,47 +179,77 @@ def llama_bench_run(binary, path):
         return None, f"{type(e).__name__}: {e} {tail}"
 
 
-def check_vs_torch(path, n_prompt=8, steps=32):
-    """barecuda (float16) logits vs the torch model in float32 on the GPU, per prompt
-    position; then 32 greedy tokens, teacher-forced on torch's logits (a step whose two
-    best torch logits are closer than the tolerance is a tie accepted either way)."""
+def torch_reference(path, prompt, steps=32):
+    """The torch model in float32 on the GPU: (logits at every prompt position [P, vocab],
+    the ``steps`` greedy ids after the prompt, the logits each of them was chosen from
+    [steps, vocab]); numpy float32. TF32 is off (plain fp32 matmuls)."""
     import numpy as np
     import torch
-    from barecuda.models.llama import Llama
     from barecuda.models.torch_llama import TorchLlama
-    m = Llama(path, max_seq=64)
-    prompt = np.random.default_rng(0).integers(0, m.cfg.vocab, n_prompt).tolist()
-    got = np.stack(m.prompt_logits(prompt))
-    ids = m.generate_ids(prompt, steps)
-    m.close()
-    del m
-    gc.collect()
-    t = TorchLlama(path, max_seq=64, dtype=torch.float32)
-    want = []
-    with torch.inference_mode():
-        t.reset(prompt[0])
-        for i in range(n_prompt):
-            want.append(t.step().float().cpu().numpy())
-            if i + 1 < n_prompt:
-                t.tok.fill_(prompt[i + 1])
-        want = np.stack(want)
-        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        tol = 2e-2
-        same, tie = 0, None
-        logits = want[-1]
-        for i, tok in enumerate(ids):
-            best = int(np.argmax(logits))
-            if tok != best:
-                top2 = np.sort(logits)[-2:]
-                tie = bool(top2[1] - top2[0] < tol * np.max(np.abs(logits)))
-                break
-            same += 1
-            t.tok.fill_(tok)
-            logits = t.step().float().cpu().numpy()
-    del t
-    gc.collect()
-    torch.cuda.empty_cache()
-    return {"logits_rel_err": err, "greedy_same": same, "steps": len(ids), "diverged_on_tie": tie}
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    t = TorchLlama(path, max_seq=len(prompt) + steps + 1, dtype=torch.float32)
+    try:
+        with torch.inference_mode():
+            t.reset(prompt[0])
+            logits, greedy, chosen = [], [], []
+            for i in range(len(prompt) + steps - 1):
+                row = t.step().float().cpu().numpy()
+                if i + 1 < len(prompt):
+                    logits.append(row)
+                    t.tok.fill_(prompt[i + 1])
+                else:
+                    if i + 1 == len(prompt):
+                        logits.append(row)
+                    chosen.append(row)
+                    greedy.append(int(t.tok))
+        return np.stack(logits), greedy, np.stack(chosen)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        del t
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def greedy_agreement(ids, want_ids, chosen, tol):
+    """(steps equal from the start, whether the first difference is a tie: the two best
+    reference logits there closer than ``tol`` times the largest logit in magnitude)."""
+    import numpy as np
+    for i, (a, b) in enumerate(zip(ids, want_ids)):
+        if a != b:
+            top2 = np.sort(chosen[i])[-2:]
+            return i, bool(top2[1] - top2[0] < tol * np.max(np.abs(chosen[i])))
+    return min(len(ids), len(want_ids)), None
+
+
+def check_vs_torch(path, n_prompt=8, steps=32, fp32=True):
+    """barecuda against the torch model in float32 on the GPU (issue 25's check at scale).
+
+    float16 (the fused loop): logits at every prompt position, relative to the largest
+    torch logit (tolerance 2e-2), and greedy tokens (a first difference where torch's two
+    best logits are within the tolerance is a tie). float32 (``fp32=True``: the unfused
+    loop with float32 activations, cache and attention): the same logits and the greedy
+    tokens, which must all be equal."""
+    import numpy as np
+    from barecuda.models.gguf import open_gguf
+    from barecuda.models.llama import Llama
+    from barecuda.models.reference import LlamaConfig
+    vocab = LlamaConfig.from_gguf(open_gguf(path)).vocab
+    prompt = np.random.default_rng(0).integers(0, vocab, n_prompt).tolist()
+    want, want_ids, chosen = torch_reference(path, prompt, steps)
+    out = {"steps": steps, "prompt": n_prompt}
+    for dtype, tol in (("float16", 2e-2),) + ((("float32", 1e-5),) if fp32 else ()):
+        m = Llama(path, max_seq=n_prompt + steps + 1, dtype=dtype)
+        got = np.stack(m.prompt_logits(prompt))
+        ids = m.generate_ids(prompt, steps)
+        m.close()
+        del m
+        gc.collect()
+        same, tie = greedy_agreement(ids, want_ids, chosen, tol)
+        key = "" if dtype == "float16" else "fp32_"
+        out.update({key + "logits_rel_err": float(np.max(np.abs(got - want)) / np.max(np.abs(want))),
+                    key + "greedy_same": same, key + "diverged_on_tie": tie})
+    return out
 
 
 def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), directory=None, llama_bench=None,
@@ -211,9 +262,15 @@ def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), direc
     s = bc.Stream()
     card, spec = _spec(bc)
     cp = copy_gbs(bc, s)
+    try:
+        h2d = pinned_h2d_gbs(bc, s)
+    except Exception as e:   # noqa: BLE001 -- the load rows then give GB/s alone
+        h2d = None
+        _say(f"  pinned host-to-device: {type(e).__name__}: {e}")
     del s
     if progress:
-        _say(f"  device copy: {cp:.0f} GB/s on {card} ({bc.Device().name})")
+        _say(f"  device copy: {cp:.0f} GB/s on {card} ({bc.Device().name}); pinned host-to-device "
+             f"{h2d or 0:.1f} GB/s")
     sec = Section("decode", f"tg{N_TOKENS} decode (batch 1, median of {REPEATS}) on {card}: device copy {cp:.0f} GB/s"
                   + (f" = {100 * cp / spec:.1f}% of {spec:.0f} spec" if spec else ""), COLUMNS, data=[])
     results = {}
@@ -280,6 +337,17 @@ def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), direc
                 row(label, r["tok_s"], f"{r['nodes_per_layer']} nodes/layer, {r['nodes_per_token']}/token")
             else:
                 sec.add(f"{shape} {qt} {label}", ["-"] * 6 + [r.get("error", "")[:80]])
+        r = res.get("barecuda") or {}
+        if r.get("load_s"):       # the weights' upload, the file in the page cache (written just before)
+            st = r.get("load_stats", {})
+            gbs = st.get("bytes", 0) / r["load_s"] / 1e9
+            note = ((f"{100 * gbs / h2d:.0f}% of pinned {h2d:.0f} GB/s; " if h2d else "") +
+                    f"{st.get('via')} alloc/htod/place {st.get('alloc_s', 0):.2f}/{st.get('htod_s', 0):.2f}/"
+                    f"{st.get('place_s', 0):.2f} s")
+            sec.add(f"{shape} {qt} load ({st.get('bytes', 0) / 1e9:.1f} GB in {r['load_s']:.2f} s)",
+                    ["-", f"{gbs:.1f}", "-", "-", "-", "-", note])
+            sec.data.append({"model": f"{shape} {qt}", "row": "load", "load_gbs": gbs, "pinned_h2d_gbs": h2d,
+                             "load_pct_pinned": 100 * gbs / h2d if h2d else None, "stats": st, "card": card})
         if qt == "F16":
             for key, label in (("eager", "torch eager"), ("graph", "torch + CUDA graph"),
                                ("compile", "torch.compile + CUDA graph")):

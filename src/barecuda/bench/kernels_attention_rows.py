@@ -191,9 +191,13 @@ def attention_section(ctx=None):
         dn = ("DEC_WARPS", "DEC_STAGES", "DEC_L2PF", "SPLIT_WAVES", "DEC_KPW", "DEC_WPIPE")
         old = tuple(getattr(A, n) for n in dn)
         decode = tune == "1" or "decode" in tune
-        for cfg in ((4, 4, 0, 2, 16, 0), (4, 3, 0, 1, 16, 0), (4, 2, 0, 1, 16, 0), (8, 3, 0, 1, 16, 0),
-                    (4, 2, 0, 1, 32, 0), (4, 4, 0, 1, 16, 1), (4, 3, 0, 1, 16, 1), (4, 3, 0, 1, 32, 1),
-                    (4, 2, 0, 1, 32, 1), (8, 3, 0, 1, 16, 1), (8, 2, 0, 1, 16, 1), (4, 4, 1, 1, 16, 1)) if decode else ():
+        # "decode-short": the pipeline depths that put a 4k split's tiles in flight at once
+        # (16 splits of 4 tiles at 4k: 5 stages issue all 4 in the prologue) and 2 blocks/SM
+        short = ((4, 5, 0, 1, 16, 0), (4, 6, 0, 1, 16, 0), (4, 3, 0, 1, 16, 0), (4, 3, 0, 2, 16, 0))
+        full = ((4, 4, 0, 2, 16, 0), (4, 3, 0, 1, 16, 0), (4, 2, 0, 1, 16, 0), (8, 3, 0, 1, 16, 0),
+                (4, 2, 0, 1, 32, 0), (4, 4, 0, 1, 16, 1), (4, 3, 0, 1, 16, 1), (4, 3, 0, 1, 32, 1),
+                (4, 2, 0, 1, 32, 1), (8, 3, 0, 1, 16, 1), (8, 2, 0, 1, 16, 1), (4, 4, 1, 1, 16, 1)) + short[:2]
+        for cfg in (short if "decode-short" in tune else full) if decode else ():
             for n, v in zip(dn, cfg):
                 setattr(A, n, v)
             try:

@@ -18,6 +18,7 @@ from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans,
 ORDER = 61
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch GB/s", 11), ("vs torch", 9)]
 ROTATE_BYTES = 512 << 20
+_XCODE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 DENSE = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096), (128256, 4096)]
 QUANT = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096)]
@@ -87,17 +88,16 @@ def quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=QUAN
                 y = bc.empty((batch, n), xdtype, stream=s)
                 plans = [M.plan_matvec(D.QuantWeight(b, fmt, (n, k)), x, out=y, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
-                out.append((f"matvec {fmt} x{xdtype[5:]} {n}x{k} b{batch}", us, wbytes + 2 * batch * (n + k), None))
+                out.append((f"matvec {fmt} x {_XCODE[xdtype]} {n}x{k} b{batch}", us, wbytes + 2 * batch * (n + k), None))
                 del plans, bufs
     return out
 
 
-def dequant_p8_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096)):
-    """dequant.cu built with DQ_P8=0 (32-weight units a lane; the default is 1: 8 weights a lane,
-    coalesced stores), f16 out."""
+def dequant_grid_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shape=(14336, 4096), per_sm=(0, 2, 4, 8, 12)):
+    """dequantize -> f16 with other grid sizes (blocks a multiprocessor; 0: one block a
+    segment group, no grid-stride loop). The default is ``_dequant.GRID_PER_SM``."""
     from barecuda.kernels import _dequant as D
     from barecuda.kernels import _args as A
-    from barecuda.kernels import _registry
     out = []
     n, k = shape
     for fmt in fmts:
@@ -107,14 +107,25 @@ def dequant_p8_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=
         for b in bufs:
             b.memset(0x1c, stream=s)
         y = bc.empty((n, k), "float16", stream=s)
-        kern = _registry.get("dequant.cu", f"dequant_{fmt}_f16", (("DQ_P8", 0),))
         nblocks = qbytes // bb
-        grid = max(1, min(-(-nblocks // (D._SEG[qk] * 4)), A.sm_count(0) * 16))
-        plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
-        us = _time_plans(bc, s, plans)
-        out.append((f"sweep dequantize {fmt} DQ_P8=0 -> 16 {n}x{k}", us, qbytes + obytes, None))
-        del plans, bufs
+        nseg = -(-nblocks // D._SEG[qk])
+        for defines in ((),) + (((("DQ_DIRECT", 0),),) if fmt == "q4_k" else ()):
+            kern = _registry_get("dequant.cu", f"dequant_{fmt}_f16", defines)
+            tag = " DQ_DIRECT=0" if defines else ""
+            for m in per_sm:
+                grid = -(-nseg // D._WARPS) if m == 0 else max(1, min(-(-nseg // D._WARPS), A.sm_count(0) * m))
+                plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
+                us = _time_plans(bc, s, plans)
+                out.append((f"sweep dequantize {fmt}{tag} -> f16 {n}x{k} grid {m or 'all'}/SM{_occ(kern)}", us,
+                            qbytes + obytes, None))
+                del plans
+        del bufs
     return out
+
+
+def _registry_get(*a):
+    from barecuda.kernels import _registry
+    return _registry.get(*a)
 
 
 def dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14336, 4096), dtype="float16"):
@@ -131,7 +142,7 @@ def dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14
         y = bc.empty((n, k), dtype, stream=s)
         plans = [D.plan_dequantize(b, fmt, (n, k), dtype=dtype, out=y, stream=s) for b in bufs]
         us = _time_plans(bc, s, plans)
-        out.append((f"dequantize {fmt} -> {dtype[5:]} {n}x{k}", us, qbytes + obytes, None))
+        out.append((f"dequantize {fmt} -> {_XCODE[dtype]} {n}x{k}", us, qbytes + obytes, None))
         del plans, bufs
     return out
 
@@ -156,16 +167,50 @@ def sweep_rows(bc, s, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), varia
 
 
 # (tensor-core entry?, extra defines over the format's default module)
-QVARIANTS = ((False, ()), (True, ()), (True, (("MVT_W", 8),)))
+QVARIANTS = ((False, ()), (True, ()), (True, (("MVT_S", 3),)), (True, (("MVT_W", 8),)),
+             (True, (("MVT_W", 8), ("MVT_S", 3))), (True, (("MVT_W", 6), ("MVT_S", 3))))
 
 
 def qsweep_variants(fmt):
-    """The sweep's variants for ``fmt`` (8 warps a block only where its staging fits 48 KB)."""
-    return [v for v in QVARIANTS if not (dict(v[1]).get("MVT_W") == 8 and fmt in ("q6_k", "q4_1"))]
+    """The sweep's variants for ``fmt`` (Q6_K's gate/up entries do not fit 48 KB at 8 warps)."""
+    return [v for v in QVARIANTS if not (fmt == "q6_k" and dict(v[1]).get("MVT_W") == 8)]
 
 
-def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=((14336, 4096), (4096, 14336)),
-                batches=(1, 8), variants=None):
+def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (28672, 4096)),
+                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16"):
+    """Q4_K batch 1 on the direct entries (matvec_f16_tcd): warps a block (None: the default,
+    _matvec.tcd_warps) and super-blocks in flight a warp (MVD_PF)."""
+    from barecuda.kernels import _args as A
+    from barecuda.kernels import _matvec as M
+    from barecuda.kernels import _registry
+    out = []
+    for n, k in shapes:
+        wbytes = n * k // 256 * 144
+        bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+        for b in bufs:
+            b.memset(0x1c, stream=s)
+        x = bc.empty((1, k), xdtype, stream=s)
+        x.memset(0x1c, stream=s)
+        y = bc.empty((1, n), xdtype, stream=s)
+        dflt = M.tcd_warps(n, k, A.sm_count(0))
+        for pf in pfs:
+            defines = (("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+            kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdtype]}_tcd", defines)
+            for w in warps:
+                if w is not None and (w == dflt or w > k // 256):
+                    continue
+                nw = dflt if w is None else w
+                plans = [kern.bind(-(-n // 16), 32 * nw, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
+                us = _time_plans(bc, s, plans)
+                tag = f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf}"
+                out.append((f"sweep q4_k direct {n}x{k} b1 {tag}{_occ(kern, 32 * nw)}", us, wbytes, None))
+                del plans
+        del bufs
+    return out
+
+
+def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=((14336, 4096), (4096, 14336), (4096, 4096)),
+                batches=(1,), variants=None):
     """Quantized f16-x matvec, CUDA-core entries (matvec_f16_b<B>: MVQ_R rows a warp) against the
     tensor-core ones (matvec_f16_tc: MVT_W warps a 16-row tile), batch 1 and 8."""
     from barecuda.kernels import _dequant as D
@@ -223,7 +268,7 @@ def matvec_section(ctx=None, sweep=False, progress=False):
     if sweep:
         groups.insert(1, lambda: sweep_rows(bc, s))
         groups.insert(3, lambda: qsweep_rows(bc, s))
-        groups.insert(5, lambda: dequant_p8_rows(bc, s))
+        groups.insert(5, lambda: dequant_grid_rows(bc, s))
     for make in groups:
         got = make()
         rows += got
@@ -251,7 +296,89 @@ SECTIONS = {"kernels_matvec": matvec_section}
 ALIASES = {"matvec": ("kernels_matvec",)}
 
 
+def warm_jobs():
+    """(source, entry, defines) of every matvec/dequantize/fused module the table, the GPU
+    tests and the sweeps load: one compile each."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _matvec as M
+    from barecuda.kernels import _registry
+    jobs = [(src, names[0], d) for src, names, d in _registry.table() if src in ("matvec.cu", "dequant.cu", "fused.cu")]
+    for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
+        jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", 1), ("MV_R", r), ("MV_U", u))))
+    for fmt in ("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"):
+        base = (("WFMT", D.FORMATS[fmt][0]),) + M._quant_tuning(fmt)
+        for _, v in qsweep_variants(fmt):
+            jobs.append(("matvec.cu", "matvec_f16_tc", base + v))
+        if fmt != "q4_1":
+            jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
+    jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
+    jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_P8", 0), ("DQ_DIRECT", 0))))
+    jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_DIRECT", 0),)))
+    seen, out = set(), []
+    for j in jobs:
+        if (j[0], j[2]) not in seen:
+            seen.add((j[0], j[2]))
+            out.append(j)
+    return out
+
+
+def warm(procs=None):
+    """Compile (or load from the cache) every module of warm_jobs(), in parallel processes."""
+    import os
+    import subprocess
+    import time
+    jobs = warm_jobs()
+    procs = procs or os.cpu_count() or 4
+    code = "import sys, ast; from barecuda.kernels import _registry; _registry.get(*ast.literal_eval(sys.argv[1]))"
+    running, failed, t0 = [], [], time.time()
+    for j in jobs + [None] * procs:
+        while running and (len(running) >= procs or j is None):
+            for p in list(running):
+                if p[0].poll() is not None:
+                    running.remove(p)
+                    if p[0].returncode:
+                        failed.append((p[1], p[0].stderr.read()[-800:]))
+            if j is None and not running:
+                break
+            time.sleep(0.05)
+        if j is not None:
+            running.append((subprocess.Popen([sys.executable, "-c", code, repr(j)], stderr=subprocess.PIPE, text=True), j))
+    print(f"warmed {len(jobs) - len(failed)}/{len(jobs)} modules in {time.time() - t0:.0f} s", flush=True)
+    for j, err in failed:
+        print("FAILED", j, err, flush=True)
+
+
+def quick_section():
+    """The batch-1 decisions: CUDA cores against tensor-core variants, the default path,
+    dequantize grid sizes (one table, with the device copy)."""
+    import barecuda as bc
+    s = bc.Stream()
+    card, spec = _spec(bc)
+    cp = copy_gbs(bc, s)
+    print(f"  device copy: {cp:.0f} GB/s on {card}", flush=True)
+    groups = (lambda: tcd_sweep_rows(bc, s),
+              lambda: qsweep_rows(bc, s, fmts=("q4_k",), variants=QVARIANTS[:2]),
+              lambda: dequant_grid_rows(bc, s),
+              lambda: qsweep_rows(bc, s, fmts=("q6_k", "q8_0")),
+              lambda: qsweep_rows(bc, s, fmts=("q4_0", "q4_1"), shapes=((14336, 4096),), variants=QVARIANTS[:2]))
+    for make in groups:
+        try:
+            got = make()
+        except Exception as exc:   # noqa: BLE001 -- a sweep: the other groups still run
+            print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            continue
+        for label, us, nbytes, tus in got:
+            gbs = nbytes / (us * 1e-6) / 1e9
+            print(f"  {label}: {us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}%", flush=True)
+
+
 if __name__ == "__main__":
+    if "--warm" in sys.argv:
+        warm()
+        sys.exit(0)
+    if "--quick" in sys.argv:
+        quick_section()
+        sys.exit(0)
     sec = matvec_section(sweep="--sweep" in sys.argv, progress=True)
     out = sec.format()
     print("\n".join(out) if isinstance(out, list) else out)

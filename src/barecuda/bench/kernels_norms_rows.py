@@ -13,10 +13,14 @@ Sections
 ``kernels_issue``  (``--rows kernels_issue``): CPU ns per call to issue the kernel:
     raw C ``cuLaunchKernel`` with a pre-packed parameter block (the floor),
     ``Kernel.launch`` with the op's arguments, the op's plan, and the op function
-    (``barecuda.kernels.rmsnorm(x, w, out=y, stream=s)``), with DeviceBuffers and torch tensors.
+    (``barecuda.kernels.rmsnorm(x, w, out=y, stream=s)``: a memo hit, kernels/_opcall.pyx)
+    beside its Python path (the checks + Kernel.launch, what every call cost before the
+    memo), with DeviceBuffers and with torch tensors (against raw C on torch's stream and
+    the torch floor: the C reads of the tensors and torch's stream + the raw launch).
 
 ``python -m barecuda.bench.kernels_norms_rows`` prints both.
 """
+import ctypes
 import math
 import struct
 import sys
@@ -272,43 +276,125 @@ def norms_section(ctx=None, only=None):
 
 
 # ------------------------------------------------------------------ issue cost
-def issue_section(ctx=None):
+def _rms_params(B, y, x, w):
+    """rmsnorm_f32_v1's parameter block for y = rmsnorm(x (1x64), w), packed here."""
+    return B.ParamBlock([struct.pack("<Q", y), bytes(8), struct.pack("<Q", x), bytes(8), struct.pack("<Q", w),
+                         struct.pack("<i", 64), struct.pack("<q", 64), bytes(8), struct.pack("<q", 64), bytes(8),
+                         struct.pack("<f", 1e-6), struct.pack("<q", 1)])
+
+
+def _torch_rows(B, K, k, tb, torch):
+    """The op with torch tensors on torch's current (non-blocking) stream, beside raw C
+    on that stream and the torch floor: a C method that reads the 3 tensors and torch's
+    current stream through DLPack's C exchange API and makes the raw launch (what any
+    binding honouring torch's stream rule must do; bench/_baseline.LaunchFloor)."""
+    from barecuda.bench.harness import c_row, na_row, py_row
+    ts = torch.cuda.Stream(device=0)
+    with torch.cuda.stream(ts):
+        tx, tw, ty = torch.zeros(1, 64, device="cuda:0"), torch.zeros(64, device="cuda:0"), torch.zeros(1, 64, device="cuda:0")
+    ts.synchronize()
+    before = []
+
+    def setup():
+        before.append(torch.cuda.current_stream(0))
+        torch.cuda.set_stream(ts)
+
+    def teardown():
+        torch.cuda.set_stream(before.pop())
+    h = ts.cuda_stream
+    pb = _rms_params(B, ty.data_ptr(), tx.data_ptr(), tw.data_ptr())
+    # the floor writes the 3 tensors' addresses into slots 0-2: y, (hout: unused without a residual), x
+    floor_label = "torch floor: C reads of 3 tensors + stream, raw launch"
+    try:
+        fl = B.LaunchFloor(k.handle, 1, tb, _rms_params(B, 0, 0, tw.data_ptr()), h, [ty, tw, tx])
+    except TypeError as exc:     # torch before 2.10: no DLPack C exchange API to read with
+        fl, floor = None, na_row("floor_rms_torch", floor_label, "raw_rms_ts", str(exc))
+    tns = {"K": K, "x": tx, "w": tw, "y": ty, "s": ts, "torch": torch, "fl": fl, "tb": tb}
+    if fl is not None:
+        floor = py_row("floor_rms_torch", floor_label, "fl.launch(1, tb, y, w, x, stream=s)", tns,
+                       "s.synchronize()", ref="raw_rms_ts")
+    rows = [c_row(B, "raw_rms_ts", f"raw C cuLaunchKernel ({k.name}), torch's stream", k.handle, 1, tb, pb, h),
+            floor,
+            py_row("op_rms_torch", "K.rmsnorm(x, w, out=y, stream=s), torch tensors",
+                   "K.rmsnorm(x, w, out=y, stream=s)", tns, "s.synchronize()", ref="floor_rms_torch"),
+            py_row("slow_rms_torch", "  its Python checks + Kernel.launch (the path before the memo)",
+                   "g = K.rmsnorm.prep(x, w, out=y, stream=s); g[0].launch(g[1], g[2], *g[3], stream=s)", tns,
+                   "s.synchronize()", ref="floor_rms_torch"),
+            py_row("torch_rms", "torch.nn.functional.rms_norm(x, (64,), w) (for scale)",
+                   "torch.nn.functional.rms_norm(x, (64,), w, eps=1e-6)", tns, "s.synchronize()", ref="raw_rms_ts")]
+    for r in rows:
+        r.setup, r.teardown = setup, teardown
+    return rows, (tx, tw, ty, ts, fl, pb)
+
+
+def issue_section(ctx=None, rounds=10):
+    """Issue cost of rmsnorm (f32 1x64): the op function against raw C of the same kernel
+    and the plan, with DeviceBuffers (on a barecuda Stream) and torch tensors (on torch's
+    stream, against raw C there and the torch floor). Columns: ns per call, x raw C of the
+    same kernel on the same stream, x the row's own reference (the floor for the torch op)."""
     import barecuda as bc
     import barecuda.kernels as K
     from barecuda.bench import _baseline as B
-    from barecuda.bench.harness import c_row, py_row, ratios, run_rounds
+    from barecuda.bench.harness import c_row, py_row, run_rounds, round_ratio
+    from barecuda.bench.report import fmt_ns, fmt_x
     s = bc.Stream()
     x = bc.zeros((1, 64), "float32", stream=s)
     w = bc.zeros(64, "float32", stream=s)
     y = bc.zeros((1, 64), "float32", stream=s)
     plan = K.rmsnorm.plan(x, w, out=y, stream=s)
     k, args, tb = plan.kernel, tuple(plan.args), plan.block[0]
-    pb = B.ParamBlock([struct.pack("<Q", y.ptr), bytes(8), struct.pack("<Q", x.ptr), bytes(8),
-                       struct.pack("<Q", w.ptr), struct.pack("<i", 64), struct.pack("<q", 64), bytes(8),
-                       struct.pack("<q", 64), bytes(8), struct.pack("<f", 1e-6), struct.pack("<q", 1)])
-    ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "a": args, "tb": tb}
-    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 12 args)", k.handle, 1, tb, pb, s)]
-    rows.append(py_row("launch_rms", "Kernel.launch(1, block, *12 args)", "k.launch(1, tb, *a, stream=s)",
-                       ns, "s.synchronize()", ref="raw_rms"))
-    rows.append(py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"))
-    rows.append(py_row("op_rms", "K.rmsnorm(x, w, out=y, stream=s), DeviceBuffers",
-                       "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"))
+    pb = _rms_params(B, y.ptr, x.ptr, w.ptr)
+    # Kernel.launch with the 12 arguments spelled out, eps a Python float (a PTX kernel's f32
+    # slot: what the op's recorded launch packs too)
+    lit = [a.value if type(a) is ctypes.c_float else a for a in args]
+    ns = {"k": k, "s": s, "x": x, "w": w, "y": y, "K": K, "p": plan, "tb": tb}
+    ns.update({f"a{i}": a for i, a in enumerate(lit)})
+    call = f"k.launch(1, tb, {', '.join(f'a{i}' for i in range(len(lit)))}, stream=s)"
+    rows = [c_row(B, "raw_rms", f"raw C cuLaunchKernel ({k.name}, 12 args)", k.handle, 1, tb, pb, s),
+            py_row("launch_rms", "Kernel.launch(1, block, 12 args)", call, ns, "s.synchronize()", ref="raw_rms"),
+            py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"),
+            py_row("op_rms", "K.rmsnorm(x, w, out=y, stream=s), DeviceBuffers",
+                   "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"),
+            py_row("slow_rms", "  its Python checks + Kernel.launch (the path before the memo)",
+                   "g = K.rmsnorm.prep(x, w, out=y, stream=s); g[0].launch(g[1], g[2], *g[3], stream=s)", ns,
+                   "s.synchronize()", ref="raw_rms"),
+            py_row("op_rms_launch", "  the same hit issued through Kernel.launch (_opcall.set_direct(False))",
+                   "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"),
+            py_row("op_rms_new", "K.rmsnorm(x, w, stream=s), a new output each call",
+                   "K.rmsnorm(x, w, stream=s)", ns, "s.synchronize()", ref="raw_rms")]
+    from barecuda.kernels import _opcall
+    rows[-2].setup, rows[-2].teardown = (lambda: _opcall.set_direct(False)), (lambda: _opcall.set_direct(True))
+    keep = None
     torch = _torch()
     if torch is not None:
-        tx = torch.zeros(1, 64, device="cuda")
-        tw = torch.zeros(64, device="cuda")
-        ty = torch.zeros(1, 64, device="cuda")
-        ts = torch.cuda.current_stream()
-        tns = {"K": K, "x": tx, "w": tw, "y": ty, "s": ts, "torch": torch}
-        rows.append(py_row("op_rms_torch", "K.rmsnorm(x, w, out=y, stream=torch stream), torch tensors",
-                           "K.rmsnorm(x, w, out=y, stream=s)", tns, "torch.cuda.synchronize()", ref="raw_rms"))
-        rows.append(py_row("torch_rms", "torch.nn.functional.rms_norm(x, (64,), w) (for scale)",
-                           "torch.nn.functional.rms_norm(x, (64,), w, eps=1e-6)", tns, "torch.cuda.synchronize()",
-                           ref="raw_rms"))
-    rounds = 10
-    run_rounds(rows, rounds, 5, 0, 0, B.ctx_sync)
-    return Section.of_issue("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64; ratio to raw C)",
-                            [("issue", 9), ("x raw", 7)], rows, ratios(rows))
+        trows, keep = _torch_rows(B, K, k, tb, torch)
+        rows += trows
+    st = getattr(ctx, "settings", None)
+    run_rounds(rows, getattr(st, "rounds", None) or rounds, 5, 0, 0, B.ctx_sync)
+    by = {r.key: r for r in rows if not r.na}
+
+    def x_of(key, ref):
+        if key not in by or ref not in by:
+            return None
+        return round_ratio(by[key].samples["issue"], by[ref].samples["issue"])
+    raw_of = {r.key: ("raw_rms_ts" if r.key.endswith(("_ts", "_torch")) or r.key == "torch_rms" else "raw_rms")
+              for r in rows}
+    data = []
+    sec = Section("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64; x raw C of the same kernel "
+                  "on the same stream; x ref: the row's reference, the torch floor for torch tensors)",
+                  [("issue", 9), ("x raw", 7), ("x ref", 7)], data=data,
+                  notes=["target (issue 23): the op function <= 1.10x raw C; torch tensors: against the torch floor "
+                         "(what reading 3 tensors and torch's stream in C costs)"])
+    for r in rows:
+        if r.na:
+            sec.add(r.label, f"n/a ({r.na})")
+            continue
+        xr, xf = x_of(r.key, raw_of[r.key]), (x_of(r.key, r.ref) if r.ref else None)
+        sec.add(r.label + ("" if r.ref else " (ref)"), [fmt_ns(r.result()["issue"]), fmt_x(xr), fmt_x(xf)])
+        data.append({"key": r.key, "label": r.label, "issue_ns": r.result()["issue"], "x_raw": xr, "x_ref": xf,
+                     "ref": r.ref})
+    del keep
+    return sec
 
 
 SECTIONS = {"kernels_norms": norms_section, "kernels_issue": issue_section}

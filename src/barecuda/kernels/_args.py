@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Tuple
 from barecuda._buffer import DeviceBuffer, empty
 from barecuda._interop import as_device_buffer
 
-__all__ = ["array", "float_code", "rows", "out_array", "same_device", "check_align",
+__all__ = ["array", "float_code", "rows", "collapse", "row_input", "operand", "out_array", "same_device", "check_align",
            "FLOAT_CODES", "CODE_DTYPE", "ITEMSIZE", "scalar_f32", "int_arg"]
 
 # barecuda dtype name -> the suffix of kernel entry points (<op>_<code>_<variant>)
@@ -88,23 +88,50 @@ def rows(b, name):
     if cols > 1 and st[-1] != 1:
         raise ValueError(f"{name}: the last axis must be contiguous (stride {st[-1]} elements); "
                          "make it contiguous first (t.contiguous(), cupy.ascontiguousarray(a))")
-    n = 1
-    stride = None
-    # collapse leading axes from the innermost outwards
-    for i in range(len(shape) - 2, -1, -1):
-        if shape[i] == 1:
-            continue
-        if stride is None:
-            stride = st[i]
-        elif st[i] != stride * n:
-            raise ValueError(f"{name}: leading axes with strides {st[:-1]} do not collapse to one "
-                             "strided axis of rows; make it contiguous first")
-        n *= shape[i]
+    n, stride = collapse(shape[:-1], st[:-1], name, "one strided axis of rows; make it contiguous first")
     if stride is None:
         stride = cols
     if n > 1 and stride < cols:
         raise ValueError(f"{name}: rows overlap (row stride {stride} < {cols} columns)")
     return n, cols, stride
+
+
+def collapse(shape, strides, name, what):
+    """(count, stride) of axes ``shape`` with element ``strides`` seen as one strided axis
+    (axes of length 1 skipped; stride None when all are); ValueError when they do not nest."""
+    n, stride = 1, None
+    for size, st in zip(reversed(shape), reversed(strides)):      # innermost first
+        if size != 1:
+            if stride is None:
+                stride = st
+            elif st != stride * n:
+                raise ValueError(f"{name}: leading axes with strides {tuple(strides)} do not collapse to {what}")
+            n *= size
+    return n, stride
+
+
+def row_input(x, name, stream):
+    """(buffer, dtype code, rows, cols, row stride) of a row op's input: a float32/16/bf16
+    array with a contiguous, non-empty last axis, aligned to its element size."""
+    bx = array(x, name, stream)
+    code = float_code(bx, name)
+    n, cols, sx = rows(bx, name)
+    check_align(bx, name)
+    if cols < 1:
+        raise ValueError(f"{name}: the last axis is empty")
+    return bx, code, n, cols, sx
+
+
+def operand(v, name, ref, ref_name, stream, shape=None):
+    """A second operand ``v`` of ``ref``'s dtype (and ``shape`` when given), aligned to its
+    element size: its buffer. TypeError / ValueError name both."""
+    b = array(v, name, stream)
+    if dt(b) != dt(ref):
+        raise TypeError(f"{name}: dtype {dt(b)}, expected {dt(ref)} (that of {ref_name})")
+    if shape is not None and tuple(b.shape) != shape:
+        raise ValueError(f"{name}: shape {tuple(b.shape)}, expected {shape}")
+    check_align(b, name)
+    return b
 
 
 def check_align(b, name, nbytes=None):

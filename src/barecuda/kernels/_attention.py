@@ -78,7 +78,7 @@ def _pf_defines(d):
     return (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS), ("PF_QREG", PF_QREG), ("PF_MINB", PF_MINB))
 
 
-KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT),
+KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT + ("f32",)),
              _dec_defines(d, st)) for d in HEAD_DIMS for st in (None, SMALL_DEC_STAGES)]
            + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
 
@@ -202,16 +202,18 @@ def _default_splits(kernel, n_kv, max_ctx, smem, device):
     return max(1, min((max_ctx + bn - 1) // bn, (per * SPLIT_WAVES) // n_kv, MAX_SPLITS))
 
 
+def _arrays(stream, **named):
+    """The device arrays of the named arguments, in order (``block_table`` may be None)."""
+    return [None if n == "block_table" and x is None else _args.array(x, n, stream) for n, x in named.items()]
+
+
 def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream,
                  kv_layout="token_major"):
-    qb = _args.array(q, "q", stream)
-    kb = _args.array(k_cache, "k_cache", stream)
-    vb = _args.array(v_cache, "v_cache", stream)
-    lb = _args.array(length, "length", stream)
-    tb = None if block_table is None else _args.array(block_table, "block_table", stream)
-    code = _half(qb, "q")
-    if kb.dtype != qb.dtype:
-        raise TypeError(f"k_cache: dtype {kb.dtype} differs from q's {qb.dtype}")
+    qb, kb, vb, lb, tb = _arrays(stream, q=q, k_cache=k_cache, v_cache=v_cache, length=length,
+                                 block_table=block_table)
+    code = "f32" if _dtname(qb) == "float32" else _half(qb, "q")
+    if kb.dtype != qb.dtype or vb.dtype != qb.dtype:
+        raise TypeError(f"k_cache/v_cache: dtypes {kb.dtype}/{vb.dtype} differ from q's {qb.dtype}")
     _scalar_i32(lb, "length")
     max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
     n_heads, dq, q_st = _args.rows(qb, "q")
@@ -232,6 +234,11 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         scale = 1.0 / math.sqrt(d)
     scale = _args.scalar_f32(scale, "scale")
     device = qb.device
+    if code == "f32":       # the plain kernel: one block per query head, no split, no workspace
+        kern = _kernel("attn_decode_f32", _dec_defines(d), 0, device)
+        args = (qb, kb, vb, ob, lb, len_offset, max_ctx, tok_st, head_st, q_st, d, 0 if tb is None else tb, page,
+                group, _args.f32(scale))
+        return kern, (n_heads, 1), DEC_WARPS * 32, 0, args, ob, None
     stages = DEC_STAGES
     smem = decode_smem(d, group)
     if smem > smem_limit(device):      # sm_86/sm_89 (99 KB a block): a shallower pipeline
@@ -268,7 +275,7 @@ def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_o
 
     Parameters
     ----------
-    q : device array, float16 or bfloat16, ``[n_heads, D]``
+    q : device array, float16 or bfloat16 (or float32: a plain kernel, one block per head, no split), ``[n_heads, D]``
     k_cache, v_cache : device arrays ``[max_ctx, n_kv, D]`` (or pages, with ``block_table``)
     length : int32 device scalar, read by the kernel at run time
     out : ``[n_heads, D]``, optional
@@ -307,14 +314,10 @@ def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, 
 
 # ------------------------------------------------------------------ KV append
 def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream, kv_layout="token_major"):
-    knb = _args.array(k_new, "k_new", stream)
-    vnb = _args.array(v_new, "v_new", stream)
-    kb = _args.array(k_cache, "k_cache", stream)
-    vb = _args.array(v_cache, "v_cache", stream)
-    pb = _args.array(pos, "pos", stream)
-    tb = None if block_table is None else _args.array(block_table, "block_table", stream)
-    code = _half(kb, "k_cache")
-    for n, b in (("k_new", knb), ("v_new", vnb)):
+    knb, vnb, kb, vb, pb, tb = _arrays(stream, k_new=k_new, v_new=v_new, k_cache=k_cache, v_cache=v_cache, pos=pos,
+                                       block_table=block_table)
+    code = "f32" if _dtname(kb) == "float32" else _half(kb, "k_cache")
+    for n, b in (("k_new", knb), ("v_new", vnb), ("v_cache", vb)):
         if b.dtype != kb.dtype:
             raise TypeError(f"{n}: dtype {b.dtype} differs from k_cache's {kb.dtype}")
     _scalar_i32(pb, "pos")
@@ -335,7 +338,7 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
                       ("block_table", tb))
     pos_offset = _args.int_arg(pos_offset, "pos_offset", -(1 << 31), (1 << 31) - 1)
     kern = _kernel(f"kv_append_{code}", _dec_defines(d), 0, kb.device)
-    n = n_kv * d // 8
+    n = n_kv * d // (4 if code == "f32" else 8)      # 16-byte chunks
     block = 128 if n >= 128 else ((n + 31) // 32) * 32
     grid = (n + block - 1) // block
     args = (knb, vnb, kb, vb, pb, pos_offset, max_ctx, tok_st, head_st, rk[2], 0 if tb is None else tb, page, n_kv)

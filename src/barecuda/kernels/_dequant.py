@@ -27,6 +27,9 @@ DENSE = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 _DTYPE_FORMAT = {v: k for k, v in DENSE.items()}
 _SEG = {32: 64, 256: 8}          # blocks per staged segment (dequant.cu / matvec.cu: SEGB)
 _WARPS = 4                       # DQ_WARPS / MV_WARPS
+# blocks a multiprocessor (the kernel loops over the segments left); 0: a block a 4-segment
+# group, no loop (bench: kernels_matvec_rows.dequant_grid_rows)
+GRID_PER_SM = 0
 
 
 def format_info(fmt):
@@ -116,6 +119,26 @@ class QuantWeight:
         return f"QuantWeight({self.format}, shape={self.shape}, {self.nbytes} bytes at 0x{self.data.ptr:x})"
 
 
+def weight_facts(w, name, stream=None):
+    """``(format, ggml_type, buffer, N, K)`` of a matvec weight: a 2-D ``QuantWeight`` or a
+    row-major ``[N, K]`` float32/float16/bfloat16 device array (``_matvec`` and ``_fused``)."""
+    if isinstance(w, QuantWeight):
+        if len(w.shape) != 2:
+            raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {w.shape}")
+        return w.format, w.ggml_type, w.data, w.shape[0], w.shape[1]
+    b = _args.array(w, name, stream)
+    fmt = _DTYPE_FORMAT.get(_args.dt(b))
+    if fmt is None:
+        raise TypeError(f"{name}: dtype {b.dtype} is not a weight dtype (float32, float16, bfloat16; "
+                        "wrap GGUF block data in barecuda.kernels.QuantWeight)")
+    if len(b.shape) != 2:
+        raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {tuple(b.shape)}")
+    n, k, stride = _args.rows(b, name)
+    if stride != k:
+        raise ValueError(f"{name}: rows must be contiguous (row stride {stride}, {k} columns)")
+    return fmt, FORMATS[fmt][0], b, n, k
+
+
 def _prepare(buffer, format, shape, dtype, out, stream):
     if isinstance(buffer, QuantWeight):
         if format is not None or shape is not None:
@@ -137,7 +160,9 @@ def _prepare(buffer, format, shape, dtype, out, stream):
     nblocks = qw.data.nbytes // qw.block_bytes
     kern = _registry.get("dequant.cu", f"dequant_{qw.format}_{code}", (), int(qw.data.device))
     nseg = -(-nblocks // _SEG[qw.block])
-    grid = max(1, min(-(-nseg // _WARPS), _args.sm_count(qw.data.device) * 16))
+    grid = -(-nseg // _WARPS)
+    if GRID_PER_SM:
+        grid = max(1, min(grid, _args.sm_count(qw.data.device) * GRID_PER_SM))
     return kern, grid, qw, y, nblocks
 
 

@@ -7,6 +7,7 @@ memory (int32 or int64), so a captured graph needs no argument change per token.
 Plan forms: ``<op>.plan(...)`` (``args[0]`` is the output).
 """
 from barecuda.kernels import _args as A
+from barecuda.kernels._opcall import op
 from barecuda.kernels._registry import get
 
 __all__ = ["silu_mul", "gelu", "silu", "add", "mul", "embedding"]
@@ -19,16 +20,12 @@ _BLOCK = 256
 _MAX_GRID = 1 << 20
 
 
-def _rows_of(b, name):
-    n, d, st = A.rows(b, name)
-    return n, d, st
-
-
 def _prep_ew(op, a, b, out, stream, split=False):
+    """The launch of row op ``op`` (ew_<op>): (kernel, grid, block, args, result)."""
     ba = A.array(a, "a" if not split else "gate_up", stream)
     code = A.float_code(ba, "a")
     A.check_align(ba, "a")
-    n, d, sa = _rows_of(ba, "a")
+    n, d, sa = A.rows(ba, "a")
     shape = tuple(ba.shape)
     bb = None
     sb = 0
@@ -43,13 +40,8 @@ def _prep_ew(op, a, b, out, stream, split=False):
         pb = ba.ptr + d * isz            # the up half: same rows, offset by d elements
         sb = sa
     elif b is not None:
-        bb = A.array(b, "b", stream)
-        if A.dt(bb) != A.dt(ba):
-            raise TypeError(f"b: dtype {A.dt(bb)}, expected {A.dt(ba)} (that of a)")
-        if tuple(bb.shape) != shape:
-            raise ValueError(f"b: shape {tuple(bb.shape)}, expected {shape}")
-        A.check_align(bb, "b")
-        _, _, sb = _rows_of(bb, "b")
+        bb = A.operand(b, "b", ba, "a", stream, shape)
+        _, _, sb = A.rows(bb, "b")
         pb = bb
     if out is a and not split:
         by, sy = ba, sa
@@ -65,47 +57,45 @@ def _prep_ew(op, a, b, out, stream, split=False):
     total = n * (d // vn)
     grid = min(-(-total // _BLOCK), _MAX_GRID)
     k = get("elementwise.cu", f"ew_{op}_{code}_{'vec' if vec else 'scalar'}", (), int(ba.device))
-    return k, grid, (by, pa, pb, n, d, sy, sa, sb), by
-
-
-def _run(prep, stream):
-    k, grid, args, res = prep
-    if grid:
-        k.launch(grid, _BLOCK, *args, stream=stream)
-    return res
+    return k, grid, _BLOCK, (by, pa, pb, n, d, sy, sa, sb), by
 
 
 def _bind(prep, stream):
-    k, grid, args, _ = prep
+    k, grid, block, args, _ = prep
     if not grid:
         raise ValueError("empty input: nothing to plan")
-    return k.bind(grid, _BLOCK, *args, stream=stream)
+    return k.bind(grid, block, *args, stream=stream)
 
 
+@op
 def silu_mul(gate, up=None, *, out=None, stream=None):
     """SwiGLU: ``silu(gate) * up``. With ``up=None``, ``gate`` is ``[gate | up]`` along
     its last axis (a fused projection) and the result has half its width."""
-    return _run(_prep_ew("silu_mul", gate, up, out, stream, split=up is None), stream)
+    return _prep_ew("silu_mul", gate, up, out, stream, split=up is None)
 
 
+@op
 def gelu(x, *, approximate="none", out=None, stream=None):
     """GELU: exact (``approximate='none'``, erf) or the tanh approximation (``'tanh'``)."""
-    return _run(_prep_ew(_gelu_op(approximate), x, None, out, stream), stream)
+    return _prep_ew(_gelu_op(approximate), x, None, out, stream)
 
 
+@op
 def silu(x, *, out=None, stream=None):
     """SiLU: ``x * sigmoid(x)``."""
-    return _run(_prep_ew("silu", x, None, out, stream), stream)
+    return _prep_ew("silu", x, None, out, stream)
 
 
+@op
 def add(a, b, *, out=None, stream=None):
     """``a + b`` (same shape; out may be a or b)."""
-    return _run(_prep_ew("add", a, _need(b), out, stream), stream)
+    return _prep_ew("add", a, _need(b), out, stream)
 
 
+@op
 def mul(a, b, *, out=None, stream=None):
     """``a * b`` (same shape; out may be a or b)."""
-    return _run(_prep_ew("mul", a, _need(b), out, stream), stream)
+    return _prep_ew("mul", a, _need(b), out, stream)
 
 
 def _need(b):
@@ -160,14 +150,12 @@ def _prep_emb(table, ids, out, stream):
     return k, grid, block, (bo, bt, bi, ntok, vocab, row_bytes // u, row_bytes, st * isz), bo
 
 
+@op
 def embedding(table, ids, *, out=None, stream=None):
     """``out[..., :] = table[ids[...], :]``: rows of a (vocab, dim) table gathered by
     device token ids (int32/int64, any shape). An id outside [0, vocab) gives a zero row.
     Any dtype (the rows are copied as bytes)."""
-    k, grid, block, args, res = _prep_emb(table, ids, out, stream)
-    if grid:
-        k.launch(grid, block, *args, stream=stream)
-    return res
+    return _prep_emb(table, ids, out, stream)
 
 
 def _emb_plan(table, ids, *, out=None, stream=None):

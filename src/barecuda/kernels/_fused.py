@@ -21,7 +21,7 @@ Weights as :func:`barecuda.kernels.matvec` takes them (dense arrays or ``QuantWe
 Every op has a plan form (``.plan``/``plan_*``, ``out=`` required) for graphs.
 """
 from barecuda.kernels import _args, _registry
-from barecuda.kernels._dequant import DENSE, FORMATS, QuantWeight
+from barecuda.kernels._dequant import DENSE, FORMATS, weight_facts
 
 __all__ = ["fused_matvec", "plan_fused_matvec", "embed_norm", "plan_embed_norm", "EPILOGUES"]
 
@@ -52,20 +52,7 @@ def _tuning(fmt, n, k, epi):
 
 
 def _weight(w, name, stream):
-    if isinstance(w, QuantWeight):
-        if len(w.shape) != 2:
-            raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {w.shape}")
-        return w.format, w.data, w.shape[0], w.shape[1]
-    b = _args.array(w, name, stream)
-    fmt = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(_args.dt(b))
-    if fmt is None:
-        raise TypeError(f"{name}: dtype {b.dtype} is not a weight dtype (float32, float16, bfloat16; "
-                        "wrap GGUF block data in barecuda.kernels.QuantWeight)")
-    if len(b.shape) != 2:
-        raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {tuple(b.shape)}")
-    n, k, stride = _args.rows(b, name)
-    if stride != k:
-        raise ValueError(f"{name}: rows must be contiguous (row stride {stride}, {k} columns)")
+    fmt, _, b, n, k = weight_facts(w, name, stream)
     return fmt, b, n, k
 
 

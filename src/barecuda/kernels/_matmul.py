@@ -171,23 +171,24 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream, plan=False)
     return kern, grid, 256, 0, args, ob
 
 
+def _operand(rows, cols, rs, cs, align=8):
+    """(trans, ld) under which a kernel reads a rows x cols operand of element strides (rs, cs),
+    or None: row-major (cs == 1), or its transpose stored row-major (rs == 1); the leading
+    dimension and the contiguous extent multiples of ``align`` (8 for the tensor-core kernel)."""
+    if cs == 1 and rs % align == 0 and cols % align == 0 and (rs >= cols or rows == 1):
+        return 0, max(rs, cols)
+    if rs == 1 and cs % align == 0 and rows % align == 0 and (cs >= rows or cols == 1):
+        return 1, max(cs, rows)
+    return None
+
+
 def _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob):
     """(trans_a, lda, trans_b, ldb) of the tensor-core kernel, or None when it cannot read them."""
     if ab.ptr % 16 or bb.ptr % 16 or ob.ptr % 4 or sa % 8 or sb % 8:
         return None
-    if ak == 1 and am % 8 == 0 and k % 8 == 0 and (am >= k or m == 1):
-        ta, lda = 0, max(am, k)
-    elif am == 1 and ak % 8 == 0 and m % 8 == 0 and (ak >= m or k == 1):
-        ta, lda = 1, max(ak, m)
-    else:
-        return None
-    if bn == 1 and bk % 8 == 0 and n % 8 == 0 and (bk >= n or k == 1):
-        tb, ldb = 0, max(bk, n)
-    elif bk == 1 and bn % 8 == 0 and k % 8 == 0 and (bn >= k or n == 1):
-        tb, ldb = 1, max(bn, k)
-    else:
-        return None
-    return ta, lda, tb, ldb
+    a = _operand(m, k, am, ak)
+    b = _operand(k, n, bk, bn)
+    return None if a is None or b is None else a + b
 
 
 # ---- cuBLASLt ---------------------------------------------------------------------------------
@@ -209,19 +210,9 @@ def _auto_prefers_lt(code, m, n, k, nbat):
 
 def _lt_layout(am, ak, m, k, bk, bn, n):
     """(trans_a, lda, trans_b, ldb) for cuBLASLt (one unit stride per operand), or None."""
-    if ak == 1 and (am >= k or m == 1):
-        ta, lda = False, max(am, k)
-    elif am == 1 and (ak >= m or k == 1):
-        ta, lda = True, max(ak, m)
-    else:
-        return None
-    if bn == 1 and (bk >= n or k == 1):
-        tb, ldb = False, max(bk, n)
-    elif bk == 1 and (bn >= k or n == 1):
-        tb, ldb = True, max(bn, k)
-    else:
-        return None
-    return ta, lda, tb, ldb
+    a = _operand(m, k, am, ak, 1)
+    b = _operand(k, n, bk, bn, 1)
+    return None if a is None or b is None else (bool(a[0]), a[1], bool(b[0]), b[1])
 
 
 def _lt_matmul(device, dtype, m, n, k, lt, nbat, sa, sb, sc, strict):

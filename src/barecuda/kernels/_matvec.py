@@ -8,7 +8,7 @@ Accumulation is fp32. Fused epilogues: ``residual=`` (``y = x @ W.T + r``) and
 :func:`matvec_silu_mul` (``y = silu(x @ G.T) * (x @ U.T)``, gate and up in one launch).
 """
 from barecuda.kernels import _args, _registry
-from barecuda.kernels._dequant import DENSE, FORMATS, QuantWeight
+from barecuda.kernels._dequant import DENSE, FORMATS, weight_facts as _weight
 
 __all__ = ["matvec", "plan_matvec", "matvec_silu_mul", "plan_matvec_silu_mul"]
 
@@ -36,13 +36,36 @@ def _dense_tuning(fmt, n, k, epi):
     return ()
 
 
-# Quantized weights with f16/bf16 activations and a batch of TC_MIN_BATCH or more take the
-# tensor-core entries (matvec_<x>_tc*, csrc/matvec.cu: a block of MVT_W warps a 16-row tile;
-# the mma's 8 columns hold the batch rows, so a batch of 8 costs what a batch of 1 does).
-# At batch 1 the CUDA-core entries are as fast or faster (H100: Q4_K 14336x4096 40.7% vs
-# 38.3% of spec, 4096x14336 20.3% vs 37.6%; docs/kernels.md).
+# Quantized weights with f16/bf16 activations take the tensor-core entries (matvec_<x>_tc*,
+# csrc/matvec.cu: a block of MVT_W warps a 16-row tile) at a batch of TC_MIN_BATCH or more
+# (the mma's 8 columns hold the batch rows, so a batch of 8 costs what a batch of 1 does),
+# and at batch 1 in the formats of TC1 for N >= TC1_MIN_ROWS (the batch-1 column layout:
+# column n of the mma holds x of group n of the chunk, so the scales are applied once a
+# chunk, with no shuffles). H100 sweep, 2026-11-26 19:1x (docs/kernels.md): tall weights
+# gain 2-4 points of spec over the CUDA-core entries (Q6_K 14336x4096 39.6% vs 37.2%, Q8_0
+# 58.9 vs 56.6, Q4_0 43.3 vs 39.2, Q4_1 44.3 vs 41.9); at N = 4096 the 256 tiles leave the
+# device half empty and the CUDA cores are as fast or faster (Q6_K 4096x14336 36.7% vs 33.5).
 TC_MIN_BATCH = 2
+TC1 = frozenset({"q4_k", "q6_k", "q8_0", "q4_0", "q4_1"})
+TC1_MIN_ROWS = 8192
 _TC_WARPS = 4         # MVT_W in matvec.cu
+# Q4_K at batch 1 with f16/bf16 x, any N: matvec_<x>_tcd* (the same column layout, each
+# thread's weights straight into registers, MVD_PF super-blocks ahead; no shared-memory
+# staging): 50.6 / 54.4 / 34.3 / 56.7% of the H100's spec at 14336x4096 / 4096x14336 /
+# 4096x4096 / 28672x4096 against 39.1 / 38.5 / 29.1% on the CUDA cores in the same run.
+# Its warps a block (the K split) are a launch choice: tcd_warps().
+TCD = True
+TCD_WARPS_PER_SM = 16         # warps the registers let a multiprocessor hold (118 a thread)
+_TCD_MAX_WARPS = 16           # MVD_MAXW in matvec.cu
+
+
+def tcd_warps(n, k, sms, epi=None):
+    """Warps a block for the Q4_K batch-1 entries: enough that the ceil(N / 16) tiles fill
+    the device in one wave of TCD_WARPS_PER_SM warps a multiprocessor, at most one a
+    super-block of the row (and half MVD_MAXW for gate/up)."""
+    tiles = -(-n // 16)
+    cap = _TCD_MAX_WARPS // 2 if epi == "glu" else _TCD_MAX_WARPS
+    return max(1, min(cap, k // 256, TCD_WARPS_PER_SM * sms // tiles))
 
 
 def _quant_tuning(fmt):
@@ -60,25 +83,6 @@ def _quant_geometry(defines, code, epi, tc=False):
 
 _EPI = {None: "", "res": "_res", "glu": "_glu"}
 _CODES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}   # str(dtype) -> entry suffix
-
-
-def _weight(w, name, stream):
-    """(QuantWeight-like facts): (format, ggml_type, ptr buffer, N, K, itemsize-or-0)."""
-    if isinstance(w, QuantWeight):
-        if len(w.shape) != 2:
-            raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {w.shape}")
-        return w.format, w.ggml_type, w.data, w.shape[0], w.shape[1]
-    b = _args.array(w, name, stream)
-    fmt = _CODES.get(_args.dt(b))
-    if fmt is None:
-        raise TypeError(f"{name}: dtype {b.dtype} is not a weight dtype (float32, float16, bfloat16; "
-                        "wrap GGUF block data in barecuda.kernels.QuantWeight)")
-    if len(b.shape) != 2:
-        raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {tuple(b.shape)}")
-    n, k, stride = _args.rows(b, name)
-    if stride != k:
-        raise ValueError(f"{name}: rows must be contiguous (row stride {stride}, {k} columns)")
-    return fmt, FORMATS[fmt][0], b, n, k
 
 
 def _prepare(weight, up, x, residual, out, stream, epi):
@@ -115,15 +119,24 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         defines = (("WFMT", t),) + tune
         rows_per_block = _WARPS * dict(tune).get("MV_R", 1)
         threads = 32 * _WARPS
-        tc = False
+        tc = ""
     else:
         if xb.ptr % 16:
             raise ValueError(f"x: address 0x{xb.ptr:x} is not 16-byte aligned (needed with {fmt} weights)")
         vec = 0
         tune = _quant_tuning(fmt)
         defines = (("WFMT", t),) + tune
-        tc = code != "f32" and nb >= TC_MIN_BATCH
-        rows_per_block, threads = _quant_geometry(tune, code, epi, tc)
+        if code == "f32":
+            tc = ""
+        elif nb >= TC_MIN_BATCH:
+            tc = "tc"
+        elif fmt == "q4_k" and TCD:
+            tc = "tcd"
+        else:
+            tc = "tc" if fmt in TC1 and n >= TC1_MIN_ROWS else ""
+        rows_per_block, threads = _quant_geometry(tune, code, epi, bool(tc))
+        if tc == "tcd":
+            threads = 32 * tcd_warps(n, k, _args.sm_count(xb.device), epi)
     _args.same_device(("x", xb), ("weight", wb), ("up", ub))
     rb = None
     if residual is not None:
@@ -140,7 +153,7 @@ def _prepare(weight, up, x, residual, out, stream, epi):
     if y.ptr < xend and xb.ptr < y.ptr + nb * n * xb.itemsize:
         raise ValueError("out: overlaps x (matvec reads x while it writes out)")
     bucket = next(b for b in _BUCKETS if b >= nb)
-    entry = f"matvec_{code}_tc{_EPI[epi]}" if tc else f"matvec_{code}_b{bucket}{_EPI[epi]}"
+    entry = f"matvec_{code}_{tc}{_EPI[epi]}" if tc else f"matvec_{code}_b{bucket}{_EPI[epi]}"
     kern = _registry.get("matvec.cu", entry, defines, int(xb.device))
     grid = -(-n // rows_per_block)
     args = (wb, ub if ub is not None else 0, xb, y, rb if rb is not None else 0, n, k, nb, vec)
@@ -205,6 +218,8 @@ _args.attach_plan(matvec_silu_mul, plan_matvec_silu_mul)
 
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
 _TC_NAMES = tuple(f"matvec_{c}_tc{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
-KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES), (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))
+_TCD_NAMES = tuple(f"matvec_{c}_tcd{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
+KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES) + (_TCD_NAMES if k == "q4_k" else ()),
+             (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))
             for k, v in FORMATS.items()]
            + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)])

@@ -7,6 +7,7 @@ returns a bound ``LaunchPlan`` whose ``args[0]`` is ``y`` and ``args[1]`` the re
 output (0 without a residual).
 """
 from barecuda.kernels import _args as A
+from barecuda.kernels._opcall import op
 from barecuda.kernels._registry import get
 
 __all__ = ["rmsnorm", "layernorm"]
@@ -16,36 +17,28 @@ KERNELS = [("norms.cu", tuple(f"{op}_{c}_{v}" for op in ("rmsnorm", "layernorm")
                               for c in ("f32", "f16", "bf16") for v in VARIANTS), ())]
 
 
+def _vector(v, name, bx, cols, stream):
+    """A per-column parameter (weight, bias): ``cols`` contiguous elements of x's dtype."""
+    if v is None:
+        return None
+    b = A.array(v, name, stream)
+    if A.dt(b) != A.dt(bx):
+        raise TypeError(f"{name}: dtype {A.dt(b)}, expected {A.dt(bx)} (that of x)")
+    if b.size != cols or b.strides is not None and b.size > 1:
+        raise ValueError(f"{name}: expected {cols} contiguous elements, got shape {tuple(b.shape)}")
+    return b
+
+
 def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
-    bx = A.array(x, "x", stream)
-    code = A.float_code(bx, "x")
-    n, cols, sx = A.rows(bx, "x")
-    A.check_align(bx, "x")
-    if cols < 1:
-        raise ValueError("x: the last axis is empty")
+    bx, code, n, cols, sx = A.row_input(x, "x", stream)
     dev = int(bx.device)
-    bw = bb = br = bh = None
-    if weight is not None:
-        bw = A.array(weight, "weight", stream)
-        if A.dt(bw) != A.dt(bx):
-            raise TypeError(f"weight: dtype {A.dt(bw)}, expected {A.dt(bx)} (that of x)")
-        if bw.size != cols or bw.strides not in (None,) and bw.size > 1:
-            raise ValueError(f"weight: expected {cols} contiguous elements, got shape {tuple(bw.shape)}")
-    if bias is not None:
-        bb = A.array(bias, "bias", stream)
-        if A.dt(bb) != A.dt(bx):
-            raise TypeError(f"bias: dtype {A.dt(bb)}, expected {A.dt(bx)} (that of x)")
-        if bb.size != cols or bb.strides not in (None,) and bb.size > 1:
-            raise ValueError(f"bias: expected {cols} contiguous elements, got shape {tuple(bb.shape)}")
+    bw = _vector(weight, "weight", bx, cols, stream)
+    bb = _vector(bias, "bias", bx, cols, stream)
+    br = bh = None
     sr = sh = 0
     if residual is not None:
-        br = A.array(residual, "residual", stream)
-        if A.dt(br) != A.dt(bx):
-            raise TypeError(f"residual: dtype {A.dt(br)}, expected {A.dt(bx)}")
-        if tuple(br.shape) != tuple(bx.shape):
-            raise ValueError(f"residual: shape {tuple(br.shape)}, expected {tuple(bx.shape)}")
+        br = A.operand(residual, "residual", bx, "x", stream, tuple(bx.shape))
         _, _, sr = A.rows(br, "residual")
-        A.check_align(br, "residual")
         if residual_out is None:
             bh = A.out_array(None, bx.shape, A.dt(bx), bx, stream)
         elif residual_out is residual or residual_out is x:
@@ -63,8 +56,8 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
     eps = A.scalar_f32(eps, "eps")
     isz = bx.itemsize
     vec = A.vec_ok(isz, cols, ((bx, sx), (by, sy), (br, sr), (bh, sh), (bw, 0), (bb, 0)))
-    op = "layernorm" if ln else "rmsnorm"
-    k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("norms.cu", f"{op}_{code}_{v}", (), dev))
+    fn = "layernorm" if ln else "rmsnorm"
+    k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("norms.cu", f"{fn}_{code}_{v}", (), dev))
     P = A.ptr_or_0
     if ln:
         args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, A.f32(eps), n)
@@ -77,6 +70,7 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
     return k, grid, block, args, (by if br is None else (by, bh))
 
 
+@op
 def rmsnorm(x, weight=None, eps=1e-6, *, residual=None, residual_out=None, out=None, stream=None):
     """RMS normalisation over the last axis: ``y = h / sqrt(mean(h**2) + eps) * weight``
     with ``h = x`` or, given ``residual``, ``h = x + residual`` (also written to
@@ -94,22 +88,17 @@ def rmsnorm(x, weight=None, eps=1e-6, *, residual=None, residual_out=None, out=N
 
     Returns
     -------
-    y, or (y, residual_out) when ``residual`` is given.
+    y, or (y, residual_out) when ``residual`` is given (the caller's own arrays where given).
     """
-    k, grid, block, args, res = _prep(False, x, weight, None, eps, residual, residual_out, out, stream)
-    if grid:
-        k.launch(grid, block, *args, stream=stream)
-    return res
+    return _prep(False, x, weight, None, eps, residual, residual_out, out, stream)
 
 
+@op
 def layernorm(x, weight=None, bias=None, eps=1e-5, *, residual=None, residual_out=None, out=None, stream=None):
     """Layer normalisation over the last axis: ``y = (h - mean) / sqrt(var + eps) * weight + bias``
     (biased variance, as torch), ``h`` as in :func:`rmsnorm`. Returns y, or
     (y, residual_out) when ``residual`` is given."""
-    k, grid, block, args, res = _prep(True, x, weight, bias, eps, residual, residual_out, out, stream)
-    if grid:
-        k.launch(grid, block, *args, stream=stream)
-    return res
+    return _prep(True, x, weight, bias, eps, residual, residual_out, out, stream)
 
 
 def _plan(ln, x, weight, bias, eps, residual, residual_out, out, stream):

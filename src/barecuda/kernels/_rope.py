@@ -7,6 +7,7 @@ int, a device int32 array of one element (read by the kernel: a captured graph n
 argument change per token), or per-token device ``positions``.
 """
 from barecuda.kernels import _args as A
+from barecuda.kernels._opcall import op
 from barecuda.kernels._registry import get
 
 __all__ = ["rope"]
@@ -33,16 +34,7 @@ def _geom(b, name):
     if D > 1 and st[-1] != 1:
         raise ValueError(f"{name}: the head_dim axis must be contiguous")
     st_h = st[-2]
-    n = 1
-    st_t = None
-    for i in range(len(shape) - 3, -1, -1):
-        if shape[i] == 1:
-            continue
-        if st_t is None:
-            st_t = st[i]
-        elif st[i] != st_t * n:
-            raise ValueError(f"{name}: leading axes with strides {st[:-2]} do not collapse to one token axis")
-        n *= shape[i]
+    n, st_t = A.collapse(shape[:-2], st[:-2], name, "one token axis")
     return n, seqlen, H, D, (st_t if st_t is not None else H * st_h), st_h
 
 
@@ -64,10 +56,7 @@ def _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, 
     hk = 0
     skt = skh = skot = skoh = 0
     if k is not None:
-        bk = A.array(k, "k", stream)
-        if A.dt(bk) != A.dt(bq):
-            raise TypeError(f"k: dtype {A.dt(bk)}, expected {A.dt(bq)} (that of q)")
-        A.check_align(bk, "k")
+        bk = A.operand(k, "k", bq, "q", stream)
         nk, seqk, hk, Dk, skt, skh = _geom(bk, "k")
         if (nk, seqk, Dk) != (n, seqlen, D):
             raise ValueError(f"k: shape {tuple(bk.shape)} does not match q {tuple(bq.shape)} but in the heads axis")
@@ -114,13 +103,14 @@ def _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, 
             n, max(seqlen, 1), D, rot, P(bposs), P(bpos), pos0, A.f32(theta), *map(A.f32, l3))
     total = n * (rot // 2)                  # one thread a (token, rotated pair), looping over the heads
     if not total or not (hq + hk):
-        return kern, 0, args, (bqo if bk is None else (bqo, bko))
+        return kern, 0, _BLOCK, args, (bqo if bk is None else (bqo, bko))
     gx = min(-(-total // _BLOCK), 1 << 20)
     gy = max(1, min(hq + hk, -(-(1 << 21) // total), 65535))   # split the heads: ~2M threads in flight
     grid = (gx, gy)
-    return kern, grid, args, (bqo if bk is None else (bqo, bko))
+    return kern, grid, _BLOCK, args, (bqo if bk is None else (bqo, bko))
 
 
+@op
 def rope(q, k=None, *, pos=0, positions=None, theta=10000.0, layout="neox", rotary_dim=None,
          scaling=None, out=None, out_k=None, stream=None):
     """Rotate q (and k) by their positions.
@@ -146,20 +136,17 @@ def rope(q, k=None, *, pos=0, positions=None, theta=10000.0, layout="neox", rota
     -------
     out, or (out, out_k) when k is given.
     """
-    kern, grid, args, res = _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, stream)
-    if grid:
-        kern.launch(grid, _BLOCK, *args, stream=stream)
-    return res
+    return _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, stream)
 
 
 def _plan(q, k=None, *, pos=0, positions=None, theta=10000.0, layout="neox", rotary_dim=None,
           scaling=None, out=None, out_k=None, stream=None):
     """The launch of :func:`rope` bound once. With ``pos`` a device int32, replaying the
     plan (or a graph holding it) uses the position stored there at that time."""
-    kern, grid, args, _ = _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, stream)
+    kern, grid, block, args, _ = _prep(q, k, pos, positions, theta, layout, rotary_dim, scaling, out, out_k, stream)
     if not grid:
         raise ValueError("nothing to rotate")
-    return kern.bind(grid, _BLOCK, *args, stream=stream)
+    return kern.bind(grid, block, *args, stream=stream)
 
 
 A.attach_plan(rope, _plan)

@@ -6,6 +6,7 @@ decode position (a device int32) as ``offset`` so that a captured graph draws fr
 numbers each token without an argument change. Outputs are int32 token ids.
 """
 from barecuda.kernels import _args as A
+from barecuda.kernels._opcall import op
 from barecuda.kernels._registry import get
 
 __all__ = ["argmax", "sample"]
@@ -17,12 +18,7 @@ _SAMPLE_THREADS = 512          # SM_THREADS in sampling.cu (its shared histogram
 
 
 def _logits(x, stream):
-    bx = A.array(x, "logits", stream)
-    code = A.float_code(bx, "logits")
-    A.check_align(bx, "logits")
-    n, v, st = A.rows(bx, "logits")
-    if v < 1:
-        raise ValueError("logits: the last axis is empty")
+    bx, code, n, v, st = A.row_input(x, "logits", stream)
     if v > 0x7fffffff:
         raise ValueError("logits: rows longer than 2**31-1")
     return bx, code, n, v, st
@@ -42,13 +38,11 @@ def _prep_argmax(x, out, stream):
     return k, min(n, _MAX_GRID), block, (bo, bx, n, v, st), bo
 
 
+@op
 def argmax(x, *, out=None, stream=None):
     """Index of the maximum of each row (the first on ties; NaN never wins), int32,
     shaped ``x.shape[:-1]``."""
-    k, grid, block, args, res = _prep_argmax(x, out, stream)
-    if grid:
-        k.launch(grid, block, *args, stream=stream)
-    return res
+    return _prep_argmax(x, out, stream)
 
 
 def _argmax_plan(x, *, out=None, stream=None):
@@ -88,6 +82,7 @@ def _prep_sample(x, temperature, top_k, top_p, seed, offset, out, stream):
                                                   A.ptr_or_0(boff)), bo
 
 
+@op
 def sample(logits, *, temperature=1.0, top_k=0, top_p=1.0, seed=0, offset=0, out=None, stream=None):
     """One token a row from ``softmax(logits / temperature)``, restricted to the top-k
     tokens (``top_k=0``: all; ties at the k-th are kept) and then to the nucleus of mass
@@ -105,10 +100,7 @@ def sample(logits, *, temperature=1.0, top_k=0, top_p=1.0, seed=0, offset=0, out
     -------
     int32 device array of token ids.
     """
-    k, grid, block, args, res = _prep_sample(logits, temperature, top_k, top_p, seed, offset, out, stream)
-    if grid:
-        k.launch(grid, block, *args, stream=stream)
-    return res
+    return _prep_sample(logits, temperature, top_k, top_p, seed, offset, out, stream)
 
 
 def _sample_plan(logits, *, temperature=1.0, top_k=0, top_p=1.0, seed=0, offset=0, out=None, stream=None):

@@ -3,6 +3,7 @@
 fp32, fp16, bf16 (fp32 math). Plan form: ``softmax.plan(...)`` (``args[0]`` is y).
 """
 from barecuda.kernels import _args as A
+from barecuda.kernels._opcall import op
 from barecuda.kernels._registry import get
 
 __all__ = ["softmax"]
@@ -12,12 +13,7 @@ KERNELS = [("softmax.cu", tuple(f"softmax_{c}_{v}" for c in ("f32", "f16", "bf16
 
 
 def _prep(x, scale, causal, offset, out, stream):
-    bx = A.array(x, "x", stream)
-    code = A.float_code(bx, "x")
-    n, cols, sx = A.rows(bx, "x")
-    A.check_align(bx, "x")
-    if cols < 1:
-        raise ValueError("x: the last axis is empty")
+    bx, code, n, cols, sx = A.row_input(x, "x", stream)
     if cols > 0x7fffffff:
         raise ValueError("x: rows longer than 2**31-1")
     scale = A.scalar_f32(scale, "scale")
@@ -38,6 +34,7 @@ def _prep(x, scale, causal, offset, out, stream):
     return k, A.wave(k, block, n, dev), block, (by, bx, cols, sy, sx, A.f32(scale), qlen, off, n), by
 
 
+@op
 def softmax(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
     """``softmax(scale * x)`` over the last axis.
 
@@ -53,10 +50,7 @@ def softmax(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):
     out : device array like x (contiguous), or x itself; default: new
     stream : optional
     """
-    k, grid, block, args, res = _prep(x, scale, causal, offset, out, stream)
-    if grid:
-        k.launch(grid, block, *args, stream=stream)
-    return res
+    return _prep(x, scale, causal, offset, out, stream)
 
 
 def _plan(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None):

@@ -394,6 +394,11 @@ _PIECE = 64 << 20       # bytes per staged copy (and per progress-bar step)
 _UPLOAD_ALIGN = 256     # device offset of each entry in the arena
 _SPAN_PIECE = 256 << 20  # bytes per staged copy of upload(via="device")
 
+#: Phases of the last ``upload`` in this process (seconds, bytes): where a load's time goes
+#: (``alloc_s``: the arena and staging buffer; ``htod_s``: the staged host-to-device copies,
+#: done when they return; ``place_s``: the device-to-device placement and the final sync).
+LAST_UPLOAD: Dict[str, Any] = {}
+
 
 class _Progress:
     def __init__(self, total: int, label: str, enabled: bool) -> None:
@@ -481,6 +486,7 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     import barecuda
     from barecuda._staging import copy_htod
 
+    t0 = time.perf_counter()
     if layout is None:
         layout = list(f.tensors)
     placed, total = plan_upload(f, layout)
@@ -499,11 +505,16 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
             if free >= span + total + (1 << 30):
                 via = "device"
     arena = barecuda.empty(max(total, 1), "uint8", device=device, stream=stream)
+    LAST_UPLOAD.clear()
+    LAST_UPLOAD.update(via=via, bytes=total, span=span, alloc_s=0.0, htod_s=0.0, place_s=0.0)
+    t1 = time.perf_counter()
     bar = _Progress(sum(p[2] for p in placed), f"upload {os.path.basename(f.path)}", bool(progress))
     out: Dict[str, Any] = {"__arena__": arena}
     base = arena.ptr
     if via == "device" and span:
         tmp = barecuda.empty(span, "uint8", device=device, stream=stream)
+        t2 = time.perf_counter()
+        LAST_UPLOAD["alloc_s"] = t2 - t0
         for s0 in range(0, span, _SPAN_PIECE):
             k = min(_SPAN_PIECE, span - s0)
             mv = f._view(lo + s0, k)
@@ -512,6 +523,8 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
             finally:
                 mv.release()
             bar.step(min(k * bar.total // span, bar.total - bar.done - 1) if s0 + k < span else bar.total - bar.done)
+        t1 = time.perf_counter()
+        LAST_UPLOAD["htod_s"] = t1 - t2
         for key, off, n, infos in placed:
             d = off
             for t in infos:
@@ -522,6 +535,8 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
             stream.synchronize()
         del tmp
         placed = []
+    else:
+        LAST_UPLOAD["alloc_s"] = t1 - t0
     for key, off, n, infos in placed:
         dst = base + off
         for t in infos:
@@ -536,8 +551,13 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
                 bar.step(k)
             dst += t.nbytes
         out[key] = arena[off:off + n]
+    if via == "direct":
+        LAST_UPLOAD["htod_s"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
     if stream is not None:
         stream.synchronize()
     else:
         barecuda.Device(int(device) if device is not None else None).synchronize()
+    LAST_UPLOAD["place_s"] = time.perf_counter() - t1
+    LAST_UPLOAD["total_s"] = time.perf_counter() - t0
     return out

@@ -30,8 +30,9 @@ replayed token by token. ``prefill_gemm`` (``generate_ids(..., prefill="gemm")``
 prompt as batches through matmul (weights dequantized per layer into a scratch buffer)
 and flash attention; it is checked on the driver double only so far.
 
-Activations, KV cache and logits are float16 (or bfloat16); weights stay in their GGUF
-format (matvec dequantizes in registers); norms are converted to the activation dtype.
+Activations, KV cache and logits are float16 (or bfloat16; float32, the correctness mode,
+runs the unfused loop); weights stay in their GGUF format (matvec dequantizes in
+registers); norms are converted to the activation dtype.
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ from barecuda.models.gguf import GGUFError, GGUFFile, open_gguf, plan_upload, up
 
 __all__ = ["Llama", "main"]
 
-_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 _STATE_HEAD = 4          # pos, tok, n_prompt, sampled; then the history
 
 # llama_advance(int* state, u32 max_seq), hand-written PTX: JIT-compiled by the driver,
@@ -92,6 +93,8 @@ $L__fed:
 
 def _f32_to(raw: Any, n: int, dtype: str) -> bytes:
     """F32 bytes -> float16/bfloat16 bytes (round to nearest even), without numpy."""
+    if dtype == "float32":
+        return bytes(raw)
     vals = struct.unpack(f"<{n}f", bytes(raw))
     if dtype == "float16":
         return struct.pack(f"<{n}e", *vals)
@@ -122,8 +125,10 @@ class Llama:
     path : str or GGUFFile
     max_seq : int, optional
         KV cache length (default: the model's context length, at most 4096).
-    dtype : {"float16", "bfloat16"}
-        Activations, KV cache and logits.
+    dtype : {"float16", "bfloat16", "float32"}
+        Activations, KV cache and logits. float32 is the correctness mode: it runs the
+        unfused loop (the fused matvecs are 16-bit) with a plain float32 decode attention,
+        several times slower; weights stay in the file's format either way.
     device : Device or int, optional
     progress : bool, optional
         Progress bar for the weight upload (default: large files on a terminal).
@@ -137,8 +142,8 @@ class Llama:
                  pdl: bool = False) -> None:
         from barecuda.models.reference import LlamaConfig
         if dtype not in _DTYPES:
-            raise ValueError(f"dtype={dtype!r}: float16 or bfloat16 (the KV cache and attention are 16-bit)")
-        self.fused = bool(fused)
+            raise ValueError(f"dtype={dtype!r}: float16, bfloat16 or float32")
+        self.fused = bool(fused) and dtype != "float32"
         self.pdl = bool(pdl) and self.fused
         self.kv_layout = kv_layout or ("head_major" if self.fused else "token_major")
         if self.kv_layout not in ("head_major", "token_major"):
@@ -239,14 +244,14 @@ class Llama:
         self.nq, self.nkv = c.n_head * hd, c.n_head_kv * hd
         # embedding table in the activation dtype
         t = self.file.tensor("token_embd.weight")
-        if (t.type_name, dt) in (("F16", "float16"), ("BF16", "bfloat16")):
+        if (t.type_name, dt) in (("F16", "float16"), ("BF16", "bfloat16"), ("F32", "float32")):
             self.table = self.w["token_embd.weight"].view(dt, (c.vocab, c.dim))
         elif t.type_name in ("F16", "BF16", "F32"):
             from barecuda.models.reference import dequantize_tensor
             import numpy as np
             host = dequantize_tensor(t)
-            if dt == "float16":
-                data = host.astype(np.float16).tobytes()
+            if dt in ("float16", "float32"):
+                data = host.astype(dt).tobytes()
             else:
                 data = _f32_to(host.astype(np.float32).tobytes(), host.size, dt)
             self.table = bc.empty((c.vocab, c.dim), dt, device=self.device).copy_from(data)
@@ -500,6 +505,8 @@ class Llama:
             raise NotImplementedError("prefill_gemm writes a token-major KV cache: construct the model with "
                                       "kv_layout='token_major' (or use the graph prefill)")
         c, s, dt = self.cfg, self.stream, self.dtype
+        if dt == "float32":
+            raise NotImplementedError("prefill_gemm: flash attention is 16-bit; float32 uses the graph prefill")
         for L in self.layers:                   # before any launch
             for qw in [w for w, _, _ in L["qkv"]] + [L["wo"], L["gate"], L["up"], L["down"]]:
                 if qw.dense and qw.format != _DTYPES[dt]:
@@ -563,8 +570,8 @@ class Llama:
         for _ in prompt:
             ge.launch(self.stream)
             self.stream.synchronize()
-            out.append(np.frombuffer(bytes(self.logits.copy_to()), dtype=np.float16 if self.dtype == "float16"
-                                     else np.uint16).copy())
+            out.append(np.frombuffer(bytes(self.logits.copy_to()), dtype={"float16": np.float16, "float32": np.float32}
+                                     .get(self.dtype, np.uint16)).copy())
         if self.dtype == "bfloat16":
             out = [(o.astype(np.uint32) << 16).view(np.float32) for o in out]
         return [o.astype(np.float32) for o in out]

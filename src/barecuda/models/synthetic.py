@@ -26,21 +26,59 @@ SHAPES = {
 
 class _Pool:
     """Random values cut from one pool at random offsets (``fast=True``): a 14 GB file in
-    seconds instead of minutes of random-number generation. Each tensor is still distinct
-    (its own offset), and every row differs from its neighbours (the pool's length is
-    coprime to the row lengths used)."""
+    seconds instead of minutes of random-number generation. A tensor no larger than the
+    pool (2^27 + 7 values: every tensor of the 1B and 8B shapes) is a view of it at its own
+    random offset, so nothing is copied until the writer writes it; a larger one repeats
+    the pool cyclically (whose length is coprime to the row lengths used, so neighbouring
+    rows still differ)."""
 
-    def __init__(self, rng: Any, n: int = (1 << 24) + 7) -> None:
-        import numpy as np
+    def __init__(self, rng: Any, n: int = (1 << 27) + 7) -> None:
         self.rng, self.n = rng, n
-        self.normal = rng.standard_normal(n, dtype=np.float32)
-        self.normal16 = self.normal.astype(np.float16)
-        self.bytes = rng.integers(0, 256, size=n, dtype=np.uint8)
+        self._normal: Any = None
+        self._bytes: Any = None
+        self._scaled: dict = {}
 
-    def take(self, src: Any, count: int) -> Any:
+    @property
+    def normal(self) -> Any:
+        if self._normal is None:          # made on first use: a Q4_K_M file needs only bytes
+            self._normal = self.rng.standard_normal(self.n, dtype="float32")
+        return self._normal
+
+    @property
+    def bytes(self) -> Any:
+        if self._bytes is None:
+            self._bytes = self.rng.integers(0, 256, size=self.n, dtype="uint8")
+        return self._bytes
+
+    def take(self, src: Any, count: int, copy: bool = False) -> Any:
+        """``count`` values of ``src`` from a random offset: a read-only view when they fit
+        (``copy=True`` for a writable array), else read cyclically into a new array."""
         import numpy as np
+        if count <= self.n:
+            off = int(self.rng.integers(0, self.n - count + 1))
+            v = src[off:off + count]
+            if copy:
+                return v.copy()
+            v = v.view()
+            v.flags.writeable = False
+            return v
         off = int(self.rng.integers(0, self.n))
-        return np.resize(np.roll(src, -off), count)
+        out = np.empty(count, src.dtype)
+        first = self.n - off
+        out[:first] = src[off:]
+        pos = first
+        while pos < count:
+            k = min(self.n, count - pos)
+            out[pos:pos + k] = src[:k]
+            pos += k
+        return out
+
+    def normal_scaled(self, scale: float, dtype: str) -> Any:
+        """The pool's normal values times ``scale``, rounded once to ``dtype`` (cached)."""
+        key = (scale, dtype)
+        if key not in self._scaled:
+            self._scaled[key] = (self.normal * scale).astype(dtype)
+        return self._scaled[key]
 
 
 def random_blocks(rng: Any, qtype: str, n_out: int, n_in: int, scale: float, pool: Optional[_Pool] = None) -> Any:
@@ -51,7 +89,7 @@ def random_blocks(rng: Any, qtype: str, n_out: int, n_in: int, scale: float, poo
     def raw(size: int) -> Any:
         if pool is None:
             return rng.integers(0, 256, size=(n_out, nb, size), dtype=np.uint8)
-        return pool.take(pool.bytes, n_out * nb * size).reshape(n_out, nb, size)
+        return pool.take(pool.bytes, n_out * nb * size, copy=True).reshape(n_out, nb, size)
     if qtype == "Q4_K":
         b = raw(144)
         # value = d*sc*q - dmin*m, sc, m in 0..63, q in 0..15: centre it on zero on average
@@ -90,7 +128,9 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
     import gguf
     from gguf import GGMLQuantizationType as QT
     rng = np.random.default_rng(seed)
-    pool = _Pool(rng) if fast else None
+    hd_ = head_dim or dim // n_head
+    biggest = max(vocab * dim, ffn_dim * dim, n_head * hd_ * dim)     # values in the largest matrix
+    pool = _Pool(rng, min(biggest, 1 << 27) + 7) if fast else None
     hd = head_dim or dim // n_head
     w = gguf.GGUFWriter(path, "llama")
     w.add_block_count(n_layer)
@@ -117,13 +157,10 @@ def write_random_llama(path: str, *, n_layer: int, dim: int, ffn_dim: int, n_hea
             w.add_tensor(name, random_blocks(rng, t, n_out, n_in, scale, pool), raw_dtype=getattr(QT, t))
             return
         if pool is not None and t == "F16":
-            x16 = pool.take(pool.normal16, n_out * n_in).reshape(n_out, n_in)
-            x16 *= np.float16(scale)
-            w.add_tensor(name, x16)
+            w.add_tensor(name, pool.take(pool.normal_scaled(scale, "float16"), n_out * n_in).reshape(n_out, n_in))
             return
         if pool is not None and t in ("BF16", "F32"):
-            x = pool.take(pool.normal, n_out * n_in).reshape(n_out, n_in)
-            x *= np.float32(scale)
+            x = pool.take(pool.normal_scaled(scale, "float32"), n_out * n_in).reshape(n_out, n_in)
         else:
             x = (rng.standard_normal((n_out, n_in), dtype=np.float32) * scale).astype(np.float32)
         if t == "F32":

@@ -5,6 +5,8 @@
 //                             split-KV (flash-decoding); the length is read from device memory
 //   attn_prefill_<dt>         causal or full flash attention, online softmax, GQA
 //   kv_append_<dt>            writes one token's K and V into the cache at a device-held position
+//   attn_decode_f32, kv_append_f32   the same for a float32 cache (a plain SIMT kernel, no split:
+//                             the models' fp32 reference mode)
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
 //          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, PF_WARPS,
@@ -208,74 +210,53 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
         }
     };
+    // The cp.async ring: tiles of `tile` keys (K rows, then V rows, RS bytes each) from token
+    // `first` up to `last`, copied by threads t, t + ts, ...; each tile's stage is made
+    // visible by a block barrier (block_sync) or a warp one, then this warp reads its
+    // DEC_KPW keys at key offset `wofs` of the tile (the last tile masked at `last`).
+    // (A plain lambda: NVRTC 13.0 rejects generic ones in device code.)
+    auto ring = [&](bc_u32 base, int tile, int first, int last, int t, int ts, int wofs, bool block_sync) {
+        const int stage = 2 * tile * RS;
+        const int ntile = last > first ? (last - first + tile - 1) / tile : 0;
+        auto load = [&](int it) {
+            const bc_u32 ks = base + (bc_u32)((it % DEC_STAGES) * stage);
+            for (int c = t; c < tile * CPR; c += ts) {
+                const int row = c / CPR, col = c % CPR;
+                const int tok = first + it * tile + row;
+                copy_chunk(ks, ks + tile * RS, row, col, tok, tok < last);
+            }
+        };
+#pragma unroll
+        for (int s = 0; s < DEC_STAGES - 1; ++s) {
+            if (s < ntile) load(s);
+            bc_cp_async_commit();
+        }
+        for (int it = 0; it < ntile; ++it) {
+            bc_cp_async_wait<DEC_STAGES - 2>();
+            if (block_sync)
+                __syncthreads();
+            else
+                __syncwarp();
+            if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
+            bc_cp_async_commit();
+            const bc_u32 ks = base + (bc_u32)((it % DEC_STAGES) * stage + wofs * RS);
+            const bc_u32 vs = ks + (bc_u32)(tile * RS);
+            const int col0 = first + it * tile + wofs;
+            if (col0 >= last) continue;
+            if (col0 + DEC_KPW <= last)
+                attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
+            else
+                attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
+        }
+    };
 #if DEC_WPIPE
     // warp w streams keys [wstart, wend) (a DEC_KPW multiple of the split) through its own ring
-    constexpr int WSTAGE = 2 * DEC_KPW * RS;
-    const bc_u32 wbase = sbase + (bc_u32)(warp * DEC_STAGES * WSTAGE);
     const int wchunk = chunk / DEC_WARPS;
     const int wstart = start + warp * wchunk, wend = min(end, wstart + wchunk);
-    const int ntile = wend > wstart ? (wend - wstart + DEC_KPW - 1) / DEC_KPW : 0;
-    auto load = [&](int it) {
-        const bc_u32 ks = wbase + (bc_u32)((it % DEC_STAGES) * WSTAGE);
-        const bc_u32 vs = ks + DEC_KPW * RS;
-#pragma unroll
-        for (int c = lane; c < DEC_KPW * CPR; c += 32) {
-            const int row = c / CPR, col = c % CPR;
-            const int tok = wstart + it * DEC_KPW + row;
-            copy_chunk(ks, vs, row, col, tok, tok < wend);
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < DEC_STAGES - 1; ++s) {
-        if (s < ntile) load(s);
-        bc_cp_async_commit();
-    }
-    for (int it = 0; it < ntile; ++it) {
-        bc_cp_async_wait<DEC_STAGES - 2>();
-        __syncwarp();
-        if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
-        bc_cp_async_commit();
-        const bc_u32 ks = wbase + (bc_u32)((it % DEC_STAGES) * WSTAGE);
-        const bc_u32 vs = ks + DEC_KPW * RS;
-        const int col0 = wstart + it * DEC_KPW;
-        if (col0 + DEC_KPW <= wend)
-            attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, wend, false, 0);
-        else
-            attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, wend, false, 0);
-    }
+    ring(sbase + (bc_u32)(warp * DEC_STAGES * 2 * DEC_KPW * RS), DEC_KPW, wstart, wend, lane, 32, 0, false);
 #else
-    constexpr int STAGE_BYTES = 2 * DEC_BN * RS;
-    const int ntile = (end - start + DEC_BN - 1) / DEC_BN;
-
-    auto load = [&](int it) {
-        const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES);
-        const bc_u32 vs = ks + DEC_BN * RS;
-        for (int c = tid; c < DEC_BN * CPR; c += DEC_WARPS * 32) {
-            const int row = c / CPR, col = c % CPR;
-            const int tok = start + it * DEC_BN + row;
-            copy_chunk(ks, vs, row, col, tok, tok < end);
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < DEC_STAGES - 1; ++s) {
-        if (s < ntile) load(s);
-        bc_cp_async_commit();
-    }
-    for (int it = 0; it < ntile; ++it) {
-        bc_cp_async_wait<DEC_STAGES - 2>();
-        __syncthreads();
-        if (it + DEC_STAGES - 1 < ntile) load(it + DEC_STAGES - 1);
-        bc_cp_async_commit();
-        const bc_u32 ks = sbase + (bc_u32)((it % DEC_STAGES) * STAGE_BYTES) + warp * DEC_KPW * RS;
-        const bc_u32 vs = ks + DEC_BN * RS;
-        const int col0 = start + it * DEC_BN + warp * DEC_KPW;
-        if (col0 < end) {
-            if (col0 + DEC_KPW <= end)
-                attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
-            else
-                attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, end, false, 0);
-        }
-    }
+    // the block streams [start, end) in stages of DEC_BN keys, DEC_KPW of them per warp
+    ring(sbase, DEC_BN, start, end, tid, DEC_WARPS * 32, warp * DEC_KPW, true);
 #endif
     bc_cp_async_wait<0>();
     __syncthreads();
@@ -310,6 +291,10 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
     }
     __syncthreads();
+    // splits that hold tokens; with one (len <= chunk: short contexts) this block has the
+    // whole answer and writes it straight out (no partials, no merge, counter untouched)
+    const int used = len > 0 ? (len + chunk - 1) / chunk : 1;
+    const bool direct = part == nullptr || used == 1;
     for (int idx = tid; idx < group * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
         float M = neg_inf();
@@ -325,7 +310,7 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             }
         }
         const int head = kvh * group + r;
-        if (part == nullptr) {
+        if (direct) {
             out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
         } else {
             part[((long long)head * n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
@@ -335,13 +320,12 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             }
         }
     }
-    if (part == nullptr) return;
+    if (direct) return;
     // The last block of this KV head to finish merges the splits (threadFenceReduction
     // pattern) and re-arms the counter for the next launch or graph replay.
     __shared__ int s_last;
     __threadfence();
     __syncthreads();
-    const int used = len > 0 ? (len + chunk - 1) / chunk : 1;
     if (tid == 0) s_last = atomicAdd(counters + kvh, 1) == used - 1;
     __syncthreads();
     if (!s_last) return;
@@ -493,21 +477,92 @@ BC_DEV void attn_prefill_impl(const bc_u16* __restrict__ q, const bc_u16* __rest
 // position *pos_ptr + pos_offset (contiguous, or paged through block_table). One thread per
 // 16-byte chunk; grid.x * blockDim.x >= n_kv * D / 8.
 // ------------------------------------------------------------------------------------------
+// One token's K and V rows into the cache, one 16-byte chunk a thread; CH chunks a row
+// (pointers and strides in 16-bit units: an f32 row is 2 * CPR chunks).
+template <int CH>
 BC_DEV void kv_append_impl(const bc_u16* __restrict__ kn, const bc_u16* __restrict__ vn, bc_u16* __restrict__ kc,
                            bc_u16* __restrict__ vc, const int* __restrict__ pos_ptr, int pos_offset, int max_ctx,
                            long long tok_stride, long long head_stride, int src_head_stride,
                            const int* __restrict__ block_table, int page_size, int n_kv) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n_kv * CPR) return;
+    if (i >= n_kv * CH) return;
     const int pos = __ldg(pos_ptr) + pos_offset;
     if (pos < 0 || pos >= max_ctx) return;   // out of the cache: nothing is written
     long long phys = pos;
     if (block_table != nullptr) phys = (long long)__ldg(block_table + pos / page_size) * page_size + pos % page_size;
-    const int h = i / CPR, c = i % CPR;
+    const int h = i / CH, c = i % CH;
     const long long dst = phys * tok_stride + h * head_stride + c * 8;
     const long long src = (long long)h * src_head_stride + c * 8;
     *(uint4*)(kc + dst) = *(const uint4*)(kn + src);
     *(uint4*)(vc + dst) = *(const uint4*)(vn + src);
+}
+
+// float32 decode (the models' fp32 mode, a correctness reference rather than a fast path):
+// one block of DEC_WARPS warps per query head, no split; warp w takes tokens w, w + W, ...,
+// each lane holds D / 32 (rounded up) output elements; fp32 exp, not the log2 domain.
+constexpr int F32_NJ = (D + 31) / 32;
+BC_DEV void attn_decode_f32_impl(const float* __restrict__ q, const float* __restrict__ kc,
+                                 const float* __restrict__ vc, float* __restrict__ out, const int* __restrict__ len_ptr,
+                                 int len_offset, int max_ctx, long long tok_stride, long long head_stride,
+                                 int q_head_stride, int o_head_stride, const int* __restrict__ block_table,
+                                 int page_size, int group, float scale) {
+    __shared__ float wm[DEC_WARPS], wl[DEC_WARPS], wo[DEC_WARPS][D];
+    const int head = blockIdx.x, kvh = head / group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int len = __ldg(len_ptr) + len_offset;
+    len = len < 0 ? 0 : (len > max_ctx ? max_ctx : len);
+    float qv[F32_NJ], o[F32_NJ];
+#pragma unroll
+    for (int j = 0; j < F32_NJ; ++j) {
+        const int d = lane + 32 * j;
+        qv[j] = d < D ? q[(long long)head * q_head_stride + d] * scale : 0.f;
+        o[j] = 0.f;
+    }
+    float m = neg_inf(), l = 0.f;
+    for (int t = warp; t < len; t += DEC_WARPS) {
+        long long phys = t;
+        if (block_table != nullptr) phys = (long long)__ldg(block_table + t / page_size) * page_size + t % page_size;
+        const long long off = phys * tok_stride + (long long)kvh * head_stride;
+        float sdot = 0.f;
+#pragma unroll
+        for (int j = 0; j < F32_NJ; ++j) {
+            const int d = lane + 32 * j;
+            if (d < D) sdot = fmaf(qv[j], kc[off + d], sdot);
+        }
+        for (int w = 16; w > 0; w >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, w);
+        const float mn = fmaxf(m, sdot);
+        const float a = expf(m - mn), p = expf(sdot - mn);
+        l = l * a + p;
+#pragma unroll
+        for (int j = 0; j < F32_NJ; ++j) {
+            const int d = lane + 32 * j;
+            o[j] = o[j] * a + (d < D ? p * vc[off + d] : 0.f);
+        }
+        m = mn;
+    }
+    if (lane == 0) {
+        wm[warp] = m;
+        wl[warp] = l;
+    }
+#pragma unroll
+    for (int j = 0; j < F32_NJ; ++j)
+        if (lane + 32 * j < D) wo[warp][lane + 32 * j] = o[j];
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += DEC_WARPS * 32) {
+        float M = neg_inf();
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; ++w) M = fmaxf(M, wm[w]);
+        float L = 0.f, acc = 0.f;
+        if (M != neg_inf()) {
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; ++w) {
+                const float f = expf(wm[w] - M);   // a warp without tokens: exp(-inf) = 0
+                L += wl[w] * f;
+                acc += wo[w][d] * f;
+            }
+        }
+        out[(long long)head * o_head_stride + d] = L > 0.f ? acc / L : 0.f;
+    }
 }
 #endif  // ATTN_PREFILL
 
@@ -538,10 +593,28 @@ BC_DEV void kv_append_impl(const bc_u16* __restrict__ kn, const bc_u16* __restri
                                               const int* pos_ptr, int pos_offset, int max_ctx,                  \
                                               long long tok_stride, long long head_stride, int src_head_stride, \
                                               const int* block_table, int page_size, int n_kv) {                \
-        kv_append_impl(kn, vn, kc, vc, pos_ptr, pos_offset, max_ctx, tok_stride, head_stride, src_head_stride,   \
-                       block_table, page_size, n_kv);                                                            \
+        kv_append_impl<CPR>(kn, vn, kc, vc, pos_ptr, pos_offset, max_ctx, tok_stride, head_stride,              \
+                            src_head_stride, block_table, page_size, n_kv);                                      \
     }
 #endif
 
 BC_ATTN_ENTRIES(f16, 0)
 BC_ATTN_ENTRIES(bf16, 1)
+
+#if !ATTN_PREFILL
+extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32(
+    const float* q, const float* kc, const float* vc, float* out, const int* len_ptr, int len_offset, int max_ctx,
+    long long tok_stride, long long head_stride, int q_head_stride, int o_head_stride, const int* block_table,
+    int page_size, int group, float scale) {
+    attn_decode_f32_impl(q, kc, vc, out, len_ptr, len_offset, max_ctx, tok_stride, head_stride, q_head_stride,
+                         o_head_stride, block_table, page_size, group, scale);
+}
+// strides in float32 elements, as the 16-bit entries take theirs in elements
+extern "C" __global__ void kv_append_f32(const float* kn, const float* vn, float* kc, float* vc, const int* pos_ptr,
+                                         int pos_offset, int max_ctx, long long tok_stride, long long head_stride,
+                                         int src_head_stride, const int* block_table, int page_size, int n_kv) {
+    kv_append_impl<2 * CPR>((const bc_u16*)kn, (const bc_u16*)vn, (bc_u16*)kc, (bc_u16*)vc, pos_ptr, pos_offset,
+                            max_ctx, 2 * tok_stride, 2 * head_stride, 2 * src_head_stride, block_table, page_size,
+                            n_kv);
+}
+#endif

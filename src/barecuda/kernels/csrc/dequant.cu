@@ -81,9 +81,67 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
     }
 }
 
+// Q4_K (16-byte aligned blocks) straight from global memory, no staging (DQ_DIRECT=1): a
+// block of threads takes runs of 32 Q4_K blocks (1024 parts of 8 weights), thread i the parts
+// i, i + 128, ...: a part's 8 quant bytes and its block's 16-byte head (the 32 threads of a
+// block read the same one) in registers, all 8 parts' loads issued before any is used.
+#ifndef DQ_DIRECT
+#define DQ_DIRECT 1
+#endif
+BC_DEV uint4 dq_ld16(const u8* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+BC_DEV uint2 dq_ld8(const u8* p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+template <typename OT>
+BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
+    using Q = BcQ<BC_Q4_K>;
+    constexpr int U = 8, T = 32 * DQ_WARPS;
+    const long long nparts = nblocks * 32;
+    for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
+        uint4 h[U];
+        uint2 w[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nparts) {
+                const u8* b = qb + (i >> 5) * 144;
+                const int p = (int)(i & 31);
+                h[j] = dq_ld16(b);
+                w[j] = dq_ld8(b + 16 + 32 * (p >> 3) + 8 * (p & 3));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i >= nparts) break;
+            float q[8], a, c;
+            Q::part_r(h[j], w[j], (int)(i & 31), q, a, c);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) q[e] = fmaf(a, q[e], c);
+            OT* yp = y + i * 8;
+#pragma unroll
+            for (int e = 0; e < 8 / BcVec<OT>::N; ++e) {
+                BcVec<OT> v;
+                bc_vpack(v, q + e * BcVec<OT>::N);
+                bc_vstore(yp + e * BcVec<OT>::N, v);
+            }
+        }
+    }
+}
+template <int F, typename OT> BC_DEV void dequant_entry(const u8* q, OT* y, long long nblocks) {
+    if constexpr (F == BC_Q4_K && DQ_DIRECT) dequant_q4k_direct<OT>(q, y, nblocks);
+    else dequant<F, OT>(q, y, nblocks);
+}
+
 #define DQ_ENTRY(fname, F, code, OT)                                                             \
     extern "C" __global__ void __launch_bounds__(32 * DQ_WARPS)                                 \
-    dequant_##fname##_##code(const u8* q, OT* y, long long nblocks) { dequant<F, OT>(q, y, nblocks); }
+    dequant_##fname##_##code(const u8* q, OT* y, long long nblocks) { dequant_entry<F, OT>(q, y, nblocks); }
 #define DQ_OUTS(fname, F) DQ_ENTRY(fname, F, f32, float) DQ_ENTRY(fname, F, f16, bc_half) DQ_ENTRY(fname, F, bf16, bc_bf16)
 DQ_OUTS(q4_0, BC_Q4_0)
 DQ_OUTS(q4_1, BC_Q4_1)

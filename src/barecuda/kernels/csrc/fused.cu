@@ -26,12 +26,13 @@
 //      N, K, vec, inv_dim, eps, row0, nq, nkv, hd, n_rot, cache_pos_stride, cache_head_stride, pf)
 // (pf = 1: launched with programmatic serialization; prefetch the first weights before waiting)
 //
-// The matvec cores follow matvec.cu (K2's; same layout and staging, batch 1): dense
+// The matvec cores are matvec.cu's CUDA-core row loops (matvec_core.cuh) at batch 1: dense
 // weights stream 16-byte vectors per lane (FM_U loads in flight per row, FM_R rows per
 // warp); quantized weights are staged by cp.async into shared memory per warp and
 // decoded a 32-weight unit at a time (quant.cuh). WFMT is ggml's type number.
 #include "common.cuh"
 #include "quant.cuh"
+#include "matvec_core.cuh"
 
 #ifndef WFMT
 #define WFMT 1
@@ -203,10 +204,7 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
     const int N = p.N;
     const int n0 = (blockIdx.x * FM_WARPS + (threadIdx.x >> 5)) * R;
     if (n0 >= N) { fm_grid_launch_dependents(); return; }
-    const WT* src[2] = {W, W2};
-    float acc[R][2];
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = 0.f;
+    const WT* const src[2] = {W, W2};
     if (p.pf) {   // PDL: the first loop iteration's weights into L2 while the previous node finishes
         const int nv = vec ? K / VW : 0;
 #pragma unroll
@@ -223,58 +221,13 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
     fm_grid_wait();
     FmPre<R> pre;
     fm_preload<XT, R, EPI>(pre, n0, p);
-    if (vec) {
-        const int nv = K / VW;
-        for (int v0 = lane; v0 < nv; v0 += 32 * U) {
-            BcVec<WT> w[U][NS][R];
+    float acc3[R][2][1];
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int v = v0 + 32 * u;
+    for (int i = 0; i < R; ++i) acc3[i][0][0] = acc3[i][1][0] = 0.f;
+    mvc_dense<WT, XT, R, NS, U, 1>(src, x, n0, N, K, 1, vec, acc3);
+    float acc[R][2];
 #pragma unroll
-                for (int s = 0; s < NS; ++s)
-#pragma unroll
-                    for (int i = 0; i < R; ++i) {
-                        const int n = min(n0 + i, N - 1);
-                        if (v < nv) w[u][s][i] = bc_vload_stream(src[s] + (long long)n * K + (long long)v * VW);
-                    }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int v = v0 + 32 * u;
-                if (v >= nv) break;
-                float xf[VW];
-                if constexpr (sizeof(XT) * VW >= 16) {
-#pragma unroll
-                    for (int e = 0; e < VW; e += BcVec<XT>::N) bc_vunpack(bc_vload(x + (long long)v * VW + e), xf + e);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < VW; ++e) xf[e] = bc_load(x + (long long)v * VW + e);
-                }
-#pragma unroll
-                for (int s = 0; s < NS; ++s)
-#pragma unroll
-                    for (int i = 0; i < R; ++i) {
-                        float wf[VW];
-                        bc_vunpack(w[u][s][i], wf);
-                        float t = acc[i][s];
-#pragma unroll
-                        for (int e = 0; e < VW; ++e) t = fmaf(wf[e], xf[e], t);
-                        acc[i][s] = t;
-                    }
-            }
-        }
-    } else {
-        for (int k = lane; k < K; k += 32) {
-            const float xv = bc_load(x + k);
-#pragma unroll
-            for (int s = 0; s < NS; ++s)
-#pragma unroll
-                for (int i = 0; i < R; ++i) {
-                    const int n = min(n0 + i, N - 1);
-                    acc[i][s] = fmaf(bc_load(src[s] + (long long)n * K + k), xv, acc[i][s]);
-                }
-        }
-    }
+    for (int i = 0; i < R; ++i) { acc[i][0] = acc3[i][0][0]; acc[i][1] = acc3[i][1][0]; }
     fm_store<XT, R, EPI>(acc, n0, p, pre);
     fm_grid_launch_dependents();
 }
@@ -284,72 +237,20 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
 template <typename XT, int EPI>
 BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int K,
                      const FmP<XT>& p) {
-    using Q = BcQ<WFMT>;
     constexpr int R = FmRows<EPI>::R, NS = FmRows<EPI>::NS, NT = NS * R;   // row streams: t = s * R + i
-    constexpr int SEGB = Q::QK == 256 ? 8 : 64;                 // blocks per staged segment
-    constexpr int SB = BCQ_STAGE_BYTES(SEGB * Q::BYTES);
-    __shared__ __align__(16) u8 stage[FM_WARPS][2][NT][SB];
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
     const int N = p.N;
-    const int n0 = (blockIdx.x * FM_WARPS + wi) * R;
+    const int n0 = (blockIdx.x * FM_WARPS + (threadIdx.x >> 5)) * R;
     if (n0 >= N) { fm_grid_launch_dependents(); return; }     // whole warps only
-    const int nblk = K / Q::QK;
-    const long long rb = (long long)nblk * Q::BYTES;
-    const u8* src[NT];
-    const u8* end[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const u8* base = t < R ? W : W2;
-        src[t] = base + min(n0 + t % R, N - 1) * rb;
-        end[t] = base + N * rb;
-    }
-    const int nseg = (nblk + SEGB - 1) / SEGB;
+    float acc2[NT][1];
+    FmPre<R> pre;
+    // the first segment's weights are staged before waiting for the previous node
+    mvc_quant<WFMT, XT, R, NS, 1, FM_WARPS>(W, W2, x, n0, N, K, 1, acc2, [&] {
+        fm_grid_wait();
+        fm_preload<XT, R, EPI>(pre, n0, p);
+    });
     float acc[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.f;
-    auto stage_seg = [&](int sg) {
-        const int nb_ = min(SEGB, nblk - sg * SEGB);
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-            bcq_stage(stage[wi][sg & 1][t], src[t] + (long long)sg * SEGB * Q::BYTES, nb_ * Q::BYTES, end[t], lane);
-    };
-    stage_seg(0);                       // weights only: before waiting for the previous node
-    bcq_commit();
-    fm_grid_wait();
-    FmPre<R> pre;
-    fm_preload<XT, R, EPI>(pre, n0, p);
-    for (int sg = 0; sg < nseg; ++sg) {
-        if (sg + 1 < nseg) stage_seg(sg + 1);
-        bcq_commit();
-        bcq_wait<1>();
-        __syncwarp();
-        const int nbk = min(SEGB, nblk - sg * SEGB);
-        for (int u = lane; u < nbk * Q::UNITS; u += 32) {
-            const int blk = u / Q::UNITS, ui = u % Q::UNITS;
-            float q[NT][32], a[NT][2], c[NT][2];
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                const u8* g = src[t] + (long long)sg * SEGB * Q::BYTES;
-                const u8* sb = stage[wi][sg & 1][t] + (reinterpret_cast<u64>(g) & 15) + blk * Q::BYTES;
-                Q::unit(sb, ui, q[t], a[t], c[t]);
-            }
-            const long long k = ((long long)sg * SEGB + blk) * Q::QK + ui * 32;
-            float xf[32];
-#pragma unroll
-            for (int e = 0; e < 32; e += BcVec<XT>::N) bc_vunpack(bc_vload(x + k + e), xf + e);
-            float sx0 = 0.f, sx1 = 0.f;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) { sx0 += xf[i]; sx1 += xf[16 + i]; }
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                float d0 = 0.f, d1 = 0.f;
-#pragma unroll
-                for (int i = 0; i < 16; ++i) { d0 = fmaf(q[t][i], xf[i], d0); d1 = fmaf(q[t][16 + i], xf[16 + i], d1); }
-                acc[t] += a[t][0] * d0 + c[t][0] * sx0 + a[t][1] * d1 + c[t][1] * sx1;
-            }
-        }
-        __syncwarp();
-    }
+    for (int t = 0; t < NT; ++t) acc[t] = acc2[t][0];
     float out[R][2];
 #pragma unroll
     for (int i = 0; i < R; ++i) { out[i][0] = acc[i]; out[i][1] = acc[NT - 1 - (R - 1 - i)]; }

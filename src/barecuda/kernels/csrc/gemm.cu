@@ -70,6 +70,25 @@ constexpr int A_BYTES = A_ROWS * A_RS, B_BYTES = B_ROWS * B_RS;
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 static_assert((A_ROWS * A_COLS / 8) % NTH == 0 && (B_ROWS * B_COLS / 8) % NTH == 0, "tile copies: whole rounds");
 
+// One operand tile into shared memory (16-byte cp.async, zero-filled outside the matrix):
+// ROWS x COLS elements at a row pitch of RS bytes. K_ROWS: the tile's rows run along k and its
+// columns along the outer dimension (m or n, from o0, O elements); else the other way round.
+template <int ROWS, int COLS, int RS, int K_ROWS>
+BC_DEV void gemm_load_tile(bc_u32 dst, const bc_u16* P, long long ld, int tid, int o0, int O, int k0, int K) {
+#pragma unroll
+    for (int i = 0; i < (ROWS * COLS / 8) / NTH; ++i) {
+        const int c = tid + i * NTH;
+        const int row = c / (COLS / 8), cc = c % (COLS / 8);
+        const int r = (K_ROWS ? k0 : o0) + row, col = (K_ROWS ? o0 : k0) + cc * 8;
+        const bool ok = r < (K_ROWS ? K : O) && col < (K_ROWS ? O : K);
+        const bc_u16* src = ok ? P + (long long)r * ld + col : P;
+        if (GEMM_PF)
+            bc_cp_async16_pf(dst + (bc_u32)(row * RS + cc * 16), src, ok);
+        else
+            bc_cp_async16(dst + (bc_u32)(row * RS + cc * 16), src, ok);
+    }
+}
+
 template <int IS_BF16>
 BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict__ B, bc_u16* __restrict__ C, int M,
                          int N, int K, long long lda, long long ldb, long long ldc, long long sa, long long sb,
@@ -94,44 +113,10 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
 
     auto load = [&](int kt) {
         const bc_u32 as = sbase + (bc_u32)((kt % GEMM_STAGES) * STAGE_BYTES);
-        const bc_u32 bs = as + A_BYTES;
         const int k0 = kt * BK;
-#pragma unroll
-        for (int i = 0; i < (A_ROWS * A_COLS / 8) / NTH; ++i) {
-            const int c = tid + i * NTH;
-            const int row = c / (A_COLS / 8), cc = c % (A_COLS / 8);
-            bool ok;
-            const bc_u16* src;
-            if (TRANS_A) {   // rows are k, columns m
-                ok = (k0 + row < K) && (m0 + cc * 8 < M);
-                src = A + (long long)(k0 + row) * lda + m0 + cc * 8;
-            } else {
-                ok = (m0 + row < M) && (k0 + cc * 8 < K);
-                src = A + (long long)(m0 + row) * lda + k0 + cc * 8;
-            }
-            if (GEMM_PF)
-                bc_cp_async16_pf(as + (bc_u32)(row * A_RS + cc * 16), ok ? src : A, ok);
-            else
-                bc_cp_async16(as + (bc_u32)(row * A_RS + cc * 16), ok ? src : A, ok);
-        }
-#pragma unroll
-        for (int i = 0; i < (B_ROWS * B_COLS / 8) / NTH; ++i) {
-            const int c = tid + i * NTH;
-            const int row = c / (B_COLS / 8), cc = c % (B_COLS / 8);
-            bool ok;
-            const bc_u16* src;
-            if (TRANS_B) {   // rows are n, columns k
-                ok = (n0 + row < N) && (k0 + cc * 8 < K);
-                src = B + (long long)(n0 + row) * ldb + k0 + cc * 8;
-            } else {
-                ok = (k0 + row < K) && (n0 + cc * 8 < N);
-                src = B + (long long)(k0 + row) * ldb + n0 + cc * 8;
-            }
-            if (GEMM_PF)
-                bc_cp_async16_pf(bs + (bc_u32)(row * B_RS + cc * 16), ok ? src : B, ok);
-            else
-                bc_cp_async16(bs + (bc_u32)(row * B_RS + cc * 16), ok ? src : B, ok);
-        }
+        // A: rows are k (columns m) when transposed; B: rows are k (columns n) unless transposed
+        gemm_load_tile<A_ROWS, A_COLS, A_RS, TRANS_A>(as, A, lda, tid, m0, M, k0, K);
+        gemm_load_tile<B_ROWS, B_COLS, B_RS, !TRANS_B>(as + A_BYTES, B, ldb, tid, n0, N, k0, K);
     };
 
     float acc[MI][NJ][4];

@@ -19,6 +19,7 @@
 // (quant.cuh) and dots them with x; warp-shuffle reduction; the epilogue in lane 0.
 #include "common.cuh"
 #include "quant.cuh"
+#include "matvec_core.cuh"
 
 #ifndef WFMT
 #define WFMT 1
@@ -37,30 +38,6 @@
 #define EPI_NONE 0
 #define EPI_RES 1
 #define EPI_GLU 2
-
-// n elements of x (float, half or bf16) at p, as floats; p aligned to n * sizeof(T)
-template <typename T, int NEL> BC_DEV void mv_ldx(const T* __restrict__ p, float* f) {
-    constexpr int BYTES = NEL * (int)sizeof(T);
-    if constexpr (BYTES >= 16) {
-#pragma unroll
-        for (int i = 0; i < BYTES / 16; ++i) {
-            BcVec<T> v = bc_vload(p + i * BcVec<T>::N);
-            bc_vunpack(v, f + i * BcVec<T>::N);
-        }
-    } else if constexpr (BYTES == 8) {
-        const uint2 w = *reinterpret_cast<const uint2*>(p);
-        if constexpr (sizeof(T) == 4) {
-            f[0] = __uint_as_float(w.x); f[1] = __uint_as_float(w.y);
-        } else {
-            BcVec<T> v; v.raw = make_uint4(w.x, w.y, 0u, 0u);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) f[i] = bc_vget(v, i);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < NEL; ++i) f[i] = bc_load(p + i);
-    }
-}
 
 template <typename T> BC_DEV float mv_silu(float g) { return g / (1.f + bc_exp(-g)); }
 
@@ -86,12 +63,10 @@ BC_DEV void mv_store(float (&acc)[2][B], XT* __restrict__ y, const XT* __restric
 template <typename WT, typename XT, int B, int EPI>
 BC_DEV void mv_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const XT* __restrict__ x,
                      XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int nb, int vec) {
-    constexpr int R = MV_R, U = MV_U, NS = EPI == EPI_GLU ? 2 : 1;
-    constexpr int VW = 16 / (int)sizeof(WT);
-    const int lane = threadIdx.x & 31;
+    constexpr int R = MV_R, NS = EPI == EPI_GLU ? 2 : 1;
     const int n0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     if (n0 >= N) return;
-    const WT* src[2] = {W, W2};
+    const WT* const src[2] = {W, W2};
     float acc[R][2][B];
 #pragma unroll
     for (int i = 0; i < R; ++i)
@@ -99,60 +74,7 @@ BC_DEV void mv_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
         for (int s = 0; s < 2; ++s)
 #pragma unroll
             for (int b = 0; b < B; ++b) acc[i][s][b] = 0.f;
-    if (vec) {
-        const int nv = K / VW;
-        for (int v0 = lane; v0 < nv; v0 += 32 * U) {
-            BcVec<WT> w[U][NS][R];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int v = v0 + 32 * u;
-#pragma unroll
-                for (int s = 0; s < NS; ++s)
-#pragma unroll
-                    for (int i = 0; i < R; ++i) {
-                        const int n = min(n0 + i, N - 1);
-                        if (v < nv) w[u][s][i] = bc_vload_stream(src[s] + (long long)n * K + (long long)v * VW);
-                    }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int v = v0 + 32 * u;
-                if (v >= nv) break;
-#pragma unroll
-                for (int b = 0; b < B; ++b) {
-                    if (b >= nb) break;
-                    float xf[VW];
-                    mv_ldx<XT, VW>(x + (long long)b * K + (long long)v * VW, xf);
-#pragma unroll
-                    for (int s = 0; s < NS; ++s)
-#pragma unroll
-                        for (int i = 0; i < R; ++i) {
-                            float wf[VW];
-                            bc_vunpack(w[u][s][i], wf);
-                            float t = acc[i][s][b];
-#pragma unroll
-                            for (int e = 0; e < VW; ++e) t = fmaf(wf[e], xf[e], t);
-                            acc[i][s][b] = t;
-                        }
-                }
-            }
-        }
-    } else {
-        for (int k = lane; k < K; k += 32) {
-#pragma unroll
-            for (int b = 0; b < B; ++b) {
-                if (b >= nb) break;
-                const float xv = bc_load(x + (long long)b * K + k);
-#pragma unroll
-                for (int s = 0; s < NS; ++s)
-#pragma unroll
-                    for (int i = 0; i < R; ++i) {
-                        const int n = min(n0 + i, N - 1);
-                        acc[i][s][b] = fmaf(bc_load(src[s] + (long long)n * K + k), xv, acc[i][s][b]);
-                    }
-            }
-        }
-    }
+    mvc_dense<WT, XT, R, NS, MV_U, B>(src, x, n0, N, K, nb, vec, acc);
 #pragma unroll
     for (int i = 0; i < R; ++i)
         if (n0 + i < N) mv_store<XT, B, EPI>(acc[i], y, r, N, n0 + i, nb);
@@ -162,76 +84,13 @@ BC_DEV void mv_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
 template <int F, typename XT, int B, int EPI>
 BC_DEV void mv_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x,
                      XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int nb) {
-    using Q = BcQ<F>;
     constexpr int NS = EPI == EPI_GLU ? 2 : 1;
     constexpr int R = EPI == EPI_GLU ? 1 : MVQ_R;              // rows per warp (x and sum(x) shared)
-    constexpr int NT = NS * R;                                  // staged row streams: t = s * R + i
-    constexpr int SEGB = Q::QK == 256 ? 8 : 64;                 // blocks per staged segment
-    constexpr int SB = BCQ_STAGE_BYTES(SEGB * Q::BYTES);
-    __shared__ __align__(16) u8 stage[MV_WARPS][2][NT][SB];
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
-    const int n0 = (blockIdx.x * MV_WARPS + wi) * R;
+    constexpr int NT = NS * R;                                  // row streams: t = s * R + i
+    const int n0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
     if (n0 >= N) return;                                        // whole warps only
-    const int nblk = K / Q::QK;
-    const long long rb = (long long)nblk * Q::BYTES;
-    const u8* src[NT];
-    const u8* end[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        const u8* base = t < R ? W : W2;
-        src[t] = base + min(n0 + t % R, N - 1) * rb;
-        end[t] = base + N * rb;
-    }
-    const int nseg = (nblk + SEGB - 1) / SEGB;
     float acc[NT][B];
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int b = 0; b < B; ++b) acc[t][b] = 0.f;
-
-    auto stage_seg = [&](int sg) {
-        const int nb_ = min(SEGB, nblk - sg * SEGB);
-#pragma unroll
-        for (int t = 0; t < NT; ++t)
-            bcq_stage(stage[wi][sg & 1][t], src[t] + (long long)sg * SEGB * Q::BYTES, nb_ * Q::BYTES, end[t], lane);
-    };
-    stage_seg(0);
-    bcq_commit();
-    for (int sg = 0; sg < nseg; ++sg) {
-        if (sg + 1 < nseg) stage_seg(sg + 1);
-        bcq_commit();
-        bcq_wait<1>();
-        __syncwarp();
-        const int nbk = min(SEGB, nblk - sg * SEGB);
-        for (int u = lane; u < nbk * Q::UNITS; u += 32) {
-            const int blk = u / Q::UNITS, ui = u % Q::UNITS;
-            float q[NT][32], a[NT][2], c[NT][2];
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                const u8* g = src[t] + (long long)sg * SEGB * Q::BYTES;
-                const u8* sb = stage[wi][sg & 1][t] + (reinterpret_cast<u64>(g) & 15) + blk * Q::BYTES;
-                Q::unit(sb, ui, q[t], a[t], c[t]);
-            }
-            const long long k = ((long long)sg * SEGB + blk) * Q::QK + ui * 32;
-#pragma unroll
-            for (int b = 0; b < B; ++b) {
-                if (b >= nb) break;
-                float xf[32];
-                mv_ldx<XT, 32>(x + (long long)b * K + k, xf);
-                float sx0 = 0.f, sx1 = 0.f;
-#pragma unroll
-                for (int i = 0; i < 16; ++i) { sx0 += xf[i]; sx1 += xf[16 + i]; }
-#pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    float d0 = 0.f, d1 = 0.f;
-#pragma unroll
-                    for (int i = 0; i < 16; ++i) { d0 = fmaf(q[t][i], xf[i], d0); d1 = fmaf(q[t][16 + i], xf[16 + i], d1); }
-                    acc[t][b] += a[t][0] * d0 + c[t][0] * sx0 + a[t][1] * d1 + c[t][1] * sx1;
-                }
-            }
-        }
-        __syncwarp();
-    }
+    mvc_quant<F, XT, R, NS, B, MV_WARPS>(W, W2, x, n0, N, K, nb, acc, [] {});
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         if (n0 + i >= N) break;
@@ -296,10 +155,18 @@ BC_DEV u32 mvt_prmt(u32 a, u32 b, u32 sel) {
 template <int BF, u32 OFF> BC_DEV u32 mvt_pair(u32 w, u32 vmask) {
     return mvt_fma2<BF>((w & vmask) | MvtK<BF>::MAGIC, MvtK<BF>::ONE, MvtK<BF>::neg(OFF));
 }
-// the even and odd pairs of 4 nibbles at bit `sh` of each byte of w, minus OFF
+// the even and odd pairs of 4 nibbles at bit `sh` (0 or 4) of each byte of w, minus OFF.
+// f16, high nibbles: in place under the exponent of 64 (ulp 1/16), (0x5400 | v << 4) is
+// 64 + v, so no shift for the even pair
 template <int BF, u32 OFF> BC_DEV void mvt_nib4(u32 w, int sh, u32* a) {
-    a[0] = mvt_pair<BF, OFF>(w >> sh, 0x000F000Fu);
-    a[1] = mvt_pair<BF, OFF>(w >> (sh + 8), 0x000F000Fu);
+    if (!BF && sh == 4) {
+        constexpr u32 NEG = ((0x5400u + 16u * OFF) | 0x8000u) * 0x10001u;      // -(64 + OFF)
+        a[0] = mvt_fma2<0>((w & 0x00F000F0u) | 0x54005400u, MvtK<0>::ONE, NEG);
+        a[1] = mvt_fma2<0>(((w >> 8) & 0x00F000F0u) | 0x54005400u, MvtK<0>::ONE, NEG);
+    } else {
+        a[0] = mvt_pair<BF, OFF>(w >> sh, 0x000F000Fu);
+        a[1] = mvt_pair<BF, OFF>(w >> (sh + 8), 0x000F000Fu);
+    }
 }
 
 // Per format: QK, BYTES, BPC (blocks a chunk), NG (groups of 32 a chunk), XQ, MINS (sum(x)
@@ -309,8 +176,8 @@ template <int BF, u32 OFF> BC_DEV void mvt_nib4(u32 w, int sh, u32* a) {
 template <int F> struct MvtQ;
 template <> struct MvtQ<BC_Q4_K> {
     static constexpr int QK = 256, BYTES = 144, BPC = 1, NG = 8, XQ = 0, MINS = 1, SPLIT = 0;
-    BC_DEV static void scales(const u8* p, int gi, float* s, float& c) {
-        const uint4 h = *reinterpret_cast<const uint4*>(p);
+    // of the block's first 16 bytes h (d, dmin, scales[12])
+    BC_DEV static void scales_h(const uint4 h, int gi, float* s, float& c) {
         const int j = gi & 3;
         const u32 b0 = (h.y >> (8 * j)) & 0xffu, b1 = (h.z >> (8 * j)) & 0xffu, b2 = (h.w >> (8 * j)) & 0xffu;
         u32 sc, m;
@@ -319,11 +186,26 @@ template <> struct MvtQ<BC_Q4_K> {
         s[0] = s[1] = bc_half_to_float((u16)(h.x & 0xffffu)) * bcq_u2f(sc);
         c = -bc_half_to_float((u16)(h.x >> 16)) * bcq_u2f(m);
     }
-    template <int BF> BC_DEV static void quants(const u8* p, int gi, int t, u32* A) {
-        const uint2 q = *reinterpret_cast<const uint2*>(p + 16 + 32 * (gi >> 1) + 8 * t);
+    BC_DEV static void scales(const u8* p, int gi, float* s, float& c) {
+        scales_h(*reinterpret_cast<const uint4*>(p), gi, s, c);
+    }
+    // groups u and u + 4 (u < 4) at once: both come from bytes u of scales[0..3], [4..7], [8..11]
+    BC_DEV static void scales_pair(const uint4 h, int u, float (&s)[2][3]) {
+        const u32 b0 = (h.y >> (8 * u)) & 0xffu, b1 = (h.z >> (8 * u)) & 0xffu, b2 = (h.w >> (8 * u)) & 0xffu;
+        const float d = bc_half_to_float((u16)(h.x & 0xffffu)), dmin = -bc_half_to_float((u16)(h.x >> 16));
+        s[0][0] = s[0][1] = d * bcq_u2f(b0 & 63u);
+        s[0][2] = dmin * bcq_u2f(b1 & 63u);
+        s[1][0] = s[1][1] = d * bcq_u2f((b2 & 15u) | ((b0 >> 6) << 4));
+        s[1][2] = dmin * bcq_u2f((b2 >> 4) | ((b1 >> 6) << 4));
+    }
+    // of the 8 bytes 8t..8t+7 of the 32-byte run holding group gi (low nibbles: gi even)
+    template <int BF> BC_DEV static void quants_q(const uint2 q, int gi, u32* A) {
         const int sh = 4 * (gi & 1);
         mvt_nib4<BF, 0>(q.x, sh, A);
         mvt_nib4<BF, 0>(q.y, sh, A + 2);
+    }
+    template <int BF> BC_DEV static void quants(const u8* p, int gi, int t, u32* A) {
+        quants_q<BF>(*reinterpret_cast<const uint2*>(p + 16 + 32 * (gi >> 1) + 8 * t), gi, A);
     }
 };
 template <> struct MvtQ<BC_Q6_K> {
@@ -352,12 +234,15 @@ template <> struct MvtQ<BC_Q6_K> {
         }
     }
 };
-template <> struct MvtQ<BC_Q8_0> {
-    static constexpr int QK = 32, BYTES = 34, BPC = 4, NG = 4, XQ = 0, MINS = 0, SPLIT = 0;
+// the 32-weight formats with one scale d a block (w = d * q), BPC blocks a chunk
+template <int BYTES_, int BPC_, int XQ_> struct MvtScaleD {
+    static constexpr int QK = 32, BYTES = BYTES_, BPC = BPC_, NG = BPC_, XQ = XQ_, MINS = 0, SPLIT = 0;
     BC_DEV static void scales(const u8* p, int gi, float* s, float& c) {
-        s[0] = s[1] = bc_half_to_float(bcq_u16(p + 34 * gi));
+        s[0] = s[1] = bc_half_to_float(bcq_u16(p + BYTES * gi));
         c = 0.f;
     }
+};
+template <> struct MvtQ<BC_Q8_0> : MvtScaleD<34, 4, 0> {
     template <int BF> BC_DEV static void quants(const u8* p, int gi, int t, u32* A) {
         u32 w[2];
         bcq_words_a2<2>(p + 34 * gi + 2 + 8 * t, w);
@@ -378,12 +263,7 @@ template <> struct MvtQ<BC_Q8_0> {
         }
     }
 };
-template <> struct MvtQ<BC_Q4_0> {
-    static constexpr int QK = 32, BYTES = 18, BPC = 8, NG = 8, XQ = 1, MINS = 0, SPLIT = 0;
-    BC_DEV static void scales(const u8* p, int gi, float* s, float& c) {
-        s[0] = s[1] = bc_half_to_float(bcq_u16(p + 18 * gi));
-        c = 0.f;
-    }
+template <> struct MvtQ<BC_Q4_0> : MvtScaleD<18, 8, 1> {
     template <int BF> BC_DEV static void quants(const u8* p, int gi, int t, u32* A) {
         const u32 w = bcq_w32_a2(p + 18 * gi + 2 + 4 * t);
         mvt_nib4<BF, 8>(w, 0, A);
@@ -418,17 +298,71 @@ template <int CHB> struct MvtDepth {
 template <typename T> struct MvtBF { static constexpr int V = 0; };
 template <> struct MvtBF<bc_bf16> { static constexpr int V = 1; };
 
-template <int F, typename XT, int EPI>
-BC_DEV void mv_tc(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x,
-                  XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int nb) {
+// The staging buffers of a block (declared once by the entry: its batch-1 and batch
+// instantiations of mv_tc share them).
+template <int F, int EPI> struct MvtGeo {
+    using S = MvtStage<F>;
+    static constexpr int NS = EPI == EPI_GLU ? 2 : 1;
+    static constexpr int DEPTH = MvtDepth<NS * 16 * S::RS>::V;   // chunks resident a warp
+    static constexpr int BUF = 16 * S::RS;                        // one buffer: 16 staged rows
+    static constexpr int BYTES = MVT_W * DEPTH * NS * BUF;
+};
+
+// x's B fragment of one group of 32 (quads as the format's XQ says), permuted to the
+// even/odd pairs; zeros where !on
+template <int XQ, typename XT> BC_DEV void mvt_xfrag(const XT* xp, int t, bool on, u32 (&B)[2][2]) {
+    u32 X[4] = {0u, 0u, 0u, 0u};
+    if (on) {
+        if (XQ == 0) {
+            const uint4 v = *reinterpret_cast<const uint4*>(xp + 8 * t);
+            X[0] = v.x; X[1] = v.y; X[2] = v.z; X[3] = v.w;
+        } else {
+            const uint2 a = *reinterpret_cast<const uint2*>(xp + 4 * t);
+            const uint2 b = *reinterpret_cast<const uint2*>(xp + 16 + 4 * t);
+            X[0] = a.x; X[1] = a.y; X[2] = b.x; X[3] = b.y;
+        }
+    }
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        B[sl][0] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x5410u);
+        B[sl][1] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x7632u);
+    }
+}
+
+// B of one group of the column layout: x's fragment where this thread's column holds the
+// group (on), zeros elsewhere
+BC_DEV void mvt_mask(const u32 (&B)[2][2], bool on, u32 (&b)[2][2]) {
+    const u32 m = on ? ~0u : 0u;
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) { b[sl][0] = B[sl][0] & m; b[sl][1] = B[sl][1] & m; }
+}
+// sum(x) of a group (both slices) into Dx: A = ones
+template <int BF> BC_DEV void mvt_sumx(float* Dx, const u32 (&b)[2][2]) {
+    const u32 o = MvtK<BF>::ONE;
+    bc_mma16816<BF>(Dx, o, o, o, o, b[0][0], b[0][1]);
+    bc_mma16816<BF>(Dx, o, o, o, o, b[1][0], b[1][1]);
+}
+// a group's products of rows g (Ag) and g + 8 (Ah): slice 0 into D0, slice 1 into D1
+template <int BF> BC_DEV void mvt_dot(float* D0, float* D1, const u32 (&Ag)[4], const u32 (&Ah)[4], const u32 (&b)[2][2]) {
+    bc_mma16816<BF>(D0, Ag[0], Ah[0], Ag[1], Ah[1], b[0][0], b[0][1]);
+    bc_mma16816<BF>(D1, Ag[2], Ah[2], Ag[3], Ah[3], b[1][0], b[1][1]);
+}
+
+// COL = 0: the batch rows are the mma's 8 columns (B column g = x row g), each group's
+// products are scaled as they come. COL = 1 (batch 1): column n holds x of group n of the
+// chunk and zeros elsewhere, so one accumulator fragment per chunk collects every group's
+// sum(q x) in its own column -- thread (g, t) ends the chunk with groups 2t and 2t + 1 of
+// rows g and g + 8, scales exactly those (no shuffles), and x is loaded once a chunk.
+template <int F, typename XT, int EPI, int COL>
+BC_DEV void mv_tc(u8* __restrict__ smem, const u8* __restrict__ W, const u8* __restrict__ W2,
+                  const XT* __restrict__ x, XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int nb) {
     using Q = MvtQ<F>;
     using S = MvtStage<F>;
+    using G = MvtGeo<F, EPI>;
     constexpr int BF = MvtBF<XT>::V;
-    constexpr int NS = EPI == EPI_GLU ? 2 : 1;
-    // chunks resident a warp (gate/up: a chunk is a buffer per stream)
-    constexpr int DEPTH = MvtDepth<NS * 16 * S::RS>::V;
-    __shared__ __align__(16) u8 smem[MVT_W][DEPTH * NS][16][S::RS];
+    constexpr int NS = G::NS, DEPTH = G::DEPTH;
     const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    auto bufp = [&](int buf) { return smem + (wi * DEPTH * NS + buf) * G::BUF; };
     const int n0 = blockIdx.x * 16;
     const int nblk = K / Q::QK;
     const long long rb = (long long)nblk * Q::BYTES;
@@ -462,7 +396,7 @@ BC_DEV void mv_tc(const u8* __restrict__ W, const u8* __restrict__ W2, const XT*
             const u8* gr = rowp[s][k] + cb;
             const u8* src = reinterpret_cast<const u8*>(reinterpret_cast<u64>(gr) & ~(u64)15) + 16 * piece[k];
             if (piece[k] < S::NCH && src < gr + len) {
-                u8* dst = &smem[wi][buf][0][0] + soff[k];
+                u8* dst = bufp(buf) + soff[k];
                 if (src + 16 <= gend[s]) {
                     bcq_cp16(dst, src);
                 } else {
@@ -477,7 +411,7 @@ BC_DEV void mv_tc(const u8* __restrict__ W, const u8* __restrict__ W2, const XT*
     for (int s = 0; s < NS; ++s)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[s][i] = 0.f;
-    const XT* xg = x + (long long)min(g, nb - 1) * K;
+    const XT* xg = x + (long long)(COL ? 0 : min(g, nb - 1)) * K;
     const bool xon = g < nb;
     auto stage_it = [&](int it) {
         const int c = wi + it * MVT_W;
@@ -502,13 +436,13 @@ BC_DEV void mv_tc(const u8* __restrict__ W, const u8* __restrict__ W2, const XT*
         const u64 cbo = (u64)c * S::CB;
 #pragma unroll
         for (int s = 0; s < NS; ++s) {
-            const u8* base = &smem[wi][(it % DEPTH) * NS + s][0][0];
+            const u8* base = bufp((it % DEPTH) * NS + s);
             pr[s][0] = base + g * S::RS + ((rg[s] + cbo) & 15);
             pr[s][1] = base + (g + 8) * S::RS + ((rh[s] + cbo) & 15);
         }
-        // scales: the 4 threads of a row decode groups t and t + 4 (SL slots); each group's
-        // come from lane (g, gi % 4) below
-        constexpr int SL = (Q::NG + 3) / 4;
+        // scales: COL: the groups 2t, 2t + 1 of this thread's columns; else the 4 threads of
+        // a row decode groups t and t + 4 (SL slots) and each group's come from lane (g, gi % 4)
+        constexpr int SL = COL ? 2 : (Q::NG + 3) / 4;
         float sv[NS][2][SL][3];
 #pragma unroll
         for (int s = 0; s < NS; ++s)
@@ -516,77 +450,94 @@ BC_DEV void mv_tc(const u8* __restrict__ W, const u8* __restrict__ W2, const XT*
             for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int k = 0; k < SL; ++k) {
-                    const int gi = t + 4 * k;
+                    const int gi = COL ? 2 * t + k : t + 4 * k;
                     if (gi < ng) Q::scales(pr[s][h], gi, sv[s][h][k], sv[s][h][k][2]);
                     else sv[s][h][k][0] = sv[s][h][k][1] = sv[s][h][k][2] = 0.f;
                 }
-#pragma unroll
-        for (int gi = 0; gi < Q::NG; ++gi) {
-            if (gi >= ng) break;
-            // x: this thread's two quads of batch row g, permuted to the even/odd pairs
+        if constexpr (COL) {
             u32 B[2][2];
-            {
-                u32 X[4] = {0u, 0u, 0u, 0u};
-                if (xon) {
-                    if (Q::XQ == 0) {
-                        const uint4 v = *reinterpret_cast<const uint4*>(xc + 32 * gi + 8 * t);
-                        X[0] = v.x; X[1] = v.y; X[2] = v.z; X[3] = v.w;
-                    } else {
-                        const uint2 a = *reinterpret_cast<const uint2*>(xc + 32 * gi + 4 * t);
-                        const uint2 b = *reinterpret_cast<const uint2*>(xc + 32 * gi + 16 + 4 * t);
-                        X[0] = a.x; X[1] = a.y; X[2] = b.x; X[3] = b.y;
-                    }
-                }
+            mvt_xfrag<Q::XQ>(xc + 32 * g, t, g < ng, B);
+            float D[NS][2][4], Dx[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-                for (int sl = 0; sl < 2; ++sl) {
-                    B[sl][0] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x5410u);
-                    B[sl][1] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x7632u);
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) D[s][0][i] = D[s][1][i] = 0.f;
+#pragma unroll
+            for (int gi = 0; gi < Q::NG; ++gi) {
+                if (gi >= ng) break;
+                u32 b[2][2];
+                mvt_mask(B, g == gi, b);
+                if (Q::MINS) mvt_sumx<BF>(Dx, b);
+#pragma unroll
+                for (int s = 0; s < NS; ++s) {
+                    u32 Ag[4], Ah[4];
+                    Q::template quants<BF>(pr[s][0], gi, t, Ag);
+                    Q::template quants<BF>(pr[s][1], gi, t, Ah);
+                    mvt_dot<BF>(D[s][0], D[s][Q::SPLIT], Ag, Ah, b);
                 }
             }
-            float Dx[4] = {0.f, 0.f, 0.f, 0.f};
-            if (Q::MINS) {
-                const u32 o = MvtK<BF>::ONE;
-                bc_mma16816<BF>(Dx, o, o, o, o, B[0][0], B[0][1]);
-                bc_mma16816<BF>(Dx, o, o, o, o, B[1][0], B[1][1]);
-            }
-            const int src = (lane & ~3) | (gi & 3);
+            // D[.][.][i]: row g + 8 (i >> 1), group 2t + (i & 1)
 #pragma unroll
-            for (int s = 0; s < NS; ++s) {
-                u32 Ag[4], Ah[4];
-                Q::template quants<BF>(pr[s][0], gi, t, Ag);
-                Q::template quants<BF>(pr[s][1], gi, t, Ah);
-                float sc[2][3];
+            for (int s = 0; s < NS; ++s)
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
+                for (int i = 0; i < 4; ++i) {
+                    const float* v = sv[s][i >> 1][i & 1];
+                    float a = fmaf(v[0], D[s][0][i], acc[s][i]);
+                    if (Q::SPLIT) a = fmaf(v[1], D[s][1][i], a);
+                    if (Q::MINS) a = fmaf(v[2], Dx[i], a);
+                    acc[s][i] = a;
+                }
+        } else {
 #pragma unroll
-                    for (int e = 0; e < 3; ++e)
-                        if (e < 1 + Q::SPLIT || (e == 2 && Q::MINS))
-                            sc[h][e] = __shfl_sync(BC_FULL_MASK, sv[s][h][gi >> 2][e], src);
-                if (Q::SPLIT) {
+            for (int gi = 0; gi < Q::NG; ++gi) {
+                if (gi >= ng) break;
+                // x: this thread's two quads of batch row g, permuted to the even/odd pairs
+                u32 B[2][2];
+                mvt_xfrag<Q::XQ>(xc + 32 * gi, t, xon, B);
+                float Dx[4] = {0.f, 0.f, 0.f, 0.f};
+                if (Q::MINS) mvt_sumx<BF>(Dx, B);
+                const int src = (lane & ~3) | (gi & 3);
+#pragma unroll
+                for (int s = 0; s < NS; ++s) {
+                    u32 Ag[4], Ah[4];
+                    Q::template quants<BF>(pr[s][0], gi, t, Ag);
+                    Q::template quants<BF>(pr[s][1], gi, t, Ah);
+                    float sc[2][3];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int e = 0; e < 3; ++e)
+                            if (e < 1 + Q::SPLIT || (e == 2 && Q::MINS))
+                                sc[h][e] = __shfl_sync(BC_FULL_MASK, sv[s][h][gi >> 2][e], src);
                     float D0[4] = {0.f, 0.f, 0.f, 0.f}, D1[4] = {0.f, 0.f, 0.f, 0.f};
-                    bc_mma16816<BF>(D0, Ag[0], Ah[0], Ag[1], Ah[1], B[0][0], B[0][1]);
-                    bc_mma16816<BF>(D1, Ag[2], Ah[2], Ag[3], Ah[3], B[1][0], B[1][1]);
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        acc[s][i] += sc[i >> 1][0] * D0[i] + sc[i >> 1][1] * D1[i];
-                } else {
-                    float D[4] = {0.f, 0.f, 0.f, 0.f};
-                    bc_mma16816<BF>(D, Ag[0], Ah[0], Ag[1], Ah[1], B[0][0], B[0][1]);
-                    bc_mma16816<BF>(D, Ag[2], Ah[2], Ag[3], Ah[3], B[1][0], B[1][1]);
+                    mvt_dot<BF>(D0, Q::SPLIT ? D1 : D0, Ag, Ah, B);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
-                        acc[s][i] = fmaf(sc[i >> 1][0], D[i], acc[s][i]);
-                        if (Q::MINS) acc[s][i] = fmaf(sc[i >> 1][2], Dx[i], acc[s][i]);
+                        float a = fmaf(sc[i >> 1][0], D0[i], acc[s][i]);
+                        if (Q::SPLIT) a = fmaf(sc[i >> 1][1], D1[i], a);
+                        if (Q::MINS) a = fmaf(sc[i >> 1][2], Dx[i], a);
+                        acc[s][i] = a;
                     }
                 }
             }
         }
         __syncwarp();
     }
+    if constexpr (COL) {    // a row's groups are spread over its 4 threads' 8 columns
+#pragma unroll
+        for (int s = 0; s < NS; ++s) {
+            float r0 = acc[s][0] + acc[s][1], r1 = acc[s][2] + acc[s][3];
+            r0 += __shfl_xor_sync(BC_FULL_MASK, r0, 1);
+            r1 += __shfl_xor_sync(BC_FULL_MASK, r1, 1);
+            r0 += __shfl_xor_sync(BC_FULL_MASK, r0, 2);
+            r1 += __shfl_xor_sync(BC_FULL_MASK, r1, 2);
+            acc[s][0] = r0; acc[s][2] = r1; acc[s][1] = acc[s][3] = 0.f;
+        }
+    }
     // the warps' partial sums through shared memory (the staging buffers, now idle)
     bcq_wait<0>();
     __syncthreads();
-    float* red = reinterpret_cast<float*>(&smem[0][0][0][0]);
+    float* red = reinterpret_cast<float*>(smem);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
 #pragma unroll
@@ -614,6 +565,157 @@ BC_DEV void mv_tc(const u8* __restrict__ W, const u8* __restrict__ W2, const XT*
         }
     }
 }
+
+template <int F, typename XT, int EPI>
+BC_DEV void mv_tc_entry(const u8* W, const u8* W2, const XT* x, XT* y, const XT* r, int N, int K, int nb) {
+    __shared__ __align__(16) u8 smem[MvtGeo<F, EPI>::BYTES];
+    if (nb == 1) mv_tc<F, XT, EPI, 1>(smem, W, W2, x, y, r, N, K, nb);
+    else         mv_tc<F, XT, EPI, 0>(smem, W, W2, x, y, r, N, K, nb);
+}
+
+// ------------------------------------------------------------------ Q4_K, batch 1: straight into registers
+// Entries matvec_{f16,bf16}_tcd[_res|_glu] of the Q4_K module (batch 1 only). As mv_tc's
+// column layout (COL = 1), but each thread loads its own weights from global memory into
+// registers (no staging, no shared memory, so no 48 KB bound on warps or depth): of rows g
+// and g + 8 of the block's 16-row tile, a super-block's 16-byte head (d, dmin, scales; the
+// 4 threads of a row load the same one) and bytes 8t..8t+7 of each of its four 32-byte runs
+// of quants, MVD_PF super-blocks ahead. The block's warps (blockDim.x / 32, at most
+// MVD_MAXW: a run-time choice of the host) take the row's super-blocks round-robin.
+#if WFMT == BC_Q4_K
+#ifndef MVD_PF
+#define MVD_PF 2        // super-blocks in flight a warp (registers)
+#endif
+#define MVD_MAXW 16     // most warps a block
+
+struct MvdRegs {
+    uint4 h[2];         // rows g, g + 8: the super-block's head
+    uint2 q[2][4];      // rows g, g + 8: bytes 8t..8t+7 of quant run j
+};
+BC_DEV uint4 mvd_ld16(const u8* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+BC_DEV uint2 mvd_ld8(const u8* p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+template <typename XT, int EPI>
+BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x,
+                   XT* __restrict__ y, const XT* __restrict__ r, int N, int K) {
+    using Q = MvtQ<BC_Q4_K>;
+    constexpr int BF = MvtBF<XT>::V;
+    constexpr int NS = EPI == EPI_GLU ? 2 : 1, PF = MVD_PF;
+    __shared__ float red[MVD_MAXW * NS * 4 * 32];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const int nblk = K / 256;
+    const long long rb = (long long)nblk * 144;
+    const u8* rows[NS][2];
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+        rows[s][0] = (s ? W2 : W) + (long long)min(n0 + g, N - 1) * rb;
+        rows[s][1] = (s ? W2 : W) + (long long)min(n0 + g + 8, N - 1) * rb;
+    }
+    auto load = [&](int c, MvdRegs (&R)[NS]) {
+        if (c < nblk) {
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u8* b = rows[s][h] + (long long)c * 144;
+                    R[s].h[h] = mvd_ld16(b);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) R[s].q[h][j] = mvd_ld8(b + 16 + 32 * j + 8 * t);
+                }
+        }
+    };
+    float acc[NS][4];
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][i] = 0.f;
+    MvdRegs buf[PF][NS];
+#pragma unroll
+    for (int p = 0; p < PF; ++p) load(wi + p * nw, buf[p]);
+    for (int c0 = wi; c0 < nblk; c0 += PF * nw) {
+#pragma unroll
+        for (int p = 0; p < PF; ++p) {
+            const int c = c0 + p * nw;
+            if (c >= nblk) break;
+            // column 2u holds group u, column 2u + 1 group u + 4 (u < 4): thread t's two
+            // columns are the groups t and t + 4, whose scales share their bytes
+            u32 B[2][2];
+            mvt_xfrag<0>(x + (long long)c * 256 + 32 * ((g >> 1) + 4 * (g & 1)), t, true, B);
+            float sv[NS][2][2][3];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) Q::scales_pair(buf[p][s].h[h], t, sv[s][h]);
+            float D[NS][4], Dx[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) D[s][i] = 0.f;
+#pragma unroll
+            for (int gi = 0; gi < 8; ++gi) {
+                u32 b[2][2];
+                mvt_mask(B, g == (gi < 4 ? 2 * gi : 2 * gi - 7), b);
+                mvt_sumx<BF>(Dx, b);
+#pragma unroll
+                for (int s = 0; s < NS; ++s) {
+                    u32 Ag[4], Ah[4];
+                    Q::template quants_q<BF>(buf[p][s].q[0][gi >> 1], gi, Ag);
+                    Q::template quants_q<BF>(buf[p][s].q[1][gi >> 1], gi, Ah);
+                    mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
+                }
+            }
+            load(c + PF * nw, buf[p]);
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float* v = sv[s][i >> 1][i & 1];
+                    acc[s][i] = fmaf(v[2], Dx[i], fmaf(v[0], D[s][i], acc[s][i]));
+                }
+        }
+    }
+    // rows g, g + 8: their groups are spread over the 4 threads' 8 columns, then over the warps
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float v = acc[s][2 * h] + acc[s][2 * h + 1];
+            v += __shfl_xor_sync(BC_FULL_MASK, v, 1);
+            v += __shfl_xor_sync(BC_FULL_MASK, v, 2);
+            red[((wi * NS + s) * 2 + h) * 32 + lane] = v;
+        }
+    __syncthreads();
+    if (wi || t) return;
+    float v[NS][2];
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float a = 0.f;
+            for (int w = 0; w < nw; ++w) a += red[((w * NS + s) * 2 + h) * 32 + lane];
+            v[s][h] = a;
+        }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int n = n0 + g + 8 * h;
+        if (n < N) {
+            float o = v[0][h];
+            if constexpr (EPI == EPI_GLU) o = mv_silu<float>(o) * v[NS - 1][h];
+            if constexpr (EPI == EPI_RES) o += bc_load(r + n);
+            bc_store(y + n, o);
+        }
+    }
+}
+#endif  // WFMT == BC_Q4_K
 #endif  // quantized WFMT
 
 // ------------------------------------------------------------------ entry points
@@ -649,10 +751,26 @@ BC_FOR_FLOATS(MV_BATCHES)
     matvec_##code##_tc##SUF(const void* W, const void* W2, const XT* x, XT* y, const XT* r, int N,     \
                             int K, int nb, int vec) {                                                   \
         (void)vec;                                                                                      \
-        mv_tc<WFMT, XT, EPI>((const u8*)W, (const u8*)W2, x, y, r, N, K, nb);                           \
+        mv_tc_entry<WFMT, XT, EPI>((const u8*)W, (const u8*)W2, x, y, r, N, K, nb);                           \
     }
 #define MVT_EPIS(code, XT) MVT_ENTRY(code, XT, , EPI_NONE) MVT_ENTRY(code, XT, _res, EPI_RES) \
     MVT_ENTRY(code, XT, _glu, EPI_GLU)
 MVT_EPIS(f16, bc_half)
 MVT_EPIS(bf16, bc_bf16)
+#endif
+#if WFMT == BC_Q4_K
+// (gate/up: at most MVD_MAXW / 2 warps, which leaves the registers of both streams' buffers)
+#define MVD_ENTRY(code, XT, SUF, EPI)                                                                    \
+    extern "C" __global__ void __launch_bounds__(EPI == EPI_GLU ? 16 * MVD_MAXW : 32 * MVD_MAXW)        \
+    matvec_##code##_tcd##SUF(const void* W, const void* W2, const XT* x, XT* y, const XT* r, int N,    \
+                             int K, int nb, int vec) {                                                  \
+        (void)nb; (void)vec;                                                                            \
+        mv_tcd<XT, EPI>((const u8*)W, (const u8*)W2, x, y, r, N, K);                                    \
+    }
+MVD_ENTRY(f16, bc_half, , EPI_NONE)
+MVD_ENTRY(f16, bc_half, _res, EPI_RES)
+MVD_ENTRY(f16, bc_half, _glu, EPI_GLU)
+MVD_ENTRY(bf16, bc_bf16, , EPI_NONE)
+MVD_ENTRY(bf16, bc_bf16, _res, EPI_RES)
+MVD_ENTRY(bf16, bc_bf16, _glu, EPI_GLU)
 #endif

@@ -55,22 +55,18 @@ BC_DEV void bc_ldsm_x4_t(bc_u32 addr, bc_u32& r0, bc_u32& r1, bc_u32& r2, bc_u32
 // ---- mma.sync m16n8k16, fp32 accumulate ----------------------------------------------------
 template <int IS_BF16>
 BC_DEV void bc_mma16816(float* c, bc_u32 a0, bc_u32 a1, bc_u32 a2, bc_u32 a3, bc_u32 b0, bc_u32 b1);
-template <>
-BC_DEV void bc_mma16816<0>(float* c, bc_u32 a0, bc_u32 a1, bc_u32 a2, bc_u32 a3, bc_u32 b0, bc_u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-BC_DEV void bc_mma16816<1>(float* c, bc_u32 a0, bc_u32 a1, bc_u32 a2, bc_u32 a3, bc_u32 b0, bc_u32 b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#define BC_MMA16816(IS_BF16, TY)                                                                          \
+    template <>                                                                                           \
+    BC_DEV void bc_mma16816<IS_BF16>(float* c, bc_u32 a0, bc_u32 a1, bc_u32 a2, bc_u32 a3, bc_u32 b0,     \
+                                     bc_u32 b1) {                                                         \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 {%0,%1,%2,%3}, "            \
+                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                                           \
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                     \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                             \
+    }
+BC_MMA16816(0, "f16")
+BC_MMA16816(1, "bf16")
+#undef BC_MMA16816
 
 BC_DEV float bc_exp2(float x) {
     float y;

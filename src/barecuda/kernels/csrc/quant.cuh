@@ -86,6 +86,25 @@ template <int NW> BC_DEV void bcq_words_a2(const u8* p, u32* w) {
     for (int i = 0; i < NW; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
 }
 BC_DEV u16 bcq_u16(const u8* p) { return *reinterpret_cast<const u16*>(p); }
+// the 32 nibbles of Q4_0/Q4_1's qs (4 words) as floats: low nibbles are weights 0..15, high 16..31
+BC_DEV void bcq_nib32(const u32* w, float* q) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            q[4 * i + b] = bcq_u2f((w[i] >> (8 * b)) & 15u);
+            q[16 + 4 * i + b] = bcq_u2f((w[i] >> (8 * b + 4)) & 15u);
+        }
+}
+
+// Q6_K: the 6-bit values of 4 NW bytes, low 4 bits from ql at bit lsh, high 2 from qh at bit hsh
+template <int NW> BC_DEV void bcq_q6(const u32* ql, const u32* qh, u32 lsh, u32 hsh, float* q) {
+#pragma unroll
+    for (int i = 0; i < NW; ++i)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+            q[4 * i + b] = bcq_u2f(((ql[i] >> (8 * b + lsh)) & 15u) | (((qh[i] >> (8 * b + hsh)) & 3u) << 4));
+}
 
 // ------------------------------------------------------------------ formats
 // BcQ<F>: QK (weights per block), BYTES (per block), UNITS (32-weight units per block),
@@ -124,7 +143,13 @@ template <> struct BcQ<BC_Q4_K> {
     }
     // part p (0..31): the 8 weights 8p..8p+7 (sub-block p / 4): w[i] = a * q[i] + c
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
-        const uint4 h = *reinterpret_cast<const uint4*>(blk);
+        const int u = p >> 2;
+        part_r(*reinterpret_cast<const uint4*>(blk),
+               *reinterpret_cast<const uint2*>(blk + 16 + 32 * (u >> 1) + 8 * (p & 3)), p, q, a, c);
+    }
+    // the same from registers: h = the block's first 16 bytes, w = its 8 quant bytes
+    // 16 + 32 (p / 8) + 8 (p % 4) .. + 7 (low nibbles for p % 8 < 4, else high)
+    BC_DEV static void part_r(const uint4 h, const uint2 w2, int p, float* q, float& a, float& c) {
         const int u = p >> 2;
         const int j = u & 3;
         const u32 b0 = (h.y >> (8 * j)) & 0xffu, b1 = (h.z >> (8 * j)) & 0xffu, b2 = (h.w >> (8 * j)) & 0xffu;
@@ -133,7 +158,7 @@ template <> struct BcQ<BC_Q4_K> {
         else       { sc = (b2 & 15u) | ((b0 >> 6) << 4); m = (b2 >> 4) | ((b1 >> 6) << 4); }
         a = bc_half_to_float((u16)(h.x & 0xffffu)) * (float)sc;
         c = -bc_half_to_float((u16)(h.x >> 16)) * (float)m;
-        const u32* qs = reinterpret_cast<const u32*>(blk + 16 + 32 * (u >> 1) + 8 * (p & 3));
+        const u32 qs[2] = {w2.x, w2.y};
         const u32 shift = (u & 1) * 4u;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -158,12 +183,7 @@ template <> struct BcQ<BC_Q6_K> {
         u32 ql[8], qh[8];
         bcq_words_a2<8>(blk + 64 * hf + 32 * (qt & 1), ql);
         bcq_words_a2<8>(blk + 128 + 32 * hf, qh);
-        const u32 lsh = (qt >> 1) * 4u, hsh = 2u * qt;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-                q[4 * i + b] = bcq_u2f(((ql[i] >> (8 * b + lsh)) & 15u) | (((qh[i] >> (8 * b + hsh)) & 3u) << 4));
+        bcq_q6<8>(ql, qh, (qt >> 1) * 4u, 2u * qt, q);
     }
     // part p (0..31): weights 8p..8p+7 = half 8p/128, quarter, l0..l0+7 of the unit layout
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
@@ -173,12 +193,7 @@ template <> struct BcQ<BC_Q6_K> {
         u32 ql[2], qh[2];
         bcq_words_a2<2>(blk + 64 * hf + 32 * (qt & 1) + l0, ql);
         bcq_words_a2<2>(blk + 128 + 32 * hf + l0, qh);
-        const u32 lsh = (qt >> 1) * 4u, hsh = 2u * qt;
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int b = 0; b < 4; ++b)
-                q[4 * i + b] = bcq_u2f(((ql[i] >> (8 * b + lsh)) & 15u) | (((qh[i] >> (8 * b + hsh)) & 3u) << 4));
+        bcq_q6<2>(ql, qh, (qt >> 1) * 4u, 2u * qt, q);
     }
 };
 
@@ -219,13 +234,7 @@ template <> struct BcQ<BC_Q4_0> {
         c[0] = c[1] = -8.f * d;
         u32 w[4];
         bcq_words_a2<4>(blk + 2, w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                q[4 * i + b] = bcq_u2f((w[i] >> (8 * b)) & 15u);
-                q[16 + 4 * i + b] = bcq_u2f((w[i] >> (8 * b + 4)) & 15u);
-            }
+        bcq_nib32(w, q);
     }
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
         a = bc_half_to_float(bcq_u16(blk));
@@ -249,13 +258,7 @@ template <> struct BcQ<BC_Q4_1> {
         u32 w[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[i] = reinterpret_cast<const u32*>(blk + 4)[i];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                q[4 * i + b] = bcq_u2f((w[i] >> (8 * b)) & 15u);
-                q[16 + 4 * i + b] = bcq_u2f((w[i] >> (8 * b + 4)) & 15u);
-            }
+        bcq_nib32(w, q);
     }
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
         const u32 dm = *reinterpret_cast<const u32*>(blk);

@@ -1,0 +1,415 @@
+"""The op fast path (kernels/_opcall.pyx): a repeated call signature skips the Python
+checks and launches what the checks launched the first time.
+
+On the driver double (kernels from a PTX-only prebuilt folder made with real NVRTC):
+every op's hit launches exactly what its Python path launches (entry, grid, block,
+parameter bytes), with this call's arrays; memo hits and misses are counted; what the
+checks read is in the key (closed buffers, dtype, shape, alignment, aliasing, device
+tensors read through DLPack's C exchange API); a kernel the registry let go drops its
+record; a property test compares the fast and the slow path's outcome (launch or
+exception) over random pairs of calls.
+"""
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import barecuda as bc
+import barecuda.kernels as K
+from barecuda import _nvrtc
+from barecuda.kernels import _opcall as O
+from barecuda.kernels import _prebuild as PB
+from barecuda.kernels import _registry as R
+
+SOURCES = ("norms.cu", "softmax.cu", "rope.cu", "elementwise.cu", "sampling.cu")
+
+
+@pytest.fixture(scope="module")
+def prebuilt(tmp_path_factory):
+    if not _nvrtc.nvrtc_available():
+        pytest.skip("NVRTC not installed")
+    out = str(tmp_path_factory.mktemp("prebuilt_opcall"))
+    PB.build(out, archs=(), ptx=True, specs=[t for t in R.table() if t[0] in SOURCES], progress=False, jobs=2)
+    return out
+
+
+@pytest.fixture
+def dbl(fake, prebuilt, tmp_path, monkeypatch):
+    monkeypatch.setenv("BARECUDA_CACHE_DIR", str(tmp_path / "cache"))
+    R._reset(prebuilt)
+    O.clear()
+    yield fake
+    O.clear()
+    R._reset(os.path.join(os.path.dirname(R.__file__), "prebuilt"))
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "via_launch"])
+def direct(request):
+    """Hits issue their own launch record, or go through Kernel.launch (both must agree)."""
+    O.set_direct(request.param)
+    yield request.param
+    O.set_direct(True)
+
+
+def _bufs(res):
+    return [r for r in (res if isinstance(res, tuple) else (res,)) if isinstance(r, bc.DeviceBuffer)]
+
+
+def launched(fake, res, n0):
+    """The launch made since count n0 as comparable data: the result's new buffers'
+    addresses in the parameters are replaced by their place in the result."""
+    if fake.launch_count() == n0:
+        return None
+    L = fake.last_launch()
+    params = L.params
+    for i, b in enumerate(_bufs(res)):
+        params = params.replace(b.ptr.to_bytes(8, "little"), b"<out%d>" % i)
+    return L.name, L.grid, L.block, L.shared, L.stream, params
+
+
+def outcome(fake, fn):
+    """(launch data, result shape) of fn(), or (exception type, message)."""
+    n0 = fake.launch_count()
+    try:
+        res = fn()
+    except (TypeError, ValueError) as e:
+        return type(e).__name__, str(e), fake.launch_count() - n0
+    return launched(fake, res, n0), [(tuple(b.shape), str(b.dtype)) for b in _bufs(res)]
+
+
+def e(shape, dtype="float16"):
+    return bc.empty(shape, dtype)
+
+
+# Each case: (op, a function making fresh arguments -> (args, kwargs))
+CASES = {
+    "rmsnorm_out": (K.rmsnorm, lambda: ((e((5, 256)), e(256)), {"out": e((5, 256))})),
+    "rmsnorm_new": (K.rmsnorm, lambda: ((e((3, 1001), "float32"), e(1001, "float32")), {})),
+    "rmsnorm_res": (K.rmsnorm, lambda: (lambda r: ((e((4, 512)), e(512)),
+                                                   {"residual": r, "residual_out": r, "out": e((4, 512))}))(e((4, 512)))),
+    "layernorm_res_new": (K.layernorm, lambda: ((e((4, 512), "bfloat16"), e(512, "bfloat16"), e(512, "bfloat16")),
+                                                {"residual": e((4, 512), "bfloat16"), "eps": 1e-3})),
+    "softmax_causal": (K.softmax, lambda: ((e((2, 3, 7, 9)),), {"scale": 0.5, "causal": True})),
+    "rope_qk_dev_pos": (K.rope, lambda: ((e((4, 32, 128), "bfloat16"), e((4, 8, 128), "bfloat16")),
+                                         {"pos": bc.zeros(1, "int32"), "layout": "llama"})),
+    "rope_inplace": (K.rope, lambda: (lambda q: ((q,), {"out": q, "pos": 7}))(e((2, 4, 64), "float32"))),
+    "silu_mul_split": (K.silu_mul, lambda: ((e((3, 2000)),), {})),
+    "add_inplace": (K.add, lambda: (lambda a: ((a, e((7, 33), "float32")), {"out": a}))(e((7, 33), "float32"))),
+    "gelu_tanh": (K.gelu, lambda: ((e((8, 64), "bfloat16"),), {"approximate": "tanh"})),
+    "embedding": (K.embedding, lambda: ((e((100, 4096), "bfloat16"), bc.zeros((2, 3), "int32")), {})),
+    "argmax": (K.argmax, lambda: ((e((2, 1000), "float32"),), {})),
+    "sample": (K.sample, lambda: ((e((2, 1000), "float32"),),
+                                  {"temperature": 0.8, "top_k": 40, "seed": 3, "offset": bc.zeros(1, "int32")})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hit_launches_what_the_python_path_launches(dbl, direct, case):
+    fn, make = CASES[case]
+    args, kw = make()
+    h0, m0, r0 = O.stats()
+    first = outcome(dbl, lambda: fn(*args, **kw))              # miss: the checks, recorded
+    again = outcome(dbl, lambda: fn(*args, **kw))              # hit: same objects
+    assert O.stats() == (h0 + 1, m0 + 1, r0 + 1)
+    assert first[0] is not None and again == first
+    args2, kw2 = make()                                        # fresh arrays, same signature
+    hit = outcome(dbl, lambda: fn(*args2, **kw2))
+    assert O.stats()[0] == h0 + 2
+    fn.clear()
+    slow = outcome(dbl, lambda: fn(*args2, **kw2))             # the Python path on those arrays
+    assert O.stats()[1] == m0 + 2
+    assert hit == slow
+
+
+def test_results_are_the_callers_arrays_or_new_ones(dbl):
+    x, w, y, r = e((4, 256)), e(256), e((4, 256)), e((4, 256))
+    for _ in range(2):
+        assert K.rmsnorm(x, w, out=y) is y
+        y2, h = K.rmsnorm(x, w, residual=r, residual_out=r, out=y)
+        assert y2 is y and h is r
+        assert K.rmsnorm(x, out=x) is x
+    a, b = K.rmsnorm(x, w), K.rmsnorm(x, w)                    # out=None: a new array each call
+    assert a is not b and a.ptr != b.ptr and a.shape == (4, 256) and str(a.dtype) == "float16"
+    assert dbl.last_launch().params[:8] == b.ptr.to_bytes(8, "little")
+
+
+def test_closed_buffer_after_a_hit_raises_as_before(dbl):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    K.rmsnorm(x, w, out=y)
+    K.rmsnorm(x, w, out=y)
+    n0 = dbl.launch_count()
+    w.close()
+    with pytest.raises(ValueError, match="weight: the buffer is closed"):
+        K.rmsnorm(x, w, out=y)
+    y.close()
+    with pytest.raises(ValueError, match="out: the buffer is closed"):
+        K.rmsnorm(x, out=y)
+    assert dbl.launch_count() == n0
+
+
+def test_changed_argument_after_a_hit_takes_the_checks(dbl):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    K.rmsnorm(x, w, out=y)
+    K.rmsnorm(x, w, out=y)
+    n0 = dbl.launch_count()
+    with pytest.raises(TypeError, match="weight: dtype"):
+        K.rmsnorm(x, e(64, "float32"), out=y)
+    with pytest.raises(ValueError, match="out: shape"):
+        K.rmsnorm(x, w, out=e((4, 65)))
+    with pytest.raises(TypeError, match="out: dtype"):
+        K.rmsnorm(x, w, out=e((4, 64), "float32"))
+    with pytest.raises(TypeError, match="eps"):
+        K.rmsnorm(x, w, eps="a", out=y)
+    with pytest.raises(TypeError, match="address"):
+        K.rmsnorm(x.ptr, w, out=y)
+    with pytest.raises(TypeError):
+        K.rmsnorm(x, w, out=y, bogus=1)
+    with pytest.raises(TypeError):
+        K.rmsnorm(x, w, 1e-6, 4)
+    assert dbl.launch_count() == n0
+
+
+def test_alignment_is_in_the_key(dbl):
+    x, w = e((4, 64)), e(64)
+    K.rmsnorm(x, w)
+    K.rmsnorm(x, w)
+    assert dbl.last_launch().name == "rmsnorm_f16_v1"
+    big = e(4 * 64 + 8)
+    off = big[1:1 + 4 * 64].view(shape=(4, 64))                # 2 bytes off 16: the scalar path
+    K.rmsnorm(off, w)
+    assert dbl.last_launch().name == "rmsnorm_f16_s8"
+    on = big[8:8 + 4 * 64].view(shape=(4, 64))                 # 16 bytes on: the vector path again
+    K.rmsnorm(on, w)
+    assert dbl.last_launch().name == "rmsnorm_f16_v1"
+
+
+def test_aliasing_is_in_the_key(dbl):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    r = e((4, 64))
+    for kw in ({"out": y}, {"out": x}, {"out": y}, {"residual": r, "residual_out": r},
+               {"residual": r, "residual_out": x}, {"residual": r}, {"residual": r, "residual_out": r}):
+        fast = outcome(dbl, lambda: K.rmsnorm(x, w, **kw))
+        K.rmsnorm.clear()
+        assert outcome(dbl, lambda: K.rmsnorm(x, w, **kw)) == fast, kw
+
+
+def test_strided_rows_are_in_the_key(dbl):
+    base = e((8, 64))
+    K.softmax(base, out=base)
+    K.softmax(base, out=base)
+    rows = bc.as_device_buffer({"shape": (4, 64), "typestr": "<f2", "data": (base.ptr, False), "version": 3,
+                                "strides": (256, 2)})       # every other row: row stride 128 elements
+    fast = outcome(dbl, lambda: K.softmax(rows, out=rows))
+    K.softmax.clear()
+    assert outcome(dbl, lambda: K.softmax(rows, out=rows)) == fast
+    assert fast[0][0] == "softmax_f16_v1"
+
+
+def test_hits_under_capture_are_recorded_by_the_graph(dbl, direct):
+    s = bc.Stream()
+    x, w, y = e((4, 512), "bfloat16"), e(512, "bfloat16"), e((4, 512), "bfloat16")
+    K.rmsnorm(x, w, out=y, stream=s)                          # recorded outside the capture
+    K.silu_mul(x, stream=s)
+    h0 = O.stats()[0]
+    with s.capture() as g:
+        K.rmsnorm(x, w, out=y, stream=s)                      # hits: Kernel.launch records them
+        K.silu_mul(x, stream=s)
+    assert O.stats()[0] == h0 + 2
+    assert [n.kernel.name for n in g.kernel_nodes()] == ["rmsnorm_bf16_v1", "ew_silu_mul_bf16_vec"]
+    exe = g.instantiate()
+    del x, w, y
+    exe.launch(s)                                             # the graph held the buffers
+    s.synchronize()
+
+
+def test_registry_reset_drops_the_record(dbl, prebuilt):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    K.rmsnorm(x, w, out=y)
+    assert K.rmsnorm.memo_size == 1
+    R._reset(prebuilt)                                         # the registry lets its kernels go
+    h0, m0, _ = O.stats()
+    K.rmsnorm(x, w, out=y)
+    assert O.stats()[:2] == (h0, m0 + 1)
+    assert dbl.last_launch().name == "rmsnorm_f16_v1"
+
+
+def test_unkeyable_arguments_take_the_python_path(dbl):
+    q = e((2, 4, 64), "float32")
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    h0, m0, r0 = O.stats()
+    for _ in range(3):
+        K.rope(q, out=q, scaling=scaling)
+    assert O.stats() == (h0, m0 + 3, r0)
+    K.rope(q, out=q, pos=3)
+    K.rope(q, out=q, pos=4)                                   # another value: another record
+    K.rope(q, out=q, pos=3)
+    assert O.stats()[0] == h0 + 1 and K.rope.memo_size == 2
+
+
+def test_tensor_class_read_in_c(dbl, direct):
+    from _helpers import exchange_api_class
+    counts = {"dltensor": 0, "stream": 0}
+    Base = exchange_api_class([0], counts)
+
+    class T(Base):
+        """A device float32 array of 16 elements that DLPack's C exchange API reads
+        (the helper's DLTensor) and __cuda_array_interface__ describes alike."""
+        __dlpack_c_exchange_api__ = Base.__dlpack_c_exchange_api__
+
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": (16,), "typestr": "<f4", "data": (self.ptr, False), "version": 3, "strides": None}
+
+    bx, by, bw = (bc.empty(32, "float32") for _ in range(3))
+    x, y, w = (T(b.ptr, 0) for b in (bx, by, bw))
+    slow = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
+    assert K.rmsnorm(x, w, out=y) is y                         # a hit: the caller's own object back
+    assert K.rmsnorm.memo_size == 1 and O.stats()[0] >= 1
+    c0 = counts["dltensor"]
+    fast = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
+    assert fast == slow and counts["dltensor"] > c0
+    x2 = T(bx.ptr + 4, 0)                                      # another alignment class: the checks again
+    h = O.stats()[0]
+    K.rmsnorm(x2, w, out=y)
+    assert O.stats()[0] == h
+
+
+# ------------------------------------------------------------------ property: fast == slow
+_DT = ("float32", "float16")
+_KEYS = ("dx", "dw", "rows", "cols", "off", "out", "res", "close", "eps")
+_cfg = st.fixed_dictionaries({
+    "dx": st.sampled_from(_DT), "dw": st.sampled_from(_DT + (None,)), "rows": st.integers(1, 3),
+    "cols": st.sampled_from([8, 16, 24, 64]), "off": st.sampled_from([0, 2, 4, 16]),
+    "out": st.sampled_from(["new", "y", "x", "bad_shape", "bad_dtype"]), "res": st.booleans(),
+    "close": st.sampled_from([None, "x", "w", "y"]), "eps": st.sampled_from([1e-6, 1e-5, 1, "e"]),
+})
+
+
+def _make(cfg):
+    dx, cols, rows = cfg["dx"], cfg["cols"], cfg["rows"]
+    isz = 4 if dx == "float32" else 2
+    big = bc.empty(rows * cols + 16, dx)
+    x = big[cfg["off"] // isz:cfg["off"] // isz + rows * cols].view(shape=(rows, cols))
+    bufs = {"x": x, "big": big}
+    kw = {"eps": cfg["eps"]}
+    if cfg["dw"]:
+        bufs["w"] = kw["weight"] = bc.empty(cols, cfg["dw"])
+    if cfg["res"]:
+        kw["residual"] = kw["residual_out"] = bc.empty((rows, cols), dx)
+    o = cfg["out"]
+    if o == "y":
+        bufs["y"] = kw["out"] = bc.empty((rows, cols), dx)
+    elif o == "x":
+        kw["out"] = x
+    elif o == "bad_shape":
+        kw["out"] = bc.empty((rows, cols + 1), dx)
+    elif o == "bad_dtype":
+        kw["out"] = bc.empty((rows, cols), "float32" if dx == "float16" else "float16")
+    c = cfg["close"]
+    if c in bufs:
+        bufs[c].close()
+    return (x,), kw, big
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=_cfg, other=_cfg, change=st.sets(st.sampled_from(sorted(_KEYS)), max_size=2))
+def test_fast_and_python_paths_agree(dbl, direct, a, other, change):
+    """b is a with up to two settings changed (none: the same signature, a hit)."""
+    b = {k: other[k] if k in change else a[k] for k in a}
+    K.rmsnorm.clear()
+    args_a, kw_a, keep_a = _make(a)
+    outcome(dbl, lambda: K.rmsnorm(*args_a, **kw_a))           # records a's signature (when valid)
+    outcome(dbl, lambda: K.rmsnorm(*args_a, **kw_a))
+    args_b, kw_b, keep_b = _make(b)
+    fast = outcome(dbl, lambda: K.rmsnorm(*args_b, **kw_b))    # a hit when b's signature is a's
+    K.rmsnorm.clear()
+    slow = outcome(dbl, lambda: K.rmsnorm(*args_b, **kw_b))
+    assert fast == slow
+
+
+# ------------------------------------------------------------------ GPU: hits compute what the checks' launch computes
+gpu = pytest.mark.gpu
+TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    return torch
+
+
+def _close(torch, got, ref, dtype):
+    err = (got.float() - ref.float()).abs().max().item()
+    bound = TOL[dtype] * max(1.0, ref.float().abs().max().item())
+    assert err <= bound, f"max error {err:.3g} > {bound:.3g}"
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_torch_hits_match_torch(dtype):
+    torch = _torch_cuda()
+    td = getattr(torch, dtype)
+    fast = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w = torch.randn(4096, device="cuda", dtype=td, generator=g)
+    y = torch.empty(5, 4096, device="cuda", dtype=td)
+    gu = torch.empty(5, 2 * 1000, device="cuda", dtype=td)
+    K.rmsnorm.clear()
+    K.silu_mul.clear()
+    h0 = O.stats()[0]
+    for i in range(3):                                        # a miss, then hits, on fresh data each time
+        x = torch.randn(5, 4096, device="cuda", dtype=td, generator=g)
+        gu.normal_(generator=g)
+        assert K.rmsnorm(x, w, out=y) is y
+        s = K.silu_mul(gu)                                    # a new output; the up half at gate + 1000 elements
+        torch.cuda.synchronize()
+        _close(torch, y, torch.nn.functional.rms_norm(x.float(), (4096,), w.float(), eps=1e-6), dtype)
+        ref = torch.nn.functional.silu(gu[:, :1000].float()) * gu[:, 1000:].float()
+        got = torch.from_dlpack(s) if dtype != "bfloat16" else torch.from_dlpack(s.view("uint16")).view(torch.bfloat16)
+        _close(torch, got.reshape(5, 1000), ref, dtype)
+    if fast:
+        assert O.stats()[0] >= h0 + 4
+
+
+@gpu
+def test_gpu_torch_hit_orders_torchs_stream():
+    """The producer's writes on torch's current (side) stream come before the op's launch
+    on the legacy stream, on a hit as on the first call."""
+    torch = _torch_cuda()
+    ts = torch.cuda.Stream()
+    x = torch.empty(64, 8192, device="cuda")
+    y = torch.empty_like(x)
+    K.add.clear()
+    for i in range(4):
+        with torch.cuda.stream(ts):
+            torch.cuda._sleep(2_000_000)                      # the side stream is busy when the op is issued
+            x.fill_(float(i + 1))
+            assert K.add(x, x, out=y) is y                    # on the legacy stream (stream=None)
+        torch.cuda.synchronize()
+        assert torch.equal(y, torch.full_like(y, 2.0 * (i + 1))), i
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_buffer_hits_match_numpy(dtype):
+    import numpy as np
+    rng = np.random.default_rng(3)
+    K.softmax.clear()
+    h0 = O.stats()[0]
+    y = bc.empty((7, 1000), dtype)
+    for i in range(3):
+        a = rng.standard_normal((7, 1000)).astype(np.float32)
+        xb = bc.to_device(a) if dtype == "float32" else bc.to_device(
+            (a.view(np.uint32) >> 16).astype(np.uint16)).view("bfloat16", (7, 1000))
+        ref = (a.view(np.uint32) & 0xFFFF0000).view(np.float32).astype(np.float64) if dtype != "float32" else \
+            a.astype(np.float64)
+        assert K.softmax(xb, scale=0.5, out=y) is y
+        bc.Device(0).synchronize()
+        got = y.to_numpy().reshape(7, 1000) if dtype == "float32" else \
+            (y.view("uint16", (7, 1000)).to_numpy().astype(np.uint32) << 16).view(np.float32)
+        e_ = np.exp(0.5 * (ref - ref.max(axis=1, keepdims=True)))
+        want = e_ / e_.sum(axis=1, keepdims=True)
+        assert np.max(np.abs(got - want)) <= TOL[dtype] * 2, i
+    assert O.stats()[0] == h0 + 2
