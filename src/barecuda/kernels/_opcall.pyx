@@ -63,6 +63,8 @@ from barecuda._signature cimport bc_kind_is_pointer
 
 from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED
 from barecuda._launch cimport Kernel
+from barecuda._abi cimport bc_driver_t
+from barecuda._loader cimport driver_table
 from barecuda._signature cimport BC_K_F32
 from barecuda._dlpack cimport DLTensor, bc_dlpack_exchange_api, BC_DLPACK_EXCHANGE_CAPSULE, kDLCUDA
 
@@ -96,6 +98,8 @@ DEF MAXE = 8        # records per op
 DEF MAXA = 40       # launch arguments
 DEF MAXD = 8        # dimensions of a keyed tensor
 DEF NTYPES = 4      # tensor classes with the C exchange API remembered
+
+cdef bc_driver_t *D = driver_table()
 
 cdef enum:          # parameter kinds
     P_NONE = 0      # None
@@ -575,7 +579,7 @@ cdef int _issue_direct(_Record r, Kernel k, PyObject **vals, const pfact *f, lis
     rec.stream_closed = <int *>&(<Stream>stream).closed if type(stream) is Stream else NULL
     rec.params = sptrs if r.nargs else NULL
     rec.nattrs = 0
-    issue(k, &rec)
+    issue(D, k, &rec, False)     # the direct path runs only with the GIL switch off (above)
     return 0
 
 
