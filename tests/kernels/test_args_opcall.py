@@ -248,9 +248,14 @@ def test_unkeyable_arguments_take_the_python_path(dbl):
 
 
 def test_tensor_class_read_in_c(dbl, direct):
+    """A tensor class with DLPack's C exchange API: keyed from its DLTensor, the caller's
+    object returned, the launch bytes those of the Python path, and on a hit the library's
+    current stream ordered before ours once per launch (none when it is ours)."""
     from _helpers import exchange_api_class
+    s, producer = bc.Stream(), bc.Stream()
     counts = {"dltensor": 0, "stream": 0}
-    Base = exchange_api_class([0], counts)
+    current = [producer.handle_int]
+    Base = exchange_api_class(current, counts)
 
     class T(Base):
         """A device float32 array of 16 elements that DLPack's C exchange API reads
@@ -261,17 +266,24 @@ def test_tensor_class_read_in_c(dbl, direct):
         def __cuda_array_interface__(self):
             return {"shape": (16,), "typestr": "<f4", "data": (self.ptr, False), "version": 3, "strides": None}
 
+    def waits():
+        return dbl.calls("cuStreamWaitEvent")
+
     bx, by, bw = (bc.empty(32, "float32") for _ in range(3))
     x, y, w = (T(b.ptr, 0) for b in (bx, by, bw))
-    slow = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
-    assert K.rmsnorm(x, w, out=y) is y                         # a hit: the caller's own object back
-    assert K.rmsnorm.memo_size == 1 and O.stats()[0] >= 1
-    c0 = counts["dltensor"]
-    fast = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
-    assert fast == slow and counts["dltensor"] > c0
+    slow = outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s))
+    assert K.rmsnorm(x, w, out=y, stream=s) is y               # a hit: the caller's own object back
+    assert K.rmsnorm.memo_size == 1
+    c0, w0, h0 = counts["dltensor"], waits(), O.stats()[0]
+    fast = outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s))
+    assert fast == slow and O.stats()[0] == h0 + 1
+    assert counts["dltensor"] > c0 and waits() == w0 + 1      # ordered after the producer, once
+    current[0] = s.handle_int                                 # the library's current stream is ours
+    w0 = waits()
+    assert outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s)) == slow and waits() == w0
     x2 = T(bx.ptr + 4, 0)                                      # another alignment class: the checks again
     h = O.stats()[0]
-    K.rmsnorm(x2, w, out=y)
+    K.rmsnorm(x2, w, out=y, stream=s)
     assert O.stats()[0] == h
 
 
