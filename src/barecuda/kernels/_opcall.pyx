@@ -218,34 +218,37 @@ cdef PyObject *_last_nodlx = NULL     # the last class seen without the API (ski
 
 
 # ------------------------------------------------------------------ reading a call
-cdef int _read(PyObject *o, pfact *f) noexcept:
-    """Fill f for argument o; returns its kind (P_NOKEY for what cannot be keyed)."""
-    global _last_nodlx
-    cdef PyObject *t = <PyObject *>Py_TYPE(<PyObject *>o)
-    cdef DeviceBuffer b
-    cdef const bc_dlpack_exchange_api *api
-    cdef int i
-    cdef int64_t n, last
+cdef inline int _read(PyObject *o, pfact *f) noexcept:
+    """Fill f for argument o; returns its kind (P_NOKEY for what cannot be keyed). The
+    common kinds inline (exact type pointers, no reference traffic); tensors out of line."""
+    cdef PyObject *t = <PyObject *>Py_TYPE(o)
     f.obj = o
     f.addr = 0
     f.span = 0
     if t == <PyObject *>DeviceBuffer:
-        b = <DeviceBuffer>o
-        if b._kind == KIND_CLOSED or b.ptr == 0:
+        if (<DeviceBuffer>o)._kind == KIND_CLOSED or (<DeviceBuffer>o).ptr == 0:
             f.kind = P_NOKEY
         else:
             f.kind = P_BUF
-            f.addr = b.ptr
-            f.span = b.nbytes
+            f.addr = (<DeviceBuffer>o).ptr
+            f.span = (<DeviceBuffer>o).nbytes
         return f.kind
     if o == <PyObject *>None:
         f.kind = P_NONE
-        return P_NONE
-    if PyLong_CheckExact(<object>o) or PyFloat_CheckExact(<object>o) or PyUnicode_CheckExact(<object>o) \
-            or PyBool_Check(<object>o):
+    elif t == <PyObject *>float or t == <PyObject *>int or t == <PyObject *>bool or t == <PyObject *>str:
         f.kind = P_VAL
-        return P_VAL
-    f.kind = P_NOKEY
+    else:
+        f.kind = _read_tensor(o, t, f)
+    return f.kind
+
+
+cdef int _read_tensor(PyObject *o, PyObject *t, pfact *f) noexcept:
+    """_read of anything but a DeviceBuffer, None or a keyed value: a tensor of a class
+    publishing DLPack's C exchange API (P_DLX), else P_NOKEY."""
+    global _last_nodlx
+    cdef const bc_dlpack_exchange_api *api
+    cdef int i
+    cdef int64_t n, last
     if t == _last_nodlx:
         return P_NOKEY
     api = _dlx_api(t)
