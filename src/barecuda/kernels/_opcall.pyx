@@ -655,7 +655,7 @@ cdef object _slow(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames, Py
         else:
             k.launch(grid, block, *args, stream=stream, shared_mem=smem)
     if vals == NULL:
-        return _give_back(res, None, None)
+        return _give_back(res, None)
     self.misses_in_row += 1
     rec = None
     if f != NULL and grid and type(k) is Kernel and (self.misses_in_row <= 32 or self.misses_in_row % 32 == 0):
@@ -668,7 +668,7 @@ cdef object _slow(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames, Py
         with cython.critical_section(self):
             self.records.insert(0, rec)
             del self.records[MAXE:]
-    return _give_back(res, self, <object>_vals_tuple(self, vals))
+    return _give_back(res, <object>_vals_tuple(self, vals))
 
 
 cdef object _stream_of(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames):
@@ -689,7 +689,7 @@ cdef tuple _vals_tuple(Op self, PyObject **vals):
     return tuple([<object>vals[i] for i in range(self.nparams)])
 
 
-cdef object _give_back(object res, object self, object vals):
+cdef object _give_back(object res, object vals):
     """The result with views of the caller's tensors replaced by the caller's objects
     (an output the caller gave comes back as given)."""
     if vals is None:
@@ -804,7 +804,7 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
                 r.aconst[i] = <PyObject *>x
                 r.keep.append(x)
     r.nargs = n
-    r.direct = _can_direct(r, <Kernel>k, f, self.nparams, grid, block, smem)
+    r.direct = _can_direct(r, <Kernel>k, grid, block, smem)
     r.kernel = PyWeakref_NewRef(k, None)
     r.grid = grid
     r.block = block
@@ -812,8 +812,7 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
     return r
 
 
-cdef bint _can_direct(_Record r, Kernel k, const pfact *f, int nparams, object grid, object block,
-                      object smem) except -1:
+cdef bint _can_direct(_Record r, Kernel k, object grid, object block, object smem) except -1:
     """Prepare r for _issue_direct: the kernel's layout known and small, every address
     slot a pointer; the constants packed (by the
     launch packer's own slot packer) and the geometry parsed (by its own check), once."""
