@@ -121,6 +121,16 @@ def test_hit_launches_what_the_python_path_launches(dbl, direct, case):
     assert hit == slow
 
 
+def test_ops_are_named_functions_to_python():
+    import copy
+    import inspect
+    import pickle
+    assert pickle.loads(pickle.dumps(K.rmsnorm)) is K.rmsnorm and copy.deepcopy(K.silu_mul) is K.silu_mul
+    assert str(inspect.signature(K.softmax)) == "(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None)"
+    assert K.rmsnorm.__doc__.startswith("RMS normalisation") and K.rmsnorm.__name__ == "rmsnorm"
+    assert callable(K.rmsnorm.plan) and repr(K.add) == "<op add>"
+
+
 def test_results_are_the_callers_arrays_or_new_ones(dbl):
     x, w, y, r = e((4, 256)), e(256), e((4, 256)), e((4, 256))
     for _ in range(2):

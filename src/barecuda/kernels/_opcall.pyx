@@ -458,6 +458,10 @@ cdef class Op:
     def __repr__(self):
         return f"<op {self.__qualname__}>"
 
+    def __reduce__(self):
+        # pickled by name, as the function it replaces was (the memo is per process)
+        return self.__qualname__
+
     def clear(self):
         """Forget every recorded signature (the next call of each runs the checks)."""
         with cython.critical_section(self):
