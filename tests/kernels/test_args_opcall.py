@@ -179,6 +179,32 @@ def test_changed_argument_after_a_hit_takes_the_checks(dbl):
     assert dbl.launch_count() == n0
 
 
+def test_read_only_output_after_a_hit_is_refused(dbl):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    K.rmsnorm(x, w, out=y)
+    K.rmsnorm(x, w, out=y)
+    ro = bc.as_device_buffer({"shape": (4, 64), "typestr": "<f2", "data": (y.ptr, True), "version": 3})
+    n0 = dbl.launch_count()
+    with pytest.raises(ValueError, match="out: read-only"):
+        K.rmsnorm(x, w, out=ro)
+    assert dbl.launch_count() == n0
+
+
+def test_closed_stream_after_a_hit_raises_as_before(dbl, direct):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    s = bc.Stream()
+    K.rmsnorm(x, w, out=y, stream=s)
+    K.rmsnorm(x, w, out=y, stream=s)
+    s.close()
+    n0 = dbl.launch_count()
+    with pytest.raises(ValueError, match="closed") as hit:
+        K.rmsnorm(x, w, out=y, stream=s)
+    K.rmsnorm.clear()
+    with pytest.raises(ValueError, match="closed") as slow:
+        K.rmsnorm(x, w, out=y, stream=s)
+    assert str(hit.value) == str(slow.value) and dbl.launch_count() == n0
+
+
 def test_alignment_is_in_the_key(dbl):
     x, w = e((4, 64)), e(64)
     K.rmsnorm(x, w)
