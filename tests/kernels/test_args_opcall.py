@@ -121,6 +121,16 @@ def test_hit_launches_what_the_python_path_launches(dbl, direct, case):
     assert hit == slow
 
 
+def test_ops_are_named_functions_to_python():
+    import copy
+    import inspect
+    import pickle
+    assert pickle.loads(pickle.dumps(K.rmsnorm)) is K.rmsnorm and copy.deepcopy(K.silu_mul) is K.silu_mul
+    assert str(inspect.signature(K.softmax)) == "(x, *, scale=1.0, causal=False, offset=None, out=None, stream=None)"
+    assert K.rmsnorm.__doc__.startswith("RMS normalisation") and K.rmsnorm.__name__ == "rmsnorm"
+    assert callable(K.rmsnorm.plan) and repr(K.add) == "<op add>"
+
+
 def test_results_are_the_callers_arrays_or_new_ones(dbl):
     x, w, y, r = e((4, 256)), e(256), e((4, 256)), e((4, 256))
     for _ in range(2):
@@ -167,6 +177,32 @@ def test_changed_argument_after_a_hit_takes_the_checks(dbl):
     with pytest.raises(TypeError):
         K.rmsnorm(x, w, 1e-6, 4)
     assert dbl.launch_count() == n0
+
+
+def test_read_only_output_after_a_hit_is_refused(dbl):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    K.rmsnorm(x, w, out=y)
+    K.rmsnorm(x, w, out=y)
+    ro = bc.as_device_buffer({"shape": (4, 64), "typestr": "<f2", "data": (y.ptr, True), "version": 3})
+    n0 = dbl.launch_count()
+    with pytest.raises(ValueError, match="out: read-only"):
+        K.rmsnorm(x, w, out=ro)
+    assert dbl.launch_count() == n0
+
+
+def test_closed_stream_after_a_hit_raises_as_before(dbl, direct):
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    s = bc.Stream()
+    K.rmsnorm(x, w, out=y, stream=s)
+    K.rmsnorm(x, w, out=y, stream=s)
+    s.close()
+    n0 = dbl.launch_count()
+    with pytest.raises(ValueError, match="closed") as hit:
+        K.rmsnorm(x, w, out=y, stream=s)
+    K.rmsnorm.clear()
+    with pytest.raises(ValueError, match="closed") as slow:
+        K.rmsnorm(x, w, out=y, stream=s)
+    assert str(hit.value) == str(slow.value) and dbl.launch_count() == n0
 
 
 def test_alignment_is_in_the_key(dbl):
@@ -248,9 +284,14 @@ def test_unkeyable_arguments_take_the_python_path(dbl):
 
 
 def test_tensor_class_read_in_c(dbl, direct):
+    """A tensor class with DLPack's C exchange API: keyed from its DLTensor, the caller's
+    object returned, the launch bytes those of the Python path, and on a hit the library's
+    current stream ordered before ours once per launch (none when it is ours)."""
     from _helpers import exchange_api_class
+    s, producer = bc.Stream(), bc.Stream()
     counts = {"dltensor": 0, "stream": 0}
-    Base = exchange_api_class([0], counts)
+    current = [producer.handle_int]
+    Base = exchange_api_class(current, counts)
 
     class T(Base):
         """A device float32 array of 16 elements that DLPack's C exchange API reads
@@ -261,17 +302,24 @@ def test_tensor_class_read_in_c(dbl, direct):
         def __cuda_array_interface__(self):
             return {"shape": (16,), "typestr": "<f4", "data": (self.ptr, False), "version": 3, "strides": None}
 
+    def waits():
+        return dbl.calls("cuStreamWaitEvent")
+
     bx, by, bw = (bc.empty(32, "float32") for _ in range(3))
     x, y, w = (T(b.ptr, 0) for b in (bx, by, bw))
-    slow = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
-    assert K.rmsnorm(x, w, out=y) is y                         # a hit: the caller's own object back
-    assert K.rmsnorm.memo_size == 1 and O.stats()[0] >= 1
-    c0 = counts["dltensor"]
-    fast = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
-    assert fast == slow and counts["dltensor"] > c0
+    slow = outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s))
+    assert K.rmsnorm(x, w, out=y, stream=s) is y               # a hit: the caller's own object back
+    assert K.rmsnorm.memo_size == 1
+    c0, w0, h0 = counts["dltensor"], waits(), O.stats()[0]
+    fast = outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s))
+    assert fast == slow and O.stats()[0] == h0 + 1
+    assert counts["dltensor"] > c0 and waits() == w0 + 1      # ordered after the producer, once
+    current[0] = s.handle_int                                 # the library's current stream is ours
+    w0 = waits()
+    assert outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s)) == slow and waits() == w0
     x2 = T(bx.ptr + 4, 0)                                      # another alignment class: the checks again
     h = O.stats()[0]
-    K.rmsnorm(x2, w, out=y)
+    K.rmsnorm(x2, w, out=y, stream=s)
     assert O.stats()[0] == h
 
 

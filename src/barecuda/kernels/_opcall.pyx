@@ -8,8 +8,10 @@ op of it. The first call with a given *signature* runs that function (every chec
 every error, exactly as written), launches, and records in a small per-op memo what
 the checks depended on and how the launch was built from the arguments. A later call
 with the same signature skips the Python function: it reads the signature in C,
-finds the record, puts the call's arrays where the record says and calls
-``Kernel.launch`` (the C entry) directly -- a few hundred ns on top of the launch.
+finds the record, and issues the recorded launch with this call's arrays (a few
+hundred ns on top of the raw launch) from the record's pre-packed parameter block
+(``_issue_direct``; through ``Kernel.launch``'s C entry while a capture runs or launches
+release the GIL).
 
 The signature (what every check of a family module reads; anything else is not
 cached and takes the Python path every time):
@@ -25,8 +27,8 @@ cached and takes the Python path every time):
   of a new output).
 The record: the kernel (held weakly; gone or its module closed: the record is dropped), grid, block, shared
 memory; each launch argument as a constant (the packed scalars), "array argument i"
-(passed on as the caller's object: Kernel.launch reads it, orders a tensor's stream
-and notes the buffer's use exactly as for any launch), "array i's address + c"
+(its address written into the slot, the buffer's use noted on the stream and a tensor's
+stream ordered before ours, as the launch packer does), "array i's address + c"
 (a derived pointer, e.g. silu_mul's up half) or "new output j" (an ``out=None``
 allocation, made again on each call with ``_buffer.empty``: heap work the caller
 asked for); the result the same way. A call whose arguments cannot be keyed, or
@@ -60,6 +62,8 @@ from barecuda._stream cimport Stream, stream_handle
 from barecuda._pack cimport bc_launch_rec, bc_store_int, BC_SMALL_ARGBYTES, BC_SMALL_NPARAMS
 from barecuda._launch cimport check_dims, pack_slot, issue, capture_hook_slot, releases_gil_slot
 from barecuda._signature cimport bc_kind_is_pointer
+from barecuda._interop cimport tensor_pointer, bc_stream_memo
+from barecuda._abi cimport CUdeviceptr
 
 from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED
 from barecuda._launch cimport Kernel
@@ -218,34 +222,37 @@ cdef PyObject *_last_nodlx = NULL     # the last class seen without the API (ski
 
 
 # ------------------------------------------------------------------ reading a call
-cdef int _read(PyObject *o, pfact *f) noexcept:
-    """Fill f for argument o; returns its kind (P_NOKEY for what cannot be keyed)."""
-    global _last_nodlx
-    cdef PyObject *t = <PyObject *>Py_TYPE(<PyObject *>o)
-    cdef DeviceBuffer b
-    cdef const bc_dlpack_exchange_api *api
-    cdef int i
-    cdef int64_t n, last
+cdef inline int _read(PyObject *o, pfact *f) noexcept:
+    """Fill f for argument o; returns its kind (P_NOKEY for what cannot be keyed). The
+    common kinds inline (exact type pointers, no reference traffic); tensors out of line."""
+    cdef PyObject *t = <PyObject *>Py_TYPE(o)
     f.obj = o
     f.addr = 0
     f.span = 0
     if t == <PyObject *>DeviceBuffer:
-        b = <DeviceBuffer>o
-        if b._kind == KIND_CLOSED or b.ptr == 0:
+        if (<DeviceBuffer>o)._kind == KIND_CLOSED or (<DeviceBuffer>o).ptr == 0:
             f.kind = P_NOKEY
         else:
             f.kind = P_BUF
-            f.addr = b.ptr
-            f.span = b.nbytes
+            f.addr = (<DeviceBuffer>o).ptr
+            f.span = (<DeviceBuffer>o).nbytes
         return f.kind
     if o == <PyObject *>None:
         f.kind = P_NONE
-        return P_NONE
-    if PyLong_CheckExact(<object>o) or PyFloat_CheckExact(<object>o) or PyUnicode_CheckExact(<object>o) \
-            or PyBool_Check(<object>o):
+    elif t == <PyObject *>float or t == <PyObject *>int or t == <PyObject *>bool or t == <PyObject *>str:
         f.kind = P_VAL
-        return P_VAL
-    f.kind = P_NOKEY
+    else:
+        f.kind = _read_tensor(o, t, f)
+    return f.kind
+
+
+cdef int _read_tensor(PyObject *o, PyObject *t, pfact *f) noexcept:
+    """_read of anything but a DeviceBuffer, None or a keyed value: a tensor of a class
+    publishing DLPack's C exchange API (P_DLX), else P_NOKEY."""
+    global _last_nodlx
+    cdef const bc_dlpack_exchange_api *api
+    cdef int i
+    cdef int64_t n, last
     if t == _last_nodlx:
         return P_NOKEY
     api = _dlx_api(t)
@@ -455,6 +462,10 @@ cdef class Op:
     def __repr__(self):
         return f"<op {self.__qualname__}>"
 
+    def __reduce__(self):
+        # pickled by name, as the function it replaces was (the memo is per process)
+        return self.__qualname__
+
     def clear(self):
         """Forget every recorded signature (the next call of each runs the checks)."""
         with cython.critical_section(self):
@@ -533,9 +544,8 @@ cdef object _hit(Op self, _Record r, object k, PyObject **vals, const pfact *f):
         for shape, dtype, dev in r.alloc:
             made.append(_empty(shape, dtype, device=dev) if stream is None else
                         _empty(shape, dtype, device=dev, stream=stream))
-    if r.direct and _direct and capture_hook_slot()[0] == NULL and not releases_gil_slot()[0]:
-        _issue_direct(r, <Kernel>k, vals, f, made, stream)
-    else:
+    if not (r.direct and _direct and capture_hook_slot()[0] == NULL and not releases_gil_slot()[0]
+            and _issue_direct(r, <Kernel>k, vals, f, made, stream) == 0):
         _issue_launch(r, k, vals, f, made, stream)
     _hits += 1
     self.misses_in_row = 0
@@ -547,16 +557,23 @@ cdef object _hit(Op self, _Record r, object k, PyObject **vals, const pfact *f):
 cdef int _issue_direct(_Record r, Kernel k, PyObject **vals, const pfact *f, list made, object stream) except -1:
     """The recorded launch issued here: the record's packed constants copied to the stack,
     this call's addresses written into the pointer slots (each DeviceBuffer noted as used
-    on the stream, as the packer does), one launch record through _launch.issue (the kernel
-    and stream checked alive there). Taken only for records of DeviceBuffer arguments,
-    with no capture running and the GIL held (else Kernel.launch: _issue_launch)."""
+    on the stream, each tensor read and its library's stream ordered before ours by
+    _interop.tensor_pointer: what the launch packer does with them), one launch record
+    through _launch.issue (the kernel and stream checked alive there). Taken with no
+    capture running and the GIL held (else Kernel.launch: _issue_launch). Returns 1,
+    having issued nothing, for a tensor tensor_pointer does not take (Kernel.launch then
+    words the error)."""
     cdef char sbuf[BC_SMALL_ARGBYTES]
     cdef void *sptrs[BC_SMALL_NPARAMS]
     cdef bc_launch_rec rec
+    cdef bc_stream_memo memo
+    cdef CUdeviceptr addr
     cdef Py_ssize_t i
     cdef int src
     cdef DeviceBuffer b
     cdef CUstream hs = NULL
+    memo.source = NULL
+    memo.ordinal = -1
     stream_handle(stream, &hs)
     memcpy(sbuf, r.block_bytes, k.argbytes)
     for i in range(r.nargs):
@@ -566,6 +583,11 @@ cdef int _issue_direct(_Record r, Kernel k, PyObject **vals, const pfact *f, lis
             continue
         if src == A_ADDR:
             bc_store_int(<char *>sptrs[i], 8, f[r.aref[i]].addr + <uint64_t>r.aoff[i])
+            continue
+        if src == A_PARAM and f[r.aref[i]].kind == P_DLX:
+            if tensor_pointer(<object>vals[r.aref[i]], k.device, hs, &memo, &addr) != 1:
+                return 1
+            bc_store_int(<char *>sptrs[i], 8, addr)
             continue
         b = <DeviceBuffer>vals[r.aref[i]] if src == A_PARAM else <DeviceBuffer>made[r.aref[i]]
         note_use(b, hs)
@@ -641,7 +663,7 @@ cdef object _slow(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames, Py
         else:
             k.launch(grid, block, *args, stream=stream, shared_mem=smem)
     if vals == NULL:
-        return _give_back(res, None, None)
+        return _give_back(res, None)
     self.misses_in_row += 1
     rec = None
     if f != NULL and grid and type(k) is Kernel and (self.misses_in_row <= 32 or self.misses_in_row % 32 == 0):
@@ -654,7 +676,7 @@ cdef object _slow(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames, Py
         with cython.critical_section(self):
             self.records.insert(0, rec)
             del self.records[MAXE:]
-    return _give_back(res, self, <object>_vals_tuple(self, vals))
+    return _give_back(res, <object>_vals_tuple(self, vals))
 
 
 cdef object _stream_of(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames):
@@ -675,7 +697,7 @@ cdef tuple _vals_tuple(Op self, PyObject **vals):
     return tuple([<object>vals[i] for i in range(self.nparams)])
 
 
-cdef object _give_back(object res, object self, object vals):
+cdef object _give_back(object res, object vals):
     """The result with views of the caller's tensors replaced by the caller's objects
     (an output the caller gave comes back as given)."""
     if vals is None:
@@ -790,7 +812,7 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
                 r.aconst[i] = <PyObject *>x
                 r.keep.append(x)
     r.nargs = n
-    r.direct = _can_direct(r, <Kernel>k, f, self.nparams, grid, block, smem)
+    r.direct = _can_direct(r, <Kernel>k, grid, block, smem)
     r.kernel = PyWeakref_NewRef(k, None)
     r.grid = grid
     r.block = block
@@ -798,15 +820,11 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
     return r
 
 
-cdef bint _can_direct(_Record r, Kernel k, const pfact *f, int nparams, object grid, object block,
-                      object smem) except -1:
-    """Prepare r for _issue_direct: the kernel's layout known and small, every array
-    argument a DeviceBuffer, every address slot a pointer; the constants packed (by the
+cdef bint _can_direct(_Record r, Kernel k, object grid, object block, object smem) except -1:
+    """Prepare r for _issue_direct: the kernel's layout known and small, every address
+    slot a pointer; the constants packed (by the
     launch packer's own slot packer) and the geometry parsed (by its own check), once."""
     cdef Py_ssize_t i
-    for i in range(nparams):
-        if f[i].kind == P_DLX:
-            return False              # tensors: Kernel.launch reads them and orders their stream
     if k.nparams != r.nargs or k.nparams > BC_SMALL_NPARAMS or k.argbytes > BC_SMALL_ARGBYTES:
         return False
     for i in range(r.nargs):
