@@ -269,6 +269,21 @@ def test_registry_reset_drops_the_record(dbl, prebuilt):
     assert dbl.last_launch().name == "rmsnorm_f16_v1"
 
 
+def test_registry_reset_drops_records_whose_kernels_are_still_alive(dbl, prebuilt):
+    # compute-sanitizer keeps frames (and so the old kernels) alive: the reset itself must
+    # drop the records, or a hit launches a kernel the registry no longer gives out
+    x, w, y = e((4, 64)), e(64), e((4, 64))
+    K.rmsnorm(x, w, out=y)
+    held = list(R._kernels.values())                           # the old registry's kernels live on
+    assert held
+    R._reset(prebuilt)
+    h0, m0, _ = O.stats()
+    K.rmsnorm(x, w, out=y)
+    assert O.stats()[:2] == (h0, m0 + 1)                       # a miss: the registry was asked again
+    assert R.origin("norms.cu", ()) is not None
+    del held
+
+
 def test_unkeyable_arguments_take_the_python_path(dbl):
     q = e((2, 4, 64), "float32")
     scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

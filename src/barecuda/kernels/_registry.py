@@ -272,6 +272,11 @@ def _reset(prebuilt=None):
         _manifest = None
         if prebuilt is not None:
             PREBUILT = prebuilt
+    # the ops' recorded launches name kernels of the old registry: drop them now, not when
+    # those kernels happen to be collected (a sanitizer or a debugger holding frames keeps
+    # them alive, and a hit would then launch a kernel the registry no longer gives out)
+    from barecuda.kernels import _opcall
+    _opcall.clear()
 
 
 # ------------------------------------------------------------------ the table
