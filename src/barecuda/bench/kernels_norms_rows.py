@@ -289,18 +289,12 @@ def _torch_rows(B, K, k, tb, torch):
     current stream through DLPack's C exchange API and makes the raw launch (what any
     binding honouring torch's stream rule must do; bench/_baseline.LaunchFloor)."""
     from barecuda.bench.harness import c_row, na_row, py_row
+    from barecuda.bench.peers import torch_stream_switch
     ts = torch.cuda.Stream(device=0)
     with torch.cuda.stream(ts):
         tx, tw, ty = torch.zeros(1, 64, device="cuda:0"), torch.zeros(64, device="cuda:0"), torch.zeros(1, 64, device="cuda:0")
     ts.synchronize()
-    before = []
-
-    def setup():
-        before.append(torch.cuda.current_stream(0))
-        torch.cuda.set_stream(ts)
-
-    def teardown():
-        torch.cuda.set_stream(before.pop())
+    setup, teardown = torch_stream_switch(torch, ts)
     h = ts.cuda_stream
     pb = _rms_params(B, ty.data_ptr(), tx.data_ptr(), tw.data_ptr())
     # the floor writes the 3 tensors' addresses into slots 0-2: y, (hout: unused without a residual), x
@@ -317,14 +311,21 @@ def _torch_rows(B, K, k, tb, torch):
             floor,
             py_row("op_rms_torch", "K.rmsnorm(x, w, out=y, stream=s), torch tensors",
                    "K.rmsnorm(x, w, out=y, stream=s)", tns, "s.synchronize()", ref="floor_rms_torch"),
-            py_row("slow_rms_torch", "  its Python checks + Kernel.launch (the path before the memo)",
-                   "g = K.rmsnorm.prep(x, w, out=y, stream=s); g[0].launch(g[1], g[2], *g[3], stream=s)", tns,
-                   "s.synchronize()", ref="floor_rms_torch"),
+            _python_path_row("slow_rms_torch", tns, "floor_rms_torch"),
             py_row("torch_rms", "torch.nn.functional.rms_norm(x, (64,), w) (for scale)",
                    "torch.nn.functional.rms_norm(x, (64,), w, eps=1e-6)", tns, "s.synchronize()", ref="raw_rms_ts")]
     for r in rows:
         r.setup, r.teardown = setup, teardown
     return rows, (tx, tw, ty, ts, fl, pb)
+
+
+def _python_path_row(key, ns, ref):
+    """The row of what every rmsnorm call cost before the op memo: its Python checks
+    (``K.rmsnorm.prep``), then ``Kernel.launch`` of what they return."""
+    from barecuda.bench.harness import py_row
+    return py_row(key, "  its Python checks + Kernel.launch (the path before the memo)",
+                  "g = K.rmsnorm.prep(x, w, out=y, stream=s); g[0].launch(g[1], g[2], *g[3], stream=s)", ns,
+                  "s.synchronize()", ref=ref)
 
 
 def issue_section(ctx=None, rounds=10):
@@ -355,9 +356,7 @@ def issue_section(ctx=None, rounds=10):
             py_row("plan_rms", "rmsnorm.plan(...)() (LaunchPlan)", "p()", ns, "s.synchronize()", ref="raw_rms"),
             py_row("op_rms", "K.rmsnorm(x, w, out=y, stream=s), DeviceBuffers",
                    "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"),
-            py_row("slow_rms", "  its Python checks + Kernel.launch (the path before the memo)",
-                   "g = K.rmsnorm.prep(x, w, out=y, stream=s); g[0].launch(g[1], g[2], *g[3], stream=s)", ns,
-                   "s.synchronize()", ref="raw_rms"),
+            _python_path_row("slow_rms", ns, "raw_rms"),
             py_row("op_rms_launch", "  the same hit issued through Kernel.launch (_opcall.set_direct(False))",
                    "K.rmsnorm(x, w, out=y, stream=s)", ns, "s.synchronize()", ref="raw_rms"),
             py_row("op_rms_new", "K.rmsnorm(x, w, stream=s), a new output each call",

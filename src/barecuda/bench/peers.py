@@ -139,6 +139,14 @@ def torch_tensor_args(ctx):
     with torch.cuda.stream(ts):
         args = [torch.ones(1024, device="cuda:0") for _ in range(4)]
     ts.synchronize()
+    setup, teardown = torch_stream_switch(torch, ts)
+    ctx.keep.append((args, ts))
+    return args, ts, "s.synchronize()", setup, teardown
+
+
+def torch_stream_switch(torch, ts):
+    """``(setup, teardown)`` for a row's rounds: make ``ts`` torch's current stream on
+    device 0, then give the previous one back."""
     before = []
 
     def setup():
@@ -147,8 +155,7 @@ def torch_tensor_args(ctx):
 
     def teardown():
         torch.cuda.set_stream(before.pop())
-    ctx.keep.append((args, ts))
-    return args, ts, "s.synchronize()", setup, teardown
+    return setup, teardown
 
 
 def cupy_array_args(ctx):
