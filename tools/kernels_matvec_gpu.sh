@@ -5,31 +5,15 @@
 # device machine, from the repository root:  bash tools/kernels_matvec_gpu.sh
 set -u
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-export PYTHONPATH=src:.k2site BARECUDA_CACHE_DIR=${BARECUDA_CACHE_DIR:-/tmp/bc-kcache}
+export PYTHONPATH=src BARECUDA_CACHE_DIR=${BARECUDA_CACHE_DIR:-/tmp/bc-kcache}
 T0=$(date +%s); stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 setup.py build_ext --inplace -q -j 16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 stamp built
-# warm the compile cache: one process per specialization, in parallel (no multiprocessing:
-# a spawned pool cannot re-import a script read from stdin)
-python3 -c "
-from barecuda.kernels import _registry
-for s, n, d in _registry.table():
-    if s in ('matvec.cu', 'dequant.cu'):
-        print(repr((s, n[0], d)))
-for r, u in ((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2)):
-    print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', 1), ('MV_R', r), ('MV_U', u)))))
-for w in (12, 14, 8, 2, 3):
-    for v in ((('MVQ_R', 2),), (('MVQ_P8', 1),), (('MVQ_P8', 1), ('MVQ_R', 2))):
-        print(repr(('matvec.cu', 'matvec_f16_b1', (('WFMT', w),) + v)))
-print(repr(('dequant.cu', 'dequant_q4_k_f16', (('DQ_P8', 1),))))
-" > "$OUT/warm_jobs.txt"
-seq 0 $(( $(wc -l < "$OUT/warm_jobs.txt") - 1 )) | timeout 150 xargs -P 16 -I{} python3 -c "
-import ast, sys
-job = ast.literal_eval(open(sys.argv[1]).read().splitlines()[int(sys.argv[2])])
-${WARM_CALL:-from barecuda.kernels import _registry; _registry.get(*job)}
-print('warm', job)" "$OUT/warm_jobs.txt" {} > "$OUT/warm.log" 2>&1
-stamp "warmed ($(grep -c warm "$OUT/warm.log") modules)"; tail -3 "$OUT/warm.log"
+# warm the compile cache: every matvec/dequant/fused module compiled in parallel (the bench's
+# own --warm, which follows the table and the tuning variants the sweep times)
+timeout 200 python3 -m barecuda.bench.kernels_matvec_rows --warm > "$OUT/warm.log" 2>&1
+stamp "warmed (rc=$?)"; tail -3 "$OUT/warm.log"
 timeout 150 python3 -m barecuda.bench.kernels_matvec_rows ${SWEEP---sweep} > "$OUT/bench.log" 2>&1
 stamp "bench rc=$?"; cat "$OUT/bench.log"
 timeout 130 python3 -m pytest tests/kernels/test_matvec.py tests/kernels/test_dequant.py --gpu -q -p no:cacheprovider -k "not compiles_without_warnings" \
