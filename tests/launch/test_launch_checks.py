@@ -7,6 +7,7 @@ import pytest
 
 import barecuda as bc
 from barecuda import LaunchConfig, Module
+from _helpers import no_launch  # noqa: E402
 
 BIG = [2**31, 2**32, 2**63, 2**64]
 
@@ -15,16 +16,6 @@ BIG = [2**31, 2**32, 2**63, 2**64]
 def _collect():
     gc.collect()
     yield
-
-
-def no_launch(fake, fn, exc, *needles):
-    before = fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx")
-    with pytest.raises(exc) as info:
-        fn()
-    assert fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx") == before
-    for n in needles:
-        assert n in str(info.value), (n, str(info.value))
-    return info.value
 
 
 ARGS = (0, 0, 0, 1)

@@ -16,6 +16,7 @@ from barecuda import Module
 from barecuda._signature import KIND_NAMES, KIND_RANGES, KIND_SIZES, PTX_KINDS, mangled_matches, \
     parse_ptx_signatures
 import ptx
+from _helpers import no_launch  # noqa: E402
 
 HEADER = ptx.header() + "\n"
 WIDTHS = {1: ("u8", "s8"), 2: ("u16", "s16"), 4: ("u32", "s32"), 8: ("u64", "s64")}
@@ -33,16 +34,6 @@ def _collect():
 def ptx_entry(name, types):
     decls = ",\n".join(f"    .param .{t} p{i}" for i, t in enumerate(types))
     return HEADER + f".visible .entry {name}(\n{decls}\n)\n{{\n    ret;\n}}\n"
-
-
-def no_launch(fake, fn, exc, *needles):
-    before = fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx")
-    with pytest.raises(exc) as info:
-        fn()
-    assert fake.calls("cuLaunchKernel") + fake.calls("cuLaunchKernelEx") == before
-    for n in needles:
-        assert n in str(info.value), (n, str(info.value))
-    return info.value
 
 
 # ------------------------------------------------------------ the kind table
