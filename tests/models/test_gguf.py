@@ -282,7 +282,7 @@ def test_metadata_of_every_value_type(tmp_path):
 
 # -- upload (driver double) ---------------------------------------------------------------
 
-@pytest.mark.parametrize("via", ["direct", "device"])
+@pytest.mark.parametrize("via", ["direct", "device", "read"])
 def test_upload_places_every_tensor(fake, tiny_ggufs, via):
     f = G.open_gguf(tiny_ggufs["Q4_K"])
     layout = ["token_embd.weight", ("blk.0.qkv", ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight"]),
@@ -305,6 +305,63 @@ def test_upload_places_every_tensor(fake, tiny_ggufs, via):
         assert ctypes.string_at(everything[name].ptr, t.nbytes) == bytes(t.data), name
     del everything
     f.close()
+
+
+def test_upload_read_pieces_threads_and_buffer_reuse(fake, tiny_ggufs, monkeypatch):
+    # pieces of 4 KiB over three page-locked buffers, each piece read by several threads
+    monkeypatch.setattr(G, "_PIECE", 4096)
+    monkeypatch.setattr(G, "_READ_MIN_STEP", 512)
+    monkeypatch.setattr(G, "_read_threads", lambda: 3)
+    f = G.open_gguf(tiny_ggufs["Q4_K"])
+    tensors = list(f.tensors.values())
+    assert sum(t.nbytes for t in tensors) > 4 * 4096          # more pieces than buffers
+    out = G.upload(f, progress=False, via="read")
+    for t in tensors:
+        assert ctypes.string_at(out[t.name].ptr, t.nbytes) == bytes(t.data), t.name
+    assert G.LAST_UPLOAD["via"] == "read"
+    del out
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        G.upload(f, via="read")
+
+
+def test_upload_read_uses_the_opened_file_and_names_a_truncation(fake, tiny_ggufs, tmp_path):
+    import shutil
+    src = tmp_path / "m.gguf"
+    shutil.copyfile(tiny_ggufs["F16"], src)
+    f = G.open_gguf(src)
+    want = {n: bytes(t.data) for n, t in f.tensors.items()}
+    # a file renamed over the path after open: the upload still reads the file it opened
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"\0" * src.stat().st_size)
+    os.replace(other, src)
+    out = G.upload(f, progress=False, via="read")
+    for n, t in f.tensors.items():
+        assert ctypes.string_at(out[n].ptr, t.nbytes) == want[n], n
+    del out
+    f.close()
+    # the opened file cut short under the reader: a clear error, not a fault on the mapping
+    cut = tmp_path / "cut.gguf"
+    shutil.copyfile(tiny_ggufs["F16"], cut)
+    f = G.open_gguf(cut)
+    last = max(f.tensors.values(), key=lambda t: t.offset)
+    with open(cut, "r+b") as fh:
+        fh.truncate(last.offset + 1)
+    with pytest.raises(GGUFError, match="truncated"):
+        G.upload(f, progress=False, via="read")
+    f.close()
+
+
+def test_upload_ways_row_times_each_way(fake, tiny_ggufs):
+    from barecuda.bench.decode_rows import upload_ways
+    r = upload_ways(tiny_ggufs["Q4_K"])
+    f = G.open_gguf(tiny_ggufs["Q4_K"])
+    least = sum(t.nbytes for t in f.tensors.values())
+    f.close()
+    assert set(r) == {"device", "read"}
+    for via, (secs, nbytes, phases) in r.items():
+        assert secs is not None and secs > 0, phases
+        assert nbytes >= least and phases["via"] == via
 
 
 def test_upload_refuses_mismatched_rows(fake, tiny_ggufs):

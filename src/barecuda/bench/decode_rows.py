@@ -78,7 +78,29 @@ def barecuda_run(path, fused=True, breakdown=False, pdl=False):
     m.close()
     del m
     gc.collect()
+    r["upload_via"] = upload_ways(path)
     return r
+
+
+def upload_ways(path, ways=("device", "read")):
+    """{via: (seconds, bytes, phases)}: gguf.upload of every tensor of the file (in the page
+    cache by now) by each way, complete on return; the load rows set them beside the model's."""
+    from barecuda.models.gguf import LAST_UPLOAD, open_gguf, upload
+    f = open_gguf(path)
+    out = {}
+    try:
+        for via in ways:
+            try:
+                t0 = time.perf_counter()
+                bufs = upload(f, via=via, progress=False)
+                out[via] = (time.perf_counter() - t0, LAST_UPLOAD.get("bytes", 0), dict(LAST_UPLOAD))
+                del bufs
+            except Exception as e:   # noqa: BLE001 -- a row says why instead
+                out[via] = (None, 0, {"error": f"{type(e).__name__}: {e}"})
+            gc.collect()
+    finally:
+        f.close()
+    return out
 
 
 def pinned_h2d_gbs(bc, s, nbytes=1 << 30):
@@ -348,6 +370,18 @@ def decode_section(ctx=None, shapes=("1b", "8b"), types=("F16", "Q4_K_M"), direc
                     ["-", f"{gbs:.1f}", "-", "-", "-", "-", note])
             sec.data.append({"model": f"{shape} {qt}", "row": "load", "load_gbs": gbs, "pinned_h2d_gbs": h2d,
                              "load_pct_pinned": 100 * gbs / h2d if h2d else None, "stats": st, "card": card})
+        for via, (secs, nb, st) in sorted((r.get("upload_via") or {}).items()):
+            if not secs:
+                sec.add(f"{shape} {qt} upload via={via}", ["-"] * 6 + [str(st.get("error", ""))[:80]])
+                continue
+            gbs = nb / secs / 1e9
+            note = ((f"{100 * gbs / h2d:.0f}% of pinned {h2d:.0f} GB/s; " if h2d else "") +
+                    f"alloc/htod/place {st.get('alloc_s', 0):.2f}/{st.get('htod_s', 0):.2f}/{st.get('place_s', 0):.2f} s")
+            sec.add(f"{shape} {qt} upload via={via} ({nb / 1e9:.1f} GB in {secs:.2f} s)",
+                    ["-", f"{gbs:.1f}", "-", "-", "-", "-", note])
+            sec.data.append({"model": f"{shape} {qt}", "row": f"upload via={via}", "load_gbs": gbs,
+                             "pinned_h2d_gbs": h2d, "load_pct_pinned": 100 * gbs / h2d if h2d else None,
+                             "stats": st, "card": card})
         if qt == "F16":
             for key, label in (("eager", "torch eager"), ("graph", "torch + CUDA graph"),
                                ("compile", "torch.compile + CUDA graph")):

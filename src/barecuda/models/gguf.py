@@ -252,7 +252,7 @@ class GGUFFile:
 
     def __init__(self, path: Union[str, "os.PathLike[str]"]) -> None:
         self.path = os.fspath(path)
-        self._fd = None
+        self._fd: Optional[int] = None
         self._map: Optional[mmap.mmap] = None
         self._mv: Optional[memoryview] = None
         with open(self.path, "rb") as f:
@@ -260,6 +260,9 @@ class GGUFFile:
             if size == 0:
                 raise GGUFError(f"{self.path}: file truncated: empty file")
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            # the same open file for upload(via="read"): reads by descriptor, never by path,
+            # so a file renamed over this one since cannot be read in its place
+            self._fd = os.dup(f.fileno())
         self.file_size = size
         self._mv = memoryview(self._map)
         try:
@@ -362,6 +365,9 @@ class GGUFFile:
 
     def close(self) -> None:
         """Unmap the file. Views from ``TensorInfo.data`` must be released first."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._mv is not None:
             self._mv.release()
             self._mv = None
@@ -393,6 +399,7 @@ def open_gguf(path: Union[str, "os.PathLike[str]"]) -> GGUFFile:
 _PIECE = 64 << 20       # bytes per staged copy (and per progress-bar step)
 _UPLOAD_ALIGN = 256     # device offset of each entry in the arena
 _SPAN_PIECE = 256 << 20  # bytes per staged copy of upload(via="device")
+_READ_MIN_STEP = 1 << 20  # upload(via="read"): the least bytes one thread reads of a piece
 
 #: Phases of the last ``upload`` in this process (seconds, bytes): where a load's time goes
 #: (``alloc_s``: the arena and staging buffer; ``htod_s``: the staged host-to-device copies,
@@ -456,6 +463,69 @@ def plan_upload(f: GGUFFile, layout: Layout) -> Tuple[List[Tuple[str, int, int, 
     return placed, off
 
 
+def _read_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _pread_into(fd: int, buf: memoryview, a: int, b: int, offset: int, path: str) -> None:
+    """Fill ``buf[a:b]`` from ``fd`` at ``offset`` (short reads continued; end of file raises).
+    Every slice it makes is released on return, so the buffer can be closed after an error."""
+    done = a
+    while done < b:
+        with buf[done:b] as mv:
+            n = os.preadv(fd, [mv], offset + done - a)
+        if n <= 0:
+            raise GGUFError(f"{path}: file truncated: bytes {offset + done - a}..{offset + b - a} "
+                            f"could not be read (end of file)")
+        done += n
+
+
+def _read_span(f: GGUFFile, tmp: Any, lo: int, span: int, stream: Any, device: Any, bar: "_Progress") -> None:
+    """upload(via="read"): file bytes [lo, lo + span) into ``tmp``: each 64 MiB piece read by
+    ``_read_threads()`` threads (``os.preadv`` releases the GIL) into one of three
+    page-locked buffers, then copied asynchronously to the device while the next is read.
+    Complete on return."""
+    import barecuda
+    from concurrent.futures import ThreadPoolExecutor
+
+    fd = f._fd
+    assert fd is not None
+    nbuf = 3
+    # the copies go on the caller's stream (the legacy stream for None, as the placement after)
+    s = stream if stream is not None else barecuda.Stream.default(device)
+    bufs = [barecuda.PinnedBuffer(min(_PIECE, span), device=device) for _ in range(nbuf)]
+    views = [memoryview(b).cast("B") for b in bufs]
+    done: List[Any] = [None] * nbuf
+    workers = _read_threads()
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="barecuda-gguf-read") as ex:
+            for i, s0 in enumerate(range(0, span, _PIECE)):
+                k = min(_PIECE, span - s0)
+                j = i % nbuf
+                if done[j] is not None:
+                    done[j].synchronize()      # the copy out of this buffer has finished
+                step = max(_READ_MIN_STEP, (k // workers + 4095) & ~4095)
+                futs = [ex.submit(_pread_into, fd, views[j], a, min(a + step, k), lo + s0 + a, f.path)
+                        for a in range(0, k, step)]
+                for fu in futs:
+                    fu.result()
+                with views[j][:k] as part:
+                    tmp[s0:s0 + k].copy_from(part, s)
+                done[j] = s.record()
+                bar.step(min(k * bar.total // span, bar.total - bar.done - 1) if s0 + k < span
+                         else bar.total - bar.done)
+        s.synchronize()
+    finally:
+        for v in views:
+            v.release()
+        for b in bufs:
+            b.close()                          # waits for a copy still reading it
+
+
 def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, stream: Any = None,
            progress: Optional[bool] = None, via: str = "auto") -> Dict[str, Any]:
     """Upload tensors to the GPU through the pinned staging path; returns key -> DeviceBuffer.
@@ -471,11 +541,14 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     progress : bool, optional
         Draw a progress bar on stderr (default: for uploads of 256 MB or more when
         stderr is a terminal).
-    via : {"auto", "device", "direct"}
+    via : {"auto", "device", "direct", "read"}
         "direct": one staged copy per tensor (per 64 MiB of it) straight into place.
         "device": the file's span of these tensors in 256 MiB staged copies into a
         temporary device buffer, then device-to-device copies into place (long copies
         keep the staging pipeline full; costs the span in device memory for the while).
+        "read": as "device", but the span is read with ``os.preadv`` by several threads
+        straight into page-locked buffers (no page faults on the mapping, no second host
+        copy), each 64 MiB piece copied to the device while the next is read (POSIX only).
         "auto" (default): "device" for spans of 256 MiB or more when the device has the
         room (the span, the arena and 1 GiB free), else "direct".
 
@@ -492,8 +565,12 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     placed, total = plan_upload(f, layout)
     if progress is None:
         progress = total >= (256 << 20) and sys.stderr.isatty()
-    if via not in ("auto", "device", "direct"):
-        raise ValueError(f"via={via!r}: 'auto', 'device' or 'direct'")
+    if via not in ("auto", "device", "direct", "read"):
+        raise ValueError(f"via={via!r}: 'auto', 'device', 'direct' or 'read'")
+    if via == "read" and not hasattr(os, "preadv"):
+        raise ValueError("via='read' needs os.preadv (POSIX); use 'device' or 'direct'")
+    if via == "read" and f._fd is None:
+        raise ValueError(f"{f.path}: the file is closed")
     tensors = [t for p in placed for t in p[3]]
     lo = min((t.offset for t in tensors), default=0)
     hi = max((t.offset + t.nbytes for t in tensors), default=0)
@@ -511,11 +588,13 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
     bar = _Progress(sum(p[2] for p in placed), f"upload {os.path.basename(f.path)}", bool(progress))
     out: Dict[str, Any] = {"__arena__": arena}
     base = arena.ptr
-    if via == "device" and span:
+    if via in ("device", "read") and span:
         tmp = barecuda.empty(span, "uint8", device=device, stream=stream)
         t2 = time.perf_counter()
         LAST_UPLOAD["alloc_s"] = t2 - t0
-        for s0 in range(0, span, _SPAN_PIECE):
+        if via == "read":
+            _read_span(f, tmp, lo, span, stream, device, bar)
+        for s0 in range(0, span if via == "device" else 0, _SPAN_PIECE):
             k = min(_SPAN_PIECE, span - s0)
             mv = f._view(lo + s0, k)
             try:
@@ -551,7 +630,7 @@ def upload(f: GGUFFile, layout: Optional[Layout] = None, *, device: Any = None, 
                 bar.step(k)
             dst += t.nbytes
         out[key] = arena[off:off + n]
-    if via == "direct":
+    if via == "direct" or not span:
         LAST_UPLOAD["htod_s"] = time.perf_counter() - t1
         t1 = time.perf_counter()
     if stream is not None:
