@@ -362,6 +362,54 @@ def test_row_ops_loop_over_rows(dtype):
     close(from_dev(s, dtype), ref_softmax(xr, 0.5, True), dtype)
 
 
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_ops_pipeline_in_place(dtype):
+    """The register pipeline (rowwise.cuh: the next row's vectors loaded before the current
+    row is reduced) with more rows than a wave: layernorm of a large-mean row with the
+    residual written over x (the shift h[0] must be read before any thread writes h), and
+    rmsnorm with the residual written over r."""
+    n, d = 2000, 1024
+    xr0 = rnd((n, d), seed=5) * 0.5 + 100
+    x, xr = to_dev(xr0, dtype)
+    r, rr = to_dev(rnd((n, d), seed=6), dtype)
+    w, wr = to_dev(rnd(d, seed=7) + 1, dtype)
+    plan = K.layernorm.plan(x, w, w, residual=r, residual_out=x)
+    assert plan.grid[0] < n
+    y, h = K.layernorm(x, w, w, residual=r, residual_out=x)
+    assert h is x
+    hr = from_dev(h, dtype)
+    close(hr, xr + rr, dtype)
+    close(from_dev(y, dtype), ref_ln(xr + rr, wr, wr, 1e-5), dtype, 2)
+    x2, xr2 = to_dev(rnd((n, d), seed=8), dtype)
+    y, h = K.rmsnorm(x2, w, residual=r, residual_out=r)
+    hr = from_dev(h, dtype)
+    close(hr, xr2 + rr, dtype)
+    close(from_dev(y, dtype), ref_rms(hr, wr, 1e-6), dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_ops_pipeline_matches_load_at_use(dtype):
+    """Each row kernel built with its pipeline off (SOFTMAX_PIPE / RMS_PIPE / LN_PIPE = 0) and
+    with ROW_PF 0 and 2 gives what the default build gives, bit for bit on the same plan."""
+    n, d = 1500, 4096
+    x, xr = to_dev(rnd((n, d), seed=9, scale=3), dtype)
+    r, _ = to_dev(rnd((n, d), seed=10), dtype)
+    w, _ = to_dev(rnd(d, seed=11) + 1, dtype)
+    cases = (("softmax.cu", "SOFTMAX_PIPE", K.softmax.plan(x, scale=0.3, causal=True, offset=-700)),
+             ("norms.cu", "RMS_PIPE", K.rmsnorm.plan(x, w, residual=r)),
+             ("norms.cu", "LN_PIPE", K.layernorm.plan(x, w, w, residual=r)))
+    for src, pipe, plan in cases:
+        plan.launch()
+        ref = from_dev(plan.args[0], dtype)
+        for defs in (((pipe, 0),), ((pipe, 1), ("ROW_PF", 0)), ((pipe, 1), ("ROW_PF", 2)), ((pipe, 0), ("ROW_PF", 0))):
+            kern = R.get(src, plan.kernel.name, defs)
+            kern.launch(plan.grid, plan.block, *plan.args)
+            got = from_dev(plan.args[0], dtype)
+            assert np.array_equal(got, ref) or np.max(np.abs(got - ref)) <= TOL[dtype] * 0.5, (pipe, defs)
+
+
 def ref_softmax(x, scale, causal=False, offset=None):
     s = x * scale
     if causal:

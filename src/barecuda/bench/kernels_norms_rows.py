@@ -199,42 +199,54 @@ CASES = [
 ]
 
 
-def row_sweep(prefetch=(0, 1), shape=(32768, 4096)):
-    """Row kernels (bf16 rmsnorm / layernorm / softmax) built with ROW_PF = rows prefetched
-    ahead into L2, launched with one resident wave of looping blocks or one block a row;
-    prints one line each (us, GB/s, registers, blocks a multiprocessor)."""
+def row_sweep(shape=(32768, 4096)):
+    """Row kernels built with each tuning define set: ROW_PF (rows prefetched ahead into L2)
+    and the register pipeline (SOFTMAX_PIPE / RMS_PIPE / LN_PIPE: the next row's loads in
+    flight during the current row's reduction), launched with one resident wave of looping
+    blocks or one block a row; prints one line each (us, GB/s, registers, blocks a
+    multiprocessor). bf16 rmsnorm (alone and with the residual), layernorm, softmax, and
+    f32 softmax."""
     import barecuda as bc
     import barecuda.kernels as K
     from barecuda.kernels import _registry
     s = bc.Stream()
     card, spec = _spec(bc)
-    ops = (("rmsnorm", "norms.cu", lambda b: K.rmsnorm.plan(b["x"], b["w"], out=b["y"], stream=s)),
-           ("layernorm", "norms.cu", lambda b: K.layernorm.plan(b["x"], b["w"], b["b"], out=b["y"], stream=s)),
-           ("softmax", "softmax.cu", lambda b: K.softmax.plan(b["x"], out=b["y"], stream=s)))
+    sms = bc.Device().attribute("multiprocessor_count")
+    ops = (("rmsnorm", "bfloat16", "norms.cu", "RMS_PIPE", 4,
+            lambda b: K.rmsnorm.plan(b["x"], b["w"], out=b["y"], stream=s)),
+           ("rmsnorm+res", "bfloat16", "norms.cu", "RMS_PIPE", 6,
+            lambda b: K.rmsnorm.plan(b["x"], b["w"], residual=b["r"], residual_out=b["h"], out=b["y"], stream=s)),
+           ("layernorm", "bfloat16", "norms.cu", "LN_PIPE", 4,
+            lambda b: K.layernorm.plan(b["x"], b["w"], b["b"], out=b["y"], stream=s)),
+           ("softmax", "bfloat16", "softmax.cu", "SOFTMAX_PIPE", 4, lambda b: K.softmax.plan(b["x"], out=b["y"], stream=s)),
+           ("softmax", "float32", "softmax.cu", "SOFTMAX_PIPE", 8, lambda b: K.softmax.plan(b["x"], out=b["y"], stream=s)))
     rows, cols = shape
-    nbytes = 2 * rows * cols * 2
-    n = max(2, math.ceil(ROTATE_BYTES / nbytes))
-    bsets = [make_bufs(bc, s, "bfloat16", shape, "norm") for _ in range(n)]
-    for op, src, make in ops:
+    for op, dtype, src, pipe, per, make in ops:
+        nbytes = per * rows * cols
+        n = max(2, math.ceil(ROTATE_BYTES / nbytes))
+        bsets = [make_bufs(bc, s, dtype, shape, "norm") for _ in range(n)]
         base = [make(b) for b in bsets]
-        name, block, args = base[0].kernel.name, base[0].block[0], None
-        for pf in prefetch:
-            kern = _registry.get(src, name, (("ROW_PF", pf),))
-            try:
-                occ = kern.max_active_blocks_per_sm(block)
-                regs = kern.attribute("num_regs")
-            except Exception:   # noqa: BLE001
-                occ = regs = -1
-            for grid in (("rows",) if op == "rmsnorm" else ("wave", "rows")):      # rmsnorm: a block a row only
-                g = rows if grid == "rows" else min(rows, max(1, occ) * bc.Device().attribute("multiprocessor_count"))
-                plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
-                us = _time_plans(bc, s, plans)
-                gbs = nbytes / (us * 1e-6) / 1e9
-                print(f"  sweep {op} bf16 {rows}x{cols} ROW_PF={pf} grid={grid}({g}) [{regs} regs, {occ} blk/SM]: "
-                      f"{us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
-                del plans
-        del base, args
-    del bsets
+        name, block = base[0].kernel.name, base[0].block[0]
+        for pv in (0, 1):
+            for pf in (0, 1, 2):
+                kern = _registry.get(src, name, (("ROW_PF", pf), (pipe, pv)))
+                try:
+                    occ = kern.max_active_blocks_per_sm(block)
+                    regs = kern.attribute("num_regs")
+                except Exception:   # noqa: BLE001
+                    occ = regs = -1
+                for grid in ("wave", "rows"):
+                    if grid == "rows" and pf:
+                        continue            # a block a row: nothing to prefetch
+                    g = rows if grid == "rows" else min(rows, max(1, occ) * sms)
+                    plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
+                    us = _time_plans(bc, s, plans)
+                    gbs = nbytes / (us * 1e-6) / 1e9
+                    print(f"  sweep {op} {dtype} {rows}x{cols} {pipe}={pv} ROW_PF={pf} grid={grid}({g}) "
+                          f"[{regs} regs, {occ} blk/SM]: {us:.1f} us {gbs:.0f} GB/s "
+                          f"{100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
+                    del plans
+        del base, bsets
 
 
 def norms_section(ctx=None, only=None):

@@ -11,6 +11,107 @@
 // checks and picks the variant.
 #include "rowwise.cuh"
 
+#ifndef RMS_PIPE
+#define RMS_PIPE 1      // rowwise.cuh's register pipeline for the vector path (0: load at use)
+#endif
+#ifndef LN_PIPE
+#define LN_PIPE 1
+#endif
+
+// The cached vector path, pipelined (rowwise.cuh): row r + gridDim.x's x (and r) vectors are
+// loaded before row r is reduced and written. Works for any grid (a block a row: one turn).
+template <typename T, int VN, int KV, bool LN>
+__device__ void norm_rows_pipe(T* __restrict__ y, T* hout, const T* x, const T* r,
+                               const T* __restrict__ w, const T* __restrict__ b,
+                               i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {
+    const int nch = cols / VN;
+    const int bd = blockDim.x, tid = threadIdx.x;
+    const float inv_n = 1.f / (float)cols;
+    i64 row = blockIdx.x;
+    if (row >= rows) return;
+    for (int a = 2; a <= ROW_PF; ++a) {
+        bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols, a);
+        bc_prefetch_ahead<T, VN>(r, row, rows, sr, cols, a);
+    }
+    BcRowRaw<T, KV> cx, cr, nx, nr;
+    // layernorm sums (h - shift) with shift = the row's h[0]; it is read with the row's
+    // vectors, before any thread can have written h over x or r (in place)
+    auto first = [&](i64 q) { return LN ? bc_load(x + q * sx) + (r ? bc_load(r + q * sr) : 0.f) : 0.f; };
+    cx.load(x + row * sx, tid, bd, nch);
+    if (r) cr.load(r + row * sr, tid, bd, nch);
+    float shift = first(row), nshift = 0.f;
+    for (; row < rows; row += gridDim.x) {
+        const i64 nrow = row + gridDim.x;
+        if (nrow < rows) {
+            nx.load(x + nrow * sx, tid, bd, nch);
+            if (r) nr.load(r + nrow * sr, tid, bd, nch);
+            nshift = first(nrow);
+        }
+        if (ROW_PF > 0) {
+            bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols, ROW_PF + 1);
+            bc_prefetch_ahead<T, VN>(r, row, rows, sr, cols, ROW_PF + 1);
+        }
+        float v[KV * VN];
+#pragma unroll
+        for (int k = 0; k < KV; ++k)
+            if (tid + k * bd < nch) {
+                cx.unpack(k, v + k * VN);
+                if (r) {
+                    float rv[VN];
+                    cr.unpack(k, rv);
+#pragma unroll
+                    for (int i = 0; i < VN; ++i) v[k * VN + i] += rv[i];
+                }
+            }
+        float s = 0.f, s2 = 0.f;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            const int c = tid + k * bd;
+            if (c < nch) {
+                if (r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
+#pragma unroll
+                for (int i = 0; i < VN; ++i) {
+                    const float d = v[k * VN + i] - shift;
+                    s += d;
+                    s2 += d * d;
+                }
+            }
+        }
+        float mean = 0.f, rstd;
+        if (LN) {
+            const float2 t = bc_block_sum2(make_float2(s, s2));
+            const float dm = t.x * inv_n;
+            mean = shift + dm;
+            rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
+        } else {
+            rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
+        }
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            const int c = tid + k * bd;
+            if (c < nch) {
+                float wv[VN], bv[VN], o[VN];
+                if (w) BcChunk<T, VN>::load(w, c, wv);
+                if (LN && b) BcChunk<T, VN>::load(b, c, bv);
+#pragma unroll
+                for (int i = 0; i < VN; ++i) {
+                    float t = (v[k * VN + i] - mean) * rstd;
+                    if (w) t *= wv[i];
+                    if (LN && b) t += bv[i];
+                    o[i] = t;
+                }
+                BcChunk<T, VN>::store(y + row * sy, c, o);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            cx.r[k] = nx.r[k];
+            if (r) cr.r[k] = nr.r[k];
+        }
+        shift = nshift;
+    }
+}
+
 template <typename T, int VN, int KV, bool LN>
 __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
                           const T* __restrict__ w, const T* __restrict__ b,
@@ -18,6 +119,12 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
     const int nch = cols / VN;
     const int bd = blockDim.x, tid = threadIdx.x;
     const float inv_n = 1.f / (float)cols;
+    if constexpr (VN > 1 && (LN ? LN_PIPE : RMS_PIPE)) {
+        if (nch <= KV * bd) {
+            norm_rows_pipe<T, VN, KV, LN>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps, rows);
+            return;
+        }
+    }
     if (nch <= KV * bd) {
         // layernorm sums (h - h[0]) and its square in one reduction: the shift by the row's
         // first value keeps E[d^2] - E[d]^2 accurate when |mean| >> std

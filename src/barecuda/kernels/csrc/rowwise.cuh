@@ -46,3 +46,22 @@ template <typename T, int VN> BC_DEV void bc_prefetch_ahead(const T* base, i64 r
     const i64 nx = row + (i64)ahead * gridDim.x;
     if (VN > 1 && ahead > 0 && base && nx < rows) bc_prefetch_row(base + nx * stride, (u32)cols * (u32)sizeof(T));
 }
+
+// ------------------------------------------------------------------ register pipeline
+// The vector path of a looping wave can keep the NEXT row's raw 16-byte vectors in flight
+// in registers while it reduces and writes the current one (KV uint4 a thread, 8 registers
+// for a bf16 4096-column row at 256 threads): HBM sees a load stream that never stops at
+// the block's barrier, on top of the L2 prefetch. Each op file picks it with its own
+// define (SOFTMAX_PIPE, RMS_PIPE, LN_PIPE: 1 pipelined, 0 the load-at-use loop above).
+template <typename T, int KV> struct BcRowRaw {
+    uint4 r[KV];
+    // chunks tid, tid + bd, ... of the row at p (16-byte aligned), those < nch
+    BC_DEV void load(const T* p, int tid, int bd, int nch) {
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            const int c = tid + k * bd;
+            if (c < nch) r[k] = *reinterpret_cast<const uint4*>(p + (i64)c * (16 / sizeof(T)));
+        }
+    }
+    BC_DEV void unpack(int k, float* f) const { BcVec<T> v; v.raw = r[k]; bc_vunpack(v, f); }
+};

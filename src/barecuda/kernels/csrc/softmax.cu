@@ -4,7 +4,8 @@
 //   causal (qlen > 0): row r is query q = r % qlen; columns j > q + offset are masked
 //   (offset = keys - queries for a query block at the end of the keys); masked -> 0.
 // A row with every column masked is written as zeros. fp32 math; a block per row at a
-// time, looping over rows (rowwise.cuh). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8} (as norms.cu).
+// time, looping over rows (rowwise.cuh); the vector path pipelines the next row's loads
+// (SOFTMAX_PIPE). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8} (as norms.cu).
 #include "rowwise.cuh"
 
 // merge (max, sum of exp(. - max)) pairs: the block's max and the sum rescaled to it
@@ -30,6 +31,93 @@ BC_DEV float2 softmax_block_merge(float m, float s) {
                            make_float2(bc_neg_inf(), 0.f));
 }
 
+#ifndef SOFTMAX_PIPE
+#define SOFTMAX_PIPE 1   // the vector path keeps the next row's loads in flight (rowwise.cuh)
+#endif
+// 2^x, flushing denormal results to 0 (one MUFU op; exp2f without fast math adds a range fix-up)
+BC_DEV float softmax_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+// (max, sum) merge with both in log2 units (the pipelined path scales by log2(e) up front)
+BC_DEV float2 softmax_merge2(float2 a, float2 b) {
+    const float M = fmaxf(a.x, b.x);
+    if (M == bc_neg_inf()) return make_float2(M, 0.f);
+    return make_float2(M, a.y * softmax_ex2(a.x - M) + b.y * softmax_ex2(b.x - M));
+}
+BC_DEV float2 softmax_warp_merge2(float2 v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float2 w;
+        w.x = __shfl_xor_sync(BC_FULL_MASK, v.x, o);
+        w.y = __shfl_xor_sync(BC_FULL_MASK, v.y, o);
+        v = softmax_merge2(v, w);
+    }
+    return v;
+}
+
+// The cached vector path, pipelined: row r is computed from registers loaded during row
+// r - gridDim.x's turn; row r + gridDim.x's loads are issued before row r's reduction.
+// Math in log2 units: t = x * scale * log2(e), e = 2^(t - m): one FMUL, one FADD, one MUFU
+// an element.
+template <typename T, int VN, int KV>
+__device__ void softmax_rows_pipe(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
+                                  float scale, i32 qlen, i32 offset, i64 rows) {
+    const int nch = cols / VN;
+    const int bd = blockDim.x, tid = threadIdx.x;
+    const float NEG = bc_neg_inf();
+    const float sl2 = scale * 1.4426950408889634f;
+    i64 row = blockIdx.x;
+    if (row >= rows) return;
+    for (int a = 2; a <= ROW_PF; ++a) bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols, a);
+    BcRowRaw<T, KV> cur, nxt;
+    cur.load(x + row * sx, tid, bd, nch);
+    for (; row < rows; row += gridDim.x) {
+        const i64 nrow = row + gridDim.x;
+        if (nrow < rows) nxt.load(x + nrow * sx, tid, bd, nch);
+        if (ROW_PF > 0) bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols, ROW_PF + 1);
+        int lim = cols;
+        if (qlen > 0) {
+            const long long l = (long long)(row % qlen) + offset + 1;
+            lim = l < 0 ? 0 : (l > cols ? cols : (int)l);
+        }
+        float v[KV * VN];
+        float m = NEG;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            const int c = tid + k * bd;
+            if (c < nch) {
+                cur.unpack(k, v + k * VN);
+#pragma unroll
+                for (int i = 0; i < VN; ++i) {
+                    const float t = c * VN + i < lim ? v[k * VN + i] * sl2 : NEG;
+                    v[k * VN + i] = t;
+                    m = fmaxf(m, t);
+                }
+            }
+        }
+        float s = 0.f;
+        const float mloc = m == NEG ? 0.f : m;
+#pragma unroll
+        for (int k = 0; k < KV; ++k)
+            if (tid + k * bd < nch) {
+#pragma unroll
+                for (int i = 0; i < VN; ++i) { const float e = softmax_ex2(v[k * VN + i] - mloc); v[k * VN + i] = e; s += e; }
+            }
+        const float2 ms = bc_block_reduce(make_float2(m, m == NEG ? 0.f : s),
+                                          [](float2 q) { return softmax_warp_merge2(q); }, make_float2(NEG, 0.f));
+        const float f = (ms.y > 0.f && m != NEG) ? softmax_ex2(mloc - ms.x) / ms.y : 0.f;
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            const int c = tid + k * bd;
+            if (c < nch) {
+#pragma unroll
+                for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
+                BcChunk<T, VN>::store(y + row * sy, c, v + k * VN);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < KV; ++k) cur.r[k] = nxt.r[k];
+    }
+}
+
 template <typename T, int VN, int KV>
 __device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
                              float scale, i32 qlen, i32 offset, i64 rows) {
@@ -42,6 +130,12 @@ __device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 col
         const long long l = (long long)(row % qlen) + offset + 1;
         return l < 0 ? 0 : (l > cols ? cols : (int)l);
     };
+    if constexpr (VN > 1 && SOFTMAX_PIPE) {
+        if (nch <= KV * bd) {
+            softmax_rows_pipe<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset, rows);
+            return;
+        }
+    }
     if (nch <= KV * bd) {
         // this thread's max and sum of exp(v - max) in registers, then ONE block reduction
         // of (max, sum) pairs: sum_total = sum_t s_t * exp(m_t - M)
