@@ -17,7 +17,8 @@ TOL = {"float16": 4e-3, "bfloat16": 3e-2}
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("defines", [(("WFMT", 1),), (("WFMT", 12),), (("WFMT", 14),), (("WFMT", 3),)])
+@pytest.mark.parametrize("defines", [(("WFMT", 1),), (("WFMT", 12),), (("WFMT", 14),), (("WFMT", 3),),
+                                     (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1))])
 def test_fused_compiles(arch, defines):
     from barecuda._nvrtc import nvrtc_available
     if not nvrtc_available():
@@ -33,12 +34,42 @@ def test_fused_table():
     assert fmts == {0, 1, 30, 2, 3, 8, 12, 14}
 
 
-def test_tuning_rows_even_for_qkv():
+def test_tuning_rows_even_for_qkv(monkeypatch):
     for fmt in ("f16", "bf16", "f32", "q4_k", "q6_k", "q4_1"):
         for n, k in ((576, 576), (6144, 4096), (4096, 14336), (32000, 4096)):
             _, r = F._tuning(fmt, n, k, "qkv")
             assert r % 2 == 0
+    assert F._tuning("q4_k", 8192, 2048, "glu") == (F._TCD_DEFINES, 16)   # the direct tensor-core loop
+    assert F._tuning("q6_k", 8192, 2048, "glu")[1] == 1
+    monkeypatch.setattr(F, "TCD", False)
     assert F._tuning("q4_k", 8192, 2048, "glu")[1] == 1
+
+
+def test_q4_k_nodes_launch_the_direct_loop(fake, monkeypatch):
+    """Q4_K: a block a 16-row tile, _matvec.tcd_warps warps (the K split); the other
+    quantized formats keep 4 warps of FM_R rows."""
+    import barecuda as bc
+    from barecuda.kernels import _args
+    from barecuda.kernels import _matvec as M
+    from barecuda.kernels._dequant import QuantWeight
+    from _quant_helpers import lowered_ptx_get
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
+    n, k = 37, 256 * 6
+    w = QuantWeight(bc.zeros((n * k // 256 * 144,), "uint8"), "q4_k", (n, k))
+    x, y = bc.zeros((k,), "float16"), bc.zeros((n,), "float16")
+    sms = _args.sm_count(x.device)
+    F.fused_matvec("scale", w, x, out=y)
+    la = fake.last_launch()
+    assert la.name == "fmv_f16_scale" and la.grid == (3, 1, 1)
+    assert la.block == (32 * M.tcd_warps(n, k, sms), 1, 1) and la.block[0] <= 32 * 6
+    F.fused_matvec("glu", w, x, up=w, out=y)
+    assert fake.last_launch().block == (32 * M.tcd_warps(n, k, sms, "glu"), 1, 1)
+    plan = F.plan_fused_matvec("scale", w, x, out=y)
+    assert plan is not None
+    monkeypatch.setattr(F, "TCD", False)
+    F.fused_matvec("scale", w, x, out=y)
+    la = fake.last_launch()
+    assert la.grid == (5, 1, 1) and la.block == (32 * F._WARPS, 1, 1)
 
 
 # -- the GPU ----------------------------------------------------------------------------
@@ -151,6 +182,46 @@ def test_res_accumulates_norm_inputs(fmt):
     assert np.max(np.abs(_host(xg, dtype) - got * g)) <= 2 ** -10 * np.max(np.abs(got * g))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tcd", [True, False])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_q4_k_direct_loop_epilogues(tcd, dtype, monkeypatch):
+    """Q4_K nodes on the direct tensor-core loop (and on the CUDA-core one): K of 19
+    super-blocks split over the block's warps unevenly, 37 rows (the last tile partly
+    used), every epilogue, launched plainly and as programmatic-launch plans."""
+    pytest.importorskip("gguf")
+    import barecuda as bc
+    monkeypatch.setattr(F, "TCD", tcd)
+    rng = np.random.default_rng(5)
+    n, k = 37, 256 * 19
+    w, wr = _weight(bc, rng, "q4_k", n, k)
+    u, ur = _weight(bc, rng, "q4_k", n, k)
+    xh = _round(rng.standard_normal(k), dtype)
+    ss_val = float(np.sum(rng.standard_normal(k) ** 2))
+    xb, ss = _dev(bc, xh, dtype), _dev(bc, np.array([ss_val]), "float32")
+    s = 1.0 / np.sqrt(ss_val / k + 1e-5)
+    tol = TOL[dtype]
+    for pdl in (False, True):
+        y = bc.zeros((n,), dtype)
+        F.plan_fused_matvec("scale", w, xb, out=y, ss_in=ss, eps=1e-5, pdl=pdl)()
+        want = s * (wr @ xh)
+        assert np.max(np.abs(_host(y, dtype) - want)) / np.max(np.abs(want)) < tol, ("scale", pdl)
+        F.plan_fused_matvec("glu", w, xb, up=u, out=y, ss_in=ss, eps=1e-5, pdl=pdl)()
+        gt, up = s * (wr @ xh), s * (ur @ xh)
+        want = gt / (1 + np.exp(-gt)) * up
+        assert np.max(np.abs(_host(y, dtype) - want)) / np.max(np.abs(want)) < tol, ("glu", pdl)
+        r = _round(rng.standard_normal(n), dtype)
+        g = _round(1 + 0.1 * rng.standard_normal(n), dtype)
+        yb, gb, xg = _dev(bc, r, dtype), _dev(bc, g, dtype), bc.zeros((n,), dtype)
+        sso = _dev(bc, np.array([2.0]), "float32")
+        F.plan_fused_matvec("res", w, xb, out=yb, ss_out=sso, xg=xg, g=gb, pdl=pdl)()
+        want = r + wr @ xh
+        got = _host(yb, dtype)
+        assert np.max(np.abs(got - want)) / np.max(np.abs(want)) < tol, ("res", pdl)
+        assert abs(_host(sso, "float32")[0] - (2.0 + np.sum(got ** 2))) < 1e-5 * np.sum(got ** 2)
+        assert np.max(np.abs(_host(xg, dtype) - got * g)) <= 2 * tol * np.max(np.abs(got * g))
+
+
 def _rope_ref(v, pos, inv, n_rot, hd):
     out = v.copy()
     for h in range(v.size // hd):
@@ -164,12 +235,14 @@ def _rope_ref(v, pos, inv, n_rot, hd):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,layout,split", [("f16", "head_major", False), ("q4_k", "token_major", False),
-                                              ("q8_0", "head_major", True), ("bf16", "head_major", False)])
+                                              ("q8_0", "head_major", True), ("bf16", "head_major", False),
+                                              ("q4_k", "head_major", True), ("q4_k/bf16", "head_major", False)])
 def test_qkv_rope_and_cache(fmt, layout, split):
     if fmt not in ("f16", "bf16"):
         pytest.importorskip("gguf")
     import barecuda as bc
-    dtype = "bfloat16" if fmt == "bf16" else "float16"
+    dtype = "bfloat16" if fmt in ("bf16", "q4_k/bf16") else "float16"
+    fmt = fmt.split("/")[0]
     rng = np.random.default_rng(3)
     hd, nh, nkv_h, k, max_ctx, pos = 64, 4, 2, 512, 16, 11
     nq, nkv = nh * hd, nkv_h * hd

@@ -58,8 +58,8 @@ def test_matvec_source_compiles_without_warnings(arch, fmt):
                               "MV_R" not in dict(e[2])]
     oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
     assert oc.log.strip() == ""
-    # + matvec_{f16,bf16}_tc[_res|_glu]; Q4_K: + matvec_{f16,bf16}_tcd[_res|_glu]
-    assert len(names) == (36 if fmt in D.DENSE else 48 if fmt == "q4_k" else 42)
+    # + matvec_{f16,bf16}_tc[b][_res|_glu]; Q4_K: + matvec_{f16,bf16}_tcd[_res|_glu]
+    assert len(names) == (36 if fmt in D.DENSE else 54 if fmt == "q4_k" else 48)
 
 
 def test_kernels_table_covers_every_format_and_tuning():
@@ -136,7 +136,7 @@ def test_matvec_launches_on_the_double(fake, monkeypatch):
     r = bc.empty((8, 9), "float16")
     assert M.matvec(q, x8, residual=r, out=r) is r
     la = fake.last_launch()
-    assert la.name == "matvec_f16_tc_res" and la.grid == (1, 1, 1)      # tensor cores: a block a 16-row tile
+    assert la.name == "matvec_f16_tcb_res" and la.grid == (1, 1, 1)     # tensor cores: a block a 16-row tile
     assert la.block == (32 * M._TC_WARPS, 1, 1)
     # batch 1: the CUDA-core entries (MVQ_R = 2 rows a warp) below TC1_MIN_ROWS rows, as for
     # f32 x at any batch; the tensor cores (column layout) from there in the formats of TC1
@@ -318,10 +318,12 @@ def test_matvec_tensor_core_tuning_variants(fmt, tune):
         for xdt, nb in (("float16", 1), ("bfloat16", 1), ("float16", 3)):
             xd, x = to_dev(rng.standard_normal((nb, k)), xdt)
             y = bc.empty((nb, n), xdt)
-            kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdt]}_tc", defines)
             rows, threads = M._quant_geometry(defines, M._CODES[xdt], None, True)
-            kern.launch(-(-n // rows), threads, qb, 0, xd, y, 0, n, k, nb, 0)
-            check(from_dev(y, xdt).reshape(nb, n), x @ w.T, np.abs(x) @ np.abs(w).T, xdt, (fmt, tune, xdt, n, k, nb))
+            for tc in ("tc", "tcb"):        # tcb: the batch layout alone (batch 1 included)
+                kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdt]}_{tc}", defines)
+                kern.launch(-(-n // rows), threads, qb, 0, xd, y, 0, n, k, nb, 0)
+                check(from_dev(y, xdt).reshape(nb, n), x @ w.T, np.abs(x) @ np.abs(w).T, xdt,
+                      (fmt, tune, xdt, n, k, nb, tc))
 
 
 @gpu

@@ -241,6 +241,97 @@ def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=((1
     return out
 
 
+# the 8B decode loop's fused Q4_K nodes: (label, epilogue, N, K)
+FUSED_8B = (("qkv", "qkv", 6144, 4096), ("wo+res", "res", 4096, 4096), ("gate/up", "glu", 14336, 4096),
+            ("down+res", "res", 4096, 14336))
+
+
+def fused_rows(bc, s, fmts=("q4_k",), pdl=(False, True)):
+    """fused.cu's nodes (barecuda.kernels._fused, the decode loop's) at the 8B shapes, Q4_K on
+    the direct tensor-core loop (_fused.TCD, the default) and on the CUDA-core one, plain and
+    programmatic-launch plans. Bytes: the weights (both for gate/up)."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _fused as F
+    out = []
+    old = F.TCD
+    try:
+        for fmt in fmts:
+            _, t, qk, bb = D.format_info(fmt)
+            for label, epi, n, k in FUSED_8B:
+                wbytes = n * k // qk * bb
+                nw = 2 if epi == "glu" else 1
+                bufs = _weights(bc, s, nw * wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+                for b in bufs:
+                    b.memset(0x11, stream=s)
+                ws = [D.QuantWeight(b, fmt, (n, k)) for b in bufs]
+                x = bc.empty((k,), "float16", stream=s)
+                x.memset(0, stream=s)
+                y = bc.empty((n,), "float16", stream=s)
+                y.memset(0, stream=s)
+                ss = bc.zeros((2,), "float32", stream=s)
+                xg = bc.empty((n,), "float16", stream=s)
+                g = bc.empty((n,), "float16", stream=s)
+                g.memset(0, stream=s)
+                hd = 128
+                kc = bc.zeros((8, 256, hd), "float16", stream=s)
+                vc = bc.zeros((8, 256, hd), "float16", stream=s)
+                pos = bc.zeros((1,), "int32", stream=s)
+                inv = bc.zeros((hd // 2,), "float32", stream=s)
+                for tcd in ((True, False) if fmt == "q4_k" else (False,)):
+                    F.TCD = tcd
+                    for pd in pdl:
+                        plans = []
+                        for i, w in enumerate(ws):
+                            kw = dict(out=y, stream=s, pdl=pd)
+                            if epi == "glu":
+                                kw.update(up=ws[(i + 1) % len(ws)], ss_in=ss)
+                            elif epi == "res":
+                                kw.update(ss_out=ss[0:1], xg=xg, g=g)
+                            elif epi == "qkv":
+                                kw.update(ss_in=ss[0:1], k_cache=kc, v_cache=vc, pos=pos, inv_freq=inv, nq=4096,
+                                          nkv=1024, head_dim=hd, n_rot=hd)
+                            if epi in ("glu",):
+                                kw["ss_in"] = ss[0:1]
+                            plans.append(F.plan_fused_matvec(epi, w, x, **kw))
+                        us = _time_plans(bc, s, plans)
+                        tag = ("direct tensor cores" if tcd else "CUDA cores") + (" pdl" if pd else "")
+                        out.append((f"fused {fmt} {label} {n}x{k} {tag}", us, nw * wbytes, None))
+                del ws, bufs
+    finally:
+        F.TCD = old
+    return out
+
+
+def batch_tc_rows(bc, s, fmts=("q4_k", "q6_k"), shapes=((14336, 4096),), batches=(4, 8)):
+    """Quantized batches on tensor cores: matvec_f16_tc (both layouts in one kernel) against
+    matvec_f16_tcb (the batch layout alone, the default now)."""
+    from barecuda.kernels import _dequant as D
+    from barecuda.kernels import _matvec as M
+    from barecuda.kernels import _registry
+    out = []
+    for fmt in fmts:
+        _, t, qk, bb = D.format_info(fmt)
+        base = (("WFMT", t),) + M._quant_tuning(fmt)
+        rows, threads = M._quant_geometry(base, "f16", None, True)
+        for n, k in shapes:
+            wbytes = n * k // qk * bb
+            bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+            for b in bufs:
+                b.memset(0x1c, stream=s)
+            for nb in batches:
+                x = bc.empty((nb, k), "float16", stream=s)
+                x.memset(0x1c, stream=s)
+                y = bc.empty((nb, n), "float16", stream=s)
+                for tc in ("tc", "tcb"):
+                    kern = _registry.get("matvec.cu", f"matvec_f16_{tc}", base)
+                    plans = [kern.bind(-(-n // rows), threads, b, 0, x, y, 0, n, k, nb, 0, stream=s) for b in bufs]
+                    us = _time_plans(bc, s, plans)
+                    out.append((f"{fmt} {n}x{k} b{nb} matvec_f16_{tc}{_occ(kern, threads)}", us,
+                                wbytes + 2 * nb * (n + k), None))
+            del bufs
+    return out
+
+
 def _occ(kern, threads=128):
     try:
         return f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(threads)} blk/SM]"
@@ -312,6 +403,7 @@ def warm_jobs():
         if fmt != "q4_1":
             jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
+    jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2))))
     jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_P8", 0), ("DQ_DIRECT", 0))))
     jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_DIRECT", 0),)))
     seen, out = set(), []
@@ -378,6 +470,22 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--quick" in sys.argv:
         quick_section()
+        sys.exit(0)
+    if "--fused" in sys.argv:        # the fused Q4_K nodes and the batch tensor-core entries
+        import barecuda as _bc
+        _s = _bc.Stream()
+        _card, _sp = _spec(_bc)
+        print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
+        for _make in (lambda: batch_tc_rows(_bc, _s), lambda: fused_rows(_bc, _s),
+                      lambda: tcd_sweep_rows(_bc, _s)):
+            try:
+                _got = _make()
+            except Exception as exc:   # noqa: BLE001
+                print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+                continue
+            for label, us, nbytes, tus in _got:
+                gbs = nbytes / (us * 1e-6) / 1e9
+                print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / _sp if _sp else 0:.1f}%", flush=True)
         sys.exit(0)
     sec = matvec_section(sweep="--sweep" in sys.argv, progress=True)
     out = sec.format()

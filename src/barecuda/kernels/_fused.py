@@ -22,6 +22,7 @@ Every op has a plan form (``.plan``/``plan_*``, ``out=`` required) for graphs.
 """
 from barecuda.kernels import _args, _registry
 from barecuda.kernels._dequant import DENSE, FORMATS, weight_facts
+from barecuda.kernels._matvec import tcd_warps
 
 __all__ = ["fused_matvec", "plan_fused_matvec", "embed_norm", "plan_embed_norm", "EPILOGUES"]
 
@@ -32,11 +33,17 @@ _DENSE_DEFAULT = (1, 4)         # (FM_R, FM_U): the source's defaults
 _QUANT_R = 2                    # quantized rows per warp (x and sum(x) shared; glu: 1)
 _WIDE = (1, 2)                  # K >= 8192 (down)
 _TALL = (4, 2)                  # N >= 8192 (the output head)
+# Q4_K nodes run matvec.cu's direct tensor-core loop (fused.cu FM_TCD=1: a block a 16-row
+# tile, its warps splitting K, as many as _matvec.tcd_warps gives the plain matvec).
+TCD = True
+_TCD_DEFINES = (("WFMT", FORMATS["q4_k"][0]), ("FM_R", _QUANT_R), ("FM_TCD", 1))
 
 
 def _tuning(fmt, n, k, epi):
     """(defines, rows per warp) of the module serving this matvec."""
     t = FORMATS[fmt][0]
+    if fmt == "q4_k" and TCD:
+        return _TCD_DEFINES, 16
     if fmt not in DENSE:
         r = 1 if epi == "glu" else _QUANT_R
         return (("WFMT", t), ("FM_R", _QUANT_R)), r
@@ -169,11 +176,16 @@ def _prepare(epi, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, po
         hd = nq = nkv = row0 = n_rot = 0
     defines, r = _tuning(fmt, n, k, epi)
     kern = _registry.get("fused.cu", f"fmv_{code}_{epi}", defines, int(xb.device))
-    grid = -(-n // (_WARPS * r))
+    if defines is _TCD_DEFINES:
+        threads = 32 * tcd_warps(n, k, _args.sm_count(xb.device), epi)
+        grid = -(-n // r)
+    else:
+        threads = 32 * _WARPS
+        grid = -(-n // (_WARPS * r))
     import ctypes
     args = (wb, ub if ub is not None else 0, xb, yb, ssi, sso, xgb, gb, kc, vc, pb, fb,
             n, k, vec, ctypes.c_float(inv_dim), ctypes.c_float(eps), row0, nq, nkv, hd, n_rot, cps, chs, int(pdl))
-    return kern, grid, args, yb
+    return kern, grid, threads, args, yb
 
 
 def fused_matvec(epilogue, weight, x, *, out, up=None, ss_in=None, ss_out=None, xg=None, g=None, k_cache=None,
@@ -195,9 +207,9 @@ def fused_matvec(epilogue, weight, x, *, out, up=None, ss_in=None, ss_out=None, 
     k_cache, v_cache, pos, inv_freq, row0, nq, nkv, head_dim, n_rot, kv_layout : "qkv" (see above)
     dim, eps : the norm's length (default K) and epsilon
     """
-    kern, grid, args, y = _prepare(epilogue, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, pos,
-                                   inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream)
-    kern.launch(grid, 32 * _WARPS, *args, stream=stream)
+    kern, grid, threads, args, y = _prepare(epilogue, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache,
+                                            pos, inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream)
+    kern.launch(grid, threads, *args, stream=stream)
     return out
 
 
@@ -211,13 +223,13 @@ def plan_fused_matvec(epilogue, weight, x, *, out, up=None, ss_in=None, ss_out=N
     weights before it waits for that kernel's results (griddepcontrol.wait). Such plans
     keep the overlap when a graph is made by stream capture (``barecuda.graph.capture``).
     """
-    kern, grid, args, y = _prepare(epilogue, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, pos,
-                                   inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream, pdl)
+    kern, grid, threads, args, y = _prepare(epilogue, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache,
+                                            pos, inv_freq, dim, eps, row0, nq, nkv, head_dim, n_rot, kv_layout, stream,
+                                            pdl)
     if pdl:
         from barecuda import LaunchConfig
-        return kern.bind_config(LaunchConfig(grid, 32 * _WARPS, stream=stream, programmatic_serialization=True),
-                                *args)
-    return kern.bind(grid, 32 * _WARPS, *args, stream=stream)
+        return kern.bind_config(LaunchConfig(grid, threads, stream=stream, programmatic_serialization=True), *args)
+    return kern.bind(grid, threads, *args, stream=stream)
 
 
 def _embed_prepare(table, tok, x, xg, g, ss, stream):
@@ -261,4 +273,5 @@ _NAMES = tuple(f"fmv_{c}_{e}" for c in ("f16", "bf16") for e in EPILOGUES) + ("f
 KERNELS = ([("fused.cu", _NAMES, (("WFMT", v[0]),) if k in DENSE else (("WFMT", v[0]), ("FM_R", _QUANT_R)))
             for k, v in FORMATS.items()]
            + [("fused.cu", _NAMES, (("WFMT", FORMATS[k][0]), ("FM_R", r), ("FM_U", u)))
-              for k in ("f16", "bf16") for r, u in (_WIDE, _TALL)])
+              for k in ("f16", "bf16") for r, u in (_WIDE, _TALL)]
+           + [("fused.cu", _NAMES, _TCD_DEFINES)])

@@ -46,6 +46,9 @@ def _dense_tuning(fmt, n, k, epi):
 # 58.9 vs 56.6, Q4_0 43.3 vs 39.2, Q4_1 44.3 vs 41.9); at N = 4096 the 256 tiles leave the
 # device half empty and the CUDA cores are as fast or faster (Q6_K 4096x14336 36.7% vs 33.5).
 TC_MIN_BATCH = 2
+# (batches take matvec_<x>_tcb*, the batch layout alone: the _tc entries also hold batch 1's
+# column layout, whose registers (72 a thread against 63 for Q4_K f16) the batch layout
+# would carry too)
 TC1 = frozenset({"q4_k", "q6_k", "q8_0", "q4_0", "q4_1"})
 TC1_MIN_ROWS = 8192
 _TC_WARPS = 4         # MVT_W in matvec.cu
@@ -129,7 +132,7 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         if code == "f32":
             tc = ""
         elif nb >= TC_MIN_BATCH:
-            tc = "tc"
+            tc = "tcb"
         elif fmt == "q4_k" and TCD:
             tc = "tcd"
         else:
@@ -217,7 +220,7 @@ _args.attach_plan(matvec, plan_matvec)
 _args.attach_plan(matvec_silu_mul, plan_matvec_silu_mul)
 
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
-_TC_NAMES = tuple(f"matvec_{c}_tc{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
+_TC_NAMES = tuple(f"matvec_{c}_{t}{s}" for t in ("tc", "tcb") for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
 _TCD_NAMES = tuple(f"matvec_{c}_tcd{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
 KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES) + (_TCD_NAMES if k == "q4_k" else ()),
              (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))

@@ -30,13 +30,13 @@
 // weights stream 16-byte vectors per lane (FM_U loads in flight per row, FM_R rows per
 // warp); quantized weights are staged by cp.async into shared memory per warp and
 // decoded a 32-weight unit at a time (quant.cuh). WFMT is ggml's type number.
+#ifndef WFMT
+#define WFMT 1
+#endif
 #include "common.cuh"
 #include "quant.cuh"
 #include "matvec_core.cuh"
 
-#ifndef WFMT
-#define WFMT 1
-#endif
 #ifndef FM_R
 #define FM_R 1          // rows per warp (qkv: at least 2, even; quantized glu: 1)
 #endif
@@ -44,6 +44,13 @@
 #define FM_U 4          // dense: 16-byte loads in flight per row per lane
 #endif
 #define FM_WARPS 4      // warps per block (the Python side launches 32 * FM_WARPS threads)
+#ifndef FM_TCD
+#define FM_TCD 0        // Q4_K: 1 = the direct tensor-core loop (mvc_tcd), blockDim.x / 32 warps a 16-row tile
+#endif
+#ifndef FM_PF
+#define FM_PF 2         // FM_TCD: super-blocks in flight a warp
+#endif
+#define FM_TCD_MAXW 16  // FM_TCD: most warps a block (gate/up: half)
 
 #define FE_SCALE 0
 #define FE_RES 1
@@ -259,6 +266,99 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
 }
 #endif
 
+// ------------------------------------------------------------------ Q4_K on tensor cores
+// FM_TCD: matvec.cu's direct Q4_K loop (mvc_tcd: weights straight into registers, mma.sync
+// in the column layout). A block is a 16-row tile, its warps split K; warp 0 ends with the
+// block's sums, lane l holding rows n0 + l / 4 and n0 + l / 4 + 8 (the 4 lanes of a row
+// agree), and lanes l % 4 == 0 store. RoPE's row pairs (2j, 2j + 1) are lanes l and l ^ 4.
+// The first FM_PF super-blocks of every warp are loaded before the grid dependency wait;
+// warp 0 reads the epilogue's inputs right after it.
+#if WFMT == BC_Q4_K && FM_TCD
+#define FM_TCD_ON 1
+template <typename XT, int EPI>
+BC_DEV void fm_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int K,
+                   const FmP<XT>& p) {
+    constexpr int NS = EPI == FE_GLU ? 2 : 1;
+    __shared__ float red[FM_TCD_MAXW * NS * 2 * 32];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16, N = p.N;
+    float s = 1.f, rr[2] = {0.f, 0.f}, gg[2] = {0.f, 0.f}, cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
+    int pos = 0;
+    float v[NS][2];
+    mvc_tcd<XT, NS, FM_PF>(W, W2, x, n0, N, K, wi, blockDim.x >> 5, v, [&] {
+        fm_grid_wait();
+        if (wi) return;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = min(n0 + g + 8 * h, N - 1);
+            if constexpr (EPI == FE_RES) {
+                rr[h] = bc_load(p.y + n);
+                gg[h] = bc_load(p.g + n);
+            }
+        }
+        if constexpr (EPI != FE_RES)
+            if (p.ss_in) s = rsqrtf(*p.ss_in * p.inv_dim + p.eps);
+        if constexpr (EPI == FE_QKV) {
+            pos = *p.pos;
+            const int nqk = p.nq + p.nkv;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = p.row0 + n0 + g + 8 * h;
+                const int d = (r < p.nq ? r : r - p.nq) % p.hd;
+                if (r < nqk && d < p.n_rot)
+                    sincosf(__fmul_rn((float)pos, p.inv_freq[d >> 1]), &sn[h], &cs[h]);
+            }
+        }
+    });
+    if (!mvc_tcd_sum<NS>(red, v)) return;
+    if constexpr (EPI == FE_RES) {
+        float sq = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + g + 8 * h;
+            if (t == 0 && n < N) {
+                const XT yv = bc_from_float<XT>(v[0][h] + rr[h]);
+                p.y[n] = yv;
+                const float f = bc_to_float(yv);
+                sq = fmaf(f, f, sq);
+                bc_store(p.xg + n, f * gg[h]);
+            }
+        }
+        sq = bc_warp_sum(sq);
+        if (lane == 0) atomicAdd(p.ss_out, sq);
+    } else {
+        const int nqk = p.nq + p.nkv;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int n = n0 + g + 8 * h;
+            float f = s * v[0][h];
+            if constexpr (EPI == FE_GLU) {
+                const float up = s * v[1][h];
+                f = f / (1.f + bc_exp(-f)) * up;
+            }
+            if constexpr (EPI == FE_QKV) {
+                const float o = __shfl_xor_sync(BC_FULL_MASK, f, 4);   // the pair's other row
+                f = (g & 1) ? f * cs[h] + o * sn[h] : f * cs[h] - o * sn[h];
+            }
+            if (t == 0 && n < N) {
+                bc_store(p.y + n, f);
+                if constexpr (EPI == FE_QKV) {
+                    const int row = p.row0 + n;
+                    if (row >= p.nq) {
+                        const int kv = row < nqk ? row - p.nq : row - nqk;
+                        XT* c = row < nqk ? p.kc : p.vc;
+                        bc_store(c + (long long)pos * p.cps + (long long)(kv / p.hd) * p.chs + kv % p.hd, f);
+                    }
+                }
+            }
+        }
+    }
+    fm_grid_launch_dependents();
+}
+#else
+#define FM_TCD_ON 0
+#endif
+
 // ------------------------------------------------------------------ entry points
 #if WFMT == 0
 typedef float fm_w_t;
@@ -270,12 +370,19 @@ typedef bc_bf16 fm_w_t;
 
 #if FM_DENSE
 #define FM_BODY(XT, EPI) fm_dense<fm_w_t, XT, EPI>((const fm_w_t*)W, (const fm_w_t*)W2, x, K, vec, p)
+#elif FM_TCD_ON
+#define FM_BODY(XT, EPI) fm_tcd<XT, EPI>((const u8*)W, (const u8*)W2, x, K, p)
 #else
 #define FM_BODY(XT, EPI) fm_quant<XT, EPI>((const u8*)W, (const u8*)W2, x, K, p)
 #endif
 
+#if FM_TCD_ON
+#define FM_THREADS(EPI) (EPI == FE_GLU ? 16 * FM_TCD_MAXW : 32 * FM_TCD_MAXW)
+#else
+#define FM_THREADS(EPI) (32 * FM_WARPS)
+#endif
 #define FM_ENTRY(code, XT, SUF, EPI)                                                                     \
-    extern "C" __global__ void __launch_bounds__(32 * FM_WARPS)                                         \
+    extern "C" __global__ void __launch_bounds__(FM_THREADS(EPI))                                       \
     fmv_##code##_##SUF(const void* W, const void* W2, const XT* x, XT* y, const float* ss_in,          \
                        float* ss_out, XT* xg, const XT* g, XT* kc, XT* vc, const int* pos,              \
                        const float* inv_freq, int N, int K, int vec, float inv_dim, float eps, int row0, \

@@ -173,3 +173,267 @@ BC_DEV void mvc_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const
         __syncwarp();
     }
 }
+
+// ------------------------------------------------------------------ tensor cores, quantized weights
+// The mma building blocks of matvec.cu's tensor-core entries (mv_tc, mv_tcd) and the Q4_K
+// batch-1 direct loop (mvc_tcd) that fused.cu's Q4_K nodes share with matvec.cu.
+#if defined(WFMT) && !(WFMT == 0 || WFMT == 1 || WFMT == 30)
+#include "mma.cuh"
+
+// 4-bit or 8-bit integers packed in halves: the exponent bits of 1024 (f16) or 128 (bf16), so
+// that (magic | v) is the float 1024 + v; fma(h, 1, -(1024 + off)) is then v - off, exactly
+template <int BF> struct MvtK {
+    static constexpr u32 MAGIC = BF ? 0x43004300u : 0x64006400u;
+    static constexpr u32 ONE = BF ? 0x3F803F80u : 0x3C003C00u;
+    BC_DEV static u32 neg(u32 off) { return ((((BF ? 0x4300u : 0x6400u) + off) | 0x8000u) * 0x10001u); }
+};
+template <int BF> BC_DEV u32 mvt_fma2(u32 a, u32 b, u32 c) {
+    u32 d;
+    if (BF) asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+BC_DEV u32 mvt_prmt(u32 a, u32 b, u32 sel) {
+    u32 d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+// (v of byte 0, v of byte 2) of w (already shifted) minus off, for v = w & vmask per byte pair
+template <int BF, u32 OFF> BC_DEV u32 mvt_pair(u32 w, u32 vmask) {
+    return mvt_fma2<BF>((w & vmask) | MvtK<BF>::MAGIC, MvtK<BF>::ONE, MvtK<BF>::neg(OFF));
+}
+// the even and odd pairs of 4 nibbles at bit `sh` (0 or 4) of each byte of w, minus OFF.
+// f16, high nibbles: in place under the exponent of 64 (ulp 1/16), (0x5400 | v << 4) is
+// 64 + v, so no shift for the even pair
+template <int BF, u32 OFF> BC_DEV void mvt_nib4(u32 w, int sh, u32* a) {
+    if (!BF && sh == 4) {
+        constexpr u32 NEG = ((0x5400u + 16u * OFF) | 0x8000u) * 0x10001u;      // -(64 + OFF)
+        a[0] = mvt_fma2<0>((w & 0x00F000F0u) | 0x54005400u, MvtK<0>::ONE, NEG);
+        a[1] = mvt_fma2<0>(((w >> 8) & 0x00F000F0u) | 0x54005400u, MvtK<0>::ONE, NEG);
+    } else {
+        a[0] = mvt_pair<BF, OFF>(w >> sh, 0x000F000Fu);
+        a[1] = mvt_pair<BF, OFF>(w >> (sh + 8), 0x000F000Fu);
+    }
+}
+
+// Per format: QK, BYTES, BPC (blocks a chunk), NG (groups of 32 a chunk), XQ, MINS (sum(x)
+// needed), SPLIT (a scale per slice of 16); of group gi of the chunk staged at p:
+//   scales(p, gi, s, c): w = s[slice] * q + c (s[0] = s[1] unless SPLIT)
+//   quants<BF>(p, gi, t, A): thread t's pairs (A[0], A[1] slice 0 even/odd, A[2], A[3] slice 1)
+template <int F> struct MvtQ;
+template <> struct MvtQ<BC_Q4_K> {
+    static constexpr int QK = 256, BYTES = 144, BPC = 1, NG = 8, XQ = 0, MINS = 1, SPLIT = 0;
+    // of the block's first 16 bytes h (d, dmin, scales[12])
+    BC_DEV static void scales_h(const uint4 h, int gi, float* s, float& c) {
+        const int j = gi & 3;
+        const u32 b0 = (h.y >> (8 * j)) & 0xffu, b1 = (h.z >> (8 * j)) & 0xffu, b2 = (h.w >> (8 * j)) & 0xffu;
+        u32 sc, m;
+        if (gi < 4) { sc = b0 & 63u; m = b1 & 63u; }
+        else        { sc = (b2 & 15u) | ((b0 >> 6) << 4); m = (b2 >> 4) | ((b1 >> 6) << 4); }
+        s[0] = s[1] = bc_half_to_float((u16)(h.x & 0xffffu)) * bcq_u2f(sc);
+        c = -bc_half_to_float((u16)(h.x >> 16)) * bcq_u2f(m);
+    }
+    BC_DEV static void scales(const u8* p, int gi, float* s, float& c) {
+        scales_h(*reinterpret_cast<const uint4*>(p), gi, s, c);
+    }
+    // groups u and u + 4 (u < 4) at once: both come from bytes u of scales[0..3], [4..7], [8..11]
+    BC_DEV static void scales_pair(const uint4 h, int u, float (&s)[2][3]) {
+        const u32 b0 = (h.y >> (8 * u)) & 0xffu, b1 = (h.z >> (8 * u)) & 0xffu, b2 = (h.w >> (8 * u)) & 0xffu;
+        const float d = bc_half_to_float((u16)(h.x & 0xffffu)), dmin = -bc_half_to_float((u16)(h.x >> 16));
+        s[0][0] = s[0][1] = d * bcq_u2f(b0 & 63u);
+        s[0][2] = dmin * bcq_u2f(b1 & 63u);
+        s[1][0] = s[1][1] = d * bcq_u2f((b2 & 15u) | ((b0 >> 6) << 4));
+        s[1][2] = dmin * bcq_u2f((b2 >> 4) | ((b1 >> 6) << 4));
+    }
+    // of the 8 bytes 8t..8t+7 of the 32-byte run holding group gi (low nibbles: gi even)
+    template <int BF> BC_DEV static void quants_q(const uint2 q, int gi, u32* A) {
+        const int sh = 4 * (gi & 1);
+        mvt_nib4<BF, 0>(q.x, sh, A);
+        mvt_nib4<BF, 0>(q.y, sh, A + 2);
+    }
+    template <int BF> BC_DEV static void quants(const u8* p, int gi, int t, u32* A) {
+        quants_q<BF>(*reinterpret_cast<const uint2*>(p + 16 + 32 * (gi >> 1) + 8 * t), gi, A);
+    }
+};
+
+template <typename T> struct MvtBF { static constexpr int V = 0; };
+template <> struct MvtBF<bc_bf16> { static constexpr int V = 1; };
+
+// x's B fragment of one group of 32 (quads as the format's XQ says), permuted to the
+// even/odd pairs; zeros where !on
+template <int XQ, typename XT> BC_DEV void mvt_xfrag(const XT* xp, int t, bool on, u32 (&B)[2][2]) {
+    u32 X[4] = {0u, 0u, 0u, 0u};
+    if (on) {
+        if (XQ == 0) {
+            const uint4 v = *reinterpret_cast<const uint4*>(xp + 8 * t);
+            X[0] = v.x; X[1] = v.y; X[2] = v.z; X[3] = v.w;
+        } else {
+            const uint2 a = *reinterpret_cast<const uint2*>(xp + 4 * t);
+            const uint2 b = *reinterpret_cast<const uint2*>(xp + 16 + 4 * t);
+            X[0] = a.x; X[1] = a.y; X[2] = b.x; X[3] = b.y;
+        }
+    }
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        B[sl][0] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x5410u);
+        B[sl][1] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x7632u);
+    }
+}
+
+// B of one group of the column layout: x's fragment where this thread's column holds the
+// group (on), zeros elsewhere
+BC_DEV void mvt_mask(const u32 (&B)[2][2], bool on, u32 (&b)[2][2]) {
+    const u32 m = on ? ~0u : 0u;
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) { b[sl][0] = B[sl][0] & m; b[sl][1] = B[sl][1] & m; }
+}
+// sum(x) of a group (both slices) into Dx: A = ones
+template <int BF> BC_DEV void mvt_sumx(float* Dx, const u32 (&b)[2][2]) {
+    const u32 o = MvtK<BF>::ONE;
+    bc_mma16816<BF>(Dx, o, o, o, o, b[0][0], b[0][1]);
+    bc_mma16816<BF>(Dx, o, o, o, o, b[1][0], b[1][1]);
+}
+// a group's products of rows g (Ag) and g + 8 (Ah): slice 0 into D0, slice 1 into D1
+template <int BF> BC_DEV void mvt_dot(float* D0, float* D1, const u32 (&Ag)[4], const u32 (&Ah)[4], const u32 (&b)[2][2]) {
+    bc_mma16816<BF>(D0, Ag[0], Ah[0], Ag[1], Ah[1], b[0][0], b[0][1]);
+    bc_mma16816<BF>(D1, Ag[2], Ah[2], Ag[3], Ah[3], b[1][0], b[1][1]);
+}
+
+struct MvdRegs {
+    uint4 h[2];         // rows g, g + 8: the super-block's head
+    uint2 q[2][4];      // rows g, g + 8: bytes 8t..8t+7 of quant run j
+};
+BC_DEV uint4 mvd_ld16(const u8* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+BC_DEV uint2 mvd_ld8(const u8* p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+
+// Q4_K at batch 1, weights straight into registers (matvec.cu's column layout, COL = 1): a
+// block's warp tile is rows n0 + g and n0 + g + 8 (g = lane / 4) of NS weight streams (W;
+// W2 for gate/up); the nw warps of the block take the rows' super-blocks round-robin (warp
+// wi: wi, wi + nw, ...), each thread loading a super-block's 16-byte head and bytes
+// 8t..8t+7 of its four 32-byte quant runs, PF super-blocks ahead. `started()` runs once
+// the first PF loads are issued, before x is read (fused.cu waits there for the previous
+// node of a programmatic launch). On return v[s][h] is this warp's share of row
+// n0 + g + 8h of stream s, the same in the 4 threads of the row (t = lane % 4).
+template <typename XT, int NS, int PF, typename Started>
+BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int n0, int N,
+                    int K, int wi, int nw, float (&v)[NS][2], Started started) {
+    using Q = MvtQ<BC_Q4_K>;
+    constexpr int BF = MvtBF<XT>::V;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int nblk = K / 256;
+    const long long rb = (long long)nblk * 144;
+    const u8* rows[NS][2];
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+        rows[s][0] = (s ? W2 : W) + (long long)min(n0 + g, N - 1) * rb;
+        rows[s][1] = (s ? W2 : W) + (long long)min(n0 + g + 8, N - 1) * rb;
+    }
+    auto load = [&](int c, MvdRegs (&R)[NS]) {
+        if (c < nblk) {
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u8* b = rows[s][h] + (long long)c * 144;
+                    R[s].h[h] = mvd_ld16(b);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) R[s].q[h][j] = mvd_ld8(b + 16 + 32 * j + 8 * t);
+                }
+        }
+    };
+    float acc[NS][4];
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][i] = 0.f;
+    MvdRegs buf[PF][NS];
+#pragma unroll
+    for (int p = 0; p < PF; ++p) load(wi + p * nw, buf[p]);
+    started();
+    for (int c0 = wi; c0 < nblk; c0 += PF * nw) {
+#pragma unroll
+        for (int p = 0; p < PF; ++p) {
+            const int c = c0 + p * nw;
+            if (c >= nblk) break;
+            // column 2u holds group u, column 2u + 1 group u + 4 (u < 4): thread t's two
+            // columns are the groups t and t + 4, whose scales share their bytes
+            u32 B[2][2];
+            mvt_xfrag<0>(x + (long long)c * 256 + 32 * ((g >> 1) + 4 * (g & 1)), t, true, B);
+            float sv[NS][2][2][3];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) Q::scales_pair(buf[p][s].h[h], t, sv[s][h]);
+            float D[NS][4], Dx[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) D[s][i] = 0.f;
+#pragma unroll
+            for (int gi = 0; gi < 8; ++gi) {
+                u32 b[2][2];
+                mvt_mask(B, g == (gi < 4 ? 2 * gi : 2 * gi - 7), b);
+                mvt_sumx<BF>(Dx, b);
+#pragma unroll
+                for (int s = 0; s < NS; ++s) {
+                    u32 Ag[4], Ah[4];
+                    Q::template quants_q<BF>(buf[p][s].q[0][gi >> 1], gi, Ag);
+                    Q::template quants_q<BF>(buf[p][s].q[1][gi >> 1], gi, Ah);
+                    mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
+                }
+            }
+            load(c + PF * nw, buf[p]);
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float* sc = sv[s][i >> 1][i & 1];
+                    acc[s][i] = fmaf(sc[2], Dx[i], fmaf(sc[0], D[s][i], acc[s][i]));
+                }
+        }
+    }
+    // rows g, g + 8: their groups are spread over the 4 threads' 8 columns
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float a = acc[s][2 * h] + acc[s][2 * h + 1];
+            a += __shfl_xor_sync(BC_FULL_MASK, a, 1);
+            a += __shfl_xor_sync(BC_FULL_MASK, a, 2);
+            v[s][h] = a;
+        }
+}
+
+// the block's sum of mvc_tcd's v over its warps (red: MAXW * NS * 2 * 32 floats of shared
+// memory), in every lane of warp 0 (lane l: rows n0 + l / 4 and n0 + l / 4 + 8); false in
+// the other warps, which may return
+template <int NS> BC_DEV bool mvc_tcd_sum(float* red, float (&v)[NS][2]) {
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (nw == 1) return true;
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) red[((wi * NS + s) * 2 + h) * 32 + lane] = v[s][h];
+    __syncthreads();
+    if (wi) return false;
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float a = 0.f;
+            for (int w = 0; w < nw; ++w) a += red[((w * NS + s) * 2 + h) * 32 + lane];
+            v[s][h] = a;
+        }
+    return true;
+}
+#endif  // quantized WFMT
