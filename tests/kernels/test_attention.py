@@ -281,6 +281,25 @@ def test_decode_matches_float64_reference(dtype, d):
 
 
 @gpu
+@pytest.mark.parametrize("min_chunk", [64, 256, 512])
+def test_decode_min_chunk_short_and_split_contexts(min_chunk, monkeypatch):
+    """DEC_MINCHUNK (keys a split takes at least): a short context in a large cache runs in
+    one split with the default n_splits (the direct write, no merge) or several; longer ones
+    still merge. Every build matches the reference, the length read from the device."""
+    monkeypatch.setattr(A, "DEC_MINCHUNK", min_chunk)
+    rng = np.random.default_rng(min_chunk)
+    for d, n_heads, n_kv, max_ctx, length, splits in [(64, 32, 8, 2048, 129, None), (128, 32, 8, 2048, 129, None),
+                                                      (128, 32, 8, 2048, 1, None), (128, 32, 8, 2048, 700, None),
+                                                      (64, 8, 2, 2048, 257, 16), (128, 32, 8, 2048, 1999, 5)]:
+        qd, kd, vd, ln, ref = _decode_case(rng, "bfloat16", d, n_heads, n_kv, max_ctx, length)
+        out = A.attention_decode(qd, kd, vd, ln, n_splits=splits)
+        out2 = A.attention_decode(qd, kd, vd, ln, n_splits=splits)                # counters re-armed
+        for o in (out, out2):
+            err = np.abs(from_dev(o, "bfloat16") - ref).max()
+            assert err < 1e-2, (min_chunk, d, length, splits, err)
+
+
+@gpu
 @pytest.mark.parametrize("d", [64, 80, 96, 128])
 def test_float32_decode_and_append_match_float64_reference(d):
     """The float32 kernels (the models' fp32 mode): contiguous token- and head-major

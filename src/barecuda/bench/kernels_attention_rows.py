@@ -60,6 +60,83 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
     return out
 
 
+def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8, 64, 129), (32, 8, 128, 129), (32, 8, 128, 1024)),
+                 splits=(None, 8, 32, 64)):
+    """Developer probe (``--probe``), one line each:
+    - long contexts: the chained row (a graph of one node per cache, as decode_rows) beside
+      ONE launch after an L2 flush (events around it, median of 15): the chain's per-call
+      cost minus the isolated kernel is the graph/launch share; for several n_splits;
+    - short contexts (the decode loop's attention node, <= 129 tokens, L2-resident): a
+      graph of 16 nodes back to back on one cache, us a node, for n_splits default and
+      1, 2, 4, 8 (the lead's question: is one split a head near 2.5 us?)."""
+    import barecuda as bc
+    from barecuda.kernels import _attention as A
+    s = bc.Stream()
+    flush = bc.empty((256 << 20,), "uint8", stream=s)
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+
+    def mk(nh, nkv, d, ctx, n):
+        caches = []
+        for _ in range(n):
+            k = bc.empty((nkv, ctx, d), "bfloat16", stream=s)
+            v = bc.empty((nkv, ctx, d), "bfloat16", stream=s)
+            k.memset(0x3c, stream=s)
+            v.memset(0x3c, stream=s)
+            caches.append((k, v))
+        q = bc.empty((nh, d), "bfloat16", stream=s)
+        q.memset(0x3c, stream=s)
+        o = bc.empty((nh, d), "bfloat16", stream=s)
+        ln = bc.empty((1,), "int32", stream=s)
+        ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
+        return caches, q, o, ln
+
+    for nh, nkv, d, ctx in shapes:
+        kv_bytes = 2 * ctx * nkv * d * 2
+        n = max(2, math.ceil((512 << 20) / kv_bytes))
+        caches, q, o, ln = mk(nh, nkv, d, ctx, n)
+        for ns in splits:
+            try:
+                plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout="head_major", n_splits=ns, stream=s)
+                         for k, v in caches]
+            except Exception as exc:   # noqa: BLE001 -- a probe
+                print(f"  probe decode ctx {ctx} d{d} splits {ns}: {type(exc).__name__}: {exc}")
+                continue
+            chain = _time_graph(bc, s, lambda g, p=plans: _chain(g, p)) * 1e3 / n
+            ts = []
+            for i in range(15):
+                flush.memset(i & 0xff, stream=s)
+                e0.record(s)
+                plans[i % n].launch()
+                e1.record(s)
+                e1.synchronize()
+                ts.append(e1.elapsed_ms(e0) * 1e3)
+            one = sorted(ts)[len(ts) // 2]
+            g1 = _time_graph(bc, s, lambda g, p=plans: _chain(g, p[:1])) * 1e3
+            print(f"  probe decode bf16 h{nh}/{nkv} d{d} ctx {ctx} splits {ns or 'default'} (grid {plans[0].grid[0]}): "
+                  f"chain {chain:.2f} us ({kv_bytes / chain / 1e3:.0f} GB/s), one launch cold L2 {one:.2f} us "
+                  f"({kv_bytes / one / 1e3:.0f} GB/s), one-node graph (L2 warm) {g1:.2f} us", flush=True)
+            del plans
+        del caches
+    old = A.DEC_MINCHUNK
+    for nh, nkv, d, ctx in short:
+        caches, q, o, ln = mk(nh, nkv, d, 4096, 1)          # the model's cache: 4096 slots, ctx used
+        ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
+        k, v = caches[0]
+        for mc in (64, 128, 256, 512):
+            A.DEC_MINCHUNK = mc
+            try:
+                for ns in (None, 1, 4):
+                    plan = A.plan_attention_decode(q, k, v, ln, out=o, len_offset=1, kv_layout="head_major",
+                                                   n_splits=ns, stream=s)
+                    us = _time_graph(bc, s, lambda g, p=plan: _chain(g, [p] * 16)) * 1e3 / 16
+                    print(f"  probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} DEC_MINCHUNK={mc} splits "
+                          f"{ns or 'default'} (grid {plan.grid}): {us:.2f} us a node (graph of 16)", flush=True)
+            finally:
+                A.DEC_MINCHUNK = old
+        del caches
+    del flush
+
+
 def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes):
     F = torch.nn.functional
     ks = [torch.ones(1, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
@@ -213,4 +290,8 @@ def attention_section(ctx=None):
 SECTIONS = {"kernels_attention": attention_section}
 
 if __name__ == "__main__":
-    print(attention_section().format())
+    import sys
+    if "--probe" in sys.argv:
+        decode_probe()
+    if "--probe-only" not in sys.argv:
+        print(attention_section().format())

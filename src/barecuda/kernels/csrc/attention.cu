@@ -151,12 +151,17 @@ BC_DEV void attn_tile(const bc_u32 (&qf)[D / 16][4], bc_u32 k_s, bc_u32 v_s, flo
 static_assert(DEC_KPW == 16 || DEC_KPW == 32, "DEC_KPW: 16 or 32");
 constexpr int DEC_BN = DEC_KPW * DEC_WARPS;   // keys per pipeline stage (DEC_KPW per warp); splits are multiples
 
+#ifndef DEC_MINCHUNK
+#define DEC_MINCHUNK 256   // keys a split takes at least: a short context (the decode loop's first
+#endif                     // tokens) runs in fewer splits, <= 256 keys in one: no partials, no merge
+constexpr int DEC_MINC = ((DEC_MINCHUNK + DEC_BN - 1) / DEC_BN) * DEC_BN;
+
 BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_splits, int& len, int& chunk) {
     len = __ldg(len_ptr) + len_offset;
     len = len < 0 ? 0 : (len > max_ctx ? max_ctx : len);
     int per = (len + n_splits - 1) / n_splits;
     chunk = ((per + DEC_BN - 1) / DEC_BN) * DEC_BN;
-    if (chunk == 0) chunk = DEC_BN;
+    if (chunk < DEC_MINC) chunk = DEC_MINC;
 }
 
 template <int IS_BF16>
