@@ -317,14 +317,33 @@ def test_dequantize_q4_k_direct_grid_stride(grid):
 
 
 @gpu
+@pytest.mark.parametrize("grid,u", [(1, 8), (3, 8), (2, 4), (5, 16)])
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1", "q6_k"])
+def test_dequantize_direct_grid_stride(fmt, grid, u):
+    """The direct kernel of the other formats (DQ_DIRECT_ALL=1, the default; DQ_U parts a
+    thread) on grids smaller than the tensor (its grid-stride loop, a partial last run), the
+    tensor a view at an odd 16-byte offset of a larger buffer ending 2 bytes past a word."""
+    rng = np.random.default_rng()
+    qk, nb = D.format_info(fmt)[2:]
+    shape = (37, qk * 9)
+    raw = random_blocks(rng, fmt, shape[0] * shape[1])
+    big = bc.zeros((16 * 5 + raw.size,), "uint8")
+    view = big[16 * 3: 16 * 3 + raw.size]
+    view.copy_from(raw)
+    out = bc.empty(shape, "float32")
+    defs = (("DQ_U", u),) if u != 8 else ()
+    _registry.get("dequant.cu", f"dequant_{fmt}_f32", defs).launch(grid, 128, view, out, raw.size // nb)
+    assert np.abs(from_dev(out, "float32") - reference(raw, fmt, shape)).max() < 1e-4
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("fmt,defines", [(f, (("DQ_P8", 0), ("DQ_DIRECT", 0))) for f in QFORMATS]
-                         + [("q4_k", (("DQ_DIRECT", 0),))])
+@pytest.mark.parametrize("fmt,defines", [(f, (("DQ_P8", 0), ("DQ_DIRECT", 0), ("DQ_DIRECT_ALL", 0))) for f in QFORMATS]
+                         + [(f, (("DQ_DIRECT", 0), ("DQ_DIRECT_ALL", 0))) for f in QFORMATS])
 def test_dequantize_staged_layouts(fmt, defines, dtype):
-    """dequant.cu's staged kernel (cp.async segments through shared memory) with DQ_P8=0 (a
-    lane decodes 32-weight units; the default is 8 weights a lane, coalesced stores), and
-    Q4_K staged (DQ_DIRECT=0; its default reads straight into registers): the bench's
-    comparison rows."""
+    """dequant.cu's staged kernel (cp.async segments through shared memory; the default reads
+    every format straight into registers: DQ_DIRECT, DQ_DIRECT_ALL) with 8 weights a lane and
+    with DQ_P8=0 (a lane decodes 32-weight units): the bench's comparison rows."""
     rng = np.random.default_rng()
     qk = D.format_info(fmt)[2]
     code = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[dtype]

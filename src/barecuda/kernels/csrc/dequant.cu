@@ -3,7 +3,9 @@
 // Entry points dequant_<fmt>_<out> (fmt in q4_0, q4_1, q8_0, q4_k, q6_k; out in f32, f16,
 // bf16), parameters (const u8* q, out_t* y, long long nblocks). A tensor's blocks are
 // contiguous and its weights are the blocks' weights in order, so the kernel is flat over
-// blocks: each warp takes segments of blocks (grid-stride), stages them into shared memory
+// blocks. By default every format is read straight from global memory into registers
+// (dequant_q4k_direct, dequant_direct below). The staged kernel (DQ_DIRECT=0 /
+// DQ_DIRECT_ALL=0): each warp takes segments of blocks (grid-stride), stages them into shared memory
 // (cp.async, double-buffered; quant.cuh), and each lane decodes 8 consecutive weights (the
 // warp's lanes covering blocks contiguously) and writes them with one 16-byte store
 // (DQ_P8=0: a lane decodes 32-weight units).
@@ -134,8 +136,89 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
         }
     }
 }
+
+// The other formats straight from global memory too (DQ_DIRECT_ALL=1): thread i of a block
+// takes parts (8 weights) base + i, base + i + 128, ... (DQ_U of them, all decoded from
+// loads issued together); a warp's 32 parts are contiguous bytes, so its loads share L1
+// sectors and its 16-byte stores are coalesced. Blocks of Q6_K/Q8_0/Q4_0 are 2-byte aligned:
+// words are read aligned and funnel-shifted (quant.cuh's decoders; for Q8_0/Q4_0 a copy here
+// that reads the word past the part only when the part is unaligned, so the tensor's last
+// part reads nothing past the tensor).
+#ifndef DQ_DIRECT_ALL
+#define DQ_DIRECT_ALL 1
+#endif
+#ifndef DQ_U
+#define DQ_U 8
+#endif
+template <int NW> BC_DEV void dq_words_a2(const u8* p, u32* w) {
+    const u64 a = reinterpret_cast<u64>(p);
+    const u32* base = reinterpret_cast<const u32*>(a & ~(u64)3);
+    const u32 sh = (u32)(a & 2) * 8u;
+    u32 raw[NW + 1];
+#pragma unroll
+    for (int i = 0; i < NW; ++i) raw[i] = base[i];
+    raw[NW] = sh ? base[NW] : 0u;
+#pragma unroll
+    for (int i = 0; i < NW; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
+}
+template <int F> BC_DEV void dq_part(const u8* blk, int p, float* q, float& a, float& c) {
+    if constexpr (F == BC_Q8_0) {
+        a = bc_half_to_float(bcq_u16(blk));
+        c = -128.f * a;
+        u32 w[2];
+        dq_words_a2<2>(blk + 2 + 8 * p, w);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const u32 v = w[i] ^ 0x80808080u;
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((v >> (8 * b)) & 0xffu);
+        }
+    } else if constexpr (F == BC_Q4_0) {
+        a = bc_half_to_float(bcq_u16(blk));
+        c = -8.f * a;
+        u32 w[2];
+        dq_words_a2<2>(blk + 2 + 8 * (p & 1), w);
+        const u32 sh = (p >> 1) * 4u;
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((w[i] >> (8 * b + sh)) & 15u);
+    } else {
+        BcQ<F>::part(blk, p, q, a, c);     // Q4_1 (aligned words), Q6_K (never past its block)
+    }
+}
+template <int F, typename OT>
+BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
+    using Q = BcQ<F>;
+    constexpr int P = Q::QK / 8, U = DQ_U, T = 32 * DQ_WARPS;
+    const long long nparts = nblocks * P;
+    for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
+        float q[U][8], a[U], c[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nparts) dq_part<F>(qb + (i / P) * Q::BYTES, (int)(i % P), q[j], a[j], c[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i >= nparts) break;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) q[j][e] = fmaf(a[j], q[j][e], c[j]);
+            OT* yp = y + i * 8;
+#pragma unroll
+            for (int e = 0; e < 8 / BcVec<OT>::N; ++e) {
+                BcVec<OT> v;
+                bc_vpack(v, q[j] + e * BcVec<OT>::N);
+                bc_vstore(yp + e * BcVec<OT>::N, v);
+            }
+        }
+    }
+}
+
 template <int F, typename OT> BC_DEV void dequant_entry(const u8* q, OT* y, long long nblocks) {
     if constexpr (F == BC_Q4_K && DQ_DIRECT) dequant_q4k_direct<OT>(q, y, nblocks);
+    else if constexpr (F != BC_Q4_K && DQ_DIRECT_ALL) dequant_direct<F, OT>(q, y, nblocks);
     else dequant<F, OT>(q, y, nblocks);
 }
 
