@@ -183,15 +183,18 @@ def test_res_accumulates_norm_inputs(fmt):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tcd", [True, False])
+@pytest.mark.parametrize("tcd", [True, False, 2])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_q4_k_direct_loop_epilogues(tcd, dtype, monkeypatch):
     """Q4_K nodes on the direct tensor-core loop (and on the CUDA-core one): K of 19
     super-blocks split over the block's warps unevenly, 37 rows (the last tile partly
-    used), every epilogue, launched plainly and as programmatic-launch plans."""
+    used), every epilogue, launched plainly and as programmatic-launch plans; tcd 2: the
+    direct loop's variant FM_V=2."""
     pytest.importorskip("gguf")
     import barecuda as bc
-    monkeypatch.setattr(F, "TCD", tcd)
+    monkeypatch.setattr(F, "TCD", bool(tcd))
+    if tcd == 2:
+        monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("FM_V", 2),))
     rng = np.random.default_rng(5)
     n, k = 37, 256 * 19
     w, wr = _weight(bc, rng, "q4_k", n, k)

@@ -177,7 +177,7 @@ def qsweep_variants(fmt):
 
 
 def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (28672, 4096)),
-                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16"):
+                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(1,)):
     """Q4_K batch 1 on the direct entries (matvec_f16_tcd): warps a block (None: the default,
     _matvec.tcd_warps) and super-blocks in flight a warp (MVD_PF)."""
     from barecuda.kernels import _args as A
@@ -193,8 +193,9 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
         x.memset(0x1c, stream=s)
         y = bc.empty((1, n), xdtype, stream=s)
         dflt = M.tcd_warps(n, k, A.sm_count(0))
-        for pf in pfs:
-            defines = (("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+        for pf, v in ((a, b) for a in pfs for b in vs):
+            defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+                       + ((("MVD_V", v),) if v != 1 else ()))
             kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdtype]}_tcd", defines)
             for w in warps:
                 if w is not None and (w == dflt or w > k // 256):
@@ -202,7 +203,7 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
                 nw = dflt if w is None else w
                 plans = [kern.bind(-(-n // 16), 32 * nw, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
-                tag = f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf}"
+                tag = f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf} MVD_V={v}"
                 out.append((f"sweep q4_k direct {n}x{k} b1 {tag}{_occ(kern, 32 * nw)}", us, wbytes, None))
                 del plans
         del bufs
@@ -246,14 +247,15 @@ FUSED_8B = (("qkv", "qkv", 6144, 4096), ("wo+res", "res", 4096, 4096), ("gate/up
             ("down+res", "res", 4096, 14336))
 
 
-def fused_rows(bc, s, fmts=("q4_k",), pdl=(False, True)):
+def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,)):
     """fused.cu's nodes (barecuda.kernels._fused, the decode loop's) at the 8B shapes, Q4_K on
-    the direct tensor-core loop (_fused.TCD, the default) and on the CUDA-core one, plain and
-    programmatic-launch plans. Bytes: the weights (both for gate/up)."""
+    the direct tensor-core loop (_fused.TCD, the default) and on the CUDA-core one; f16 weights
+    beside the standalone matvec rows. Bytes: the weights (both for gate/up). (Programmatic-launch
+    plans cannot be graph nodes through add_plan: pdl=(True,) needs a captured graph.)"""
     from barecuda.kernels import _dequant as D
     from barecuda.kernels import _fused as F
     out = []
-    old = F.TCD
+    old, base_tcd = F.TCD, F._TCD_DEFINES
     try:
         for fmt in fmts:
             _, t, qk, bb = D.format_info(fmt)
@@ -262,8 +264,9 @@ def fused_rows(bc, s, fmts=("q4_k",), pdl=(False, True)):
                 nw = 2 if epi == "glu" else 1
                 bufs = _weights(bc, s, nw * wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
                 for b in bufs:
-                    b.memset(0x11, stream=s)
-                ws = [D.QuantWeight(b, fmt, (n, k)) for b in bufs]
+                    b.memset(0x11 if fmt != "f16" else 0, stream=s)
+                ws = [D.QuantWeight(b, fmt, (n, k)) if fmt != "f16" else b.view("float16", (n, k))
+                      for b in bufs]
                 x = bc.empty((k,), "float16", stream=s)
                 x.memset(0, stream=s)
                 y = bc.empty((n,), "float16", stream=s)
@@ -277,8 +280,9 @@ def fused_rows(bc, s, fmts=("q4_k",), pdl=(False, True)):
                 vc = bc.zeros((8, 256, hd), "float16", stream=s)
                 pos = bc.zeros((1,), "int32", stream=s)
                 inv = bc.zeros((hd // 2,), "float32", stream=s)
-                for tcd in ((True, False) if fmt == "q4_k" else (False,)):
-                    F.TCD = tcd
+                for tcd in ((True, 2, False) if fmt == "q4_k" else (False,)):
+                    F.TCD = bool(tcd)
+                    F._TCD_DEFINES = base_tcd + ((("FM_V", 2),) if tcd == 2 else ())
                     for pd in pdl:
                         plans = []
                         for i, w in enumerate(ws):
@@ -294,11 +298,12 @@ def fused_rows(bc, s, fmts=("q4_k",), pdl=(False, True)):
                                 kw["ss_in"] = ss[0:1]
                             plans.append(F.plan_fused_matvec(epi, w, x, **kw))
                         us = _time_plans(bc, s, plans)
-                        tag = ("direct tensor cores" if tcd else "CUDA cores") + (" pdl" if pd else "")
+                        tag = ("direct tensor cores" + (" FM_V=2" if tcd == 2 else "") if tcd else "CUDA cores"
+                               ) + (" pdl" if pd else "")
                         out.append((f"fused {fmt} {label} {n}x{k} {tag}", us, nw * wbytes, None))
                 del ws, bufs
     finally:
-        F.TCD = old
+        F.TCD, F._TCD_DEFINES = old, base_tcd
     return out
 
 
@@ -404,6 +409,10 @@ def warm_jobs():
             jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2))))
+    jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1), ("FM_V", 2))))
+    for pf in (2, 3):
+        jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_V", 2),)
+                     + ((("MVD_PF", pf),) if pf != 2 else ())))
     jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_P8", 0), ("DQ_DIRECT", 0))))
     jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_DIRECT", 0),)))
     seen, out = set(), []
@@ -476,8 +485,9 @@ if __name__ == "__main__":
         _s = _bc.Stream()
         _card, _sp = _spec(_bc)
         print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
-        for _make in (lambda: batch_tc_rows(_bc, _s), lambda: fused_rows(_bc, _s),
-                      lambda: tcd_sweep_rows(_bc, _s)):
+        for _make in (lambda: fused_rows(_bc, _s), lambda: batch_tc_rows(_bc, _s, fmts=("q4_k",), batches=(8,)),
+                      lambda: tcd_sweep_rows(_bc, _s, warps=(None, 2, 4), pfs=(2,), vs=(1, 2)),
+                      lambda: tcd_sweep_rows(_bc, _s, shapes=((4096, 4096),), warps=(4, 8), pfs=(3,), vs=(2,))):
             try:
                 _got = _make()
             except Exception as exc:   # noqa: BLE001

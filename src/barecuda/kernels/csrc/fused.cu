@@ -51,6 +51,9 @@
 #define FM_PF 2         // FM_TCD: super-blocks in flight a warp
 #endif
 #define FM_TCD_MAXW 16  // FM_TCD: most warps a block (gate/up: half)
+#ifndef FM_V
+#define FM_V 1          // FM_TCD: mvc_tcd's variant (matvec_core.cuh)
+#endif
 
 #define FE_SCALE 0
 #define FE_RES 1
@@ -129,6 +132,28 @@ BC_DEV void fm_preload(FmPre<R>& q, int n0, const FmP<XT>& p) {
 }
 
 // ------------------------------------------------------------------ epilogues (lane 0 writes)
+// The res epilogue's sum(y^2): one global atomic a block, not one a warp (same-address
+// atomics serialize in L2: 4096 of them, one a warp of a 4096-row node, cost microseconds at
+// the end of a 10 us node). The warps add into shared memory; the last active warp of the
+// block adds the block's sum. fm_ss_init() zeroes the shared pair before any warp may leave.
+struct FmSS { float sum; unsigned cnt; };
+BC_DEV FmSS& fm_ss() { __shared__ FmSS v; return v; }
+BC_DEV void fm_ss_init() {
+    if (threadIdx.x == 0) { fm_ss().sum = 0.f; fm_ss().cnt = 0u; }
+    __syncthreads();
+}
+// lane 0 of each active warp (rows n0.. of R a warp)
+BC_DEV void fm_block_ss(float sq, float* out, int n0, int N, int R) {
+    FmSS& v = fm_ss();
+    const int first = n0 - (int)(threadIdx.x >> 5) * R;              // the block's first row
+    const unsigned active = (unsigned)min((int)(blockDim.x >> 5), (N - first + R - 1) / R);
+    atomicAdd(&v.sum, sq);
+    __threadfence_block();
+    if (atomicAdd(&v.cnt, 1u) == active - 1u) {
+        __threadfence_block();
+        atomicAdd(out, atomicAdd(&v.sum, 0.f));
+    }
+}
 template <typename XT, int R, int EPI>
 BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p, const FmPre<R>& q) {
     float v[R][2];
@@ -151,7 +176,7 @@ BC_DEV void fm_store(float (&acc)[R][2], int n0, const FmP<XT>& p, const FmPre<R
             sq = fmaf(f, f, sq);
             bc_store(p.xg + n, f * q.g[i]);
         }
-        atomicAdd(p.ss_out, sq);
+        fm_block_ss(sq, p.ss_out, n0, N, R);
         return;
     }
     const float s = q.s;
@@ -210,6 +235,7 @@ BC_DEV void fm_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const 
     const int lane = threadIdx.x & 31;
     const int N = p.N;
     const int n0 = (blockIdx.x * FM_WARPS + (threadIdx.x >> 5)) * R;
+    if constexpr (EPI == FE_RES) fm_ss_init();
     if (n0 >= N) { fm_grid_launch_dependents(); return; }
     const WT* const src[2] = {W, W2};
     if (p.pf) {   // PDL: the first loop iteration's weights into L2 while the previous node finishes
@@ -247,6 +273,7 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
     constexpr int R = FmRows<EPI>::R, NS = FmRows<EPI>::NS, NT = NS * R;   // row streams: t = s * R + i
     const int N = p.N;
     const int n0 = (blockIdx.x * FM_WARPS + (threadIdx.x >> 5)) * R;
+    if constexpr (EPI == FE_RES) fm_ss_init();
     if (n0 >= N) { fm_grid_launch_dependents(); return; }     // whole warps only
     float acc2[NT][1];
     FmPre<R> pre;
@@ -285,7 +312,7 @@ BC_DEV void fm_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
     float s = 1.f, rr[2] = {0.f, 0.f}, gg[2] = {0.f, 0.f}, cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
     int pos = 0;
     float v[NS][2];
-    mvc_tcd<XT, NS, FM_PF>(W, W2, x, n0, N, K, wi, blockDim.x >> 5, v, [&] {
+    mvc_tcd<XT, NS, FM_PF, FM_V>(W, W2, x, n0, N, K, wi, blockDim.x >> 5, v, [&] {
         fm_grid_wait();
         if (wi) return;
 #pragma unroll

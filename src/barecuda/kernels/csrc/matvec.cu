@@ -473,6 +473,9 @@ BC_DEV void mv_tc_entry(const u8* W, const u8* W2, const XT* x, XT* y, const XT*
 #define MVD_PF 2        // super-blocks in flight a warp (registers)
 #endif
 #define MVD_MAXW 16     // most warps a block
+#ifndef MVD_V
+#define MVD_V 1         // mvc_tcd's variant (matvec_core.cuh)
+#endif
 
 template <typename XT, int EPI>
 BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x,
@@ -481,7 +484,7 @@ BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
     __shared__ float red[MVD_MAXW * NS * 2 * 32];
     const int n0 = blockIdx.x * 16, lane = threadIdx.x & 31;
     float v[NS][2];
-    mvc_tcd<XT, NS, MVD_PF>(W, W2, x, n0, N, K, threadIdx.x >> 5, blockDim.x >> 5, v, [] {});
+    mvc_tcd<XT, NS, MVD_PF, MVD_V>(W, W2, x, n0, N, K, threadIdx.x >> 5, blockDim.x >> 5, v, [] {});
     if (!mvc_tcd_sum<NS>(red, v) || (lane & 3)) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -324,7 +324,10 @@ BC_DEV uint2 mvd_ld8(const u8* p) {
 // the first PF loads are issued, before x is read (fused.cu waits there for the previous
 // node of a programmatic launch). On return v[s][h] is this warp's share of row
 // n0 + g + 8h of stream s, the same in the 4 threads of the row (t = lane % 4).
-template <typename XT, int NS, int PF, typename Started>
+// V 1: sum(x) of each group by mma (ones times x) and one accumulator chain; V 2: sum(x) by
+// shuffles once a super-block and the mma's two slices in two chains (half the mmas, half
+// the chain).
+template <typename XT, int NS, int PF, int V, typename Started>
 BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int n0, int N,
                     int K, int wi, int nw, float (&v)[NS][2], Started started) {
     using Q = MvtQ<BC_Q4_K>;
@@ -368,28 +371,54 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
             // column 2u holds group u, column 2u + 1 group u + 4 (u < 4): thread t's two
             // columns are the groups t and t + 4, whose scales share their bytes
             u32 B[2][2];
-            mvt_xfrag<0>(x + (long long)c * 256 + 32 * ((g >> 1) + 4 * (g & 1)), t, true, B);
+            const XT* xp = x + (long long)c * 256 + 32 * ((g >> 1) + 4 * (g & 1));
+            float Dx[4] = {0.f, 0.f, 0.f, 0.f};
+            if constexpr (V == 2) {
+                // sum(x) of the groups of columns 2t and 2t + 1 by shuffles, not by mma: this
+                // lane's 8 values, the row of 4 lanes (column g's group), then lanes 8t, 8t + 4
+                const uint4 xv = *reinterpret_cast<const uint4*>(xp + 8 * t);
+                const u32 X[4] = {xv.x, xv.y, xv.z, xv.w};
+                float sx = 0.f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    float lo, hi;
+                    bc_unpack2<BF>(X[i], lo, hi);
+                    sx += lo + hi;
+                }
+                sx += __shfl_xor_sync(BC_FULL_MASK, sx, 1);
+                sx += __shfl_xor_sync(BC_FULL_MASK, sx, 2);
+                Dx[0] = Dx[2] = __shfl_sync(BC_FULL_MASK, sx, 8 * t);
+                Dx[1] = Dx[3] = __shfl_sync(BC_FULL_MASK, sx, 8 * t + 4);
+#pragma unroll
+                for (int sl = 0; sl < 2; ++sl) {
+                    B[sl][0] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x5410u);
+                    B[sl][1] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x7632u);
+                }
+            } else {
+                mvt_xfrag<0>(xp, t, true, B);
+            }
             float sv[NS][2][2][3];
 #pragma unroll
             for (int s = 0; s < NS; ++s)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) Q::scales_pair(buf[p][s].h[h], t, sv[s][h]);
-            float D[NS][4], Dx[4] = {0.f, 0.f, 0.f, 0.f};
+            float D[NS][4], D1[NS][4];          // V 2: the two slices in two chains
 #pragma unroll
             for (int s = 0; s < NS; ++s)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) D[s][i] = 0.f;
+                for (int i = 0; i < 4; ++i) D[s][i] = D1[s][i] = 0.f;
 #pragma unroll
             for (int gi = 0; gi < 8; ++gi) {
                 u32 b[2][2];
                 mvt_mask(B, g == (gi < 4 ? 2 * gi : 2 * gi - 7), b);
-                mvt_sumx<BF>(Dx, b);
+                if constexpr (V != 2) mvt_sumx<BF>(Dx, b);
 #pragma unroll
                 for (int s = 0; s < NS; ++s) {
                     u32 Ag[4], Ah[4];
                     Q::template quants_q<BF>(buf[p][s].q[0][gi >> 1], gi, Ag);
                     Q::template quants_q<BF>(buf[p][s].q[1][gi >> 1], gi, Ah);
-                    mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
+                    if constexpr (V == 2) mvt_dot<BF>(D[s], D1[s], Ag, Ah, b);
+                    else mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
                 }
             }
             load(c + PF * nw, buf[p]);
@@ -398,7 +427,7 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const float* sc = sv[s][i >> 1][i & 1];
-                    acc[s][i] = fmaf(sc[2], Dx[i], fmaf(sc[0], D[s][i], acc[s][i]));
+                    acc[s][i] = fmaf(sc[2], Dx[i], fmaf(sc[0], D[s][i] + D1[s][i], acc[s][i]));
                 }
         }
     }
