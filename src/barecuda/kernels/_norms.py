@@ -12,9 +12,6 @@ from barecuda.kernels._registry import get
 
 __all__ = ["rmsnorm", "layernorm"]
 
-# rmsnorm's grid: one resident wave of looping blocks (True) or a block a row (False)
-RMS_WAVE = True
-
 VARIANTS = ("v1", "v2", "v4", "v8", "s8")
 KERNELS = [("norms.cu", tuple(f"{op}_{c}_{v}" for op in ("rmsnorm", "layernorm")
                               for c in ("f32", "f16", "bf16") for v in VARIANTS), ())]
@@ -66,11 +63,11 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
         args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, A.f32(eps), n)
     else:
         args = (by, P(bh), bx, P(br), P(bw), cols, sy, sh, sx, sr, A.f32(eps), n)
-    # one resident wave of looping blocks (the next row's loads in flight in registers, the one
-    # after prefetched into L2: norms.cu's RMS_PIPE / LN_PIPE), or a block a row (RMS_WAVE
-    # False). Before the pipeline, bf16 32768x4096, % of spec, H200 / H100: rmsnorm 78.4 / 89.3
-    # a block a row, 80.2 / 80.7 looping; layernorm 63.9 / 77.8, 77.0 / 75.8
-    grid = A.wave(k, block, n, dev) if ln or RMS_WAVE else n
+    # rmsnorm: a block a row (the kernel's row loop runs once); layernorm: one resident wave of
+    # looping blocks, the next row prefetched into L2. bf16 32768x4096, % of spec, H200
+    # (2026-11-26 22:58 UTC): rmsnorm 86.5 a block a row, layernorm 77.0 looping (63.6 a block a
+    # row); norms.cu's register pipeline (RMS_PIPE/LN_PIPE) measured slower, off
+    grid = A.wave(k, block, n, dev) if ln else n
     return k, grid, block, args, (by if br is None else (by, bh))
 
 

@@ -32,7 +32,9 @@ BC_DEV float2 softmax_block_merge(float m, float s) {
 }
 
 #ifndef SOFTMAX_PIPE
-#define SOFTMAX_PIPE 1   // the vector path keeps the next row's loads in flight (rowwise.cuh)
+#define SOFTMAX_PIPE 1   // the vector path: log2 units and ex2.approx.ftz, the next row's loads in flight
+                         // when the block loops (rowwise.cuh). The host launches a block a row, where
+                         // the math is the gain: H200 bf16 32768x4096 70.0% of spec against 50.3% (0)
 #endif
 // 2^x, flushing denormal results to 0 (one MUFU op; exp2f without fast math adds a range fix-up)
 BC_DEV float softmax_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
