@@ -87,16 +87,18 @@ static inline float bc_half_to_float(u16 h) {
 """
 HOST_MAIN = r"""
 #include "quant.cuh"
+#include "dequant_direct.cuh"
 #include <cstdio>
 #include <vector>
-static int g_parts = 0;                 // 0: unit() decoders, 1: part() decoders
+static int g_parts = 0;                 // 0: unit() decoders, 1: part() decoders, 2: dequant_direct.cuh's dq_part()
 template <int F> static void run(const u8* q, long nblocks, float* y) {
     using Q = BcQ<F>;
     for (long b = 0; b < nblocks; ++b) {
         if (g_parts) {
             for (int p = 0; p < Q::QK / 8; ++p) {
                 float v[8], a, c;
-                Q::part(q + b * Q::BYTES, p, v, a, c);
+                if (g_parts == 2) dq_part<F>(q + b * Q::BYTES, p, v, a, c);
+                else Q::part(q + b * Q::BYTES, p, v, a, c);
                 for (int i = 0; i < 8; ++i) y[b * Q::QK + p * 8 + i] = std::fma(a, v[i], c);
             }
             continue;
@@ -108,9 +110,9 @@ template <int F> static void run(const u8* q, long nblocks, float* y) {
         }
     }
 }
-int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part
+int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part|direct
     const int f = atoi(argv[1]);
-    g_parts = argc > 5 && argv[5][0] == 'p';
+    g_parts = argc > 5 && argv[5][0] == 'p' ? 1 : argc > 5 && argv[5][0] == 'd' ? 2 : 0;
     const long n = atol(argv[3]);
     std::vector<u8> buf(n + 64);            // 16-byte aligned start (new[]), padded for the funnel reads
     FILE* fi = fopen(argv[2], "rb");
@@ -135,7 +137,8 @@ int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|par
 
 
 def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
-    """quant.cuh's decoders (unit() and part(): the code every quant kernel runs), compiled for the CPU with
+    """quant.cuh's decoders (unit() and part(): the code every quant kernel runs) and the direct
+    dequantize kernel's (dequant_direct.cuh), compiled for the CPU with
     a few shims for CUDA intrinsics, reproduce gguf.quants.dequantize bit for bit in float32
     on random blocks of every format (both 2-byte alignments of the odd-sized blocks)."""
     import shutil
@@ -154,7 +157,7 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
         raw = random_blocks(rng, fmt, qk * 37)
         (tmp_path / "in.bin").write_bytes(raw.tobytes())
         ref = reference(raw, fmt, (raw.size // nb * qk,))
-        for mode in ("unit", "part"):
+        for mode in ("unit", "part", "direct"):
             subprocess.run([str(exe), str(t), str(tmp_path / "in.bin"), str(raw.size), str(tmp_path / "out.bin"), mode],
                            check=True)
             got = np.fromfile(tmp_path / "out.bin", dtype=np.float32).astype(np.float64)
@@ -320,8 +323,8 @@ def test_dequantize_q4_k_direct_grid_stride(grid):
 @pytest.mark.parametrize("grid,u", [(1, 8), (3, 8), (2, 4), (5, 16)])
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1", "q6_k"])
 def test_dequantize_direct_grid_stride(fmt, grid, u):
-    """The direct kernel of the other formats (DQ_DIRECT_ALL=1, the default; DQ_U parts a
-    thread) on grids smaller than the tensor (its grid-stride loop, a partial last run), the
+    """The direct kernel of the other formats (DQ_DIRECT_ALL=1: every format; the default 2
+    takes it for Q8_0 and Q4_1; DQ_U parts a thread) on grids smaller than the tensor (its grid-stride loop, a partial last run), the
     tensor a view at an odd 16-byte offset of a larger buffer ending 2 bytes past a word."""
     rng = np.random.default_rng()
     qk, nb = D.format_info(fmt)[2:]
@@ -331,7 +334,7 @@ def test_dequantize_direct_grid_stride(fmt, grid, u):
     view = big[16 * 3: 16 * 3 + raw.size]
     view.copy_from(raw)
     out = bc.empty(shape, "float32")
-    defs = (("DQ_U", u),) if u != 8 else ()
+    defs = (("DQ_DIRECT_ALL", 1), ("DQ_U", u))
     _registry.get("dequant.cu", f"dequant_{fmt}_f32", defs).launch(grid, 128, view, out, raw.size // nb)
     assert np.abs(from_dev(out, "float32") - reference(raw, fmt, shape)).max() < 1e-4
 
