@@ -281,12 +281,14 @@ def test_decode_matches_float64_reference(dtype, d):
 
 
 @gpu
-@pytest.mark.parametrize("min_chunk", [64, 256, 512])
-def test_decode_min_chunk_short_and_split_contexts(min_chunk, monkeypatch):
-    """DEC_MINCHUNK (keys a split takes at least): a short context in a large cache runs in
-    one split with the default n_splits (the direct write, no merge) or several; longer ones
-    still merge. Every build matches the reference, the length read from the device."""
+@pytest.mark.parametrize("min_chunk,one_split", [(64, 0), (128, 256), (512, 0), (64, 1000)])
+def test_decode_min_chunk_short_and_split_contexts(min_chunk, one_split, monkeypatch):
+    """DEC_MINCHUNK (keys a split takes at least) and DEC_ONESPLIT (contexts up to this run in
+    one split): a short context in a large cache runs in one split with the default n_splits
+    (the direct write, no merge) or several; longer ones still merge. Every build matches the
+    reference, the length read from the device."""
     monkeypatch.setattr(A, "DEC_MINCHUNK", min_chunk)
+    monkeypatch.setattr(A, "DEC_ONESPLIT", one_split)
     rng = np.random.default_rng(min_chunk)
     for d, n_heads, n_kv, max_ctx, length, splits in [(64, 32, 8, 2048, 129, None), (128, 32, 8, 2048, 129, None),
                                                       (128, 32, 8, 2048, 1, None), (128, 32, 8, 2048, 700, None),
@@ -296,7 +298,7 @@ def test_decode_min_chunk_short_and_split_contexts(min_chunk, monkeypatch):
         out2 = A.attention_decode(qd, kd, vd, ln, n_splits=splits)                # counters re-armed
         for o in (out, out2):
             err = np.abs(from_dev(o, "bfloat16") - ref).max()
-            assert err < 1e-2, (min_chunk, d, length, splits, err)
+            assert err < 1e-2, (min_chunk, one_split, d, length, splits, err)
 
 
 @gpu

@@ -122,17 +122,18 @@ def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8
         caches, q, o, ln = mk(nh, nkv, d, 4096, 1)          # the model's cache: 4096 slots, ctx used
         ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
         k, v = caches[0]
-        for mc in (64, 128, 256, 512):
-            A.DEC_MINCHUNK = mc
+        old1 = A.DEC_ONESPLIT
+        for mc, one in ((64, 0), (128, 0), (256, 0), (512, 0), (128, 256)):
+            A.DEC_MINCHUNK, A.DEC_ONESPLIT = mc, one
             try:
                 for ns in (None, 1, 4):
                     plan = A.plan_attention_decode(q, k, v, ln, out=o, len_offset=1, kv_layout="head_major",
                                                    n_splits=ns, stream=s)
                     us = _time_graph(bc, s, lambda g, p=plan: _chain(g, [p] * 16)) * 1e3 / 16
-                    print(f"  probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} DEC_MINCHUNK={mc} splits "
+                    print(f"  probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} DEC_MINCHUNK={mc} DEC_ONESPLIT={one} splits "
                           f"{ns or 'default'} (grid {plan.grid}): {us:.2f} us a node (graph of 16)", flush=True)
             finally:
-                A.DEC_MINCHUNK = old
+                A.DEC_MINCHUNK, A.DEC_ONESPLIT = old, old1
         del caches
     del flush
 

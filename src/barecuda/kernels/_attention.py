@@ -34,7 +34,8 @@ DEC_L2PF = 0
 SPLIT_WAVES = 1     # default n_splits: this many waves of resident blocks over the KV heads
 DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
 DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
-DEC_MINCHUNK = 256  # keys a split takes at least (attention.cu's default; short contexts: one split, no merge)
+DEC_MINCHUNK = 128  # keys a split takes at least (attention.cu's default)
+DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (attention.cu's default)
 PF_WARPS = 4
 PF_STAGES = 2
 PF_QREG = 1         # Q straight into registers; 2 blocks/SM (H200: 254 vs 250 TF/s causal)
@@ -53,7 +54,8 @@ SMALL_DEC_STAGES = 2
 def _dec_defines(d, stages=None):
     extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
     extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
-    extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 256 else ()
+    extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
+    extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra
 

@@ -151,15 +151,25 @@ BC_DEV void attn_tile(const bc_u32 (&qf)[D / 16][4], bc_u32 k_s, bc_u32 v_s, flo
 static_assert(DEC_KPW == 16 || DEC_KPW == 32, "DEC_KPW: 16 or 32");
 constexpr int DEC_BN = DEC_KPW * DEC_WARPS;   // keys per pipeline stage (DEC_KPW per warp); splits are multiples
 
+// How the length read from the device is cut into splits (the grid is sized for the cache's
+// capacity; splits past the length exit at once). A context of <= DEC_ONESPLIT keys runs in one
+// split, which writes its answer directly (no partials, no threadfence/atomic merge); longer
+// ones in splits of >= DEC_MINCHUNK keys. H200, 32/8 heads, a graph of 16 nodes, us a node
+// (2026-11-26 22:58 UTC; the old rule was splits of >= 64 keys): d64 129 keys 4.87 -> 4.40,
+// d128 129 keys 6.55 -> 5.83, d128 1024 keys 8.29 -> 7.65 (256-key splits: 9.69); 4k and up
+// unchanged (their splits are >= 256 keys).
 #ifndef DEC_MINCHUNK
-#define DEC_MINCHUNK 256   // keys a split takes at least: a short context (the decode loop's first
-#endif                     // tokens) runs in fewer splits, <= 256 keys in one: no partials, no merge
+#define DEC_MINCHUNK 128
+#endif
+#ifndef DEC_ONESPLIT
+#define DEC_ONESPLIT 256
+#endif
 constexpr int DEC_MINC = ((DEC_MINCHUNK + DEC_BN - 1) / DEC_BN) * DEC_BN;
 
 BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_splits, int& len, int& chunk) {
     len = __ldg(len_ptr) + len_offset;
     len = len < 0 ? 0 : (len > max_ctx ? max_ctx : len);
-    int per = (len + n_splits - 1) / n_splits;
+    int per = len <= DEC_ONESPLIT ? len : (len + n_splits - 1) / n_splits;
     chunk = ((per + DEC_BN - 1) / DEC_BN) * DEC_BN;
     if (chunk < DEC_MINC) chunk = DEC_MINC;
 }
