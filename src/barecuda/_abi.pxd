@@ -389,12 +389,8 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUlaunchAttributeID id
         CUlaunchAttributeValue value
     ctypedef struct CUlaunchConfig:
-        unsigned int gridDimX
-        unsigned int gridDimY
-        unsigned int gridDimZ
-        unsigned int blockDimX
-        unsigned int blockDimY
-        unsigned int blockDimZ
+        unsigned int gridDimX, gridDimY, gridDimZ
+        unsigned int blockDimX, blockDimY, blockDimZ
         unsigned int sharedMemBytes
         CUstream hStream
         CUlaunchAttribute *attrs
@@ -481,12 +477,8 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE
     ctypedef struct CUDA_KERNEL_NODE_PARAMS_v2:
         CUfunction func
-        unsigned int gridDimX
-        unsigned int gridDimY
-        unsigned int gridDimZ
-        unsigned int blockDimX
-        unsigned int blockDimY
-        unsigned int blockDimZ
+        unsigned int gridDimX, gridDimY, gridDimZ
+        unsigned int blockDimX, blockDimY, blockDimZ
         unsigned int sharedMemBytes
         void **kernelParams
         void **extra

@@ -42,7 +42,7 @@ from barecuda._dlpack cimport kDLCUDA
 from barecuda._lazy cimport lazy_module
 from cpython.ref cimport PyObject
 from barecuda._dtype cimport resolve_dtype, normalize_shape, nbytes_of, public_dtype
-from barecuda._errors import CudaWarning, make_error, _renamed
+from barecuda._errors import CudaWarning, make_error, _renamed, _enter_self, _exit_close
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -486,11 +486,8 @@ cdef class DeviceBuffer:
                 if bc_use_count(&self._uses) == 0:
                     self._owner = None     # (a foreign producer in use on another thread: use_end drops it)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    __enter__ = _enter_self      # `with x:` closes x at the end of the block
+    __exit__ = _exit_close
 
     @property
     def is_closed(self):

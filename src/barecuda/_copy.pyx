@@ -603,15 +603,50 @@ cdef int _pitched_begin(_Side d, _Side sr, object stream, str op, bint empty, CU
     return captured
 
 
-cdef void _pitched_fill(_pitched_desc *c, _Side d, _Side sr, size_t dx, size_t dy, size_t dp, size_t sx,
-                        size_t sy, size_t sp, size_t w, size_t h) noexcept:
-    """The fields a 2D and a 3D copy share; every other field zero."""
+ctypedef struct _Box:         # a pitched copy's geometry: extent, then each side's place
+    size_t w, h, depth        # bytes per row, rows, slices (1 for a 2D copy)
+    size_t dx, dy, dz, dp, dh     # destination: x in bytes, row, slice, pitch, rows per slice
+    size_t sx, sy, sz, sp, sh     # source: the same
+
+
+cdef int _read_extent(_Box *b, object width_bytes, object height, object depth, object dst_pitch,
+                      object src_pitch) except -1:
+    """The extent and the pitches (default: the width) of a copy, checked in argument
+    order; depth None: a 2D copy (one slice)."""
+    b.w = checked_size(width_bytes, "width_bytes")
+    b.h = checked_size(height, "height")
+    b.depth = 1 if depth is None else checked_size(depth, "depth")
+    b.dp = b.w if dst_pitch is None else checked_size(dst_pitch, "dst_pitch")
+    b.sp = b.w if src_pitch is None else checked_size(src_pitch, "src_pitch")
+    return 0
+
+
+cdef int _pitched_copy(_pitched_desc *c, _Side d, _Side sr, _Box *b, object stream, str op) except -1:
+    """The bounds checks, _pitched_begin, the descriptor (every other field zero), _pitched_run.
+    A 2D copy's rows per slice are the rows it reaches (each side's y + height)."""
+    cdef CUstream s = NULL
+    cdef int r
+    if _pitched_desc is CUDA_MEMCPY2D:
+        b.dh = _add(b.h, b.dy, "dst")
+    _check_extent(d, "dst", b.dx, b.dy, b.dz, b.dp, b.dh, b.w, b.h, b.depth)
+    if _pitched_desc is CUDA_MEMCPY2D:
+        b.sh = _add(b.h, b.sy, "src")
+    _check_extent(sr, "src", b.sx, b.sy, b.sz, b.sp, b.sh, b.w, b.h, b.depth)
+    _check_no_overlap(d, sr, b.dx, b.dy, b.dz, b.dp, b.dh, b.sx, b.sy, b.sz, b.sp, b.sh, b.w, b.h, b.depth)
+    r = _pitched_begin(d, sr, stream, op, b.w == 0 or b.h == 0 or b.depth == 0, &s)
+    if r == _NOTHING:
+        return 0
     memset(c, 0, sizeof(c[0]))
-    c.srcXInBytes, c.srcY, c.srcPitch = sx, sy, sp
+    c.srcXInBytes, c.srcY, c.srcPitch = b.sx, b.sy, b.sp
     c.srcMemoryType, c.srcHost, c.srcDevice = sr.mtype, sr.hptr, sr.dptr
-    c.dstXInBytes, c.dstY, c.dstPitch = dx, dy, dp
+    c.dstXInBytes, c.dstY, c.dstPitch = b.dx, b.dy, b.dp
     c.dstMemoryType, c.dstHost, c.dstDevice = d.mtype, d.hptr, d.dptr
-    c.WidthInBytes, c.Height = w, h
+    c.WidthInBytes, c.Height = b.w, b.h
+    if _pitched_desc is CUDA_MEMCPY3D:
+        c.srcZ, c.srcHeight = b.sz, b.sh
+        c.dstZ, c.dstHeight = b.dz, b.dh
+        c.Depth = b.depth
+    return _pitched_run(c, d, sr, stream, s, r)
 
 
 cdef int _pitched_run(_pitched_desc *c, _Side d, _Side sr, object stream, CUstream s, bint captured) except -1:
@@ -650,23 +685,13 @@ def copy_2d(dst, src, width_bytes, height, *, dst_pitch=None, src_pitch=None, ds
     ``width_bytes``. Synchronous unless a stream is given (host memory must then stay
     valid until the stream reaches the copy). Bounds are checked before any driver call."""
     cdef CUDA_MEMCPY2D c
-    cdef int r
-    cdef CUstream s = NULL
+    cdef _Box b
     cdef _Side d = _side(dst, True)
     cdef _Side sr = _side(src, False)
-    cdef size_t w = checked_size(width_bytes, "width_bytes"), h = checked_size(height, "height")
-    cdef size_t dp = w if dst_pitch is None else checked_size(dst_pitch, "dst_pitch")
-    cdef size_t sp = w if src_pitch is None else checked_size(src_pitch, "src_pitch")
-    cdef size_t dx = checked_size(dst_x, "dst_x"), dy = checked_size(dst_y, "dst_y")
-    cdef size_t sx = checked_size(src_x, "src_x"), sy = checked_size(src_y, "src_y")
-    _check_extent(d, "dst", dx, dy, 0, dp, _add(h, dy, "dst"), w, h, 1)
-    _check_extent(sr, "src", sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
-    _check_no_overlap(d, sr, dx, dy, 0, dp, _add(h, dy, "dst"), sx, sy, 0, sp, _add(h, sy, "src"), w, h, 1)
-    r = _pitched_begin(d, sr, stream, "copy_2d", w == 0 or h == 0, &s)
-    if r == _NOTHING:
-        return
-    _pitched_fill(&c, d, sr, dx, dy, dp, sx, sy, sp, w, h)
-    _pitched_run(&c, d, sr, stream, s, r)
+    _read_extent(&b, width_bytes, height, None, dst_pitch, src_pitch)
+    b.dx, b.dy, b.dz = checked_size(dst_x, "dst_x"), checked_size(dst_y, "dst_y"), 0
+    b.sx, b.sy, b.sz = checked_size(src_x, "src_x"), checked_size(src_y, "src_y"), 0
+    _pitched_copy(&c, d, sr, &b, stream, "copy_2d")
 
 
 def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=None, dst_height=None,
@@ -675,30 +700,15 @@ def copy_3d(dst, src, width_bytes, height, depth, *, dst_pitch=None, src_pitch=N
     (``cuMemcpy3DAsync``). ``*_height`` is the rows per slice (default ``height``);
     ``*_pos`` are ``(x_bytes, y, z)``. Synchronous unless a stream is given."""
     cdef CUDA_MEMCPY3D c
-    cdef int r
-    cdef CUstream s = NULL
+    cdef _Box b
     cdef _Side d = _side(dst, True)
     cdef _Side sr = _side(src, False)
-    cdef size_t w = checked_size(width_bytes, "width_bytes"), h = checked_size(height, "height")
-    cdef size_t dz = checked_size(depth, "depth")
-    cdef size_t dp = w if dst_pitch is None else checked_size(dst_pitch, "dst_pitch")
-    cdef size_t sp = w if src_pitch is None else checked_size(src_pitch, "src_pitch")
-    cdef size_t dh = h if dst_height is None else checked_size(dst_height, "dst_height")
-    cdef size_t sh = h if src_height is None else checked_size(src_height, "src_height")
-    cdef size_t dx, dy, dzp, sx, sy, szp
+    _read_extent(&b, width_bytes, height, depth, dst_pitch, src_pitch)
+    b.dh = b.h if dst_height is None else checked_size(dst_height, "dst_height")
+    b.sh = b.h if src_height is None else checked_size(src_height, "src_height")
     if len(dst_pos) != 3 or len(src_pos) != 3:
         raise ValueError("dst_pos and src_pos are (x_bytes, y, z)")
-    dx, dy, dzp = [checked_size(v, "dst_pos") for v in dst_pos]
-    sx, sy, szp = [checked_size(v, "src_pos") for v in src_pos]
-    _check_extent(d, "dst", dx, dy, dzp, dp, dh, w, h, dz)
-    _check_extent(sr, "src", sx, sy, szp, sp, sh, w, h, dz)
-    _check_no_overlap(d, sr, dx, dy, dzp, dp, dh, sx, sy, szp, sp, sh, w, h, dz)
-    r = _pitched_begin(d, sr, stream, "copy_3d", w == 0 or h == 0 or dz == 0, &s)
-    if r == _NOTHING:
-        return
-    _pitched_fill(&c, d, sr, dx, dy, dp, sx, sy, sp, w, h)
-    c.srcZ, c.srcHeight = szp, sh
-    c.dstZ, c.dstHeight = dzp, dh
-    c.Depth = dz
-    _pitched_run(&c, d, sr, stream, s, r)
+    b.dx, b.dy, b.dz = [checked_size(v, "dst_pos") for v in dst_pos]
+    b.sx, b.sy, b.sz = [checked_size(v, "src_pos") for v in src_pos]
+    _pitched_copy(&c, d, sr, &b, stream, "copy_3d")
 

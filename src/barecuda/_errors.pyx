@@ -281,6 +281,18 @@ class _renamed(property):
         super().__init__(old_spelling, None, None, f"Deprecated spelling of :attr:`{new}` (goes in the next release).")
 
 
+def _enter_self(self):
+    """``with obj:`` binds obj itself. With _exit_close, the context-manager pair of every
+    object that a ``with`` block closes: ``__enter__ = _enter_self``, ``__exit__ = _exit_close``
+    in its class body."""
+    return self
+
+
+def _exit_close(self, *exc):
+    """The end of a ``with obj:`` block closes obj, however the block ended."""
+    self.close()
+
+
 cdef int warn_renamed(str old, str new) except -1:
     """See _errors.pxd."""
     # stacklevel 1: a Cython function adds no Python frame, so the caller's line is the top one

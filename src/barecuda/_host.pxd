@@ -31,6 +31,7 @@ cdef class PinnedBuffer:
     cdef bint _graph_held           # a graph held it once: the free waits for the context first
     cdef object __weakref__
 
+    cdef void _set_block(self, void *p, size_t n, CUdeviceptr dptr, unsigned int flags) noexcept
     cdef int note_async_use(self, CUstream s) except -1
     cdef int _unguarded(self, CUstream s, CUresult rc, const char *call) except -1
     cdef int _free(self) except -1

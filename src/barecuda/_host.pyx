@@ -20,7 +20,7 @@ from barecuda._device cimport Device
 from barecuda._dtype cimport np_module, resolve_dtype, normalize_shape, nbytes_of
 from barecuda._buffer cimport oom_error, checked_size
 from barecuda._stream cimport resolve_device
-from barecuda._errors import CudaWarning, _renamed
+from barecuda._errors import CudaWarning, _renamed, _enter_self, _exit_close
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -128,14 +128,19 @@ cdef class PinnedBuffer:
                 if rc != 0:
                     D.cuMemFreeHost(p)
                     check(rc, b"cuMemHostGetDevicePointer")
-        self.ptr = p
-        self.nbytes_ = n
         self.device = dev
         self.ctx = dev.ctx
-        self.dptr = dp
-        self.flags = flags
-        self._shape[0] = n
         self._strides[0] = 1
+        self._set_block(p, n, dp, flags)
+
+    cdef void _set_block(self, void *p, size_t n, CUdeviceptr dptr, unsigned int flags) noexcept:
+        """The memory this buffer is: n bytes at p (its own allocation, or a pinned pool's
+        block), mapped at dptr (0: not mapped), allocated with flags."""
+        self.ptr = p
+        self.nbytes_ = n
+        self._shape[0] = n
+        self.dptr = dptr
+        self.flags = flags
 
     def __dealloc__(self):
         if self.ptr == NULL or not bc_driver_usable(ST):
@@ -268,11 +273,8 @@ cdef class PinnedBuffer:
                 self._shape[0] = 0
                 self._closed = True
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    __enter__ = _enter_self      # `with x:` closes x at the end of the block
+    __exit__ = _exit_close
 
     @property
     def is_closed(self):
@@ -372,11 +374,7 @@ cdef PinnedBuffer pinned_from_block(void *p, size_t n, Device dev, CUdeviceptr d
                                     PinnedAllocator pool):
     """A PinnedBuffer over memory a pinned pool owns (given back to `pool` on close)."""
     cdef PinnedBuffer b = PinnedBuffer.__new__(PinnedBuffer, 0, device=dev)
-    b.ptr = p
-    b.nbytes_ = n
-    b._shape[0] = n
-    b.dptr = dptr
-    b.flags = flags
+    b._set_block(p, n, dptr, flags)
     b._pool = pool
     return b
 
@@ -422,11 +420,8 @@ cdef class HostRegistration:
             self.has_view = False
             PyBuffer_Release(&self.view)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    __enter__ = _enter_self      # `with x:` closes x at the end of the block
+    __exit__ = _exit_close
 
     @property
     def ptr(self):

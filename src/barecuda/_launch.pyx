@@ -21,11 +21,8 @@ __all__ = ["Kernel", "set_launch_releases_gil", "launch_releases_gil"]
 cimport cython
 from libc.stdint cimport uint32_t, int32_t
 from libc.string cimport memset
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.float cimport PyFloat_AS_DOUBLE
-from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
-from cpython.object cimport PyTypeObject, PyObject, Py_TYPE
+from cpython cimport (PyMem_Malloc, PyMem_Free, PyFloat_AS_DOUBLE, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM,
+                     Py_INCREF, PyTypeObject, PyObject, Py_TYPE)
 
 cdef extern from "Python.h":
     PyTypeObject PyLong_Type

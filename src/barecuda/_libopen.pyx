@@ -4,9 +4,14 @@ fills its table through cuGetProcAddress_v2 instead).
 
 Owns: trying ``_libfind``'s candidates in order, refusing a library that lacks a
 required entry point, and the wording of each refusal in ``tried`` (which ``_libfind``'s
-``describe`` turns into the "not found" message). Where to look is ``_libfind``'s.
+``describe`` turns into the "not found" message); ``OpenedLibrary``, a library opened
+once on first use, whose methods are the library modules' ``candidates``, ``load``,
+``is_available`` and ``library_path``. Where to look is ``_libfind``'s.
 """
 import os
+import threading
+
+cimport cython
 
 from barecuda._abi cimport bc_symbol_info
 from barecuda import _libfind
@@ -57,3 +62,58 @@ cdef str open_table(object spec, const bc_symbol_info *syms, size_t n, void *tab
         handle[0] = h
         return path
     raise error(_libfind.describe(spec, tried, _libfind.driver_cuda_major()), tried)
+
+
+@cython.final
+cdef class OpenedLibrary:
+    """A library ``_libfind`` finds and its table of entry points, opened on first use
+    (see _libopen.pxd)."""
+
+    cdef str open(self):
+        with self.lock:
+            if self.handle == NULL:
+                self.path = open_table(self.spec, self.syms, self.n, self.table, self.optional, self.too_old,
+                                       self.error, &self.handle)
+            return self.path
+
+    def candidates(self):
+        """The paths (or bare names) ``load`` tries, in order."""
+        return _libfind.candidates(self.spec)
+
+    def load(self):
+        """Load the library (once) and return its path.
+
+        Raises
+        ------
+        LibraryNotFoundError
+            The library's own subclass: no candidate could be opened, or none has every
+            required entry point (``tried`` says why for each).
+        """
+        return self.open()
+
+    def is_available(self):
+        """True when the library can be loaded (never raises)."""
+        try:
+            self.open()
+            return True
+        except Exception:
+            return False
+
+    def library_path(self):
+        """The library that was loaded (loads it)."""
+        return self.open()
+
+
+cdef OpenedLibrary opened_library(object spec, const bc_symbol_info *syms, size_t n, void *table, object optional,
+                                  str too_old, object error):
+    """See _libopen.pxd."""
+    cdef OpenedLibrary lib = OpenedLibrary.__new__(OpenedLibrary)
+    lib.spec = spec
+    lib.syms = syms
+    lib.n = n
+    lib.table = table
+    lib.optional = optional
+    lib.too_old = too_old
+    lib.error = error
+    lib.lock = threading.RLock()
+    return lib

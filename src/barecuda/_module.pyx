@@ -23,7 +23,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_cu
     destroy_fn, symbol_version_text
 from barecuda._device cimport Device, device_of
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import CudaWarning, make_error, _renamed
+from barecuda._errors import CudaWarning, make_error, _renamed, _enter_self, _exit_close
 from barecuda._launch import Kernel
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 
@@ -407,11 +407,8 @@ cdef class Module:
 
     closed = _renamed("Module.closed", "is_closed")   # the old spelling, for one release
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    __enter__ = _enter_self      # `with x:` closes x at the end of the block
+    __exit__ = _exit_close
 
     def __repr__(self):
         names = self.kernel_names

@@ -14,7 +14,6 @@ barecuda never calls ``cuMulticastCreate`` and never changes the user's NCCL set
 whether NCCL uses NVLink multicast is ``NCCL_NVLS_ENABLE``'s to say (docs/multi-gpu.md
 says when to turn it off).
 """
-import threading
 
 from libc.string cimport memcpy
 from libc.stdlib cimport malloc, free
@@ -22,7 +21,7 @@ from libc.stdlib cimport malloc, free
 from barecuda._dtype cimport resolve_dtype
 from libc.stdint cimport uintptr_t
 from barecuda._abi cimport CUstream, CUdeviceptr, bc_symbol_info
-from barecuda._libopen cimport open_table
+from barecuda._libopen cimport OpenedLibrary, opened_library
 from barecuda._errors cimport bc_state_t, bc_driver_usable
 from barecuda._loader cimport runtime_state, ensure_driver, set_current, forget_current
 from barecuda._device cimport Device, device_of
@@ -81,10 +80,6 @@ cdef extern from "barecuda/nccl_abi.h" nogil:
 
 cdef bc_state_t *ST = runtime_state()
 cdef bc_nccl_t NC
-cdef void *_handle = NULL
-cdef str _path = None
-_load_lock = threading.RLock()
-
 # Symbols a libnccl may lack (older than 2.13); everything else is required.
 _OPTIONAL = {"ncclGetLastError"}
 
@@ -179,39 +174,18 @@ cdef inline int _ck(int rc, str call, ncclComm_t comm) except -1:
 
 
 # ------------------------------------------------------------------ loading
-def candidates():
-    """The paths (or bare names) ``load`` tries, in order."""
-    return _libfind.candidates(_libfind.NCCL)
-
-
-def load():
-    """Load libnccl.so.2 (once) and return its path. Raises NcclNotFoundError."""
-    global _handle, _path
-    with _load_lock:
-        if _handle == NULL:
-            _path = open_table(_libfind.NCCL, bc_nccl_symbols, BC_NCCL_NSYMBOLS, &NC, _OPTIONAL,
-                               "NCCL older than 2.7?", NcclNotFoundError, &_handle)
-        return _path
-
-
-def is_available():
-    """True when libnccl.so.2 can be loaded (never raises)."""
-    try:
-        load()
-        return True
-    except Exception:
-        return False
-
-
-def library_path():
-    """The libnccl that was loaded (loads it)."""
-    return load()
+cdef OpenedLibrary _lib = opened_library(_libfind.NCCL, bc_nccl_symbols, BC_NCCL_NSYMBOLS, &NC, _OPTIONAL,
+                                         "NCCL older than 2.7?", NcclNotFoundError)
+candidates = _lib.candidates        # load(): libnccl.so.2, once; NcclNotFoundError when none will do
+load = _lib.load
+is_available = _lib.is_available
+library_path = _lib.library_path
 
 
 def version():
     """NCCL's version as ``(major, minor, patch)`` (loads it)."""
     cdef int v = 0
-    load()
+    _lib.open()
     _ck(NC.ncclGetVersion(&v), "ncclGetVersion", NULL)
     if v >= 10000:          # 2.9 and later: major*10000 + minor*100 + patch
         return (v // 10000, (v % 10000) // 100, v % 100)
@@ -229,8 +203,8 @@ cdef int _bind(Device d) except -1:
 
 
 cdef int _ready() except -1:
-    if _handle == NULL:
-        load()
+    if _lib.handle == NULL:
+        _lib.open()
     return 0
 
 

@@ -31,7 +31,7 @@ from barecuda._loader cimport driver_table, runtime_state, ensure_driver, requir
 from barecuda._device cimport Device, device_of
 from barecuda._module cimport Module
 from barecuda._launch cimport Kernel, make_kernel, invalidate_kernel
-from barecuda._errors import DriverVersionError, CudaWarning, make_error, _renamed
+from barecuda._errors import DriverVersionError, CudaWarning, make_error, _renamed, _enter_self, _exit_close
 from barecuda._signature import parse_ptx_signatures, mangled_matches, kernel_key
 from barecuda import _compile_cache, _compile_deps, _libfind
 from barecuda._compile_cache import cache_dir, cache_info, clear_cache
@@ -733,11 +733,8 @@ cdef class Library:
                     pass
         self.handle = NULL
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    __enter__ = _enter_self      # `with x:` closes x at the end of the block
+    __exit__ = _exit_close
 
     def __repr__(self):
         return f"<barecuda.Library {self.code.kind}{' closed' if self.handle == NULL else ''}>"

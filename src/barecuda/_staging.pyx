@@ -284,29 +284,27 @@ def configure_staging(*, chunk_bytes=None, chunks=None, threads=None, threshold=
     """
     cdef bc_staging_config c
     bc_staging_get_config(&c)
-    if all(v is None for v in (chunk_bytes, chunks, threads, threshold, min_piece, min_part, nt_htod, nt_dtoh,
-                               spin_us)):
+    ints = {"chunk_bytes": chunk_bytes, "chunks": chunks, "threads": threads, "threshold": threshold,
+            "min_piece": min_piece, "min_part": min_part}
+    if all(v is None for v in (*ints.values(), nt_htod, nt_dtoh, spin_us)):
         return _config_dict(&c)
-    if chunk_bytes is not None:
-        c.chunk_bytes = _setting("chunk_bytes", chunk_bytes, 1, None)
-    if chunks is not None:
-        c.chunks = _setting("chunks", chunks, 1, BC_STAGING_MAX_CHUNKS)
-    if threads is not None:
-        c.threads = _setting("threads", threads, 1, BC_STAGING_MAX_THREADS)
-    if threshold is not None:
-        c.threshold = _setting("threshold", threshold, 0, None)
-    if min_piece is not None:
-        c.min_piece = _setting("min_piece", min_piece, 1, None)
-    if min_part is not None:
-        c.min_part = _setting("min_part", min_part, 1, None)
+    cdef dict fields = c            # the C struct's fields by name (Cython converts both ways)
+    for name, lo, hi in _INT_RANGES:
+        if ints[name] is not None:
+            fields[name] = _setting(name, ints[name], lo, hi)
     if spin_us is not None:
-        c.spin_ns = <long long>(_setting("spin_us", spin_us, 0, 1_000_000) * 1000)
-    if nt_htod is not None:
-        c.nt_htod = 1 if (nt_htod and BC_STAGING_HAVE_NT) else 0
-    if nt_dtoh is not None:
-        c.nt_dtoh = 1 if (nt_dtoh and BC_STAGING_HAVE_NT) else 0
+        fields["spin_ns"] = <long long>(_setting("spin_us", spin_us, 0, 1_000_000) * 1000)
+    for name, on in (("nt_htod", nt_htod), ("nt_dtoh", nt_dtoh)):
+        if on is not None:
+            fields[name] = 1 if (on and BC_STAGING_HAVE_NT) else 0
+    c = fields
     bc_staging_set_config(&c)
     return _config_dict(&c)
+
+
+# configure_staging's integer settings: (name, lowest, highest or None for no bound)
+_INT_RANGES = (("chunk_bytes", 1, None), ("chunks", 1, BC_STAGING_MAX_CHUNKS), ("threads", 1, BC_STAGING_MAX_THREADS),
+               ("threshold", 0, None), ("min_piece", 1, None), ("min_part", 1, None))
 
 
 def _setting(name, value, lo, hi):

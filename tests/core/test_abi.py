@@ -174,8 +174,9 @@ def test_pxd_driver_table_matches_the_header():
 
 
 def test_pxd_driver_table_is_generated_from_the_header():
-    """_abi.pxd's bc_driver_t is what tools/gen_abi.py writes from BC_DRIVER_SYMBOLS
-    (names, order and parameter lists: the table is written once, in the header)."""
+    """_abi.pxd's bc_driver_t, and _nvrtc.pyx's bc_nvrtc_t and bc_nvjitlink_t, are what
+    tools/gen_abi.py writes from BC_DRIVER_SYMBOLS, BC_NVRTC_SYMBOLS and BC_NVJITLINK_SYMBOLS
+    (names, order and parameter lists: each table is written once, in its header)."""
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tools", "gen_abi.py"), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

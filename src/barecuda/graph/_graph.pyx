@@ -24,9 +24,7 @@ __all__ = ["Graph", "ConditionalNode", "ConditionalHandle"]
 cimport cython
 from libc.string cimport memcpy, memset
 from libc.stdint cimport uintptr_t
-from cpython.mem cimport PyMem_Malloc, PyMem_Free
-from cpython.ref cimport PyObject
-from cpython.list cimport PyList_GET_SIZE
+from cpython cimport PyMem_Malloc, PyMem_Free, PyObject, PyList_GET_SIZE
 
 import os
 import weakref

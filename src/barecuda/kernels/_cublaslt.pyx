@@ -21,7 +21,7 @@ cimport cython
 from libc.stdint cimport uint64_t, int64_t, int32_t, uintptr_t
 
 from barecuda._abi cimport CUstream, bc_symbol_info
-from barecuda._libopen cimport open_table
+from barecuda._libopen cimport OpenedLibrary, opened_library
 from barecuda._loader cimport forget_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport stream_handle
@@ -86,9 +86,7 @@ cdef extern from "barecuda/cublaslt_abi.h" nogil:
     const bc_symbol_info bc_cublaslt_symbols[]
 
 cdef bc_cublaslt_t LT
-cdef void *_handle = NULL
-cdef str _path = None
-_load_lock = threading.RLock()
+_load_lock = threading.RLock()   # _handles
 _handles = {}                # device ordinal -> cublasLtHandle_t (as int), never destroyed
 
 # cuBLASLt's own recommendation for Hopper and newer; the heuristic is told this much.
@@ -129,38 +127,17 @@ cdef int _ck(cublasStatus_t st, str call) except -1:
     raise CublasLtError(st, call)
 
 
-def candidates():
-    """The paths (or bare names) ``load`` tries, in order."""
-    return _libfind.candidates(_libfind.CUBLASLT)
-
-
-def load():
-    """Load libcublasLt (once) and return its path. Raises CublasLtNotFoundError."""
-    global _handle, _path
-    with _load_lock:
-        if _handle == NULL:
-            _path = open_table(_libfind.CUBLASLT, bc_cublaslt_symbols, BC_CUBLASLT_NSYMBOLS, &LT, (), None,
-                               CublasLtNotFoundError, &_handle)
-        return _path
-
-
-def is_available():
-    """True when libcublasLt can be loaded (never raises)."""
-    try:
-        load()
-        return True
-    except Exception:
-        return False
-
-
-def library_path():
-    """The libcublasLt that was loaded (loads it)."""
-    return load()
+cdef OpenedLibrary _lib = opened_library(_libfind.CUBLASLT, bc_cublaslt_symbols, BC_CUBLASLT_NSYMBOLS, &LT, (), None,
+                                         CublasLtNotFoundError)
+candidates = _lib.candidates        # load(): libcublasLt, once; CublasLtNotFoundError when none will do
+load = _lib.load
+is_available = _lib.is_available
+library_path = _lib.library_path
 
 
 def version():
     """cuBLASLt's version number, e.g. 130100 for 13.1.0 (loads it)."""
-    load()
+    _lib.open()
     return LT.cublasLtGetVersion()
 
 
@@ -170,7 +147,7 @@ cdef cublasLtHandle_t _device_handle(Device d) except NULL:
     cached = _handles.get(d.ordinal)
     if cached is not None:
         return <cublasLtHandle_t><uintptr_t>cached
-    load()
+    _lib.open()
     with _load_lock:
         cached = _handles.get(d.ordinal)
         if cached is not None:
@@ -294,7 +271,7 @@ cdef class Matmul:
         self.run_c(<const void *>a, <const void *>b, <void *>c, alpha, beta, <void *>workspace, workspace_bytes, s)
 
     def __dealloc__(self):
-        if _handle == NULL:
+        if _lib.handle == NULL:
             return
         if self.la != NULL:
             LT.cublasLtMatrixLayoutDestroy(self.la)

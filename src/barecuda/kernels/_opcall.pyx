@@ -14,7 +14,8 @@ hundred ns on top of the raw launch) from the record's pre-packed parameter bloc
 release the GIL).
 
 The signature (what every check of a family module reads; anything else is not
-cached and takes the Python path every time):
+cached and takes the Python path every time; read and compared by ``_opkey``, inline
+from its ``.pxd`` on the hit path):
 - each array argument (a DeviceBuffer, or a tensor whose type publishes DLPack's C
   exchange API, e.g. ``torch.Tensor`` from PyTorch 2.10): its exact type, dtype,
   shape, strides, device, read-only flag and the low 4 bits of its address (every
@@ -48,29 +49,22 @@ import sys
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
 from cpython.long cimport PyLong_FromUnsignedLongLong
-from cpython.exc cimport PyErr_Clear
 from cpython.weakref cimport PyWeakref_NewRef, PyWeakref_GetObject
-from libc.stdint cimport uint64_t, int64_t, uintptr_t
+from libc.stdint cimport uint64_t, int64_t
 from libc.string cimport memset, memcpy
 
-from barecuda._abi cimport CUstream
-from barecuda._buffer cimport note_use
+from barecuda._abi cimport CUstream, CUdeviceptr, bc_driver_t
+from barecuda._loader cimport driver_table
+from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED, note_use
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._pack cimport bc_launch_rec, bc_store_int, BC_SMALL_ARGBYTES, BC_SMALL_NPARAMS
-from barecuda._launch cimport check_dims, pack_slot, issue, capture_hook_slot, releases_gil_slot
-from barecuda._signature cimport bc_kind_is_pointer
+from barecuda._signature cimport bc_kind_is_pointer, BC_K_F32
+from barecuda._launch cimport Kernel, check_dims, pack_slot, issue, capture_hook_slot, releases_gil_slot
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
-from barecuda._abi cimport CUdeviceptr
-
-from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED
-from barecuda._launch cimport Kernel
-from barecuda._abi cimport bc_driver_t
-from barecuda._loader cimport driver_table
-from barecuda._signature cimport BC_K_F32
-from barecuda._dlpack cimport DLTensor, bc_dlpack_exchange_api, BC_DLPACK_EXCHANGE_CAPSULE, kDLCUDA
+from barecuda.kernels._opkey cimport (pfact, pkey, P_NONE, P_BUF, P_DLX, P_VAL, P_NOKEY, read_arg, read_call,
+                                      keys_match, make_keys)
 
 from barecuda._buffer import empty as _empty
 
@@ -78,73 +72,28 @@ __all__ = ["Op", "op", "stats", "clear", "set_direct"]
 
 cdef extern from "Python.h":
     ctypedef PyObject *(*vectorcallfunc)(PyObject *, PyObject *const *, size_t, PyObject *)
-    PyTypeObject *Py_TYPE(PyObject *o)
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     object PyObject_Vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
     object PyVectorcall_Call(object callable, object tuple, object dict)
     unsigned long Py_TPFLAGS_HAVE_VECTORCALL
-    int PyCapsule_IsValid(object o, const char *name)
-    void *PyCapsule_GetPointer(object o, const char *name) except? NULL
     ctypedef struct _TypeSlots "PyTypeObject":
         Py_ssize_t tp_vectorcall_offset
         unsigned long tp_flags
     void PyType_Modified(PyTypeObject *t)
-    int PyObject_RichCompareBool(object a, object b, int op) except -1
-    int Py_EQ
-    bint PyFloat_CheckExact(object o)
-    double PyFloat_AS_DOUBLE(object o)
     bint PyLong_CheckExact(object o)
-    bint PyUnicode_CheckExact(object o)
-    bint PyBool_Check(object o)
 
-DEF MAXP = 16       # parameters of an op
-DEF MAXE = 8        # records per op
-DEF MAXA = 40       # launch arguments
-DEF MAXD = 8        # dimensions of a keyed tensor
-DEF NTYPES = 4      # tensor classes with the C exchange API remembered
+cdef enum:
+    MAXP = 16       # parameters of an op
+    MAXE = 8        # records per op
+    MAXA = 40       # launch arguments
 
 cdef bc_driver_t *D = driver_table()
-
-cdef enum:          # parameter kinds
-    P_NONE = 0      # None
-    P_BUF = 1       # DeviceBuffer (open)
-    P_DLX = 2       # tensor read through DLPack's C exchange API
-    P_VAL = 3       # exact bool / int / float / str, keyed by value
-    P_NOKEY = 4     # anything else: the call is not keyed (Python path)
 
 cdef enum:          # launch-argument and result sources
     A_CONST = 0     # the recorded object
     A_PARAM = 1     # the caller's array argument
     A_ADDR = 2      # the caller's array argument's address + offset (an int)
     A_ALLOC = 3     # a new output
-
-
-ctypedef struct pfact:       # one argument as read from a call (borrowed pointers)
-    int kind
-    PyObject *obj
-    uint64_t addr
-    uint64_t span            # bytes from addr the array covers (derived-pointer mapping)
-    int same_obj             # first earlier array argument that is the same object, else -1
-    int same_addr            # first earlier array argument at the same address, else -1
-    DLTensor dl              # P_DLX
-
-
-ctypedef struct pkey:        # one argument as recorded (references held by the record's `keep`)
-    int kind
-    PyObject *type
-    PyObject *dtype          # P_BUF: the buffer's dtype object; P_VAL: the value
-    PyObject *shape
-    PyObject *strides
-    int device
-    int low                  # address & 15
-    int readonly
-    int same_obj
-    int same_addr
-    int ndim                 # P_DLX
-    int dtcode
-    int64_t dims[MAXD]
-    int64_t strd[MAXD]
-    int has_strides
 
 
 @cython.final
@@ -171,225 +120,6 @@ cdef class _Record:
     cdef unsigned int dgrid[3]
     cdef unsigned int dblock[3]
     cdef unsigned int dsmem
-
-
-# ------------------------------------------------------------------ tensor classes
-cdef PyObject *_dlx_types[NTYPES]
-cdef const bc_dlpack_exchange_api *_dlx_apis[NTYPES]
-cdef int _ndlx = 0
-cdef list _dlx_keep = []
-
-
-cdef const bc_dlpack_exchange_api *_dlx_api(PyObject *t) noexcept:
-    """The C exchange API of tensor class t, or NULL: the class publishes it itself, or is
-    torch.Tensor (a subclass such as Parameter is not keyed: its own rules, e.g.
-    requires_grad, are the Python path's to apply)."""
-    global _ndlx
-    cdef int i
-    for i in range(_ndlx):
-        if _dlx_types[i] == t:
-            return _dlx_apis[i]
-    if _ndlx >= NTYPES:
-        return NULL
-    try:
-        return _dlx_api_new(t)
-    except BaseException:
-        PyErr_Clear()
-        return NULL
-
-
-cdef const bc_dlpack_exchange_api *_dlx_api_new(PyObject *t) except? NULL:
-    global _ndlx
-    cdef const bc_dlpack_exchange_api *api
-    tp = <object>t
-    own = "__dlpack_c_exchange_api__" in tp.__dict__
-    if not own and (getattr(tp, "__module__", None), getattr(tp, "__qualname__", None)) != ("torch", "Tensor"):
-        return NULL
-    cap = getattr(tp, "__dlpack_c_exchange_api__", None)
-    if cap is None or not PyCapsule_IsValid(cap, BC_DLPACK_EXCHANGE_CAPSULE):
-        return NULL
-    api = <const bc_dlpack_exchange_api *>PyCapsule_GetPointer(cap, BC_DLPACK_EXCHANGE_CAPSULE)
-    if api.version.major != 1 or api.dltensor_from_py_object_no_sync == NULL:
-        return NULL
-    _dlx_keep.append((<object>t, cap))
-    _dlx_types[_ndlx] = t
-    _dlx_apis[_ndlx] = api
-    _ndlx += 1
-    return api
-
-
-cdef PyObject *_last_nodlx = NULL     # the last class seen without the API (skips the look-up)
-
-
-# ------------------------------------------------------------------ reading a call
-cdef inline int _read(PyObject *o, pfact *f) noexcept:
-    """Fill f for argument o; returns its kind (P_NOKEY for what cannot be keyed). The
-    common kinds inline (exact type pointers, no reference traffic); tensors out of line."""
-    cdef PyObject *t = <PyObject *>Py_TYPE(o)
-    f.obj = o
-    f.addr = 0
-    f.span = 0
-    if t == <PyObject *>DeviceBuffer:
-        if (<DeviceBuffer>o)._kind == KIND_CLOSED or (<DeviceBuffer>o).ptr == 0:
-            f.kind = P_NOKEY
-        else:
-            f.kind = P_BUF
-            f.addr = (<DeviceBuffer>o).ptr
-            f.span = (<DeviceBuffer>o).nbytes
-        return f.kind
-    if o == <PyObject *>None:
-        f.kind = P_NONE
-    elif t == <PyObject *>float or t == <PyObject *>int or t == <PyObject *>bool or t == <PyObject *>str:
-        f.kind = P_VAL
-    else:
-        f.kind = _read_tensor(o, t, f)
-    return f.kind
-
-
-cdef int _read_tensor(PyObject *o, PyObject *t, pfact *f) noexcept:
-    """_read of anything but a DeviceBuffer, None or a keyed value: a tensor of a class
-    publishing DLPack's C exchange API (P_DLX), else P_NOKEY."""
-    global _last_nodlx
-    cdef const bc_dlpack_exchange_api *api
-    cdef int i
-    cdef int64_t n, last
-    if t == _last_nodlx:
-        return P_NOKEY
-    api = _dlx_api(t)
-    if api == NULL:
-        _last_nodlx = t
-        return P_NOKEY
-    if api.dltensor_from_py_object_no_sync(<void *>o, &f.dl) != 0:
-        PyErr_Clear()
-        return P_NOKEY
-    if f.dl.device.device_type != kDLCUDA or f.dl.ndim > MAXD or f.dl.ndim < 0:
-        return P_NOKEY
-    f.kind = P_DLX
-    f.addr = <uint64_t><uintptr_t>f.dl.data + f.dl.byte_offset
-    last = 0
-    for i in range(f.dl.ndim):
-        n = f.dl.shape[i]
-        if n <= 0:
-            last = -1
-            break
-        if f.dl.strides != NULL:
-            if f.dl.strides[i] < 0:
-                last = -1
-                break
-            last += (n - 1) * f.dl.strides[i]
-        else:
-            last = last * n + (n - 1) if i else n - 1
-    f.span = 0 if last < 0 else <uint64_t>(last + 1) * ((f.dl.dtype.bits * f.dl.dtype.lanes + 7) // 8)
-    return P_DLX
-
-
-cdef inline int _dlx_code(const DLTensor *d) noexcept:
-    return (d.dtype.code << 24) | (d.dtype.bits << 16) | d.dtype.lanes
-
-
-cdef int _read_all(Op self, PyObject **vals, pfact *f) noexcept:
-    """Read every argument; the alias patterns; 0, or -1 when the call cannot be keyed."""
-    cdef int i, j
-    for i in range(self.nparams):
-        if i == self.stream_at:             # passed on to Kernel.launch, which checks it; no check reads it
-            f[i].kind = P_NONE
-            f[i].obj = vals[i]
-            f[i].addr = 0
-        elif _read(vals[i], &f[i]) == P_NOKEY:
-            return -1
-        f[i].same_obj = -1
-        f[i].same_addr = -1
-        if f[i].kind == P_BUF or f[i].kind == P_DLX:
-            for j in range(i):
-                if f[j].kind == P_BUF or f[j].kind == P_DLX:
-                    if f[i].same_obj < 0 and f[j].obj == f[i].obj:
-                        f[i].same_obj = j
-                    if f[i].same_addr < 0 and f[j].addr == f[i].addr:
-                        f[i].same_addr = j
-    return 0
-
-
-cdef inline bint _eq(PyObject *a, PyObject *b) noexcept:
-    """Two shape/stride tuples (or None) equal; a and b are exact tuples or None."""
-    cdef Py_ssize_t i, n
-    cdef PyObject *x
-    cdef PyObject *y
-    if a == b:
-        return True
-    if a == <PyObject *>None or b == <PyObject *>None:
-        return False
-    n = PyTuple_GET_SIZE(<object>a)
-    if n != PyTuple_GET_SIZE(<object>b):
-        return False
-    for i in range(n):
-        x = PyTuple_GET_ITEM(<object>a, i)
-        y = PyTuple_GET_ITEM(<object>b, i)
-        if x != y and not _int_eq(x, y):
-            return False
-    return True
-
-
-cdef bint _int_eq(PyObject *x, PyObject *y) noexcept:
-    if not (PyLong_CheckExact(<object>x) and PyLong_CheckExact(<object>y)):
-        return False
-    try:
-        return PyObject_RichCompareBool(<object>x, <object>y, Py_EQ) == 1
-    except BaseException:
-        return False
-
-
-cdef bint _val_eq(PyObject *a, PyObject *b) noexcept:
-    """Two keyed values (exact bool/int/float/str) are the same value of the same type."""
-    if a == b:
-        return True
-    if Py_TYPE(a) != Py_TYPE(b):
-        return False
-    if PyFloat_CheckExact(<object>a):
-        return PyFloat_AS_DOUBLE(<object>a) == PyFloat_AS_DOUBLE(<object>b)
-    try:
-        return PyObject_RichCompareBool(<object>a, <object>b, Py_EQ) == 1
-    except BaseException:
-        return False
-
-
-cdef inline bint _same_dtype(PyObject *a, PyObject *b) noexcept:
-    """A buffer's dtype key against a recorded one: the same object, or equal names."""
-    return a == b or (PyUnicode_CheckExact(<object>a) and _val_eq(a, b))
-
-
-cdef bint _match(_Record r, Op self, const pfact *f) noexcept:
-    cdef int i, d
-    cdef const pkey *k
-    cdef DeviceBuffer b
-    for i in range(self.nparams):
-        k = &r.keys[i]
-        if k.kind != f[i].kind:
-            return False
-        if k.kind == P_NONE:
-            continue
-        if k.kind == P_VAL:
-            if not _val_eq(k.dtype, f[i].obj):
-                return False
-            continue
-        if k.same_obj != f[i].same_obj or k.same_addr != f[i].same_addr or k.low != <int>(f[i].addr & 15):
-            return False
-        if k.kind == P_BUF:
-            b = <DeviceBuffer>f[i].obj
-            if (not _same_dtype(<PyObject *>b._dtype, k.dtype) or b.device.ordinal != k.device
-                    or b._readonly != k.readonly
-                    or not _eq(<PyObject *>b._shape, k.shape) or not _eq(<PyObject *>b._strides, k.strides)):
-                return False
-            continue
-        # P_DLX
-        if (<PyObject *>Py_TYPE(<PyObject *>f[i].obj) != k.type or f[i].dl.ndim != k.ndim or _dlx_code(&f[i].dl) != k.dtcode
-                or f[i].dl.device.device_id != k.device or (f[i].dl.strides != NULL) != k.has_strides):
-            return False
-        for d in range(k.ndim):
-            if f[i].dl.shape[d] != k.dims[d]:
-                return False
-            if k.has_strides and f[i].dl.strides[d] != k.strd[d]:
-                return False
-    return True
 
 
 # ------------------------------------------------------------------ the op object
@@ -513,12 +243,12 @@ cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject 
             if self.defaults[i] == NULL:
                 return _slow(self, argv, nargsf, kwnames, NULL, NULL)
             vals[i] = self.defaults[i]
-    keyed = _read_all(self, vals, f) == 0
+    keyed = read_call(vals, self.nparams, self.stream_at, f) == 0
     if keyed:
         with cython.critical_section(self):
             for i in range(len(self.records)):
                 r = <_Record>self.records[i]
-                if _match(r, self, f):
+                if keys_match(r.keys, self.nparams, f):
                     if i:
                         del self.records[i]
                         self.records.insert(0, r)
@@ -717,7 +447,7 @@ cdef object _own(object x, tuple vals):
             return x
     b = <DeviceBuffer>x
     for v in vals:                # a view of a tensor argument: the first tensor argument there
-        if type(v) is not DeviceBuffer and _read(<PyObject *>v, &g) == P_DLX and g.addr == b.ptr:
+        if type(v) is not DeviceBuffer and read_arg(<PyObject *>v, &g) == P_DLX and g.addr == b.ptr:
             return v
     return x
 
@@ -728,45 +458,14 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
     arguments unambiguously."""
     cdef _Record r = _Record.__new__(_Record)
     cdef Py_ssize_t i, n
-    cdef int j, src, ref
+    cdef int src, ref
     cdef int64_t off
-    cdef pkey *kk
-    cdef DeviceBuffer b
     n = len(args)
     if n > MAXA:
         return None
     r.keep = []
-    memset(r.keys, 0, sizeof(r.keys))
-    for j in range(self.nparams):
-        kk = &r.keys[j]
-        kk.kind = f[j].kind
-        kk.same_obj = f[j].same_obj
-        kk.same_addr = f[j].same_addr
-        kk.low = <int>(f[j].addr & 15)
-        kk.type = <PyObject *>Py_TYPE(<PyObject *>f[j].obj)
-        r.keep.append(<object>kk.type)
-        if kk.kind == P_VAL:
-            kk.dtype = f[j].obj
-            r.keep.append(<object>f[j].obj)
-        elif kk.kind == P_BUF:
-            b = <DeviceBuffer>f[j].obj
-            if (b._shape is not None and type(b._shape) is not tuple) or \
-                    (b._strides is not None and type(b._strides) is not tuple):
-                return None
-            kk.dtype = <PyObject *>b._dtype
-            kk.shape = <PyObject *>b._shape
-            kk.strides = <PyObject *>b._strides
-            kk.device = b.device.ordinal
-            kk.readonly = b._readonly
-            r.keep.extend((b._dtype, b._shape, b._strides))
-        elif kk.kind == P_DLX:
-            kk.ndim = f[j].dl.ndim
-            kk.dtcode = _dlx_code(&f[j].dl)
-            kk.device = f[j].dl.device.device_id
-            kk.has_strides = f[j].dl.strides != NULL
-            for i in range(kk.ndim):
-                kk.dims[i] = f[j].dl.shape[i]
-                kk.strd[i] = f[j].dl.strides[i] if kk.has_strides else 0
+    if make_keys(f, self.nparams, r.keys, r.keep):
+        return None
     # the outputs this call allocated: result items that are none of the arguments
     items = list(res) if type(res) is tuple else [res]
     if not 1 <= len(items) <= 2:

@@ -1,0 +1,204 @@
+"""The key of an op call (see _opkey.pyx): one argument as read from a call (`pfact`), as
+recorded (`pkey`), and the readers and the comparison the op's hit path runs. Those are
+inline here, so that `_opcall`'s hit reads and matches a call without a call across
+modules; `_opkey` itself owns the tensor reader (it keeps the cache of tensor classes)
+and the making of keys (a miss)."""
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.tuple cimport PyTuple_GET_SIZE, PyTuple_GET_ITEM
+from libc.stdint cimport uint64_t, int64_t
+
+from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED
+from barecuda._dlpack cimport DLTensor
+
+cdef extern from "Python.h":
+    PyTypeObject *Py_TYPE(PyObject *o)
+    int PyObject_RichCompareBool(object a, object b, int op) except -1
+    int Py_EQ
+    bint PyFloat_CheckExact(object o)
+    double PyFloat_AS_DOUBLE(object o)
+    bint PyLong_CheckExact(object o)
+    bint PyUnicode_CheckExact(object o)
+
+cdef enum:
+    MAXD = 8        # dimensions of a keyed tensor
+
+cdef enum:          # parameter kinds
+    P_NONE = 0      # None
+    P_BUF = 1       # DeviceBuffer (open)
+    P_DLX = 2       # tensor read through DLPack's C exchange API
+    P_VAL = 3       # exact bool / int / float / str, keyed by value
+    P_NOKEY = 4     # anything else: the call is not keyed (Python path)
+
+
+ctypedef struct pfact:       # one argument as read from a call (borrowed pointers)
+    int kind
+    PyObject *obj
+    uint64_t addr
+    uint64_t span            # bytes from addr the array covers (derived-pointer mapping)
+    int same_obj             # first earlier array argument that is the same object, else -1
+    int same_addr            # first earlier array argument at the same address, else -1
+    DLTensor dl              # P_DLX
+
+
+ctypedef struct pkey:        # one argument as recorded (references held by the record's `keep`)
+    int kind
+    PyObject *type
+    PyObject *dtype          # P_BUF: the buffer's dtype object; P_VAL: the value
+    PyObject *shape
+    PyObject *strides
+    int device
+    int low                  # address & 15
+    int readonly
+    int same_obj
+    int same_addr
+    int ndim                 # P_DLX
+    int dtcode
+    int64_t dims[MAXD]
+    int64_t strd[MAXD]
+    int has_strides
+
+
+# _read_arg of anything but a DeviceBuffer, None or a keyed value: a tensor of a class
+# publishing DLPack's C exchange API (P_DLX), else P_NOKEY. t is o's type.
+cdef int read_tensor(PyObject *o, PyObject *t, pfact *f) noexcept
+
+# The keys of the n arguments read into f, into keys[0..n) (the objects they point to
+# appended to keep, which the record holds); 1 when an argument cannot be recorded.
+cdef int make_keys(const pfact *f, int n, pkey *keys, list keep) except -1
+
+
+cdef inline int read_arg(PyObject *o, pfact *f) noexcept:
+    """Fill f for argument o; returns its kind (P_NOKEY for what cannot be keyed). The
+    common kinds inline (exact type pointers, no reference traffic); tensors out of line."""
+    cdef PyObject *t = <PyObject *>Py_TYPE(o)
+    f.obj = o
+    f.addr = 0
+    f.span = 0
+    if t == <PyObject *>DeviceBuffer:
+        if (<DeviceBuffer>o)._kind == KIND_CLOSED or (<DeviceBuffer>o).ptr == 0:
+            f.kind = P_NOKEY
+        else:
+            f.kind = P_BUF
+            f.addr = (<DeviceBuffer>o).ptr
+            f.span = (<DeviceBuffer>o).nbytes
+        return f.kind
+    if o == <PyObject *>None:
+        f.kind = P_NONE
+    elif t == <PyObject *>float or t == <PyObject *>int or t == <PyObject *>bool or t == <PyObject *>str:
+        f.kind = P_VAL
+    else:
+        f.kind = read_tensor(o, t, f)
+    return f.kind
+
+
+cdef inline int read_call(PyObject **vals, int n, int stream_at, pfact *f) noexcept:
+    """Read the n arguments vals (argument stream_at is the stream: not keyed) and their
+    alias patterns into f; 0, or -1 when the call cannot be keyed."""
+    cdef int i, j
+    for i in range(n):
+        if i == stream_at:                  # passed on to Kernel.launch, which checks it; no check reads it
+            f[i].kind = P_NONE
+            f[i].obj = vals[i]
+            f[i].addr = 0
+        elif read_arg(vals[i], &f[i]) == P_NOKEY:
+            return -1
+        f[i].same_obj = -1
+        f[i].same_addr = -1
+        if f[i].kind == P_BUF or f[i].kind == P_DLX:
+            for j in range(i):
+                if f[j].kind == P_BUF or f[j].kind == P_DLX:
+                    if f[i].same_obj < 0 and f[j].obj == f[i].obj:
+                        f[i].same_obj = j
+                    if f[i].same_addr < 0 and f[j].addr == f[i].addr:
+                        f[i].same_addr = j
+    return 0
+
+
+cdef inline int dlx_code(const DLTensor *d) noexcept:
+    return (d.dtype.code << 24) | (d.dtype.bits << 16) | d.dtype.lanes
+
+
+cdef inline bint _int_eq(PyObject *x, PyObject *y) noexcept:
+    if not (PyLong_CheckExact(<object>x) and PyLong_CheckExact(<object>y)):
+        return False
+    try:
+        return PyObject_RichCompareBool(<object>x, <object>y, Py_EQ) == 1
+    except BaseException:
+        return False
+
+
+cdef inline bint _tuples_eq(PyObject *a, PyObject *b) noexcept:
+    """Two shape/stride tuples (or None) equal; a and b are exact tuples or None."""
+    cdef Py_ssize_t i, n
+    cdef PyObject *x
+    cdef PyObject *y
+    if a == b:
+        return True
+    if a == <PyObject *>None or b == <PyObject *>None:
+        return False
+    n = PyTuple_GET_SIZE(<object>a)
+    if n != PyTuple_GET_SIZE(<object>b):
+        return False
+    for i in range(n):
+        x = PyTuple_GET_ITEM(<object>a, i)
+        y = PyTuple_GET_ITEM(<object>b, i)
+        if x != y and not _int_eq(x, y):
+            return False
+    return True
+
+
+cdef inline bint _val_eq(PyObject *a, PyObject *b) noexcept:
+    """Two keyed values (exact bool/int/float/str) are the same value of the same type."""
+    if a == b:
+        return True
+    if Py_TYPE(a) != Py_TYPE(b):
+        return False
+    if PyFloat_CheckExact(<object>a):
+        return PyFloat_AS_DOUBLE(<object>a) == PyFloat_AS_DOUBLE(<object>b)
+    try:
+        return PyObject_RichCompareBool(<object>a, <object>b, Py_EQ) == 1
+    except BaseException:
+        return False
+
+
+cdef inline bint _same_dtype(PyObject *a, PyObject *b) noexcept:
+    """A buffer's dtype key against a recorded one: the same object, or equal names."""
+    return a == b or (PyUnicode_CheckExact(<object>a) and _val_eq(a, b))
+
+
+cdef inline bint keys_match(const pkey *keys, int n, const pfact *f) noexcept:
+    """The n arguments read into f are what keys[0..n) recorded."""
+    cdef int i, d
+    cdef const pkey *k
+    cdef DeviceBuffer b
+    for i in range(n):
+        k = &keys[i]
+        if k.kind != f[i].kind:
+            return False
+        if k.kind == P_NONE:
+            continue
+        if k.kind == P_VAL:
+            if not _val_eq(k.dtype, f[i].obj):
+                return False
+            continue
+        if k.same_obj != f[i].same_obj or k.same_addr != f[i].same_addr or k.low != <int>(f[i].addr & 15):
+            return False
+        if k.kind == P_BUF:
+            b = <DeviceBuffer>f[i].obj
+            if (not _same_dtype(<PyObject *>b._dtype, k.dtype) or b.device.ordinal != k.device
+                    or b._readonly != k.readonly
+                    or not _tuples_eq(<PyObject *>b._shape, k.shape)
+                    or not _tuples_eq(<PyObject *>b._strides, k.strides)):
+                return False
+            continue
+        # P_DLX
+        if (<PyObject *>Py_TYPE(<PyObject *>f[i].obj) != k.type or f[i].dl.ndim != k.ndim
+                or dlx_code(&f[i].dl) != k.dtcode
+                or f[i].dl.device.device_id != k.device or (f[i].dl.strides != NULL) != k.has_strides):
+            return False
+        for d in range(k.ndim):
+            if f[i].dl.shape[d] != k.dims[d]:
+                return False
+            if k.has_strides and f[i].dl.strides[d] != k.strd[d]:
+                return False
+    return True
