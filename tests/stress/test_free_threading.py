@@ -182,7 +182,7 @@ def test_set_arg_and_close_from_eight_threads(fake, ptx):
 
     errors = _run(work)
     assert not errors, errors[:5]
-    assert all(b.closed for b in bufs)
+    assert all(b.is_closed for b in bufs)
     del plan
     assert live_mem_after_gc(fake) == before
 
