@@ -90,7 +90,7 @@ HOST_MAIN = r"""
 #include "dequant_direct.cuh"
 #include <cstdio>
 #include <vector>
-static int g_parts = 0;                 // 0: unit() decoders, 1: part() decoders, 2: dequant_direct.cuh's dq_part()
+static int g_parts = 0;                 // 0: unit(), 1: part(), 2: dequant_direct.cuh's dq_part(), 3: its DqRaw
 template <int F> static void run(const u8* q, long nblocks, float* y) {
     using Q = BcQ<F>;
     for (long b = 0; b < nblocks; ++b) {
@@ -98,7 +98,10 @@ template <int F> static void run(const u8* q, long nblocks, float* y) {
             for (int p = 0; p < Q::QK / 8; ++p) {
                 float v[8], a, c;
                 if (g_parts == 2) dq_part<F>(q + b * Q::BYTES, p, v, a, c);
-                else Q::part(q + b * Q::BYTES, p, v, a, c);
+                else if (g_parts == 3) {
+                    if constexpr (F != BC_Q4_K) { DqRaw<F> r; r.load(q + b * Q::BYTES, p); r.decode(p, v, a, c); }
+                    else Q::part(q + b * Q::BYTES, p, v, a, c);
+                } else Q::part(q + b * Q::BYTES, p, v, a, c);
                 for (int i = 0; i < 8; ++i) y[b * Q::QK + p * 8 + i] = std::fma(a, v[i], c);
             }
             continue;
@@ -110,9 +113,9 @@ template <int F> static void run(const u8* q, long nblocks, float* y) {
         }
     }
 }
-int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part|direct
+int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part|direct|raw
     const int f = atoi(argv[1]);
-    g_parts = argc > 5 && argv[5][0] == 'p' ? 1 : argc > 5 && argv[5][0] == 'd' ? 2 : 0;
+    g_parts = argc > 5 && argv[5][0] == 'p' ? 1 : argc > 5 && argv[5][0] == 'd' ? 2 : argc > 5 && argv[5][0] == 'r' ? 3 : 0;
     const long n = atol(argv[3]);
     std::vector<u8> buf(n + 64);            // 16-byte aligned start (new[]), padded for the funnel reads
     FILE* fi = fopen(argv[2], "rb");
@@ -157,7 +160,7 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
         raw = random_blocks(rng, fmt, qk * 37)
         (tmp_path / "in.bin").write_bytes(raw.tobytes())
         ref = reference(raw, fmt, (raw.size // nb * qk,))
-        for mode in ("unit", "part", "direct"):
+        for mode in ("unit", "part", "direct", "raw"):
             subprocess.run([str(exe), str(t), str(tmp_path / "in.bin"), str(raw.size), str(tmp_path / "out.bin"), mode],
                            check=True)
             got = np.fromfile(tmp_path / "out.bin", dtype=np.float32).astype(np.float64)
@@ -334,7 +337,7 @@ def test_dequantize_direct_grid_stride(fmt, grid, u):
     view = big[16 * 3: 16 * 3 + raw.size]
     view.copy_from(raw)
     out = bc.empty(shape, "float32")
-    defs = (("DQ_DIRECT_ALL", 1), ("DQ_U", u))
+    defs = (("DQ_DIRECT_ALL", 1), ("DQ_U", u)) + ((("DQ_RAW", 1),) if u == 4 else ())
     _registry.get("dequant.cu", f"dequant_{fmt}_f32", defs).launch(grid, 128, view, out, raw.size // nb)
     assert np.abs(from_dev(out, "float32") - reference(raw, fmt, shape)).max() < 1e-4
 

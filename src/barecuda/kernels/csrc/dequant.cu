@@ -155,6 +155,9 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
 #ifndef DQ_U
 #define DQ_U 4
 #endif
+#ifndef DQ_RAW
+#define DQ_RAW 0        // 1: load every part's raw words first, decode each after (fewer registers; not measured)
+#endif
 template <int F> struct DqDirect {
     static constexpr bool value = DQ_DIRECT_ALL == 1 || (DQ_DIRECT_ALL == 2 && (F == BC_Q8_0 || F == BC_Q4_1));
 };
@@ -164,6 +167,31 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
     constexpr int P = Q::QK / 8, U = DQ_U, T = 32 * DQ_WARPS;
     const long long nparts = nblocks * P;
     for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
+#if DQ_RAW
+        // the U parts' raw words loaded first, each decoded and stored after (dequant_direct.cuh)
+        DqRaw<F> r[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nparts) r[j].load(qb + (i / P) * Q::BYTES, (int)(i % P));
+        }
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i >= nparts) break;
+            float q[8], a, c;
+            r[j].decode((int)(i % P), q, a, c);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) q[e] = fmaf(a, q[e], c);
+            OT* yp = y + i * 8;
+#pragma unroll
+            for (int e = 0; e < 8 / BcVec<OT>::N; ++e) {
+                BcVec<OT> v;
+                bc_vpack(v, q + e * BcVec<OT>::N);
+                bc_vstore(yp + e * BcVec<OT>::N, v);
+            }
+        }
+#else
         float q[U][8], a[U], c[U];
 #pragma unroll
         for (int j = 0; j < U; ++j) {
@@ -184,6 +212,7 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
                 bc_vstore(yp + e * BcVec<OT>::N, v);
             }
         }
+#endif
     }
 }
 

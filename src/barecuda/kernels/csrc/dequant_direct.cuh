@@ -45,3 +45,90 @@ template <int F> BC_DEV void dq_part(const u8* blk, int p, float* q, float& a, f
         BcQ<F>::part(blk, p, q, a, c);     // Q4_1 (aligned words), Q6_K (never past its block)
     }
 }
+
+// The same parts split in two (DQ_RAW=1 in dequant.cu): load() issues a part's loads into a
+// few raw words, decode() turns them into the 8 weights later, so a thread holds U parts'
+// raw words (3-9 registers each) instead of U x 8 floats while the loads are in flight.
+// Every read stays inside the part's block (the unaligned tail word is read as its 2 bytes).
+BC_DEV u32 dq_sh(const u8* p) { return (u32)(reinterpret_cast<u64>(p) & 2) * 8u; }
+BC_DEV const u32* dq_base(const u8* p) { return reinterpret_cast<const u32*>(reinterpret_cast<u64>(p) & ~(u64)3); }
+BC_DEV u32 dq_tail16(const u32* w, u32 sh) { return sh ? (u32)*reinterpret_cast<const u16*>(w) : 0u; }
+
+template <int F> struct DqRaw {          // Q8_0, Q4_0: d, then 8 quant bytes at 2-byte alignment
+    u32 d, w0, w1, w2, sh;
+    BC_DEV void load(const u8* blk, int p) {
+        const u8* s = blk + 2 + 8 * (F == BC_Q8_0 ? p : (p & 1));
+        const u32* b = dq_base(s);
+        sh = dq_sh(s);
+        d = bcq_u16(blk);
+        w0 = b[0];
+        w1 = b[1];
+        w2 = dq_tail16(b + 2, sh);
+    }
+    BC_DEV void decode(int p, float* q, float& a, float& c) const {
+        a = bc_half_to_float((u16)d);
+        const u32 w[2] = {__funnelshift_r(w0, w1, sh), __funnelshift_r(w1, w2, sh)};
+        if constexpr (F == BC_Q8_0) {
+            c = -128.f * a;
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const u32 v = w[i] ^ 0x80808080u;
+#pragma unroll
+                for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((v >> (8 * b)) & 0xffu);
+            }
+        } else {
+            c = -8.f * a;
+            const u32 ns = (p >> 1) * 4u;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((w[i] >> (8 * b + ns)) & 15u);
+        }
+    }
+};
+template <> struct DqRaw<BC_Q4_1> {      // d and m in one aligned word, 8 quant bytes aligned
+    u32 dm, w0, w1;
+    BC_DEV void load(const u8* blk, int p) {
+        dm = *reinterpret_cast<const u32*>(blk);
+        const u32* qs = reinterpret_cast<const u32*>(blk + 4 + 8 * (p & 1));
+        w0 = qs[0];
+        w1 = qs[1];
+    }
+    BC_DEV void decode(int p, float* q, float& a, float& c) const {
+        a = bc_half_to_float((u16)(dm & 0xffffu));
+        c = bc_half_to_float((u16)(dm >> 16));
+        const u32 ns = (p >> 1) * 4u;
+        const u32 w[2] = {w0 >> ns, w1 >> ns};
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((w[i] >> (8 * b)) & 15u);
+    }
+};
+template <> struct DqRaw<BC_Q6_K> {      // quant.cuh's Q6_K part(): ql, qh (8 bytes each, 2-aligned), scale, d
+    u32 d, sc, l0, l1, l2, h0, h1, h2, sh;
+    BC_DEV void load(const u8* blk, int p) {
+        const int hf = p >> 4, qt = (p >> 2) & 3, o = 8 * (p & 3);
+        d = bcq_u16(blk + 208);
+        sc = (u32)(int)reinterpret_cast<const i8*>(blk)[192 + 8 * hf + 2 * qt + (o >> 4)];
+        const u8* ql = blk + 64 * hf + 32 * (qt & 1) + o;       // same 4-byte phase as blk, as qh
+        const u8* qh = blk + 128 + 32 * hf + o;
+        sh = dq_sh(ql);
+        const u32* bl = dq_base(ql);
+        const u32* bh = dq_base(qh);
+        l0 = bl[0];
+        l1 = bl[1];
+        l2 = dq_tail16(bl + 2, sh);
+        h0 = bh[0];
+        h1 = bh[1];
+        h2 = dq_tail16(bh + 2, sh);
+    }
+    BC_DEV void decode(int p, float* q, float& a, float& c) const {
+        const int qt = (p >> 2) & 3;
+        a = bc_half_to_float((u16)d) * (float)(int)sc;
+        c = -32.f * a;
+        const u32 ql[2] = {__funnelshift_r(l0, l1, sh), __funnelshift_r(l1, l2, sh)};
+        const u32 qh[2] = {__funnelshift_r(h0, h1, sh), __funnelshift_r(h1, h2, sh)};
+        bcq_q6<2>(ql, qh, (qt >> 1) * 4u, 2u * qt, q);
+    }
+};
