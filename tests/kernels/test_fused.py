@@ -189,12 +189,12 @@ def test_q4_k_direct_loop_epilogues(tcd, dtype, monkeypatch):
     """Q4_K nodes on the direct tensor-core loop (and on the CUDA-core one): K of 19
     super-blocks split over the block's warps unevenly, 37 rows (the last tile partly
     used), every epilogue, launched plainly and as programmatic-launch plans; tcd 2: the
-    direct loop's variant FM_V=2."""
+    direct loop's first variant FM_V=1."""
     pytest.importorskip("gguf")
     import barecuda as bc
     monkeypatch.setattr(F, "TCD", bool(tcd))
     if tcd == 2:
-        monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("FM_V", 2),))
+        monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("FM_V", 1),))
     rng = np.random.default_rng(5)
     n, k = 37, 256 * 19
     w, wr = _weight(bc, rng, "q4_k", n, k)

@@ -154,8 +154,8 @@ def test_matvec_launches_on_the_double(fake, monkeypatch):
     la4 = fake.last_launch()
     assert la4.name == "matvec_bf16_tcd" and la4.grid == (3, 1, 1)
     assert la4.block == (32 * M.tcd_warps(40, 1024, A.sm_count(0)), 1, 1) and la4.block[0] == 32 * 4
-    assert M.tcd_warps(14336, 4096, 132) == 2 and M.tcd_warps(4096, 14336, 132) == 8
-    assert M.tcd_warps(28672, 4096, 132) == 2 and M.tcd_warps(128, 256, 132) == 1
+    assert M.tcd_warps(14336, 4096, 132) == 4 and M.tcd_warps(4096, 14336, 132) == 8
+    assert M.tcd_warps(28672, 4096, 132) == 4 and M.tcd_warps(128, 256, 132) == 1
     M.matvec(q, bc.empty((8, 768), "float32"))
     assert fake.last_launch().name == "matvec_f32_b8" and fake.last_launch().grid == (2, 1, 1)
     assert struct.unpack_from("<5Q", la.params, 0) == (q.ptr, 0, x8.ptr, r.ptr, r.ptr)
@@ -277,10 +277,10 @@ def test_matvec_q4_k_direct_entries(warps, pf, v):
     """The Q4_K batch-1 entries (matvec_<x>_tcd*, weights straight into registers) with any
     warps a block (the K split, a launch choice; gate/up at most 8) and MVD_PF super-blocks
     ahead: warps with no super-block, rows past N, residual and silu*mul epilogues, f16 and
-    bf16 x; MVD_V: the loop's variants (2: sum(x) by shuffles, two mma chains)."""
+    bf16 x; MVD_V: the loop's variants (2, the default: sum(x) by shuffles, two mma chains; 1: by mma)."""
     rng = np.random.default_rng()
     defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
-               + ((("MVD_V", v),) if v != 1 else ()))
+               + ((("MVD_V", v),) if v != 2 else ()))
     for n, k in ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)):
         rg, ru = random_blocks(rng, "q4_k", n * k), random_blocks(rng, "q4_k", n * k)
         wg, wu = reference(rg, "q4_k", (n, k)), reference(ru, "q4_k", (n, k))

@@ -177,7 +177,7 @@ def qsweep_variants(fmt):
 
 
 def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (28672, 4096)),
-                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(1,)):
+                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(2,)):
     """Q4_K batch 1 on the direct entries (matvec_f16_tcd): warps a block (None: the default,
     _matvec.tcd_warps) and super-blocks in flight a warp (MVD_PF)."""
     from barecuda.kernels import _args as A
@@ -195,7 +195,7 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
         dflt = M.tcd_warps(n, k, A.sm_count(0))
         for pf, v in ((a, b) for a in pfs for b in vs):
             defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
-                       + ((("MVD_V", v),) if v != 1 else ()))
+                       + ((("MVD_V", v),) if v != 2 else ()))
             kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdtype]}_tcd", defines)
             for w in warps:
                 if w is not None and (w == dflt or w > k // 256):
@@ -280,26 +280,24 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,)):
                 vc = bc.zeros((8, 256, hd), "float16", stream=s)
                 pos = bc.zeros((1,), "int32", stream=s)
                 inv = bc.zeros((hd // 2,), "float32", stream=s)
-                for tcd in ((True, 2, False) if fmt == "q4_k" else (False,)):
-                    F.TCD = bool(tcd)
-                    F._TCD_DEFINES = base_tcd + ((("FM_V", 2),) if tcd == 2 else ())
+                loops = ((("direct tensor cores", True, ()), ("direct tensor cores FM_V=1", True, (("FM_V", 1),)),
+                          ("CUDA cores", False, ())) if fmt == "q4_k" else (("CUDA cores", False, ()),))
+                for name, tcd, extra in loops:
+                    F.TCD, F._TCD_DEFINES = tcd, base_tcd + extra
                     for pd in pdl:
                         plans = []
                         for i, w in enumerate(ws):
                             kw = dict(out=y, stream=s, pdl=pd)
                             if epi == "glu":
-                                kw.update(up=ws[(i + 1) % len(ws)], ss_in=ss)
+                                kw.update(up=ws[(i + 1) % len(ws)], ss_in=ss[0:1])
                             elif epi == "res":
                                 kw.update(ss_out=ss[0:1], xg=xg, g=g)
                             elif epi == "qkv":
                                 kw.update(ss_in=ss[0:1], k_cache=kc, v_cache=vc, pos=pos, inv_freq=inv, nq=4096,
                                           nkv=1024, head_dim=hd, n_rot=hd)
-                            if epi in ("glu",):
-                                kw["ss_in"] = ss[0:1]
                             plans.append(F.plan_fused_matvec(epi, w, x, **kw))
                         us = _time_plans(bc, s, plans)
-                        tag = ("direct tensor cores" + (" FM_V=2" if tcd == 2 else "") if tcd else "CUDA cores"
-                               ) + (" pdl" if pd else "")
+                        tag = name + (" pdl" if pd else "")
                         out.append((f"fused {fmt} {label} {n}x{k} {tag}", us, nw * wbytes, None))
                 del ws, bufs
     finally:
@@ -409,10 +407,8 @@ def warm_jobs():
             jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2))))
-    jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1), ("FM_V", 2))))
-    for pf in (2, 3):
-        jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_V", 2),)
-                     + ((("MVD_PF", pf),) if pf != 2 else ())))
+    jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1), ("FM_V", 1))))
+    jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_V", 1),)))
     jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_P8", 0), ("DQ_DIRECT", 0))))
     jobs.append(("dequant.cu", "dequant_q4_k_f16", (("DQ_DIRECT", 0),)))
     seen, out = set(), []

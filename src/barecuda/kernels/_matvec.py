@@ -64,12 +64,13 @@ _TCD_MAX_WARPS = 16           # MVD_MAXW in matvec.cu
 
 def tcd_warps(n, k, sms, epi=None):
     """Warps a block for the Q4_K batch-1 entries: enough that the ceil(N / 16) tiles fill
-    the device in one wave of TCD_WARPS_PER_SM warps a multiprocessor (at least 2), at most
+    the device in one wave of TCD_WARPS_PER_SM warps a multiprocessor (at least 4), at most
     one a super-block of the row (and half MVD_MAXW for gate/up)."""
     tiles = -(-n // 16)
     cap = _TCD_MAX_WARPS // 2 if epi == "glu" else _TCD_MAX_WARPS
-    # at least 2 (H200 23:0x: 28672x4096 45.6% of spec at 2 warps against 43.9% at 1)
-    return max(1, min(cap, k // 256, max(2, TCD_WARPS_PER_SM * sms // tiles)))
+    # at least 4 (H200 23:0x, MVD_V=2: 14336x4096 40.1% of spec at 4 warps against 39.2% at 2;
+    # 28672x4096 46.9% at 2 or 4 against 43.9% at 1)
+    return max(1, min(cap, k // 256, max(4, TCD_WARPS_PER_SM * sms // tiles)))
 
 
 def _quant_tuning(fmt):

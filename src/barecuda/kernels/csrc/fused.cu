@@ -52,7 +52,7 @@
 #endif
 #define FM_TCD_MAXW 16  // FM_TCD: most warps a block (gate/up: half)
 #ifndef FM_V
-#define FM_V 1          // FM_TCD: mvc_tcd's variant (matvec_core.cuh)
+#define FM_V 2          // FM_TCD: mvc_tcd's variant (matvec_core.cuh)
 #endif
 
 #define FE_SCALE 0

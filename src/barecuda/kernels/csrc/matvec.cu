@@ -474,7 +474,7 @@ BC_DEV void mv_tc_entry(const u8* W, const u8* W2, const XT* x, XT* y, const XT*
 #endif
 #define MVD_MAXW 16     // most warps a block
 #ifndef MVD_V
-#define MVD_V 1         // mvc_tcd's variant (matvec_core.cuh)
+#define MVD_V 2         // mvc_tcd's variant (matvec_core.cuh; 1: the first, kept for the sweep)
 #endif
 
 template <typename XT, int EPI>
