@@ -25,6 +25,23 @@ def _spec(bc):
     return name, None, None
 
 
+def _decode_bufs(bc, s, shape, nh, d, ctx, n):
+    """n bf16 (k, v) caches of `shape`, q and o (nh, d) and the int32 length ctx, on stream s."""
+    caches = []
+    for _ in range(n):
+        k = bc.empty(shape, "bfloat16", stream=s)
+        v = bc.empty(shape, "bfloat16", stream=s)
+        k.memset(0x3c, stream=s)
+        v.memset(0x3c, stream=s)
+        caches.append((k, v))
+    q = bc.empty((nh, d), "bfloat16", stream=s)
+    q.memset(0x3c, stream=s)
+    o = bc.empty((nh, d), "bfloat16", stream=s)
+    ln = bc.empty((1,), "int32", stream=s)
+    ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
+    return caches, q, o, ln
+
+
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
                                            (32, 8, 64, 8192)), layout="head_major"):
     from barecuda.kernels import _attention as A
@@ -32,19 +49,8 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2
         n = max(2, math.ceil((512 << 20) / kv_bytes))
-        caches = []
         shape = (nkv, ctx, d) if layout == "head_major" else (ctx, nkv, d)
-        for _ in range(n):
-            k = bc.empty(shape, "bfloat16", stream=s)
-            v = bc.empty(shape, "bfloat16", stream=s)
-            k.memset(0x3c, stream=s)
-            v.memset(0x3c, stream=s)
-            caches.append((k, v))
-        q = bc.empty((nh, d), "bfloat16", stream=s)
-        q.memset(0x3c, stream=s)
-        o = bc.empty((nh, d), "bfloat16", stream=s)
-        ln = bc.empty((1,), "int32", stream=s)
-        ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
+        caches, q, o, ln = _decode_bufs(bc, s, shape, nh, d, ctx, n)
         plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, stream=s) for k, v in caches]
         ms = _time_graph(bc, s, lambda g, p=plans: _chain(g, p)) / n
         gbs = kv_bytes / (ms * 1e-3) / 1e9
@@ -76,19 +82,7 @@ def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8
     e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
 
     def mk(nh, nkv, d, ctx, n):
-        caches = []
-        for _ in range(n):
-            k = bc.empty((nkv, ctx, d), "bfloat16", stream=s)
-            v = bc.empty((nkv, ctx, d), "bfloat16", stream=s)
-            k.memset(0x3c, stream=s)
-            v.memset(0x3c, stream=s)
-            caches.append((k, v))
-        q = bc.empty((nh, d), "bfloat16", stream=s)
-        q.memset(0x3c, stream=s)
-        o = bc.empty((nh, d), "bfloat16", stream=s)
-        ln = bc.empty((1,), "int32", stream=s)
-        ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
-        return caches, q, o, ln
+        return _decode_bufs(bc, s, (nkv, ctx, d), nh, d, ctx, n)
 
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2

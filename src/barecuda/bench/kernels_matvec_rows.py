@@ -29,6 +29,24 @@ def _weights(bc, s, nbytes, make):
     return [make() for _ in range(n)]
 
 
+def _quant_bufs(bc, s, n, k, qk, bb):
+    """The rotation of n x k quantized weights (qk elements in bb bytes a block) as uint8
+    buffers, each filled with 0x1c (f16 0x1c1c = 0.0039: sane scales everywhere)."""
+    wbytes = n * k // qk * bb
+    bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
+    for b in bufs:
+        b.memset(0x1c, stream=s)
+    return wbytes, bufs
+
+
+def _batch_xy(bc, s, nb, n, k, dtype):
+    """x (nb, k) filled with 0x1c and y (nb, n), both of dtype."""
+    x = bc.empty((nb, k), dtype, stream=s)
+    x.memset(0x1c, stream=s)
+    y = bc.empty((nb, n), dtype, stream=s)
+    return x, y
+
+
 def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     ws = [torch.full((n, k), 0.01, device="cuda", dtype=dt) for _ in range(count)]
@@ -79,13 +97,8 @@ def quant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=QUAN
         _, _, qk, bb = D.format_info(fmt)
         for n, k in shapes:
             for batch in batches:
-                wbytes = n * k // qk * bb
-                bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
-                for b in bufs:
-                    b.memset(0x1c, stream=s)      # f16 0x1c1c = 0.0039: sane scales everywhere
-                x = bc.empty((batch, k), xdtype, stream=s)
-                x.memset(0x1c, stream=s)
-                y = bc.empty((batch, n), xdtype, stream=s)
+                wbytes, bufs = _quant_bufs(bc, s, n, k, qk, bb)
+                x, y = _batch_xy(bc, s, batch, n, k, xdtype)
                 plans = [M.plan_matvec(D.QuantWeight(b, fmt, (n, k)), x, out=y, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
                 out.append((f"matvec {fmt} x {_XCODE[xdtype]} {n}x{k} b{batch}", us, wbytes + 2 * batch * (n + k), None))
@@ -222,14 +235,9 @@ def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=((1
         _, t, qk, bb = D.format_info(fmt)
         base = (("WFMT", t),) + M._quant_tuning(fmt)
         for n, k in shapes:
-            wbytes = n * k // qk * bb
-            bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
-            for b in bufs:
-                b.memset(0x1c, stream=s)
+            wbytes, bufs = _quant_bufs(bc, s, n, k, qk, bb)
             for nb in batches:
-                x = bc.empty((nb, k), "float16", stream=s)
-                x.memset(0x1c, stream=s)
-                y = bc.empty((nb, n), "float16", stream=s)
+                x, y = _batch_xy(bc, s, nb, n, k, "float16")
                 for tc, v in variants or qsweep_variants(fmt):
                     rows, threads = M._quant_geometry(base + v, "f16", None, tc)
                     name = "matvec_f16_tc" if tc else f"matvec_f16_b{next(c for c in (1, 2, 4, 8) if c >= nb)}"
@@ -317,14 +325,9 @@ def batch_tc_rows(bc, s, fmts=("q4_k", "q6_k"), shapes=((14336, 4096),), batches
         base = (("WFMT", t),) + M._quant_tuning(fmt)
         rows, threads = M._quant_geometry(base, "f16", None, True)
         for n, k in shapes:
-            wbytes = n * k // qk * bb
-            bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
-            for b in bufs:
-                b.memset(0x1c, stream=s)
+            wbytes, bufs = _quant_bufs(bc, s, n, k, qk, bb)
             for nb in batches:
-                x = bc.empty((nb, k), "float16", stream=s)
-                x.memset(0x1c, stream=s)
-                y = bc.empty((nb, n), "float16", stream=s)
+                x, y = _batch_xy(bc, s, nb, n, k, "float16")
                 for tc in ("tc", "tcb"):
                     kern = _registry.get("matvec.cu", f"matvec_f16_{tc}", base)
                     plans = [kern.bind(-(-n // rows), threads, b, 0, x, y, 0, n, k, nb, 0, stream=s) for b in bufs]
