@@ -27,6 +27,18 @@ template <typename OT> BC_DEV void dq_store32(OT* y, const float* w) {
     }
 }
 
+// 8 decoded weights q as a q + c, written to yp with 16-byte stores (a part: every kernel here)
+template <typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
+#pragma unroll
+    for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
+        BcVec<OT> v;
+        bc_vpack(v, q + i * BcVec<OT>::N);
+        bc_vstore(yp + i * BcVec<OT>::N, v);
+    }
+}
+
 template <int F, typename OT>
 BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
     using Q = BcQ<F>;
@@ -60,15 +72,7 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
             const int blk = gp / P, pi = gp % P;
             float q[8], a, c;
             Q::part(s0 + blk * Q::BYTES, pi, q, a, c);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
-            OT* yp = y + ((sg * SEGB + blk) * Q::QK + pi * 8);
-#pragma unroll
-            for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
-                BcVec<OT> v;
-                bc_vpack(v, q + i * BcVec<OT>::N);
-                bc_vstore(yp + i * BcVec<OT>::N, v);
-            }
+            dq_store8(y + ((sg * SEGB + blk) * Q::QK + pi * 8), q, a, c);
         }
 #else
         for (int u = lane; u < nbk * Q::UNITS; u += 32) {
@@ -125,15 +129,7 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
             if (i >= nparts) break;
             float q[8], a, c;
             Q::part_r(h[j], w[j], (int)(i & 31), q, a, c);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) q[e] = fmaf(a, q[e], c);
-            OT* yp = y + i * 8;
-#pragma unroll
-            for (int e = 0; e < 8 / BcVec<OT>::N; ++e) {
-                BcVec<OT> v;
-                bc_vpack(v, q + e * BcVec<OT>::N);
-                bc_vstore(yp + e * BcVec<OT>::N, v);
-            }
+            dq_store8(y + i * 8, q, a, c);
         }
     }
 }
@@ -181,15 +177,7 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
             if (i >= nparts) break;
             float q[8], a, c;
             r[j].decode((int)(i % P), q, a, c);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) q[e] = fmaf(a, q[e], c);
-            OT* yp = y + i * 8;
-#pragma unroll
-            for (int e = 0; e < 8 / BcVec<OT>::N; ++e) {
-                BcVec<OT> v;
-                bc_vpack(v, q + e * BcVec<OT>::N);
-                bc_vstore(yp + e * BcVec<OT>::N, v);
-            }
+            dq_store8(y + i * 8, q, a, c);
         }
 #else
         float q[U][8], a[U], c[U];
@@ -202,15 +190,7 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
         for (int j = 0; j < U; ++j) {
             const long long i = base + threadIdx.x + j * T;
             if (i >= nparts) break;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) q[j][e] = fmaf(a[j], q[j][e], c[j]);
-            OT* yp = y + i * 8;
-#pragma unroll
-            for (int e = 0; e < 8 / BcVec<OT>::N; ++e) {
-                BcVec<OT> v;
-                bc_vpack(v, q[j] + e * BcVec<OT>::N);
-                bc_vstore(yp + e * BcVec<OT>::N, v);
-            }
+            dq_store8(y + i * 8, q[j], a[j], c[j]);
         }
 #endif
     }
