@@ -23,15 +23,74 @@
 #define LN_PIPE 0
 #endif
 
+// The cached paths' steps, shared by norm_rows_pipe and norm_rows: v holds a thread's KV
+// chunks of a row's h (chunk k is the row's chunk tid + k * bd, where that is < nch).
+// norm_sums: s and s2, the sums of (h - shift) and of its square; with HS, h is first stored
+// to hout's row chunk by chunk where r and hout are given.
+template <typename T, int VN, int KV, bool HS>
+BC_DEV void norm_sums(const float* v, float shift, const T* r, T* hout, i64 row, i64 sh,
+                      int tid, int bd, int nch, float& s, float& s2) {
+    s = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+        const int c = tid + k * bd;
+        if (c < nch) {
+            if (HS && r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
+#pragma unroll
+            for (int i = 0; i < VN; ++i) {
+                const float d = v[k * VN + i] - shift;
+                s += d;
+                s2 += d * d;
+            }
+        }
+    }
+}
+// norm_stats: mean (layernorm; 0 for rmsnorm) and rstd from the block's sums (one reduction)
+template <bool LN>
+BC_DEV void norm_stats(float s, float s2, float shift, float inv_n, float eps, float& mean, float& rstd) {
+    mean = 0.f;
+    if (LN) {
+        const float2 t = bc_block_sum2(make_float2(s, s2));
+        const float dm = t.x * inv_n;
+        mean = shift + dm;
+        rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
+    } else {
+        rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
+    }
+}
+// norm_store: y's row = (h - mean) * rstd [* w] [+ b]; with HS, each chunk of h is first
+// stored to hout's row where r and hout are given
+template <typename T, int VN, int KV, bool LN, bool HS>
+BC_DEV void norm_store(const float* v, float mean, float rstd, const T* r, T* hout, i64 row, i64 sh,
+                       T* y, i64 sy, const T* w, const T* b, int tid, int bd, int nch) {
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+        const int c = tid + k * bd;
+        if (c < nch) {
+            float wv[VN], bv[VN], o[VN];
+            if (HS && r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
+            if (w) BcChunk<T, VN>::load(w, c, wv);
+            if (LN && b) BcChunk<T, VN>::load(b, c, bv);
+#pragma unroll
+            for (int i = 0; i < VN; ++i) {
+                float t = (v[k * VN + i] - mean) * rstd;
+                if (w) t *= wv[i];
+                if (LN && b) t += bv[i];
+                o[i] = t;
+            }
+            BcChunk<T, VN>::store(y + row * sy, c, o);
+        }
+    }
+}
+
 // The cached vector path, pipelined (rowwise.cuh): row r + gridDim.x's x (and r) vectors are
 // loaded before row r is reduced and written. Works for any grid (a block a row: one turn).
+// nch, bd, tid and inv_n: norm_rows's.
 template <typename T, int VN, int KV, bool LN>
 __device__ void norm_rows_pipe(T* __restrict__ y, T* hout, const T* x, const T* r,
-                               const T* __restrict__ w, const T* __restrict__ b,
-                               i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {
-    const int nch = cols / VN;
-    const int bd = blockDim.x, tid = threadIdx.x;
-    const float inv_n = 1.f / (float)cols;
+                               const T* __restrict__ w, const T* __restrict__ b, i32 cols, i64 sy,
+                               i64 sh, i64 sx, i64 sr, float eps, i64 rows, int nch, int bd, int tid,
+                               float inv_n) {
     i64 row = blockIdx.x;
     if (row >= rows) return;
     for (int a = 2; a <= ROW_PF; ++a) {
@@ -68,46 +127,10 @@ __device__ void norm_rows_pipe(T* __restrict__ y, T* hout, const T* x, const T* 
                     for (int i = 0; i < VN; ++i) v[k * VN + i] += rv[i];
                 }
             }
-        float s = 0.f, s2 = 0.f;
-#pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-                if (r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
-#pragma unroll
-                for (int i = 0; i < VN; ++i) {
-                    const float d = v[k * VN + i] - shift;
-                    s += d;
-                    s2 += d * d;
-                }
-            }
-        }
-        float mean = 0.f, rstd;
-        if (LN) {
-            const float2 t = bc_block_sum2(make_float2(s, s2));
-            const float dm = t.x * inv_n;
-            mean = shift + dm;
-            rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
-        } else {
-            rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
-        }
-#pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-                float wv[VN], bv[VN], o[VN];
-                if (w) BcChunk<T, VN>::load(w, c, wv);
-                if (LN && b) BcChunk<T, VN>::load(b, c, bv);
-#pragma unroll
-                for (int i = 0; i < VN; ++i) {
-                    float t = (v[k * VN + i] - mean) * rstd;
-                    if (w) t *= wv[i];
-                    if (LN && b) t += bv[i];
-                    o[i] = t;
-                }
-                BcChunk<T, VN>::store(y + row * sy, c, o);
-            }
-        }
+        float s, s2, mean, rstd;
+        norm_sums<T, VN, KV, true>(v, shift, r, hout, row, sh, tid, bd, nch, s, s2);
+        norm_stats<LN>(s, s2, shift, inv_n, eps, mean, rstd);
+        norm_store<T, VN, KV, LN, false>(v, mean, rstd, r, hout, row, sh, y, sy, w, b, tid, bd, nch);
 #pragma unroll
         for (int k = 0; k < KV; ++k) {
             cx.r[k] = nx.r[k];
@@ -126,7 +149,7 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
     const float inv_n = 1.f / (float)cols;
     if constexpr (VN > 1 && (LN ? LN_PIPE : RMS_PIPE)) {
         if (nch <= KV * bd) {
-            norm_rows_pipe<T, VN, KV, LN>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps, rows);
+            norm_rows_pipe<T, VN, KV, LN>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps, rows, nch, bd, tid, inv_n);
             return;
         }
     }
@@ -164,49 +187,13 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
                     }
                 }
             }
-            float s = 0.f, s2 = 0.f;
-#pragma unroll
-            for (int k = 0; k < KV; ++k) {
-                const int c = tid + k * bd;
-                if (c < nch) {
-                    // layernorm writes h after the reduction's barrier: every thread has read
-                    // the shift (h[0] from x and r) before h can overwrite x or r (in place)
-                    if (!LN && r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
-#pragma unroll
-                    for (int i = 0; i < VN; ++i) {
-                        const float d = v[k * VN + i] - shift;
-                        s += d;
-                        s2 += d * d;
-                    }
-                }
-            }
-            float mean = 0.f, rstd;
-            if (LN) {
-                const float2 t = bc_block_sum2(make_float2(s, s2));
-                const float dm = t.x * inv_n;
-                mean = shift + dm;
-                rstd = rsqrtf(fmaxf(t.y * inv_n - dm * dm, 0.f) + eps);
-            } else {
-                rstd = rsqrtf(bc_block_sum(s2) * inv_n + eps);
-            }
-#pragma unroll
-            for (int k = 0; k < KV; ++k) {
-                const int c = tid + k * bd;
-                if (c < nch) {
-                    float wv[VN], bv[VN], o[VN];
-                    if (LN && r && hout) BcChunk<T, VN>::store(hout + row * sh, c, v + k * VN);
-                    if (w) BcChunk<T, VN>::load(w, c, wv);
-                    if (LN && b) BcChunk<T, VN>::load(b, c, bv);
-#pragma unroll
-                    for (int i = 0; i < VN; ++i) {
-                        float t = (v[k * VN + i] - mean) * rstd;
-                        if (w) t *= wv[i];
-                        if (LN && b) t += bv[i];
-                        o[i] = t;
-                    }
-                    BcChunk<T, VN>::store(y + row * sy, c, o);
-                }
-            }
+            // layernorm writes h after the reduction's barrier (norm_store, not norm_sums):
+            // every thread has read the shift (h[0] from x and r) before h can overwrite x or r
+            // (in place)
+            float s, s2, mean, rstd;
+            norm_sums<T, VN, KV, !LN>(v, shift, r, hout, row, sh, tid, bd, nch, s, s2);
+            norm_stats<LN>(s, s2, shift, inv_n, eps, mean, rstd);
+            norm_store<T, VN, KV, LN, LN>(v, mean, rstd, r, hout, row, sh, y, sy, w, b, tid, bd, nch);
         }
         return;
     }
