@@ -9,26 +9,29 @@
 #include "rowwise.cuh"
 
 // merge (max, sum of exp(. - max)) pairs: the block's max and the sum rescaled to it
-BC_DEV float2 softmax_merge(float2 a, float2 b) {
-    const float NEG = bc_neg_inf();
+// (L2: both in log2 units, as the pipelined path keeps them: it scales by log2(e) up front)
+// 2^x, flushing denormal results to 0 (one MUFU op; exp2f without fast math adds a range fix-up)
+BC_DEV float softmax_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+template <bool L2> BC_DEV float2 softmax_merge(float2 a, float2 b) {
     const float M = fmaxf(a.x, b.x);
-    if (M == NEG) return make_float2(NEG, 0.f);
+    if (M == bc_neg_inf()) return make_float2(L2 ? M : bc_neg_inf(), 0.f);
+    if (L2) return make_float2(M, a.y * softmax_ex2(a.x - M) + b.y * softmax_ex2(b.x - M));
     return make_float2(M, a.y * bc_exp(a.x - M) + b.y * bc_exp(b.x - M));
 }
-BC_DEV float2 softmax_warp_merge(float2 v) {
+template <bool L2> BC_DEV float2 softmax_warp_merge(float2 v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         float2 w;
         w.x = __shfl_xor_sync(BC_FULL_MASK, v.x, o);
         w.y = __shfl_xor_sync(BC_FULL_MASK, v.y, o);
-        v = softmax_merge(v, w);
+        v = softmax_merge<L2>(v, w);
     }
     return v;
 }
 BC_DEV float2 softmax_block_merge(float m, float s) {
     // a thread's s is relative to max(m, 0-if-masked): express it relative to m exactly
-    return bc_block_reduce(make_float2(m, m == bc_neg_inf() ? 0.f : s), [](float2 v) { return softmax_warp_merge(v); },
-                           make_float2(bc_neg_inf(), 0.f));
+    return bc_block_reduce(make_float2(m, m == bc_neg_inf() ? 0.f : s),
+                           [](float2 v) { return softmax_warp_merge<false>(v); }, make_float2(bc_neg_inf(), 0.f));
 }
 
 #ifndef SOFTMAX_PIPE
@@ -36,35 +39,67 @@ BC_DEV float2 softmax_block_merge(float m, float s) {
                          // when the block loops (rowwise.cuh). The host launches a block a row, where
                          // the math is the gain: H200 bf16 32768x4096 70.0% of spec against 50.3% (0)
 #endif
-// 2^x, flushing denormal results to 0 (one MUFU op; exp2f without fast math adds a range fix-up)
-BC_DEV float softmax_ex2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
-// (max, sum) merge with both in log2 units (the pipelined path scales by log2(e) up front)
-BC_DEV float2 softmax_merge2(float2 a, float2 b) {
-    const float M = fmaxf(a.x, b.x);
-    if (M == bc_neg_inf()) return make_float2(M, 0.f);
-    return make_float2(M, a.y * softmax_ex2(a.x - M) + b.y * softmax_ex2(b.x - M));
-}
-BC_DEV float2 softmax_warp_merge2(float2 v) {
+
+// The cached paths' steps, shared by softmax_rows_pipe (log2 units: L2) and softmax_rows.
+// softmax_mask_max: the thread's chunks into v (ld(k, c, p): chunk c, the thread's k-th, to p),
+// each element scaled by sc, columns >= lim masked to -inf; returns the thread's max.
+template <int VN, int KV, typename LD>
+BC_DEV float softmax_mask_max(float* v, LD ld, int lim, float sc, int tid, int bd, int nch) {
+    const float NEG = bc_neg_inf();
+    float m = NEG;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float2 w;
-        w.x = __shfl_xor_sync(BC_FULL_MASK, v.x, o);
-        w.y = __shfl_xor_sync(BC_FULL_MASK, v.y, o);
-        v = softmax_merge2(v, w);
+    for (int k = 0; k < KV; ++k) {
+        const int c = tid + k * bd;
+        if (c < nch) {
+            ld(k, c, v + k * VN);
+#pragma unroll
+            for (int i = 0; i < VN; ++i) {
+                const float t = c * VN + i < lim ? v[k * VN + i] * sc : NEG;
+                v[k * VN + i] = t;
+                m = fmaxf(m, t);
+            }
+        }
     }
-    return v;
+    return m;
+}
+// softmax_exp_sum: v = e^(v - mloc) (2^ with L2) in place; returns the thread's sum
+template <int VN, int KV, bool L2>
+BC_DEV float softmax_exp_sum(float* v, float mloc, int tid, int bd, int nch) {
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < KV; ++k)
+        if (tid + k * bd < nch) {
+#pragma unroll
+            for (int i = 0; i < VN; ++i) {
+                const float e = L2 ? softmax_ex2(v[k * VN + i] - mloc) : bc_exp(v[k * VN + i] - mloc);
+                v[k * VN + i] = e;
+                s += e;
+            }
+        }
+    return s;
+}
+// softmax_scale_store: y's row = v * f
+template <typename T, int VN, int KV>
+BC_DEV void softmax_scale_store(float* v, float f, T* y, i64 row, i64 sy, int tid, int bd, int nch) {
+#pragma unroll
+    for (int k = 0; k < KV; ++k) {
+        const int c = tid + k * bd;
+        if (c < nch) {
+#pragma unroll
+            for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
+            BcChunk<T, VN>::store(y + row * sy, c, v + k * VN);
+        }
+    }
 }
 
 // The cached vector path, pipelined: row r is computed from registers loaded during row
 // r - gridDim.x's turn; row r + gridDim.x's loads are issued before row r's reduction.
 // Math in log2 units: t = x * scale * log2(e), e = 2^(t - m): one FMUL, one FADD, one MUFU
-// an element.
+// an element. nch, bd, tid and NEG: softmax_rows's.
 template <typename T, int VN, int KV>
 __device__ void softmax_rows_pipe(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
-                                  float scale, i32 qlen, i32 offset, i64 rows) {
-    const int nch = cols / VN;
-    const int bd = blockDim.x, tid = threadIdx.x;
-    const float NEG = bc_neg_inf();
+                                  float scale, i32 qlen, i32 offset, i64 rows, int nch, int bd, int tid,
+                                  float NEG) {
     const float sl2 = scale * 1.4426950408889634f;
     i64 row = blockIdx.x;
     if (row >= rows) return;
@@ -81,40 +116,14 @@ __device__ void softmax_rows_pipe(T* __restrict__ y, const T* __restrict__ x, i3
             lim = l < 0 ? 0 : (l > cols ? cols : (int)l);
         }
         float v[KV * VN];
-        float m = NEG;
-#pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-                cur.unpack(k, v + k * VN);
-#pragma unroll
-                for (int i = 0; i < VN; ++i) {
-                    const float t = c * VN + i < lim ? v[k * VN + i] * sl2 : NEG;
-                    v[k * VN + i] = t;
-                    m = fmaxf(m, t);
-                }
-            }
-        }
-        float s = 0.f;
+        const float m =
+            softmax_mask_max<VN, KV>(v, [&](int k, int, float* p) { cur.unpack(k, p); }, lim, sl2, tid, bd, nch);
         const float mloc = m == NEG ? 0.f : m;
-#pragma unroll
-        for (int k = 0; k < KV; ++k)
-            if (tid + k * bd < nch) {
-#pragma unroll
-                for (int i = 0; i < VN; ++i) { const float e = softmax_ex2(v[k * VN + i] - mloc); v[k * VN + i] = e; s += e; }
-            }
+        const float s = softmax_exp_sum<VN, KV, true>(v, mloc, tid, bd, nch);
         const float2 ms = bc_block_reduce(make_float2(m, m == NEG ? 0.f : s),
-                                          [](float2 q) { return softmax_warp_merge2(q); }, make_float2(NEG, 0.f));
+                                          [](float2 q) { return softmax_warp_merge<true>(q); }, make_float2(NEG, 0.f));
         const float f = (ms.y > 0.f && m != NEG) ? softmax_ex2(mloc - ms.x) / ms.y : 0.f;
-#pragma unroll
-        for (int k = 0; k < KV; ++k) {
-            const int c = tid + k * bd;
-            if (c < nch) {
-#pragma unroll
-                for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
-                BcChunk<T, VN>::store(y + row * sy, c, v + k * VN);
-            }
-        }
+        softmax_scale_store<T, VN, KV>(v, f, y, row, sy, tid, bd, nch);
 #pragma unroll
         for (int k = 0; k < KV; ++k) cur.r[k] = nxt.r[k];
     }
@@ -134,7 +143,7 @@ __device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 col
     };
     if constexpr (VN > 1 && SOFTMAX_PIPE) {
         if (nch <= KV * bd) {
-            softmax_rows_pipe<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset, rows);
+            softmax_rows_pipe<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset, rows, nch, bd, tid, NEG);
             return;
         }
     }
@@ -146,40 +155,14 @@ __device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 col
             bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols);
             float v[KV * VN];
             const int lim = limit(row);
-            float m = NEG;
-#pragma unroll
-            for (int k = 0; k < KV; ++k) {
-                const int c = tid + k * bd;
-                if (c < nch) {
-                    BcChunk<T, VN>::load(x + row * sx, c, v + k * VN);
-#pragma unroll
-                    for (int i = 0; i < VN; ++i) {
-                        const float t = c * VN + i < lim ? v[k * VN + i] * scale : NEG;
-                        v[k * VN + i] = t;
-                        m = fmaxf(m, t);
-                    }
-                }
-            }
+            const float m = softmax_mask_max<VN, KV>(
+                v, [&](int, int c, float* p) { BcChunk<T, VN>::load(x + row * sx, c, p); }, lim, scale, tid, bd, nch);
             // one exp an element: e = exp(v - m_thread) kept, rescaled by exp(m_thread - M) / S
-            float s = 0.f;
             const float mloc = m == NEG ? 0.f : m;
-#pragma unroll
-            for (int k = 0; k < KV; ++k)
-                if (tid + k * bd < nch) {
-#pragma unroll
-                    for (int i = 0; i < VN; ++i) { const float e = bc_exp(v[k * VN + i] - mloc); v[k * VN + i] = e; s += e; }
-                }
+            const float s = softmax_exp_sum<VN, KV, false>(v, mloc, tid, bd, nch);
             const float2 ms = softmax_block_merge(m, s);
             const float f = (ms.y > 0.f && m != NEG) ? bc_exp(mloc - ms.x) / ms.y : 0.f;
-#pragma unroll
-            for (int k = 0; k < KV; ++k) {
-                const int c = tid + k * bd;
-                if (c < nch) {
-#pragma unroll
-                    for (int i = 0; i < VN; ++i) v[k * VN + i] *= f;
-                    BcChunk<T, VN>::store(y + row * sy, c, v + k * VN);
-                }
-            }
+            softmax_scale_store<T, VN, KV>(v, f, y, row, sy, tid, bd, nch);
         }
         return;
     }
