@@ -75,13 +75,19 @@ BC_DEV u32 bcq_w32_a2(const u8* p) {
     return __funnelshift_r(base[0], base[1], (u32)(a & 2) * 8u);
 }
 // n consecutive 32-bit words from a 2-byte aligned shared-memory address (n + 1 reads)
-template <int NW> BC_DEV void bcq_words_a2(const u8* p, u32* w) {
+// EXACT: never a byte past the NW words (dequant.cu's direct kernel, whose last part ends its
+// tensor): the word after them is read only when the span is unaligned, and then only its low
+// 2 bytes (all the funnel takes of it). Otherwise that whole aligned word is read (it lies
+// inside the block's allocation where matvec.cu and fused.cu use it).
+template <int NW, bool EXACT = false> BC_DEV void bcq_words_a2(const u8* p, u32* w) {
     const u64 a = reinterpret_cast<u64>(p);
     const u32* base = reinterpret_cast<const u32*>(a & ~(u64)3);
     const u32 sh = (u32)(a & 2) * 8u;
     u32 raw[NW + 1];
+    constexpr int LAST = EXACT ? NW - 1 : NW;
 #pragma unroll
-    for (int i = 0; i <= NW; ++i) raw[i] = base[i];
+    for (int i = 0; i <= LAST; ++i) raw[i] = base[i];
+    if constexpr (EXACT) raw[NW] = sh ? (u32)*reinterpret_cast<const u16*>(base + NW) : 0u;
 #pragma unroll
     for (int i = 0; i < NW; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], sh);
 }
@@ -212,11 +218,12 @@ template <> struct BcQ<BC_Q8_0> {
             for (int b = 0; b < 4; ++b) q[4 * i + b] = bcq_u2f((v >> (8 * b)) & 0xffu);
         }
     }
+    template <bool EXACT = false>
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
         a = bc_half_to_float(bcq_u16(blk));
         c = -128.f * a;
         u32 w[2];
-        bcq_words_a2<2>(blk + 2 + 8 * p, w);
+        bcq_words_a2<2, EXACT>(blk + 2 + 8 * p, w);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
             const u32 v = w[i] ^ 0x80808080u;
@@ -236,11 +243,12 @@ template <> struct BcQ<BC_Q4_0> {
         bcq_words_a2<4>(blk + 2, w);
         bcq_nib32(w, q);
     }
+    template <bool EXACT = false>
     BC_DEV static void part(const u8* blk, int p, float* q, float& a, float& c) {
         a = bc_half_to_float(bcq_u16(blk));
         c = -8.f * a;
         u32 w[2];
-        bcq_words_a2<2>(blk + 2 + 8 * (p & 1), w);
+        bcq_words_a2<2, EXACT>(blk + 2 + 8 * (p & 1), w);
         const u32 sh = (p >> 1) * 4u;
 #pragma unroll
         for (int i = 0; i < 2; ++i)
