@@ -392,7 +392,7 @@ def test_two_processes_unique_id():
 def test_example_allreduce_runs():
     if os.environ.get("BARECUDA_UNDER_SANITIZER"):
         # gpu-check's memcheck runs with --target-processes application-only: the example's
-        # process is not followed, so the sanitizer would check nothing here (at 22:2x on
+        # process is not followed, so the sanitizer would check nothing here (at 22:1x on
         # 2026-11-26 it did not finish in its 300 s beside the sanitized parent)
         pytest.skip("the example runs in a child process that compute-sanitizer does not follow")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **NO_MULTICAST)
