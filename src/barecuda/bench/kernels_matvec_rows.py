@@ -472,6 +472,25 @@ def quick_section():
             print(f"  {label}: {us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}%", flush=True)
 
 
+def fused_main():
+    """``--fused``: the fused Q4_K nodes and the batch tensor-core entries, printed as they come."""
+    import barecuda as _bc
+    _s = _bc.Stream()
+    _card, _sp = _spec(_bc)
+    print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
+    for _make in (lambda: fused_rows(_bc, _s), lambda: batch_tc_rows(_bc, _s, fmts=("q4_k",), batches=(8,)),
+                  lambda: tcd_sweep_rows(_bc, _s, warps=(None, 2, 4), pfs=(2,), vs=(1, 2)),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=((4096, 4096),), warps=(4, 8), pfs=(3,), vs=(2,))):
+        try:
+            _got = _make()
+        except Exception as exc:   # noqa: BLE001
+            print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            continue
+        for label, us, nbytes, tus in _got:
+            gbs = nbytes / (us * 1e-6) / 1e9
+            print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / _sp if _sp else 0:.1f}%", flush=True)
+
+
 if __name__ == "__main__":
     if "--warm" in sys.argv:
         warm()
@@ -480,21 +499,7 @@ if __name__ == "__main__":
         quick_section()
         sys.exit(0)
     if "--fused" in sys.argv:        # the fused Q4_K nodes and the batch tensor-core entries
-        import barecuda as _bc
-        _s = _bc.Stream()
-        _card, _sp = _spec(_bc)
-        print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
-        for _make in (lambda: fused_rows(_bc, _s), lambda: batch_tc_rows(_bc, _s, fmts=("q4_k",), batches=(8,)),
-                      lambda: tcd_sweep_rows(_bc, _s, warps=(None, 2, 4), pfs=(2,), vs=(1, 2)),
-                      lambda: tcd_sweep_rows(_bc, _s, shapes=((4096, 4096),), warps=(4, 8), pfs=(3,), vs=(2,))):
-            try:
-                _got = _make()
-            except Exception as exc:   # noqa: BLE001
-                print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-                continue
-            for label, us, nbytes, tus in _got:
-                gbs = nbytes / (us * 1e-6) / 1e9
-                print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / _sp if _sp else 0:.1f}%", flush=True)
+        fused_main()
         sys.exit(0)
     sec = matvec_section(sweep="--sweep" in sys.argv, progress=True)
     out = sec.format()

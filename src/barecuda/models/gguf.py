@@ -497,7 +497,7 @@ def _read_span(f: GGUFFile, tmp: Any, lo: int, span: int, stream: Any, device: A
     nbuf = 3
     # the copies go on the caller's stream (the legacy stream for None, as the placement after)
     s = stream if stream is not None else barecuda.Stream.default(device)
-    bufs = [barecuda.PinnedBuffer(min(_PIECE, span), device=device) for _ in range(nbuf)]
+    bufs: List[Any] = [barecuda.PinnedBuffer(min(_PIECE, span), device=device) for _ in range(nbuf)]
     views = [memoryview(b).cast("B") for b in bufs]
     done: List[Any] = [None] * nbuf
     workers = _read_threads()
