@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one script to run on the GPU machine:
-#   build in place -> seed checks -> GPU test suite -> compute-sanitizer (memcheck over the GPU suite,
+#   build in place -> kernel warmup -> seed checks -> GPU test suite -> compute-sanitizer (memcheck over the GPU suite,
 #   racecheck + synccheck over the staging and pool tests) -> doctor -> benchmark with the baseline comparison
 # Full logs go to $OUT (default /tmp/barecuda-gpu-check): build.log, seeds.log, tests.log, memcheck.log,
 # racecheck.log, synccheck.log, doctor.log, bench.log, bench.json, summary.txt. Every stage runs even when an
@@ -179,6 +179,12 @@ echo "GPU test files: ${GPU_FILES[*]} $SEEDS; memcheck shard $SHARD_K/$SHARD_N: 
 # reserves: what the later stages of this run need (the stages not run need nothing)
 r_after_tests=0; want memcheck && r_after_tests=130; want racecheck && r_after_tests=$((r_after_tests + 50))
 want bench && r_after_tests=$((r_after_tests + 180))
+# the kernel table compiled in parallel into the compile cache first (python -m barecuda.kernels warmup: one
+# NVRTC compile per CPU at once): on a fresh machine the suite's workers otherwise compile every kernel
+# module on first use, one at a time each, and a cold run of the tests stage went past 430 s (2026-11-27)
+if want tests || want memcheck || want seeds; then
+    stage warmup warmup.log "$(budget 240 $((r_after_tests + 200)))" "$PY" -m barecuda.kernels warmup --quiet
+fi
 want seeds && stage seeds seeds.log "$(budget 60 $((r_after_tests + 230)))" "${PYTEST[@]}" "$SEEDS" -v -rs
 XDIST=(); "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n 8 --dist loadfile)
 want tests && stage tests tests.log "$(budget "${TESTS_SECONDS:-360}" "$r_after_tests")" "${PYTEST[@]}" tests "${XDIST[@]}" -q -rfEs \

@@ -168,14 +168,58 @@ def test_prebuild_cli_help():
     assert out.returncode == 0 and "--archs" in out.stdout
 
 
-def test_warmup_loads_every_kernel(fake, registry):
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_warmup_loads_every_kernel(fake, registry, jobs):
     from barecuda.kernels import __main__ as M
-    counts = M.warmup(0, quiet=True, sources=K1_SOURCES)
+    counts = M.warmup(0, quiet=True, sources=K1_SOURCES, jobs=jobs)
     assert counts == {"prebuilt-ptx": len(K1_SOURCES)}
     for source, names, defines in TABLE:
         if source in K1_SOURCES:
             for n in names:
                 assert registry.get(source, n, defines).name == n
+
+
+def test_builds_of_different_modules_overlap_and_one_module_builds_once(fake, registry, monkeypatch):
+    """A module's build holds only its own lock: while one specialization compiles, another
+    thread loads a different one (warmup's parallel compiles), and threads asking for the
+    same one wait for the single build."""
+    import threading
+    real = R._module
+    a_started, b_done = threading.Event(), threading.Event()
+    calls = []
+
+    def slow(source, defines, device, ordinal):
+        calls.append((source, defines))
+        if source == "softmax.cu":
+            a_started.set()
+            b_done.wait(60)
+        return real(source, defines, device, ordinal)
+
+    monkeypatch.setattr(R, "_module", slow)
+    soft = [t for t in TABLE if t[0] == "softmax.cu"][0]
+    norm = [t for t in TABLE if t[0] == "norms.cu"][0]
+    got = {}
+
+    def load_a(i):
+        got[i] = registry.get(soft[0], soft[1][0], soft[2], 0)
+
+    threads = [threading.Thread(target=load_a, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    assert a_started.wait(30)
+    other = {}
+    tb = threading.Thread(target=lambda: other.setdefault("k", registry.get(norm[0], norm[1][0], norm[2], 0)))
+    tb.start()
+    tb.join(20)
+    finished = not tb.is_alive()
+    b_done.set()
+    tb.join(60)
+    assert finished, "loading norms.cu waited for softmax.cu's build"
+    assert other["k"].name == norm[1][0]
+    for t in threads:
+        t.join(60)
+    assert len({id(k) for k in got.values()}) == 1 and len(got) == 3
+    assert calls.count((soft[0], soft[2])) == 1
 
 
 def test_cli_list():

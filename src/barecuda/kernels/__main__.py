@@ -17,25 +17,42 @@ def _bar(done, total, t0, what):
     sys.stderr.flush()
 
 
-def warmup(device=None, quiet=False, sources=None):
+def warmup(device=None, quiet=False, sources=None, jobs=None):
     """Load every specialization in the table (of ``sources`` only, if given) on
-    ``device``; returns {origin: count}."""
+    ``device``, ``jobs`` at a time (default: one per CPU, at most 16: NVRTC compiles run
+    without the GIL, so the ones that need compiling compile in parallel); returns
+    {origin: count}."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor, as_completed
     import barecuda as bc
     from barecuda.kernels import _registry as R
     dev = bc.Device(device if device is not None else 0)
     specs = [t for t in R.table() if sources is None or t[0] in sources]
+    jobs = max(1, int(jobs) if jobs else min(16, os.cpu_count() or 1))
     t0 = time.monotonic()
     counts = {}
-    for i, (source, names, defines) in enumerate(specs):
-        label = source + "".join(f" {k}={v}" for k, v in defines)
-        if not quiet:
-            _bar(i, len(specs), t0, label)
+
+    def load(spec):
+        source, names, defines = spec
         for n in names:
             R.get(source, n, defines, dev)
-        o = R.origin(source, defines, dev)
-        counts[o] = counts.get(o, 0) + 1
+        return spec, R.origin(source, defines, dev)
+
     if not quiet:
-        _bar(len(specs), len(specs), t0, "done")
+        _bar(0, len(specs), t0, "")
+    with ThreadPoolExecutor(jobs) as ex:
+        futures = [ex.submit(load, spec) for spec in specs]
+        try:
+            for i, f in enumerate(as_completed(futures), 1):
+                (source, _, defines), o = f.result()
+                counts[o] = counts.get(o, 0) + 1
+                if not quiet:
+                    _bar(i, len(specs), t0, source + "".join(f" {k}={v}" for k, v in defines))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    if not quiet:
         sys.stderr.write("\n")
     return counts
 
@@ -47,12 +64,13 @@ def main(argv=None):
     w = sub.add_parser("warmup", help="load (compile if needed) every kernel for this GPU")
     w.add_argument("--device", type=int, default=0)
     w.add_argument("--quiet", action="store_true")
+    w.add_argument("--jobs", type=int, default=None, help="compiles at a time (default: CPUs, at most 16)")
     ls = sub.add_parser("list", help="the kernel table")
     ls.add_argument("--where", action="store_true", help="also load each on device 0 and say from where")
     a = p.parse_args(argv)
     if a.cmd == "warmup":
         t0 = time.monotonic()
-        counts = warmup(a.device, a.quiet)
+        counts = warmup(a.device, a.quiet, jobs=a.jobs)
         n = sum(counts.values())
         how = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         print(f"warmed up {n} kernel specializations on device {a.device} in {time.monotonic() - t0:.1f}s ({how})")

@@ -39,7 +39,8 @@ NVRTC_HINT = "install NVRTC with: " + _libfind.install_advice(_libfind.NVRTC)   
 # family modules that hold no KERNELS table
 _NOT_FAMILIES = frozenset({"_registry", "_args", "_prebuild"})
 
-_lock = threading.RLock()
+_lock = threading.RLock()              # guards _locks and _reset; a compile holds only its own key's lock
+_locks: Dict[Any, Any] = {}            # (source, defines, ordinal) -> RLock: one build of a module at a time
 _kernels: Dict[Any, Any] = {}          # (source, name, defines, ordinal) -> Kernel
 _modules: Dict[Any, Any] = {}          # (source, defines, ordinal) -> Module
 _digests: Dict[Any, str] = {}          # (source, defines) -> hex digest
@@ -77,7 +78,7 @@ def get(source, name, defines=(), device=None):
     k = _kernels.get(key)
     if k is not None:
         return k
-    with _lock:
+    with _module_lock(source, defines, ordinal):
         k = _kernels.get(key)
         if k is None:
             mod = _module(source, defines, device, ordinal)
@@ -87,6 +88,17 @@ def get(source, name, defines=(), device=None):
                 raise ValueError(f"kernels: {source} built with {defines!r} has no entry {name!r} ({exc})") from None
             _kernels[key] = k
         return k
+
+
+def _module_lock(source, defines, ordinal):
+    """The lock of one module: threads loading different specializations compile them at
+    the same time (NVRTC runs without the GIL), two asking for the same one compile it once."""
+    ck = (source, defines, ordinal)
+    lk = _locks.get(ck)
+    if lk is None:
+        with _lock:
+            lk = _locks.setdefault(ck, threading.RLock())
+    return lk
 
 
 def origin(source, defines=(), device=None):
