@@ -17,6 +17,7 @@ Environment (read at import): ``BARECUDA_STAGING_THREADS``,
 
 __all__ = ["configure_staging"]
 import atexit
+import operator
 import os
 import warnings
 
@@ -291,7 +292,7 @@ def configure_staging(*, chunk_bytes=None, chunks=None, threads=None, threshold=
     cdef dict fields = c            # the C struct's fields by name (Cython converts both ways)
     for name, lo, hi in _INT_RANGES:
         if ints[name] is not None:
-            fields[name] = _setting(name, ints[name], lo, hi)
+            fields[name] = _setting(name, _integer(name, ints[name]), lo, hi)
     if spin_us is not None:
         fields["spin_ns"] = <long long>(_setting("spin_us", spin_us, 0, 1_000_000) * 1000)
     for name, on in (("nt_htod", nt_htod), ("nt_dtoh", nt_dtoh)):
@@ -307,13 +308,29 @@ _INT_RANGES = (("chunk_bytes", 1, None), ("chunks", 1, BC_STAGING_MAX_CHUNKS), (
                ("threshold", 0, None), ("min_piece", 1, None), ("min_part", 1, None))
 
 
+_SIZE_MAX = (1 << 64) - 1
+
+
+def _integer(name, value):
+    """An integer setting as an int: a float (``chunk_bytes=1.5``) or a bool is a TypeError,
+    not silently truncated; anything with ``__index__`` (numpy integers) is accepted."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+
+
 def _setting(name, value, lo, hi):
     """configure_staging's check of one setting: value within lo..hi (hi None: no upper
     bound), else ValueError naming it."""
-    if hi is None and value < lo:
-        raise ValueError(f"{name} must be {'positive' if lo == 1 else f'>= {lo}'}, got {value}")
     if hi is not None and not lo <= value <= hi:
         raise ValueError(f"{name} must be in {lo}..{hi}, got {value}")
+    if value < lo:
+        raise ValueError(f"{name} must be {'positive' if lo == 1 else f'>= {lo}'}, got {value}")
+    if value > _SIZE_MAX:                            # the settings without a bound are size_t fields
+        raise ValueError(f"{name} must be at most {_SIZE_MAX}, got {value}")
     return value
 
 

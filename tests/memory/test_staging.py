@@ -368,6 +368,26 @@ def test_configure_validates():
     assert st.configure_staging() == saved
 
 
+@pytest.mark.parametrize("bad", [{"chunk_bytes": 1.5}, {"chunks": 2.0}, {"threads": True}, {"threshold": "8"},
+                                 {"min_part": 1 << 64}])
+def test_configure_refuses_non_integers_and_changes_nothing(bad):
+    """An integer setting given a float, a bool or a string is a TypeError, not truncated
+    (chunk_bytes=1.5 used to set 1 byte); one past size_t is a ValueError; nothing changes."""
+    saved = st.configure_staging()
+    with pytest.raises(ValueError if bad.get("min_part") else TypeError, match=next(iter(bad))):
+        st.configure_staging(threads=2, **bad)
+    assert st.configure_staging() == saved
+
+
+def test_configure_accepts_index_integers():
+    np = pytest.importorskip("numpy")
+    saved = st.configure_staging()
+    try:
+        assert st.configure_staging(chunks=np.int64(5))["chunks"] == 5
+    finally:
+        st.configure_staging(**saved)
+
+
 def test_concurrent_copies_serialize_correctly(fake, small_chunks, mem):
     n = 6 * CHUNK + 11
     nthreads = 6
