@@ -333,24 +333,29 @@ cdef class _HostHold:
         cdef PinnedBuffer b = self.buf
         if b is None:
             return
+        cdef object failed = None
+        cdef size_t nbytes = 0
         self.buf = None
         with cython.critical_section(b):      # pins and close() of one PinnedBuffer, any thread
             b._pins -= 1
             if not (b._pins == 0 and b._free_pending):
                 return
             b._free_pending = False
+            nbytes = b.nbytes_
             try:
                 if bc_driver_usable(ST):
                     b._free()
             except BaseException as e:
-                try:
-                    warnings.warn(f"deferred free of PinnedBuffer ({b.nbytes_} bytes) failed: {e}", CudaWarning)
-                except BaseException:
-                    pass
+                failed = e
             finally:
                 b.ptr = NULL
                 b.nbytes_ = 0
                 b._shape[0] = 0
+        if failed is not None:                # warned outside the section: the warning may run Python code
+            try:
+                warnings.warn(f"deferred free of PinnedBuffer ({nbytes} bytes) failed: {failed}", CudaWarning)
+            except BaseException:
+                pass
 
     def __repr__(self):
         return f"<barecuda pin on {self.buf!r}>"

@@ -174,6 +174,24 @@ def test_closing_a_pinned_buffer_a_graph_copies_defers_its_free(fake, da, rng):
     assert fake.live("host_mem") == h0
 
 
+def test_failed_deferred_free_of_a_pinned_buffer_warns_and_never_raises(fake):
+    """The last holder's deferred free of a closed PinnedBuffer runs in a destructor: a
+    driver failure there is a CudaWarning naming the bytes and the call, not an exception,
+    and the buffer ends closed and empty."""
+    n = 96
+    src = bc.PinnedBuffer(n)
+    dst = bc.DeviceBuffer(n)
+    g = bc.Graph()
+    g.add_memcpy(dst, src)
+    src.close()                                          # deferred: the graph holds it
+    fake.fail("cuMemFreeHost", 999)                      # the free itself fails (the memory stays: leaked)
+    with pytest.warns(bc.CudaWarning, match=rf"deferred free of PinnedBuffer \({n} bytes\) failed.*cuMemFreeHost"):
+        del g
+        gc.collect()
+    assert src.is_closed and src.ptr == 0 and src.nbytes == 0
+    dst.close()
+
+
 def test_only_streams_in_the_capture_are_held(fake, da):
     """A copy on a stream outside the capture runs at once and is not held; one on a
     stream joined to the capture (event wait) is."""
