@@ -169,8 +169,10 @@ def test_decode_launch_geometry_on_the_double(fake):
     ptrs = struct.unpack_from("<7Q", la.params, 0)
     assert ptrs[0] == q.ptr and ptrs[1] == k.ptr and ptrs[2] == v.ptr and ptrs[3] == out.ptr and ptrs[6] == ln.ptr
     assert ptrs[5] - ptrs[4] == 4 * 8 * 5 * 65
-    # the GQA group is the last (run-time) argument: one module per head dim serves every group
-    assert struct.unpack_from("<i", la.params, len(la.params) - 4)[0] == 4
+    # the GQA group is a run-time argument (one module per head dim serves every group), then
+    # pf_keys (0: no pre-wait prefetch outside pdl plans)
+    assert struct.unpack_from("<2i", la.params, len(la.params) - 8) == (4, 0)
+    assert not la.programmatic_serialization
     # one split: no workspace, null partial pointers
     A.attention_decode(q, k, v, ln, out=out, n_splits=1)
     la = fake.last_launch()
@@ -187,6 +189,50 @@ def test_decode_small_shared_memory_gpus_get_a_shallower_pipeline(fake, monkeypa
     A.attention_decode(q, k, v, ln, n_splits=4)
     la = fake.last_launch()
     assert la.name == "attn_decode_f16" and la.shared == A.decode_smem(128, 4, A.SMALL_DEC_STAGES) <= 101376
+
+
+def test_decode_pdl_plan_on_the_double(fake):
+    """plan_attention_decode(pdl=True): one cuLaunchKernelEx with programmatic stream
+    serialization, the pre-wait prefetch length as the last argument (0 for a paged cache),
+    PDL_STAGES / PDL_OCC for its depth and default splits; the float32 kernel (no
+    griddepcontrol.wait) stays a plain launch; graph.add_plan refuses the configured plan."""
+    q, k, v, ln = _bufs(fake, max_ctx=1024, n_kv=2, d=64, n_heads=8)
+    out = bc.empty((8, 64), "float16")
+    plan = A.plan_attention_decode(q, k, v, ln, out=out, n_splits=4, pdl=True)
+    plan()
+    la = fake.last_launch()
+    assert la.name == "attn_decode_f16" and la.programmatic_serialization
+    assert la.grid == (4, 2, 1) and la.shared == A.decode_smem(64, 4, A.PDL_STAGES)
+    assert struct.unpack_from("<i", la.params, len(la.params) - 4)[0] == A.PDL_PF_KEYS
+    plain = A.plan_attention_decode(q, k, v, ln, out=out, n_splits=4)
+    plain()
+    assert not fake.last_launch().programmatic_serialization
+    with pytest.raises(ValueError, match="capture"):
+        bc.Graph().add_plan(plan)
+    tab = bc.zeros((8,), "int32")
+    pk = bc.empty((8, 128, 2, 64), "float16")
+    A.plan_attention_decode(q, pk, pk, ln, out=out, block_table=tab, n_splits=2, pdl=True)()
+    la = fake.last_launch()
+    assert la.programmatic_serialization and struct.unpack_from("<i", la.params, len(la.params) - 4)[0] == 0
+    f32 = A.plan_attention_decode(bc.empty((8, 64), "float32"), bc.empty((64, 2, 64), "float32"),
+                                  bc.empty((64, 2, 64), "float32"), ln, pdl=True)
+    f32()
+    assert fake.last_launch().name == "attn_decode_f32" and not fake.last_launch().programmatic_serialization
+
+
+def test_decode_pdl_stages_and_default_splits(fake, monkeypatch):
+    """A shallower PDL pipeline (two grids' blocks on one multiprocessor) keeps the default
+    split count of one block a multiprocessor (PDL_OCC), not the occupancy's."""
+    q, k, v, ln = _bufs(fake, max_ctx=8192, n_kv=2, d=128, n_heads=8)
+    out = bc.empty((8, 128), "float16")
+    A.plan_attention_decode(q, k, v, ln, out=out)()
+    g_plain = fake.last_launch().grid
+    monkeypatch.setattr(A, "PDL_STAGES", 3)
+    A._sms.clear()
+    A.plan_attention_decode(q, k, v, ln, out=out, pdl=True)()
+    la = fake.last_launch()
+    assert la.shared == A.decode_smem(128, 4, 3) and la.programmatic_serialization
+    assert la.grid == g_plain, (la.grid, g_plain)
 
 
 def test_decode_plan_replays_the_same_launch(fake):
@@ -357,6 +403,64 @@ def test_decode_length_from_device_under_graph_capture():
         got = from_dev(out, dtype)
         assert np.abs(got - ref).max() < 1e-2, p
         assert np.array_equal(from_dev(kd, dtype).reshape(max_ctx, nkv, d)[p], knew)
+
+
+@gpu
+@pytest.mark.parametrize("stages,pf_keys,layout", [(None, 256, "head_major"), (3, 1024, "head_major"),
+                                                   (None, 256, "token_major"), (3, 0, "token_major")])
+def test_decode_pdl_plans_under_capture(stages, pf_keys, layout, monkeypatch):
+    """pdl=True plans captured into one graph, each node reading what the node before it
+    writes: kv_append's token (the newest key), then a PDL decode, then a PDL decode whose q
+    is that decode's output, then one over a second cache with one split; the device-held
+    position changes between replays. Also a PDL plan launched straight on a stream."""
+    monkeypatch.setattr(A, "PDL_STAGES", stages)
+    monkeypatch.setattr(A, "PDL_PF_KEYS", pf_keys)
+    A._sms.clear()
+    from barecuda.graph import capture
+    rng = np.random.default_rng(23 + (stages or 0) + pf_keys)
+    dtype, nh, nkv, max_ctx = "bfloat16", 32, 8, 4100
+    for d in (128, 64):
+        s = bc.Stream()
+        shape = (nkv, max_ctx, d) if layout == "head_major" else (max_ctx, nkv, d)
+        kd, k = to_dev(rng.standard_normal(shape).astype(np.float32), dtype, s)
+        vd, v = to_dev(rng.standard_normal(shape).astype(np.float32), dtype, s)
+        k2d, k2 = to_dev(rng.standard_normal(shape).astype(np.float32), dtype, s)
+        if layout == "head_major":
+            k, v, k2 = (x.transpose(1, 0, 2).copy() for x in (k, v, k2))
+        qd, q = to_dev(rng.standard_normal((nh, d)).astype(np.float32), dtype, s)
+        knd, knew = to_dev(rng.standard_normal((nkv, d)).astype(np.float32), dtype, s)
+        vnd, vnew = to_dev(rng.standard_normal((nkv, d)).astype(np.float32), dtype, s)
+        pos = bc.to_device(np.array([0], np.int32), stream=s)
+        o1, o2, o3 = (bc.empty((nh, d), dtype, stream=s) for _ in range(3))
+        kw = dict(len_offset=1, kv_layout=layout, pdl=True, stream=s)
+        plans = [A.plan_kv_append(knd, vnd, kd, vd, pos, kv_layout=layout, stream=s),
+                 A.plan_attention_decode(qd, kd, vd, pos, out=o1, **kw),
+                 A.plan_attention_decode(o1, kd, vd, pos, out=o2, n_splits=7, **kw),
+                 A.plan_attention_decode(qd, k2d, vd, pos, out=o3, n_splits=1, **kw)]
+        assert plans[1].config is not None and plans[1].config.programmatic_serialization
+        s.synchronize()
+        with capture(s) as g:
+            for p in plans:
+                p()
+        g.keep_alive(plans)
+        exe = g.instantiate()
+        sc = 1 / math.sqrt(d)
+        for p in (0, 17, 255, 1000, 4099):
+            pos.copy_from(np.array([p], np.int32), stream=s)
+            exe.launch(s)
+            k[p], v[p] = knew, vnew
+            n = p + 1
+            ref1 = ref_attention(q[None], k[:n], v[:n], sc)[0]
+            got1 = from_dev(o1, dtype)
+            assert np.abs(got1 - ref1).max() < 1e-2, (d, p)
+            ref2 = ref_attention(got1[None], k[:n], v[:n], sc)[0]
+            assert np.abs(from_dev(o2, dtype) - ref2).max() < 1e-2, (d, p)
+            ref3 = ref_attention(q[None], k2[:n], v[:n], sc)[0]
+            assert np.abs(from_dev(o3, dtype) - ref3).max() < 1e-2, (d, p)
+        # the plan on its own (cuLaunchKernelEx with the attribute, no graph), twice: counters re-armed
+        for _ in range(2):
+            plans[2]()
+            assert np.abs(from_dev(o2, dtype) - ref2).max() < 1e-2, d
 
 
 @gpu

@@ -10,7 +10,7 @@ way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
 import math
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _chain, _time_graph, _torch, copy_gbs, torch_graph_us
+from barecuda.bench._kernel_timing import SPEC_GBS, _chain, _median, _time_graph, _torch, copy_gbs, torch_graph_us
 
 ORDER = 62
 PEAK_TF = {"H200": 989.0, "H100": 989.0}             # dense bf16/fp16 tensor TFLOP/s (SXM)
@@ -42,8 +42,38 @@ def _decode_bufs(bc, s, shape, nh, d, ctx, n):
     return caches, q, o, ln
 
 
+def _time_captured(bc, s, plans, reps=20):
+    """ms per replay of a graph made by capturing the plans' launches on stream s (a plan bound
+    with programmatic serialization gives a programmatic edge to the node before it)."""
+    from barecuda.graph import capture
+    s.synchronize()
+    with capture(s) as g:
+        for p in plans:
+            p()
+    g.keep_alive(plans)
+    exe = g.instantiate()
+    exe.launch(s)
+    s.synchronize()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(reps):
+        e0.record(s)
+        exe.launch(s)
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0))
+    return _median(ts)
+
+
+def _time_chain(bc, s, plans, pdl):
+    """ms per replay of the plans chained in one graph: add_plan nodes, or captured (pdl)."""
+    return _time_captured(bc, s, plans) if pdl else _time_graph(bc, s, lambda g: _chain(g, plans))
+
+
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
-                                           (32, 8, 64, 8192)), layout="head_major"):
+                                           (32, 8, 64, 8192)), layout="head_major", pdl=False):
+    """One row a shape: the chained graph's us a call and GB/s on the KV bytes; ``pdl``: the
+    plans made with ``pdl=True`` and the graph captured (programmatic edges between the nodes)."""
     from barecuda.kernels import _attention as A
     out = []
     for nh, nkv, d, ctx in shapes:
@@ -51,8 +81,8 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
         n = max(2, math.ceil((512 << 20) / kv_bytes))
         shape = (nkv, ctx, d) if layout == "head_major" else (ctx, nkv, d)
         caches, q, o, ln = _decode_bufs(bc, s, shape, nh, d, ctx, n)
-        plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, stream=s) for k, v in caches]
-        ms = _time_graph(bc, s, lambda g, p=plans: _chain(g, p)) / n
+        plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, pdl=pdl, stream=s) for k, v in caches]
+        ms = _time_chain(bc, s, plans, pdl) / n
         gbs = kv_bytes / (ms * 1e-3) / 1e9
         tgbs = None
         if torch is not None:
@@ -61,7 +91,7 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
             except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
                 tgbs = f"n/a ({type(exc).__name__})"
         tag = "hm" if layout == "head_major" else "tm"
-        out.append((f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}", ms * 1e3, gbs, tgbs))
+        out.append((f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}{' pdl' if pdl else ''}", ms * 1e3, gbs, tgbs))
         del plans, caches
     return out
 
@@ -130,6 +160,74 @@ def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8
                 A.DEC_MINCHUNK, A.DEC_ONESPLIT = old, old1
         del caches
     del flush
+
+
+PDL_VARIANTS = (   # (label, DEC_PDL define, pdl plans, PDL_STAGES, PDL_PF_KEYS, PDL_OCC)
+    ("old kernel (no griddepcontrol)", 0, False, None, 0, 1), ("plain", 1, False, None, 0, 1),
+    ("pdl, no prefetch", 1, True, None, 0, 1), ("pdl, prefetch 256", 1, True, None, 256, 1),
+    ("pdl, prefetch 1024", 1, True, None, 1024, 1), ("pdl 3 stages, no prefetch", 1, True, 3, 0, 1),
+    ("pdl 3 stages, prefetch 256", 1, True, 3, 256, 1), ("pdl 3 stages, prefetch 1024", 1, True, 3, 1024, 1),
+    ("pdl 3 stages, prefetch 256, 2 blocks/SM of splits", 1, True, 3, 256, 2),
+    ("old kernel again", 0, False, None, 0, 1), ("plain again", 1, False, None, 0, 1))
+
+
+def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768), (32, 8, 64, 8192)),
+                     short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=PDL_VARIANTS):
+    """Developer probe (``--pdl-probe``): the chained decode rows (head-major, one node a cache,
+    > 512 MB a round) and the decode loop's short node (a graph of 16 nodes on one 4096-slot
+    cache) for the kernel before PDL (DEC_PDL=0), the plain plan and PDL plans (captured graph):
+    with or without the pre-wait L2 prefetch, 4 or 3 stages (3: two grids' blocks share a
+    multiprocessor). One line each: us a call, GB/s, % of spec."""
+    import barecuda as bc
+    from barecuda.kernels import _attention as A
+    s = bc.Stream()
+    _, spec = _spec(bc)[:2]
+    names = ("DEC_PDL", "PDL_STAGES", "PDL_PF_KEYS", "PDL_OCC")
+    old = tuple(getattr(A, x) for x in names)
+    print(f"  pdl-probe on {bc.Device().name}", flush=True)
+
+    def run(label, dp, pdl, st, pf, occ, fn):
+        A.DEC_PDL, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = dp, st, pf, occ
+        A._sms.clear()
+        try:
+            return fn(pdl)
+        except Exception as exc:   # noqa: BLE001 -- a probe
+            print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
+            return None
+        finally:
+            A.DEC_PDL, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = old
+
+    for nh, nkv, d, ctx in shapes:
+        kv_bytes = 2 * ctx * nkv * d * 2
+        n = max(2, math.ceil((512 << 20) / kv_bytes))
+        caches, q, o, ln = _decode_bufs(bc, s, (nkv, ctx, d), nh, d, ctx, n)
+        for label, dp, pdl, st, pf, occ in variants:
+            def fn(pdl, caches=caches, q=q, o=o, ln=ln):
+                plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout="head_major", pdl=pdl, stream=s)
+                         for k, v in caches]
+                return _time_chain(bc, s, plans, pdl) * 1e3 / n, plans[0].grid
+            r = run(label, dp, pdl, st, pf, occ, fn)
+            if r:
+                us, grid = r
+                gbs = kv_bytes / us / 1e3
+                pc = f"{100 * gbs / spec:.1f}%" if spec else ""
+                print(f"  pdl-probe decode bf16 h{nh}/{nkv} d{d} ctx {ctx} [{label}] grid {grid}: {us:.2f} us "
+                      f"{gbs:.0f} GB/s {pc}", flush=True)
+        del caches
+    for nh, nkv, d, ctx in short:
+        caches, q, o, ln = _decode_bufs(bc, s, (nkv, 4096, d), nh, d, 4096, 1)
+        ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
+        k, v = caches[0]
+        for label, dp, pdl, st, pf, occ in variants:
+            def fn(pdl, k=k, v=v, q=q, o=o, ln=ln):
+                p = A.plan_attention_decode(q, k, v, ln, out=o, len_offset=1, kv_layout="head_major", pdl=pdl,
+                                            stream=s)
+                return _time_chain(bc, s, [p] * 16, pdl) * 1e3 / 16
+            us = run(label, dp, pdl, st, pf, occ, fn)
+            if us:
+                print(f"  pdl-probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} [{label}]: {us:.2f} us a node "
+                      "(graph of 16)", flush=True)
+        del caches
 
 
 def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes):
@@ -233,7 +331,8 @@ def attention_section(ctx=None):
                                                                        ("torch", 12), ("x torch", 8)])
     cp = copy_gbs(bc, s)
     sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f} GB/s", f"{100 * cp / spec:.0f}%" if spec else "", "", ""])
-    drows = decode_rows(bc, s, torch) + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major")
+    drows = (decode_rows(bc, s, torch) + decode_rows(bc, s, None, pdl=True)
+             + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major"))
     for label, us, gbs, tg in drows:
         tcell = f"{tg:.0f} GB/s" if isinstance(tg, float) else (tg or "")
         x = f"{gbs / tg:.2f}" if isinstance(tg, float) else ""
@@ -288,5 +387,7 @@ if __name__ == "__main__":
     import sys
     if "--probe" in sys.argv:
         decode_probe()
+    if "--pdl-probe" in sys.argv:
+        decode_pdl_probe()
     if "--probe-only" not in sys.argv:
         print(attention_section().format())

@@ -21,6 +21,7 @@ from typing import Dict, Tuple
 
 from barecuda.kernels import _args, _registry
 from barecuda.kernels._matmul import smem_limit
+from barecuda.kernels._opcall import op
 
 __all__ = ["attention_decode", "plan_attention_decode", "attention_prefill", "plan_attention_prefill",
            "kv_append", "plan_kv_append", "decode_workspace_size"]
@@ -36,6 +37,10 @@ DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
 DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
 DEC_MINCHUNK = 128  # keys a split takes at least (attention.cu's default)
 DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (attention.cu's default)
+DEC_PDL = 1         # 0: build the decode kernel without griddepcontrol / the pre-wait prefetch (the old kernel)
+PDL_PF_KEYS = 256   # pdl=True plans: keys of each split prefetched into L2 before griddepcontrol.wait
+PDL_STAGES = None   # pdl=True plans: pipeline depth (None: DEC_STAGES); 3 lets two grids share a multiprocessor
+PDL_OCC = 1         # pdl=True plans: the default n_splits counts this many blocks a multiprocessor at most
 PF_WARPS = 4
 PF_STAGES = 2
 PF_QREG = 1         # Q straight into registers; 2 blocks/SM (H200: 254 vs 250 TF/s causal)
@@ -56,6 +61,7 @@ def _dec_defines(d, stages=None):
     extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
     extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
+    extra += (("DEC_PDL", 0),) if not DEC_PDL else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra
 
@@ -192,14 +198,16 @@ def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
     return 4 * (n_heads * n_splits * (head_dim + 1) + n_kv)
 
 
-def _default_splits(kernel, n_kv, max_ctx, smem, device):
-    key = (int(device), smem, DEC_WARPS, DEC_STAGES, DEC_KPW)
+def _default_splits(kernel, n_kv, max_ctx, smem, device, occ_max=None):
+    key = (int(device), smem, DEC_WARPS, DEC_STAGES, DEC_KPW, occ_max)
     per = _sms.get(key)
     if per is None:
         from barecuda._device import Device
         dev = device if isinstance(device, Device) else Device(int(device))
         sms = dev.attribute("multiprocessor_count")
         occ = max(1, kernel.max_active_blocks_per_sm(DEC_WARPS * 32, smem))
+        if occ_max:
+            occ = min(occ, occ_max)
         per = _sms[key] = sms * occ
     # one wave: blocks resident at once, divided among the KV heads (rounded down)
     bn = DEC_KPW * DEC_WARPS
@@ -212,7 +220,7 @@ def _arrays(stream, **named):
 
 
 def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream,
-                 kv_layout="token_major"):
+                 kv_layout="token_major", pdl=False):
     qb, kb, vb, lb, tb = _arrays(stream, q=q, k_cache=k_cache, v_cache=v_cache, length=length,
                                  block_table=block_table)
     code = "f32" if _dtname(qb) == "float32" else _half(qb, "q")
@@ -243,15 +251,15 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         args = (qb, kb, vb, ob, lb, len_offset, max_ctx, tok_st, head_st, q_st, d, 0 if tb is None else tb, page,
                 group, _args.f32(scale))
         return kern, (n_heads, 1), DEC_WARPS * 32, 0, args, ob, None
-    stages = DEC_STAGES
-    smem = decode_smem(d, group)
+    stages = (PDL_STAGES or DEC_STAGES) if pdl else DEC_STAGES
+    smem = decode_smem(d, group, stages)
     if smem > smem_limit(device):      # sm_86/sm_89 (99 KB a block): a shallower pipeline
         stages = SMALL_DEC_STAGES
         smem = decode_smem(d, group, stages)
-    defines = _dec_defines(d, stages)
+    defines = _dec_defines(d, None if stages == DEC_STAGES else stages)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
-        n_splits = _default_splits(kern, n_kv, max_ctx, smem, device)
+        n_splits = _default_splits(kern, n_kv, max_ctx, smem, device, PDL_OCC if pdl else None)
     n_splits = _args.int_arg(n_splits, "n_splits", 1, MAX_SPLITS)
     ws = None
     if n_splits > 1:
@@ -268,10 +276,12 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     part = 0 if ws is None else ws        # a buffer argument keeps the workspace alive in plans
     counters = 0 if ws is None else ws.ptr + 4 * n_heads * n_splits * (d + 1)
     args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
-            0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group)
+            0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group,
+            PDL_PF_KEYS if pdl and DEC_PDL and tb is None else 0)
     return kern, (n_splits, n_kv), DEC_WARPS * 32, smem, args, ob, ws
 
 
+@op
 def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_offset=0, block_table=None,
                      n_splits=None, workspace=None, kv_layout="token_major", stream=None):
     """One query token per head against a KV cache: ``softmax(q k^T * scale) v`` over the
@@ -302,17 +312,29 @@ def attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_o
     """
     kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
                                                         block_table, n_splits, workspace, stream, kv_layout)
-    kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
-    return ob
+    # (a workspace made here, workspace=None with n_splits > 1, is zeroed per call: such a call
+    # is not recorded and takes this path every time; pass workspace= for the one-launch path)
+    return kern, grid, block, args, ob, smem
 
 
 def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, len_offset=0, block_table=None,
-                          n_splits=None, workspace=None, kv_layout="token_major", stream=None):
+                          n_splits=None, workspace=None, kv_layout="token_major", pdl=False, stream=None):
     """The launch of :func:`attention_decode`, packed once: a ``LaunchPlan`` (call it to
     replay, or ``graph.add_plan`` it). Give ``out=`` (the plan writes there on every replay).
-    Its workspace is allocated once and kept alive by the plan's arguments."""
+    Its workspace is allocated once and kept alive by the plan's arguments.
+
+    ``pdl=True`` (float16/bfloat16) launches it with programmatic stream serialization
+    (``cuLaunchKernelEx``): it may start while the previous kernel on the stream finishes,
+    asking the L2 for the first ``PDL_PF_KEYS`` keys of each split before it waits for that
+    kernel's results (``griddepcontrol.wait``; Q, the length and the cache are read after it,
+    so the previous kernel may write any of them). Such plans keep the overlap in a graph made
+    by stream capture (``barecuda.graph.capture``); ``graph.add_plan`` refuses them."""
     kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
-                                                        block_table, n_splits, workspace, stream, kv_layout)
+                                                        block_table, n_splits, workspace, stream, kv_layout, pdl)
+    if pdl and kern.name != "attn_decode_f32":     # the f32 kernel has no griddepcontrol.wait: a plain launch
+        from barecuda import LaunchConfig
+        return kern.bind_config(LaunchConfig(grid, block, shared_mem=smem, stream=stream,
+                                             programmatic_serialization=True), *args)
     return kern.bind(grid, block, *args, stream=stream, shared_mem=smem)
 
 
@@ -349,6 +371,7 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
     return kern, grid, block, args
 
 
+@op
 def kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, kv_layout="token_major",
               stream=None):
     """Write one token's K and V (``[n_kv, D]`` each) into the cache at token
@@ -356,7 +379,7 @@ def kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=
     falls outside the cache). With ``block_table`` the cache is paged (see the module doc)."""
     kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream,
                                            kv_layout)
-    kern.launch(grid, block, *args, stream=stream)
+    return kern, grid, block, args, None
 
 
 def plan_kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=None, kv_layout="token_major",
@@ -417,14 +440,14 @@ def _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream):
     return kern, grid, PF_WARPS * 32, smem, args, ob
 
 
+@op
 def attention_prefill(q, k, v, *, causal=True, scale=None, causal_offset=0, out=None, stream=None):
     """Flash attention (online softmax, fp32 accumulation) for a prompt: ``q`` ``[S, H, D]`` or
     ``[B, S, H, D]``, ``k``/``v`` ``[S_kv, H_kv, D]`` / ``[B, S_kv, H_kv, D]`` (GQA when
     ``H_kv < H``), float16 or bfloat16; ``out`` has ``q``'s shape (contiguous). With ``causal``,
     query ``i`` sees keys ``j <= i + causal_offset``."""
     kern, grid, block, smem, args, ob = _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream)
-    kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
-    return ob
+    return kern, grid, block, args, ob, smem
 
 
 def plan_attention_prefill(q, k, v, *, causal=True, scale=None, causal_offset=0, out=None, stream=None):

@@ -9,7 +9,7 @@
 //                             the models' fp32 reference mode)
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, PF_WARPS,
+//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL, PF_WARPS,
 //          PF_STAGES, PF_QREG, PF_MINB.
 //
 // Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
@@ -34,6 +34,10 @@
 #ifndef DEC_WPIPE
 #define DEC_WPIPE 0  // decode: 1 = each warp streams its own contiguous share of the split through its
                      // own DEC_STAGES-deep ring (no block-wide barrier per tile); 0 = one block-wide ring
+#endif
+#ifndef DEC_PDL
+#define DEC_PDL 1    // decode: griddepcontrol (programmatic dependent launch) and the pre-wait L2 prefetch;
+                     // 0 compiles the kernel without them (the kernel before PDL, for same-run comparisons)
 #endif
 #ifndef PF_WARPS
 #define PF_WARPS 4
@@ -167,23 +171,84 @@ constexpr int DEC_BN = DEC_KPW * DEC_WARPS;   // keys per pipeline stage (DEC_KP
 constexpr int DEC_MINC = ((DEC_MINCHUNK + DEC_BN - 1) / DEC_BN) * DEC_BN;
 
 BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_splits, int& len, int& chunk) {
+#if DEC_PDL
+    len = __ldcg(len_ptr) + len_offset;   // L2: never a line cached before griddepcontrol.wait
+#else
     len = __ldg(len_ptr) + len_offset;
+#endif
     len = len < 0 ? 0 : (len > max_ctx ? max_ctx : len);
     int per = len <= DEC_ONESPLIT ? len : (len + n_splits - 1) / n_splits;
     chunk = ((per + DEC_BN - 1) / DEC_BN) * DEC_BN;
     if (chunk < DEC_MINC) chunk = DEC_MINC;
 }
 
+#if DEC_PDL
+// Programmatic dependent launch (sm_90+; every instruction here is a no-op, or compiled out,
+// when the launch has no programmatic attribute). A PDL launch of the decode kernel may start
+// while the previous kernel on the stream still runs. Before griddepcontrol.wait (full
+// completion and memory flush of that kernel) a block reads nothing the previous kernel may
+// write: it reads the length speculatively through L2 (a stale value only misplaces the
+// prefetch) and asks the L2 to prefetch the first pf_keys keys of its split's K and V
+// (cp.async.bulk.prefetch: a hint, never a read into the SM, so correct whatever the previous
+// kernel writes to the cache, the newest token included); after the wait it reads Q, the
+// length and the cache as without PDL. launch_dependents is issued at once: the next PDL
+// node's blocks may then take the multiprocessors this grid's blocks leave (all of this grid's
+// blocks have started by then, so none waits behind them) and prefetch in turn.
+BC_DEV void dec_grid_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+BC_DEV void dec_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+// L2 prefetch of token rows [t0, t1) of one head (rows tok_stride elements apart, D each):
+// one bulk prefetch of up to 16 KB a thread over a contiguous run, else one a row
+BC_DEV void dec_prefetch_rows(const bc_u16* base, long long tok_stride, int t0, int t1, int tid, int nthr) {
+#if __CUDA_ARCH__ >= 900
+    if (t1 <= t0) return;
+    if (tok_stride == D) {
+        constexpr int PIECE = 16384;
+        const long long bytes = (long long)(t1 - t0) * D * 2;
+        const unsigned char* p = (const unsigned char*)(base + (long long)t0 * D);
+        for (long long o = (long long)tid * PIECE; o < bytes; o += (long long)nthr * PIECE) {
+            const unsigned n = (unsigned)(bytes - o < PIECE ? bytes - o : PIECE);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(n) : "memory");
+        }
+    } else {
+        for (int t = t0 + tid; t < t1; t += nthr)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + (long long)t * tok_stride),
+                         "r"((unsigned)(D * 2)) : "memory");
+    }
+#endif
+}
+#endif
+
 template <int IS_BF16>
 BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restrict__ kc, const bc_u16* __restrict__ vc,
                              bc_u16* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, const int* __restrict__ len_ptr,
                              int len_offset, int max_ctx, long long tok_stride, long long head_stride, int q_head_stride,
                              int o_head_stride, const int* __restrict__ block_table, int page_size, int n_heads,
-                             int n_splits, float scale_log2, int group) {
+                             int n_splits, float scale_log2, int group, int pf_keys) {
     // group: query heads per KV head (1..16, checked by the host); one MMA tile holds 16 rows
+    // pf_keys: keys of the split to prefetch into L2 before griddepcontrol.wait (PDL plans; 0: none)
     extern __shared__ __align__(16) unsigned char smem[];
     const int kvh = blockIdx.y, split = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#if DEC_PDL
+    if (pf_keys > 0 && block_table == nullptr) {
+        int slen, schunk;
+        dec_range(len_ptr, len_offset, max_ctx, n_splits, slen, schunk);   // speculative (see above)
+        const int s0 = split * schunk, s1 = min(slen, s0 + min(schunk, pf_keys));
+        const long long ho = (long long)kvh * head_stride;
+        dec_prefetch_rows(kc + ho, tok_stride, s0, s1, tid, DEC_WARPS * 32);
+        dec_prefetch_rows(vc + ho, tok_stride, s0, s1, tid, DEC_WARPS * 32);
+    }
+    dec_launch_dependents();
+    dec_grid_wait();
+#endif
 
     // Q fragments: rows 0..group-1 are the group's heads, the rest zero (loaded before the
     // length so that both loads are in flight together)
@@ -192,13 +257,19 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         const int g = lane >> 2, t = lane & 3;
         const bc_u16* q0 = q + (long long)(kvh * group + g) * q_head_stride + 2 * t;
         const bc_u16* q1 = q + (long long)(kvh * group + g + 8) * q_head_stride + 2 * t;
+#if DEC_PDL
+#define DEC_QLD(p) __ldcg((const unsigned int*)(p))   // L2: Q may be the previous (PDL) kernel's output
+#else
+#define DEC_QLD(p) (*(const bc_u32*)(p))
+#endif
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-            qf[kk][0] = g < group ? *(const bc_u32*)(q0 + kk * 16) : 0u;
-            qf[kk][1] = g + 8 < group ? *(const bc_u32*)(q1 + kk * 16) : 0u;
-            qf[kk][2] = g < group ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
-            qf[kk][3] = g + 8 < group ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
+            qf[kk][0] = g < group ? DEC_QLD(q0 + kk * 16) : 0u;
+            qf[kk][1] = g + 8 < group ? DEC_QLD(q1 + kk * 16) : 0u;
+            qf[kk][2] = g < group ? DEC_QLD(q0 + kk * 16 + 8) : 0u;
+            qf[kk][3] = g + 8 < group ? DEC_QLD(q1 + kk * 16 + 8) : 0u;
         }
+#undef DEC_QLD
     }
     int len, chunk;
     dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
@@ -599,10 +670,10 @@ BC_DEV void attn_decode_f32_impl(const float* __restrict__ q, const float* __res
         const bc_u16* q, const bc_u16* kc, const bc_u16* vc, bc_u16* out, float* part, int* counters,            \
         const int* len_ptr, int len_offset, int max_ctx, long long tok_stride, long long head_stride,           \
         int q_head_stride, int o_head_stride, const int* block_table, int page_size, int n_heads, int n_splits, \
-        float scale_log2, int group) {                                                                           \
+        float scale_log2, int group, int pf_keys) {                                                              \
         attn_decode_impl<B>(q, kc, vc, out, part, counters, len_ptr, len_offset, max_ctx, tok_stride,           \
                             head_stride, q_head_stride, o_head_stride, block_table, page_size, n_heads,         \
-                            n_splits, scale_log2, group);                                                        \
+                            n_splits, scale_log2, group, pf_keys);                                               \
     }                                                                                                            \
     extern "C" __global__ void kv_append_##DT(const bc_u16* kn, const bc_u16* vn, bc_u16* kc, bc_u16* vc,       \
                                               const int* pos_ptr, int pos_offset, int max_ctx,                  \
