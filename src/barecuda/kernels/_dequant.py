@@ -8,6 +8,8 @@ spelled as ggml does (``"Q4_K"``, any case) or by ggml's type number (``12``, a
 too, so a loader can wrap every tensor of a file the same way.
 """
 from barecuda.kernels import _args, _registry
+from barecuda.kernels._opcall import op
+from barecuda.kernels._opkey import keyed_weight_class
 
 __all__ = ["QuantWeight", "FORMATS", "format_info", "dequantize", "plan_dequantize"]
 
@@ -76,6 +78,10 @@ class QuantWeight:
     format : str        canonical name (``"q4_k"``)
     ggml_type : int
     shape : tuple of int
+
+    A QuantWeight is immutable (make a new one for other bytes, format or shape): ops key a
+    call on its format, shape and data buffer, read in C (kernels/_opkey.pyx), so a repeated
+    ``matvec(qw, x)`` is one recorded launch.
     """
     __slots__ = ("data", "format", "ggml_type", "shape", "block", "block_bytes")
 
@@ -99,8 +105,15 @@ class QuantWeight:
                              f"takes {want} ({n // qk} blocks of {nbytes_block} bytes)")
         if b.ptr % 16:
             raise ValueError(f"QuantWeight data: address 0x{b.ptr:x} is not 16-byte aligned")
-        self.data, self.format, self.ggml_type, self.shape = b, name, t, shape
-        self.block, self.block_bytes = qk, nbytes_block
+        for a, v in (("data", b), ("format", name), ("ggml_type", t), ("shape", shape), ("block", qk),
+                     ("block_bytes", nbytes_block)):
+            object.__setattr__(self, a, v)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"QuantWeight is immutable: cannot set {name!r} (make a new QuantWeight)")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"QuantWeight is immutable: cannot delete {name!r}")
 
     @property
     def nbytes(self):
@@ -166,6 +179,10 @@ def _prepare(buffer, format, shape, dtype, out, stream):
     return kern, grid, qw, y, nblocks
 
 
+keyed_weight_class(QuantWeight)
+
+
+@op
 def dequantize(buffer, format=None, shape=None, *, dtype="float16", out=None, stream=None):
     """Dequantize a GGUF tensor into a float array of its logical shape.
 
@@ -185,8 +202,7 @@ def dequantize(buffer, format=None, shape=None, *, dtype="float16", out=None, st
     DeviceBuffer or the array given as ``out``
     """
     kern, grid, qw, y, nblocks = _prepare(buffer, format, shape, dtype, out, stream)
-    kern.launch(grid, 32 * _WARPS, qw.data, y, nblocks, stream=stream)
-    return out if out is not None else y
+    return kern, grid, 32 * _WARPS, (qw.data, y, nblocks), y
 
 
 def plan_dequantize(buffer, format=None, shape=None, *, dtype="float16", out, stream=None):

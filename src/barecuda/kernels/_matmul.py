@@ -21,6 +21,7 @@ import threading
 from typing import Any, Dict, Tuple
 
 from barecuda.kernels import _args, _registry
+from barecuda.kernels._opcall import op
 
 __all__ = ["matmul", "plan_matmul", "BACKENDS"]
 
@@ -282,6 +283,7 @@ def _lt_run(mm, ops, stream):
     mm.run(ab.ptr, bb.ptr, ob.ptr, alpha, beta, ws.ptr, ws.nbytes, stream)
 
 
+@op
 def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, backend="auto", stream=None):
     """``alpha * op(a) @ op(b) + beta * out`` with fp32 accumulation.
 
@@ -305,11 +307,10 @@ def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
     DeviceBuffer or ``out``
     """
     kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream)
-    if kern == "lt":
+    if kern == "lt":        # a cuBLASLt call, not a kernel launch: run here (no launch for @op to record)
         _lt_run(grid, block, stream)
-        return ob
-    kern.launch(grid, block, *args, stream=stream, shared_mem=smem)
-    return ob
+        return None, 0, 0, (), ob
+    return kern, grid, block, args, ob, smem
 
 
 def plan_matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, backend="auto",

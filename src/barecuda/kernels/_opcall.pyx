@@ -3,7 +3,9 @@
 Owns ``Op`` (what ``@op`` turns a family module's prep function into) and its memo.
 A family module writes each op as a Python function that checks its arguments and
 returns the launch it wants, ``(kernel, grid, block, args, result)`` (optionally a
-sixth item, the dynamic shared memory), without launching; ``@op`` makes the public
+sixth item, the dynamic shared memory; ``result`` may be None: nothing to return), without
+launching (a falsy ``grid``: the function did its work itself, nothing to launch or record,
+e.g. a cuBLASLt call); ``@op`` makes the public
 op of it. The first call with a given *signature* runs that function (every check,
 every error, exactly as written), launches, and records in a small per-op memo what
 the checks depended on and how the launch was built from the arguments. A later call
@@ -23,7 +25,10 @@ from its ``.pxd`` on the hit path):
   matches, so the Python path raises as before;
 - which array arguments are the same object and which have the same address (the
   ``out is x`` / ``residual_out is residual`` rules);
-- each other argument: None, or an exact bool/int/float/str by value; ``stream`` is not
+- a ``QuantWeight`` (the class ``_opkey.keyed_weight_class`` registers; immutable): its
+  format and shape by value and its ``data`` DeviceBuffer as an array argument (launch
+  arguments that are that buffer, or addresses in it, map onto it);
+- each other argument: None, or an exact bool/int/float/str, or a tuple of exact ints, by value; ``stream`` is not
   in the key (no check reads it: it is passed on to Kernel.launch, and to the allocation
   of a new output).
 The record: the kernel (held weakly; gone or its module closed: the record is dropped), grid, block, shared
@@ -63,8 +68,8 @@ from barecuda._pack cimport bc_launch_rec, bc_store_int, BC_SMALL_ARGBYTES, BC_S
 from barecuda._signature cimport bc_kind_is_pointer, BC_K_F32
 from barecuda._launch cimport Kernel, check_dims, pack_slot, issue, capture_hook_slot, releases_gil_slot
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
-from barecuda.kernels._opkey cimport (pfact, pkey, P_NONE, P_BUF, P_DLX, P_VAL, P_NOKEY, read_arg, read_call,
-                                      keys_match, make_keys)
+from barecuda.kernels._opkey cimport (pfact, pkey, P_NONE, P_BUF, P_DLX, P_VAL, P_NOKEY, P_QW, read_arg,
+                                      read_call, keys_match, make_keys)
 
 from barecuda._buffer import empty as _empty
 
@@ -281,6 +286,8 @@ cdef object _hit(Op self, _Record r, object k, PyObject **vals, const pfact *f):
     self.misses_in_row = 0
     if r.nres == 1:
         return _res(r, 0, vals, made)
+    if r.nres == 0:
+        return None
     return (_res(r, 0, vals, made), _res(r, 1, vals, made))
 
 
@@ -319,7 +326,7 @@ cdef int _issue_direct(_Record r, Kernel k, PyObject **vals, const pfact *f, lis
                 return 1
             bc_store_int(<char *>sptrs[i], 8, addr)
             continue
-        b = <DeviceBuffer>vals[r.aref[i]] if src == A_PARAM else <DeviceBuffer>made[r.aref[i]]
+        b = <DeviceBuffer>f[r.aref[i]].buf if src == A_PARAM else <DeviceBuffer>made[r.aref[i]]
         note_use(b, hs)
         bc_store_int(<char *>sptrs[i], 8, b.ptr)
     rec.pfunc = &k.func
@@ -349,7 +356,7 @@ cdef int _issue_launch(_Record r, object k, PyObject **vals, const pfact *f, lis
         if src == A_CONST:
             av[3 + i] = r.aconst[i]
         elif src == A_PARAM:
-            av[3 + i] = vals[r.aref[i]]
+            av[3 + i] = f[r.aref[i]].buf if f[r.aref[i]].kind == P_QW else vals[r.aref[i]]
         elif src == A_ALLOC:
             av[3 + i] = <PyObject *>made[r.aref[i]]
         else:
@@ -467,8 +474,8 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
     if make_keys(f, self.nparams, r.keys, r.keep):
         return None
     # the outputs this call allocated: result items that are none of the arguments
-    items = list(res) if type(res) is tuple else [res]
-    if not 1 <= len(items) <= 2:
+    items = [] if res is None else list(res) if type(res) is tuple else [res]
+    if len(items) > 2:
         return None
     r.nres = len(items)
     allocs = []
@@ -548,6 +555,8 @@ cdef tuple _source(Op self, const pfact *f, object x):
     for j in range(self.nparams):
         if (f[j].kind == P_BUF or f[j].kind == P_DLX) and <PyObject *>x == f[j].obj:
             return (A_PARAM, f[j].same_obj if f[j].same_obj >= 0 else j, 0)
+        if f[j].kind == P_QW and <PyObject *>x == f[j].buf:      # a weight's data buffer
+            return (A_PARAM, f[j].same_obj if f[j].same_obj >= 0 else j, 0)
     if type(x) is DeviceBuffer:
         if (<DeviceBuffer>x)._kind == KIND_CLOSED:
             return (-1, -1, 0)
@@ -560,12 +569,13 @@ cdef tuple _source(Op self, const pfact *f, object x):
         if hit >= 0:
             return (A_PARAM, hit, 0)
         for j in range(self.nparams):
-            if (f[j].kind == P_BUF or f[j].kind == P_DLX) and f[j].addr <= a < f[j].addr + f[j].span:
+            if (f[j].kind == P_BUF or f[j].kind == P_DLX or f[j].kind == P_QW) and \
+                    f[j].addr <= a < f[j].addr + f[j].span:
                 return (-1, -1, 0)                     # a view into an argument: not mapped
         return (A_CONST, -1, 0)
     if PyLong_CheckExact(x) and x > 0xFFFF:
         for j in range(self.nparams):
-            if (f[j].kind == P_BUF or f[j].kind == P_DLX) and f[j].same_addr < 0 \
+            if (f[j].kind == P_BUF or f[j].kind == P_DLX or f[j].kind == P_QW) and f[j].same_addr < 0 \
                     and f[j].addr <= <uint64_t>x < f[j].addr + f[j].span:
                 if hit >= 0:
                     return (-1, -1, 0)

@@ -28,11 +28,16 @@ cdef enum:          # parameter kinds
     P_DLX = 2       # tensor read through DLPack's C exchange API
     P_VAL = 3       # exact bool / int / float / str, keyed by value
     P_NOKEY = 4     # anything else: the call is not keyed (Python path)
+    P_QW = 5        # a registered weight object (QuantWeight): its format and shape by value, its
+                    # data buffer as a P_BUF (launch arguments map onto that buffer)
 
 
 ctypedef struct pfact:       # one argument as read from a call (borrowed pointers)
     int kind
     PyObject *obj
+    PyObject *buf            # P_BUF: obj; P_QW: its data buffer (a DeviceBuffer)
+    PyObject *qfmt           # P_QW: its format (str) and shape (tuple)
+    PyObject *qshape
     uint64_t addr
     uint64_t span            # bytes from addr the array covers (derived-pointer mapping)
     int same_obj             # first earlier array argument that is the same object, else -1
@@ -56,10 +61,13 @@ ctypedef struct pkey:        # one argument as recorded (references held by the 
     int64_t dims[MAXD]
     int64_t strd[MAXD]
     int has_strides
+    PyObject *qfmt           # P_QW
+    PyObject *qshape
 
 
-# _read_arg of anything but a DeviceBuffer, None or a keyed value: a tensor of a class
-# publishing DLPack's C exchange API (P_DLX), else P_NOKEY. t is o's type.
+# _read_arg of anything but a DeviceBuffer, None or a keyed scalar: a tuple of exact ints
+# (P_VAL), the registered weight class (P_QW), a tensor of a class publishing DLPack's C
+# exchange API (P_DLX), else P_NOKEY. t is o's type.
 cdef int read_tensor(PyObject *o, PyObject *t, pfact *f) noexcept
 
 # The keys of the n arguments read into f, into keys[0..n) (the objects they point to
@@ -72,6 +80,7 @@ cdef inline int read_arg(PyObject *o, pfact *f) noexcept:
     common kinds inline (exact type pointers, no reference traffic); tensors out of line."""
     cdef PyObject *t = <PyObject *>Py_TYPE(o)
     f.obj = o
+    f.buf = o
     f.addr = 0
     f.span = 0
     if t == <PyObject *>DeviceBuffer:
@@ -94,7 +103,7 @@ cdef inline int read_arg(PyObject *o, pfact *f) noexcept:
 cdef inline int read_call(PyObject **vals, int n, int stream_at, pfact *f) noexcept:
     """Read the n arguments vals (argument stream_at is the stream: not keyed) and their
     alias patterns into f; 0, or -1 when the call cannot be keyed."""
-    cdef int i, j
+    cdef int i, j, ki, kj
     for i in range(n):
         if i == stream_at:                  # passed on to Kernel.launch, which checks it; no check reads it
             f[i].kind = P_NONE
@@ -104,9 +113,11 @@ cdef inline int read_call(PyObject **vals, int n, int stream_at, pfact *f) noexc
             return -1
         f[i].same_obj = -1
         f[i].same_addr = -1
-        if f[i].kind == P_BUF or f[i].kind == P_DLX:
+        ki = f[i].kind
+        if ki == P_BUF or ki == P_DLX or ki == P_QW:
             for j in range(i):
-                if f[j].kind == P_BUF or f[j].kind == P_DLX:
+                kj = f[j].kind
+                if kj == P_BUF or kj == P_DLX or kj == P_QW:
                     if f[i].same_obj < 0 and f[j].obj == f[i].obj:
                         f[i].same_obj = j
                     if f[i].same_addr < 0 and f[j].addr == f[i].addr:
@@ -183,8 +194,10 @@ cdef inline bint keys_match(const pkey *keys, int n, const pfact *f) noexcept:
             continue
         if k.same_obj != f[i].same_obj or k.same_addr != f[i].same_addr or k.low != <int>(f[i].addr & 15):
             return False
-        if k.kind == P_BUF:
-            b = <DeviceBuffer>f[i].obj
+        if k.kind == P_BUF or k.kind == P_QW:
+            if k.kind == P_QW and not (_val_eq(k.qfmt, f[i].qfmt) and _tuples_eq(k.qshape, f[i].qshape)):
+                return False
+            b = <DeviceBuffer>f[i].buf
             if (not _same_dtype(<PyObject *>b._dtype, k.dtype) or b.device.ordinal != k.device
                     or b._readonly != k.readonly
                     or not _tuples_eq(<PyObject *>b._shape, k.shape)

@@ -17,9 +17,72 @@ from barecuda._dlpack cimport bc_dlpack_exchange_api, BC_DLPACK_EXCHANGE_CAPSULE
 cdef extern from "Python.h":
     int PyCapsule_IsValid(object o, const char *name)
     void *PyCapsule_GetPointer(object o, const char *name) except? NULL
+    bint PyTuple_CheckExact(object o)
+
+cdef extern from "structmember.h":      # (PyMemberDef: its own header before Python 3.12)
+    ctypedef struct PyMemberDef:
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+
+__all__ = ["keyed_weight_class"]
 
 cdef enum:
     NTYPES = 4      # tensor classes with the C exchange API remembered
+
+
+# ------------------------------------------------------------------ the weight class (P_QW)
+cdef PyObject *_qw_type = NULL        # kept by _qw_keep
+cdef Py_ssize_t _qw_data = 0          # offsets of its `data`, `format` and `shape` slots
+cdef Py_ssize_t _qw_fmt = 0
+cdef Py_ssize_t _qw_shape = 0
+cdef object _qw_keep = None
+
+
+def keyed_weight_class(cls):
+    """Key instances of ``cls`` (``QuantWeight``: ``__slots__`` ``data``, ``format``, ``shape``)
+    in op calls by value: the format and shape, and the ``data`` DeviceBuffer as a buffer
+    argument; launch arguments that are that buffer (or addresses in it) are mapped onto it."""
+    global _qw_type, _qw_data, _qw_fmt, _qw_shape, _qw_keep
+    offs = []
+    for name in ("data", "format", "shape"):
+        d = cls.__dict__.get(name)
+        if type(d).__name__ != "member_descriptor":
+            raise TypeError(f"keyed_weight_class: {cls.__name__}.{name} is not a __slots__ member")
+        offs.append((<PyMemberDescrObject *>d).d_member.offset)
+    _qw_keep = cls
+    _qw_data, _qw_fmt, _qw_shape = offs
+    _qw_type = <PyObject *>cls
+    return cls
+
+
+cdef inline PyObject *_slot(PyObject *o, Py_ssize_t off) noexcept:
+    return (<PyObject **>(<char *>o + off))[0]
+
+
+cdef int _read_weight(PyObject *o, pfact *f) noexcept:
+    """P_QW, or P_NOKEY for an instance whose slots are unset, not a shape tuple, or whose
+    data buffer is not an open DeviceBuffer."""
+    cdef PyObject *data = _slot(o, _qw_data)
+    cdef PyObject *fmt = _slot(o, _qw_fmt)
+    cdef PyObject *shape = _slot(o, _qw_shape)
+    if data == NULL or fmt == NULL or shape == NULL or not PyTuple_CheckExact(<object>shape):
+        return P_NOKEY
+    if read_arg(data, f) != P_BUF:
+        return P_NOKEY
+    f.obj = o
+    f.qfmt = fmt
+    f.qshape = shape
+    f.kind = P_QW
+    return P_QW
+
+
+cdef int _int_tuple(PyObject *o) noexcept:
+    cdef Py_ssize_t i
+    for i in range(PyTuple_GET_SIZE(<object>o)):
+        if not PyLong_CheckExact(<object>PyTuple_GET_ITEM(<object>o, i)):
+            return P_NOKEY
+    return P_VAL
 
 
 # ------------------------------------------------------------------ tensor classes
@@ -36,6 +99,10 @@ cdef int read_tensor(PyObject *o, PyObject *t, pfact *f) noexcept:
     cdef const bc_dlpack_exchange_api *api
     cdef int i
     cdef int64_t n, last
+    if t == _qw_type:
+        return _read_weight(o, f)
+    if t == <PyObject *>tuple:
+        return _int_tuple(o)
     if t == _last_nodlx:
         return P_NOKEY
     api = _dlx_api(t)
@@ -83,8 +150,12 @@ cdef int make_keys(const pfact *f, int n, pkey *keys, list keep) except -1:
         if kk.kind == P_VAL:
             kk.dtype = f[j].obj
             keep.append(<object>f[j].obj)
-        elif kk.kind == P_BUF:
-            b = <DeviceBuffer>f[j].obj
+        elif kk.kind == P_BUF or kk.kind == P_QW:
+            if kk.kind == P_QW:
+                kk.qfmt = f[j].qfmt
+                kk.qshape = f[j].qshape
+                keep.extend((<object>f[j].qfmt, <object>f[j].qshape))
+            b = <DeviceBuffer>f[j].buf
             if (b._shape is not None and type(b._shape) is not tuple) or \
                     (b._strides is not None and type(b._strides) is not tuple):
                 return 1
