@@ -342,6 +342,151 @@ def _python_path_row(key, ns, ref):
                   "s.synchronize()", ref=ref)
 
 
+# the other families' ops (issue 23: every op's issue cost <= 1.10x raw): name -> (op, arguments);
+# small shapes, so that the GPU keeps up with the issue loop
+def _op_cases(bc, qw_of):
+    from barecuda.kernels import _attention as KA, _dequant as KD, _matmul as KMM, _matvec as KM
+    e = bc.empty
+    return {
+        "matvec": ("matvec f16 256x256 (DeviceBuffers)", KM.matvec,
+                   lambda t: ((t((256, 256), "float16"), t(256, "float16")), {"out": t(256, "float16")})),
+        "matvec_q4k": ("matvec Q4_K 256x256, x f16 (QuantWeight)", KM.matvec,
+                       lambda t: ((qw_of(256, 256), t(256, "float16")), {"out": t(256, "float16")})),
+        "matvec_silu_mul_q4k": ("matvec_silu_mul Q4_K 256x256 (QuantWeights)", KM.matvec_silu_mul,
+                                lambda t: ((qw_of(256, 256), qw_of(256, 256), t(256, "float16")),
+                                           {"out": t(256, "float16")})),
+        "dequantize_q4k": ("dequantize Q4_K 64x256 -> f16", KD.dequantize,
+                           lambda t: ((qw_of(64, 256),), {"out": t((64, 256), "float16")})),
+        "matmul": ("matmul f16 64x64x64, builtin (tensor cores)", KMM.matmul,
+                   lambda t: ((t((64, 64), "float16"), t((64, 64), "float16")),
+                              {"out": t((64, 64), "float16"), "backend": "builtin"})),
+        "attn_decode": ("attention_decode f16 8/2 heads d64, 64 tokens, 1 split", KA.attention_decode,
+                        lambda t: ((t((8, 64), "float16"), t((64, 2, 64), "float16"), t((64, 2, 64), "float16"),
+                                    bc.zeros(1, "int32")), {"out": t((8, 64), "float16"), "n_splits": 1})),
+        "attn_decode_ws": ("attention_decode f16 8/2 heads d64, 1024 tokens, 4 splits, workspace=",
+                           KA.attention_decode,
+                           lambda t: ((t((8, 64), "float16"), t((1024, 2, 64), "float16"),
+                                       t((1024, 2, 64), "float16"), bc.zeros(1, "int32")),
+                                      {"out": t((8, 64), "float16"), "n_splits": 4,
+                                       "workspace": bc.zeros(KA.decode_workspace_size(8, 2, 64, 4), "uint8")})),
+        "attn_prefill": ("attention_prefill f16 64 tokens 4/2 heads d64, causal", KA.attention_prefill,
+                         lambda t: ((t((64, 4, 64), "float16"), t((64, 2, 64), "float16"), t((64, 2, 64), "float16")),
+                                    {"out": t((64, 4, 64), "float16")})),
+        "kv_append": ("kv_append f16 2 heads d64", KA.kv_append,
+                      lambda t: ((t((2, 64), "float16"), t((2, 64), "float16"), t((64, 2, 64), "float16"),
+                                  t((64, 2, 64), "float16"), bc.zeros(1, "int32")), {})),
+    }, e
+
+
+def _pack(B, k, args):
+    """The parameter block of kernel k for the launch arguments a prep returned."""
+    parts = []
+    for (off, size, _t), a in zip(k.param_info(), args):
+        if type(a) is ctypes.c_float or isinstance(a, float):
+            parts.append(struct.pack("<f", float(a.value if type(a) is ctypes.c_float else a)))
+        elif isinstance(a, int):
+            parts.append((a & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
+        else:
+            parts.append(struct.pack("<Q", a.ptr))
+    return B.ParamBlock(parts)
+
+
+def _raw_row(B, key, label, g, stream):
+    """Raw C cuLaunchKernel of what the op's checks return (kernel, grid, block, args, result[, smem])."""
+    from barecuda.bench.harness import Row
+    k, grid, block, args = g[:4]
+    smem = g[5] if len(g) > 5 else 0
+    pb = _pack(B, k, args)
+    r = Row(key, label)
+    r.stmt = "C loop: cuLaunchKernel with a pre-packed void**"
+    r.issue = lambda nb, bs: [t / bs for t in B.launch_batches(k.handle_int, grid, block, pb, stream, nb, bs,
+                                                                 shared_mem=smem)]
+    r.sync = lambda: B.stream_sync(stream)
+    r._keep = (pb, g)
+    return r
+
+
+def _family_rows(B, bc, s, torch, ts):
+    """For each op of _op_cases: raw C of its kernel on s, the op's hit with DeviceBuffers
+    on s, and (where torch is there and the op takes tensors) raw C on torch's stream and the
+    hit with torch tensors on it. Returns (rows, raw_of, keep)."""
+    from barecuda.bench.harness import na_row, py_row
+    from barecuda.kernels import _dequant as KD
+
+    def qw_of(n, k):
+        return KD.QuantWeight(bc.zeros(n * k // 256 * 144, "uint8", stream=s), "q4_k", (n, k))
+    cases, _ = _op_cases(bc, qw_of)
+    rows, raw_of, keep = [], {}, []
+
+    def buf(shape, dt):
+        return bc.zeros(shape, dt, stream=s)
+
+    def tens(shape, dt):
+        with torch.cuda.stream(ts):
+            return torch.zeros(shape if isinstance(shape, tuple) else (shape,), device="cuda:0",
+                               dtype=getattr(torch, dt))
+    kinds = [("", buf, s)] + ([("_torch", tens, ts)] if torch is not None else [])
+    for name, (label, fn, make) in cases.items():
+        for suf, t, st in kinds:
+            if suf and name in ("matvec_silu_mul_q4k",):
+                continue
+            try:
+                args, kw = make(t)
+                kw = dict(kw, stream=st)
+                g = fn.prep(*args, **kw)
+                sk = st if not suf else st.cuda_stream
+                raw = _raw_row(B, f"raw_{name}{suf}", f"raw C cuLaunchKernel ({g[0].name})"
+                               + (", torch's stream" if suf else ""), g, sk)
+            except Exception as exc:   # noqa: BLE001
+                rows.append(na_row(f"op_{name}{suf}", label, None, f"{type(exc).__name__}: {exc}"))
+                continue
+            ns = {"OP": fn, "s": st}
+            call = []
+            for i, a in enumerate(args):
+                ns[f"a{i}"] = a
+                call.append(f"a{i}")
+            for kk, v in kw.items():
+                ns[f"k_{kk}"] = v
+                call.append(f"{kk}=k_{kk}")
+            stmt = f"OP({', '.join(call)})"
+            sync = "s.synchronize()"
+            op = py_row(f"op_{name}{suf}", f"{label}{', torch tensors' if suf else ''}: op hit", stmt, ns, sync,
+                        ref=raw.key)
+            slow = py_row(f"slow_{name}{suf}", "  its Python checks + Kernel.launch (the path before the memo)",
+                          f"g = OP.prep({', '.join(call)}); g[0].launch(g[1], g[2], *g[3], stream=s, "
+                          f"shared_mem=g[5] if len(g) > 5 else 0)", ns, sync, ref=raw.key)
+            for r in (raw, op, slow):
+                raw_of[r.key] = raw.key
+            if suf:
+                from barecuda.bench.peers import torch_stream_switch
+                setup, teardown = torch_stream_switch(torch, ts)
+                for r in (raw, op, slow):
+                    r.setup, r.teardown = setup, teardown
+            rows += [raw, op, slow]
+            keep.append((args, kw, g))
+    return rows, raw_of, keep
+
+
+def _lt_rows(B, bc, s):
+    """matmul(backend='cublaslt'): a cuBLASLt call, not a kernel launch: its floor is
+    cublasLtMatmul itself (Matmul.run with the pointers), the op runs its checks each call."""
+    from barecuda.bench.harness import na_row, py_row
+    from barecuda.kernels import _matmul as KMM
+    a, b, o = (bc.zeros((256, 256), "float16", stream=s) for _ in range(3))
+    try:
+        KMM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+        mm = next(iter(KMM._lt_cache.values()))
+        ws = KMM._lt_workspace(a.device, s, mm.workspace_size)
+    except Exception as exc:   # noqa: BLE001
+        return [na_row("lt_floor", "cuBLASLt matmul", None, f"{type(exc).__name__}: {exc}")], {}, None
+    ns = {"K": KMM, "a": a, "b": b, "o": o, "s": s, "mm": mm, "ws": ws}
+    rows = [py_row("lt_floor", "cublasLtMatmul f16 256^3 (Matmul.run, pointers pre-read)",
+                   "mm.run(a.ptr, b.ptr, o.ptr, 1.0, 0.0, ws.ptr, ws.nbytes, s)", ns, "s.synchronize()"),
+            py_row("op_lt", "matmul(a, b, out=o, backend='cublaslt', stream=s): checks + call (not recorded)",
+                   "K.matmul(a, b, out=o, backend='cublaslt', stream=s)", ns, "s.synchronize()", ref="lt_floor")]
+    return rows, {"lt_floor": "lt_floor", "op_lt": "lt_floor"}, (a, b, o, ws)
+
+
 def issue_section(ctx=None, rounds=10):
     """Issue cost of rmsnorm (f32 1x64): the op function against raw C of the same kernel
     and the plan, with DeviceBuffers (on a barecuda Stream) and torch tensors (on torch's
@@ -382,6 +527,14 @@ def issue_section(ctx=None, rounds=10):
     if torch is not None:
         trows, keep = _torch_rows(B, K, k, tb, torch)
         rows += trows
+    raw_of = {r.key: ("raw_rms_ts" if r.key.endswith(("_ts", "_torch")) or r.key == "torch_rms" else "raw_rms")
+              for r in rows}
+    ts = torch.cuda.Stream(device=0) if torch is not None else None
+    frows, fraw, fkeep = _family_rows(B, bc, s, torch, ts)
+    lrows, lraw, lkeep = _lt_rows(B, bc, s)
+    rows += frows + lrows
+    raw_of.update(fraw)
+    raw_of.update(lraw)
     st = getattr(ctx, "settings", None)
     run_rounds(rows, getattr(st, "rounds", None) or rounds, 5, 0, 0, B.ctx_sync)
     by = {r.key: r for r in rows if not r.na}
@@ -390,11 +543,10 @@ def issue_section(ctx=None, rounds=10):
         if key not in by or ref not in by:
             return None
         return round_ratio(by[key].samples["issue"], by[ref].samples["issue"])
-    raw_of = {r.key: ("raw_rms_ts" if r.key.endswith(("_ts", "_torch")) or r.key == "torch_rms" else "raw_rms")
-              for r in rows}
     data = []
-    sec = Section("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64; x raw C of the same kernel "
-                  "on the same stream; x ref: the row's reference, the torch floor for torch tensors)",
+    sec = Section("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64, then each other family's op; "
+                  "x raw C of the same kernel on the same stream; x ref: the row's reference, the torch floor for "
+                  "rmsnorm's torch tensors)",
                   [("issue", 9), ("x raw", 7), ("x ref", 7)], data=data,
                   notes=["target (issue 23): the op function <= 1.10x raw C; torch tensors: against the torch floor "
                          "(what reading 3 tensors and torch's stream in C costs)"])
@@ -402,11 +554,11 @@ def issue_section(ctx=None, rounds=10):
         if r.na:
             sec.add(r.label, f"n/a ({r.na})")
             continue
-        xr, xf = x_of(r.key, raw_of[r.key]), (x_of(r.key, r.ref) if r.ref else None)
+        xr, xf = x_of(r.key, raw_of.get(r.key, "")), (x_of(r.key, r.ref) if r.ref else None)
         sec.add(r.label + ("" if r.ref else " (ref)"), [fmt_ns(r.result()["issue"]), fmt_x(xr), fmt_x(xf)])
         data.append({"key": r.key, "label": r.label, "issue_ns": r.result()["issue"], "x_raw": xr, "x_ref": xf,
                      "ref": r.ref})
-    del keep
+    del keep, fkeep, lkeep
     return sec
 
 
