@@ -74,6 +74,9 @@ def test_decode_source_compiles_without_warnings(arch, d):
     oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
     assert len(oc.code) > 1000
+    if d in (64, 128):   # the build of pdl=True plans (griddepcontrol; compiled out below sm_90)
+        oc = _registry.compile_code(A.SOURCE, A._dec_defines(d, pdl=True), target="cubin", arch=arch)
+        assert oc.log.strip() == "" and len(oc.code) > 1000
 
 
 @pytest.mark.parametrize("arch,d", [("sm_90", 64), ("sm_90", 80), ("sm_90", 96), ("sm_90", 128), ("sm_80", 128)])
@@ -191,11 +194,13 @@ def test_decode_small_shared_memory_gpus_get_a_shallower_pipeline(fake, monkeypa
     assert la.name == "attn_decode_f16" and la.shared == A.decode_smem(128, 4, A.SMALL_DEC_STAGES) <= 101376
 
 
-def test_decode_pdl_plan_on_the_double(fake):
+def test_decode_pdl_plan_on_the_double(fake, monkeypatch):
     """plan_attention_decode(pdl=True): one cuLaunchKernelEx with programmatic stream
     serialization, the pre-wait prefetch length as the last argument (0 for a paged cache),
     PDL_STAGES / PDL_OCC for its depth and default splits; the float32 kernel (no
     griddepcontrol.wait) stays a plain launch; graph.add_plan refuses the configured plan."""
+    monkeypatch.setattr(A, "PDL_PF_KEYS", 256)
+    assert ("DEC_PDL", 1) in A._dec_defines(64, pdl=True) and ("DEC_PDL", 1) not in A._dec_defines(64)
     q, k, v, ln = _bufs(fake, max_ctx=1024, n_kv=2, d=64, n_heads=8)
     out = bc.empty((8, 64), "float16")
     plan = A.plan_attention_decode(q, k, v, ln, out=out, n_splits=4, pdl=True)

@@ -162,32 +162,32 @@ def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8
     del flush
 
 
-PDL_VARIANTS = (   # (label, DEC_PDL define, pdl plans, PDL_STAGES, PDL_PF_KEYS, PDL_OCC)
-    ("old kernel (no griddepcontrol)", 0, False, None, 0, 1), ("plain", 1, False, None, 0, 1),
+PDL_VARIANTS = (   # (label, DEC_PDL_PLAIN, pdl plans, PDL_STAGES, PDL_PF_KEYS, PDL_OCC)
+    ("plain (no griddepcontrol)", 0, False, None, 0, 1), ("griddepcontrol build, plain launch", 1, False, None, 0, 1),
     ("pdl, no prefetch", 1, True, None, 0, 1), ("pdl, prefetch 256", 1, True, None, 256, 1),
     ("pdl, prefetch 1024", 1, True, None, 1024, 1), ("pdl 3 stages, no prefetch", 1, True, 3, 0, 1),
     ("pdl 3 stages, prefetch 256", 1, True, 3, 256, 1), ("pdl 3 stages, prefetch 1024", 1, True, 3, 1024, 1),
     ("pdl 3 stages, prefetch 256, 2 blocks/SM of splits", 1, True, 3, 256, 2),
-    ("old kernel again", 0, False, None, 0, 1), ("plain again", 1, False, None, 0, 1))
+    ("plain again", 0, False, None, 0, 1), ("griddepcontrol build, plain launch again", 1, False, None, 0, 1))
 
 
 def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768), (32, 8, 64, 8192)),
                      short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=PDL_VARIANTS):
     """Developer probe (``--pdl-probe``): the chained decode rows (head-major, one node a cache,
     > 512 MB a round) and the decode loop's short node (a graph of 16 nodes on one 4096-slot
-    cache) for the kernel before PDL (DEC_PDL=0), the plain plan and PDL plans (captured graph):
+    cache) for the plain plan (DEC_PDL=0 build), the griddepcontrol build launched plainly, and PDL plans (captured graph):
     with or without the pre-wait L2 prefetch, 4 or 3 stages (3: two grids' blocks share a
     multiprocessor). One line each: us a call, GB/s, % of spec."""
     import barecuda as bc
     from barecuda.kernels import _attention as A
     s = bc.Stream()
     _, spec = _spec(bc)[:2]
-    names = ("DEC_PDL", "PDL_STAGES", "PDL_PF_KEYS", "PDL_OCC")
+    names = ("DEC_PDL_PLAIN", "PDL_STAGES", "PDL_PF_KEYS", "PDL_OCC")
     old = tuple(getattr(A, x) for x in names)
     print(f"  pdl-probe on {bc.Device().name}", flush=True)
 
     def run(label, dp, pdl, st, pf, occ, fn):
-        A.DEC_PDL, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = dp, st, pf, occ
+        A.DEC_PDL_PLAIN, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = dp, st, pf, occ
         A._sms.clear()
         try:
             return fn(pdl)
@@ -195,7 +195,7 @@ def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 12
             print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
             return None
         finally:
-            A.DEC_PDL, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = old
+            A.DEC_PDL_PLAIN, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = old
 
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2

@@ -37,9 +37,17 @@ DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
 DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
 DEC_MINCHUNK = 128  # keys a split takes at least (attention.cu's default)
 DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (attention.cu's default)
-DEC_PDL = 1         # 0: build the decode kernel without griddepcontrol / the pre-wait prefetch (the old kernel)
-PDL_PF_KEYS = 256   # pdl=True plans: keys of each split prefetched into L2 before griddepcontrol.wait
-PDL_STAGES = None   # pdl=True plans: pipeline depth (None: DEC_STAGES); 3 lets two grids share a multiprocessor
+# Programmatic dependent launch (plan_attention_decode(pdl=True)): those plans use the DEC_PDL=1 build
+# (griddepcontrol; Q and the length read through L2 after the wait). H200, 2026-11-27 02:29 UTC, chained
+# graphs, us a call, the plain build / pdl plans (4 stages, no prefetch) / the DEC_PDL=1 build launched
+# plainly: 32/8 d128 ctx 4096 12.4-12.6 / 13.8 / 13.7-14.0; 16k 25.2 / 26.0 / 26.2-26.4; 32k 41.6-41.8 /
+# 42.8 / 42.6-43.2; 1024 keys 7.6 / 8.2 / 8.1; 129 keys 5.72 / 5.47 / 6.01 (d64: 4.14 / 4.03 / 5.5). So plain
+# plans keep the build without griddepcontrol (DEC_PDL_PLAIN = 0), and PDL pays only at short contexts.
+DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
+PDL_PF_KEYS = 0     # pdl=True plans: keys of each split prefetched into L2 before griddepcontrol.wait
+                    # (256 / 1024: within noise of 0 at every context on the H200 run; 1024 loses 4 us at 16k-32k)
+PDL_STAGES = None   # pdl=True plans: pipeline depth (None: DEC_STAGES); 3 (two grids' blocks on a
+                    # multiprocessor) lost 0.6-6 us a call at every context
 PDL_OCC = 1         # pdl=True plans: the default n_splits counts this many blocks a multiprocessor at most
 PF_WARPS = 4
 PF_STAGES = 2
@@ -56,12 +64,12 @@ _DT = ("f16", "bf16")
 SMALL_DEC_STAGES = 2
 
 
-def _dec_defines(d, stages=None):
+def _dec_defines(d, stages=None, pdl=False):
     extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
     extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
     extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
-    extra += (("DEC_PDL", 0),) if not DEC_PDL else ()
+    extra += (("DEC_PDL", 1),) if pdl or DEC_PDL_PLAIN else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra
 
@@ -256,7 +264,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     if smem > smem_limit(device):      # sm_86/sm_89 (99 KB a block): a shallower pipeline
         stages = SMALL_DEC_STAGES
         smem = decode_smem(d, group, stages)
-    defines = _dec_defines(d, None if stages == DEC_STAGES else stages)
+    defines = _dec_defines(d, stages, pdl)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
         n_splits = _default_splits(kern, n_kv, max_ctx, smem, device, PDL_OCC if pdl else None)
@@ -277,7 +285,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     counters = 0 if ws is None else ws.ptr + 4 * n_heads * n_splits * (d + 1)
     args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
             0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group,
-            PDL_PF_KEYS if pdl and DEC_PDL and tb is None else 0)
+            PDL_PF_KEYS if pdl and tb is None else 0)
     return kern, (n_splits, n_kv), DEC_WARPS * 32, smem, args, ob, ws
 
 
@@ -324,11 +332,13 @@ def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, 
     Its workspace is allocated once and kept alive by the plan's arguments.
 
     ``pdl=True`` (float16/bfloat16) launches it with programmatic stream serialization
-    (``cuLaunchKernelEx``): it may start while the previous kernel on the stream finishes,
-    asking the L2 for the first ``PDL_PF_KEYS`` keys of each split before it waits for that
-    kernel's results (``griddepcontrol.wait``; Q, the length and the cache are read after it,
-    so the previous kernel may write any of them). Such plans keep the overlap in a graph made
-    by stream capture (``barecuda.graph.capture``); ``graph.add_plan`` refuses them."""
+    (``cuLaunchKernelEx``): it may start while the previous kernel on the stream finishes
+    (optionally asking the L2 for the first ``PDL_PF_KEYS`` keys of each split) and waits
+    for that kernel's results (``griddepcontrol.wait``) before it reads Q, the length or the
+    cache, so the previous kernel may write any of them. Such plans keep the overlap in a
+    graph made by stream capture (``barecuda.graph.capture``); ``graph.add_plan`` refuses
+    them. Measured on the H200 it saves 0.1-0.25 us a node at ~129 keys and costs ~1 us at
+    1k-32k keys against the plain plan (docs/kernels.md)."""
     kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
                                                         block_table, n_splits, workspace, stream, kv_layout, pdl)
     if pdl and kern.name != "attn_decode_f32":     # the f32 kernel has no griddepcontrol.wait: a plain launch

@@ -36,8 +36,9 @@
                      // own DEC_STAGES-deep ring (no block-wide barrier per tile); 0 = one block-wide ring
 #endif
 #ifndef DEC_PDL
-#define DEC_PDL 1    // decode: griddepcontrol (programmatic dependent launch) and the pre-wait L2 prefetch;
-                     // 0 compiles the kernel without them (the kernel before PDL, for same-run comparisons)
+#define DEC_PDL 0    // decode: 1 = the build of pdl=True plans: griddepcontrol (programmatic dependent launch),
+                     // the optional pre-wait L2 prefetch, Q and the length read through L2. Plain plans keep 0:
+                     // the same build launched without PDL costs 1.0-1.5 us more a call (H200, see _attention.py)
 #endif
 #ifndef PF_WARPS
 #define PF_WARPS 4
