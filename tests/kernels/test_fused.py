@@ -18,7 +18,7 @@ TOL = {"float16": 4e-3, "bfloat16": 3e-2}
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("defines", [(("WFMT", 1),), (("WFMT", 12),), (("WFMT", 14),), (("WFMT", 3),),
-                                     (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1))])
+                                     (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1)), (("WFMT", 14), ("FM_R", 2), ("FM_TCD", 1))])
 def test_fused_compiles(arch, defines):
     from barecuda._nvrtc import nvrtc_available
     if not nvrtc_available():
@@ -40,6 +40,9 @@ def test_tuning_rows_even_for_qkv(monkeypatch):
             _, r = F._tuning(fmt, n, k, "qkv")
             assert r % 2 == 0
     assert F._tuning("q4_k", 8192, 2048, "glu") == (F._TCD_DEFINES, 16)   # the direct tensor-core loop
+    assert F._tuning("q6_k", 8192, 2048, "glu") == (F._TCD6_DEFINES, 16)  # Q6_K, K % 512 == 0: the same
+    assert F._tuning("q6_k", 8192, 2304, "glu")[1] == 1                  # an odd count of super-blocks
+    monkeypatch.setattr(F, "TCD6", False)
     assert F._tuning("q6_k", 8192, 2048, "glu")[1] == 1
     monkeypatch.setattr(F, "TCD", False)
     assert F._tuning("q4_k", 8192, 2048, "glu")[1] == 1
@@ -183,22 +186,23 @@ def test_res_accumulates_norm_inputs(fmt):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tcd", [True, False, 2])
+@pytest.mark.parametrize("fmt,tcd", [("q4_k", True), ("q4_k", False), ("q4_k", 2), ("q6_k", True), ("q6_k", False)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_q4_k_direct_loop_epilogues(tcd, dtype, monkeypatch):
-    """Q4_K nodes on the direct tensor-core loop (and on the CUDA-core one): K of 19
-    super-blocks split over the block's warps unevenly, 37 rows (the last tile partly
-    used), every epilogue, launched plainly and as programmatic-launch plans; tcd 2: the
-    direct loop's first variant FM_V=1."""
+def test_q4_k_direct_loop_epilogues(fmt, tcd, dtype, monkeypatch):
+    """Q4_K and Q6_K nodes on the direct tensor-core loops (and on the CUDA-core one): K of
+    19 super-blocks (Q6_K: 18, it needs an even count) split over the block's warps
+    unevenly, 37 rows (the last tile partly used), every epilogue, launched plainly and as
+    programmatic-launch plans; tcd 2: the direct loop's first variant FM_V=1."""
     pytest.importorskip("gguf")
     import barecuda as bc
     monkeypatch.setattr(F, "TCD", bool(tcd))
+    monkeypatch.setattr(F, "TCD6", bool(tcd))
     if tcd == 2:
         monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("FM_V", 1),))
     rng = np.random.default_rng(5)
-    n, k = 37, 256 * 19
-    w, wr = _weight(bc, rng, "q4_k", n, k)
-    u, ur = _weight(bc, rng, "q4_k", n, k)
+    n, k = 37, 256 * (19 if fmt == "q4_k" else 18)
+    w, wr = _weight(bc, rng, fmt, n, k)
+    u, ur = _weight(bc, rng, fmt, n, k)
     xh = _round(rng.standard_normal(k), dtype)
     ss_val = float(np.sum(rng.standard_normal(k) ** 2))
     xb, ss = _dev(bc, xh, dtype), _dev(bc, np.array([ss_val]), "float32")
@@ -239,7 +243,8 @@ def _rope_ref(v, pos, inv, n_rot, hd):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,layout,split", [("f16", "head_major", False), ("q4_k", "token_major", False),
                                               ("q8_0", "head_major", True), ("bf16", "head_major", False),
-                                              ("q4_k", "head_major", True), ("q4_k/bf16", "head_major", False)])
+                                              ("q4_k", "head_major", True), ("q4_k/bf16", "head_major", False),
+                                              ("q6_k", "head_major", True)])
 def test_qkv_rope_and_cache(fmt, layout, split):
     if fmt not in ("f16", "bf16"):
         pytest.importorskip("gguf")

@@ -58,8 +58,8 @@ def test_matvec_source_compiles_without_warnings(arch, fmt):
                               "MV_R" not in dict(e[2])]
     oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
     assert oc.log.strip() == ""
-    # + matvec_{f16,bf16}_tc[b][_res|_glu]; Q4_K: + matvec_{f16,bf16}_tcd[_res|_glu]
-    assert len(names) == (36 if fmt in D.DENSE else 54 if fmt == "q4_k" else 48)
+    # + matvec_{f16,bf16}_tc[b][_res|_glu]; Q4_K, Q6_K: + matvec_{f16,bf16}_tcd[_res|_glu]
+    assert len(names) == (36 if fmt in D.DENSE else 54 if fmt in ("q4_k", "q6_k") else 48)
 
 
 def test_kernels_table_covers_every_format_and_tuning():
@@ -156,6 +156,14 @@ def test_matvec_launches_on_the_double(fake, monkeypatch):
     assert la4.block == (32 * M.tcd_warps(40, 1024, A.sm_count(0)), 1, 1) and la4.block[0] == 32 * 4
     assert M.tcd_warps(14336, 4096, 132) == 4 and M.tcd_warps(4096, 14336, 132) == 8
     assert M.tcd_warps(28672, 4096, 132) == 4 and M.tcd_warps(128, 256, 132) == 1
+    # Q6_K at batch 1 with K % 512 == 0 (an even count of super-blocks a row): the direct entries
+    q6 = D.QuantWeight(bc.empty((40 * 4 * 210,), "uint8"), "q6_k", (40, 1024))
+    M.matvec(q6, bc.empty((1024,), "float16"))
+    la6 = fake.last_launch()
+    assert la6.name == "matvec_f16_tcd" and la6.grid == (3, 1, 1) and la6.block == la4.block
+    monkeypatch.setattr(M, "TCD6", False)
+    M.matvec(q6, bc.empty((1024,), "float16"))
+    assert fake.last_launch().name == "matvec_f16_b1"
     M.matvec(q, bc.empty((8, 768), "float32"))
     assert fake.last_launch().name == "matvec_f32_b8" and fake.last_launch().grid == (2, 1, 1)
     assert struct.unpack_from("<5Q", la.params, 0) == (q.ptr, 0, x8.ptr, r.ptr, r.ptr)
@@ -284,6 +292,35 @@ def test_matvec_q4_k_direct_entries(warps, pf, v):
     for n, k in ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)):
         rg, ru = random_blocks(rng, "q4_k", n * k), random_blocks(rng, "q4_k", n * k)
         wg, wu = reference(rg, "q4_k", (n, k)), reference(ru, "q4_k", (n, k))
+        qg, qu = bc.to_device(rg), bc.to_device(ru)
+        for xdt in ("float16", "bfloat16"):
+            code = M._CODES[xdt]
+            xd, x = to_dev(rng.standard_normal((1, k)) * 0.01, xdt)
+            rd, r = to_dev(rng.standard_normal((1, n)), xdt)
+            y = bc.empty((1, n), xdt)
+            grid = -(-n // 16)
+            _registry.get("matvec.cu", f"matvec_{code}_tcd", defines).launch(grid, 32 * warps, qg, 0, xd, y, 0, n, k, 1, 0)
+            sc = np.abs(x) @ np.abs(wg).T
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, (warps, pf, xdt, n, k))
+            _registry.get("matvec.cu", f"matvec_{code}_tcd_res", defines).launch(grid, 32 * warps, qg, 0, xd, y, rd, n, k, 1, 0)
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, (warps, pf, xdt, n, k, "res"))
+            _registry.get("matvec.cu", f"matvec_{code}_tcd_glu", defines).launch(grid, 32 * min(warps, 8), qg, qu, xd, y, 0, n, k, 1, 0)
+            g, up = x @ wg.T, x @ wu.T
+            s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
+            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (warps, pf, xdt, n, k, "glu"))
+
+
+@gpu
+@pytest.mark.parametrize("warps,pf", [(1, 2), (3, 2), (16, 2), (5, 3)])
+def test_matvec_q6_k_direct_entries(warps, pf):
+    """The Q6_K batch-1 entries (matvec_<x>_tcd* of the Q6_K module: 13 aligned words a row
+    and super-block, the odd super-blocks 2 bytes off a 4-byte boundary): any warps a block,
+    MVD_PF super-blocks ahead, 1 row, rows past N, residual and silu*mul, f16 and bf16 x."""
+    rng = np.random.default_rng()
+    defines = (("WFMT", 14),) + M._quant_tuning("q6_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+    for n, k in ((37, 512 * 7), (16, 512), (1, 512 * 2), (5, 512 * 17)):
+        rg, ru = random_blocks(rng, "q6_k", n * k), random_blocks(rng, "q6_k", n * k)
+        wg, wu = reference(rg, "q6_k", (n, k)), reference(ru, "q6_k", (n, k))
         qg, qu = bc.to_device(rg), bc.to_device(ru)
         for xdt in ("float16", "bfloat16"):
             code = M._CODES[xdt]

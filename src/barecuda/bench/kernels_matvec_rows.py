@@ -190,15 +190,17 @@ def qsweep_variants(fmt):
 
 
 def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (28672, 4096)),
-                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(2,)):
-    """Q4_K batch 1 on the direct entries (matvec_f16_tcd): warps a block (None: the default,
-    _matvec.tcd_warps) and super-blocks in flight a warp (MVD_PF)."""
+                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(2,), fmt="q4_k"):
+    """Q4_K (or Q6_K) batch 1 on the direct entries (matvec_f16_tcd): warps a block (None: the
+    default, _matvec.tcd_warps) and super-blocks in flight a warp (MVD_PF)."""
     from barecuda.kernels import _args as A
+    from barecuda.kernels import _dequant as D
     from barecuda.kernels import _matvec as M
     from barecuda.kernels import _registry
+    _, wfmt, _, bb = D.format_info(fmt)
     out = []
     for n, k in shapes:
-        wbytes = n * k // 256 * 144
+        wbytes = n * k // 256 * bb
         bufs = _weights(bc, s, wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
         for b in bufs:
             b.memset(0x1c, stream=s)
@@ -207,7 +209,7 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
         y = bc.empty((1, n), xdtype, stream=s)
         dflt = M.tcd_warps(n, k, A.sm_count(0))
         for pf, v in ((a, b) for a in pfs for b in vs):
-            defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+            defines = ((("WFMT", wfmt),) + M._quant_tuning(fmt) + ((("MVD_PF", pf),) if pf != 2 else ())
                        + ((("MVD_V", v),) if v != 2 else ()))
             kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdtype]}_tcd", defines)
             for w in warps:
@@ -216,8 +218,8 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
                 nw = dflt if w is None else w
                 plans = [kern.bind(-(-n // 16), 32 * nw, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
-                tag = f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf} MVD_V={v}"
-                out.append((f"sweep q4_k direct {n}x{k} b1 {tag}{_occ(kern, 32 * nw)}", us, wbytes, None))
+                tag = f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf}" + (f" MVD_V={v}" if fmt == "q4_k" else "")
+                out.append((f"sweep {fmt} direct {n}x{k} b1 {tag}{_occ(kern, 32 * nw)}", us, wbytes, None))
                 del plans
         del bufs
     return out
@@ -253,9 +255,11 @@ def qsweep_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shapes=((1
 # the 8B decode loop's fused Q4_K nodes: (label, epilogue, N, K)
 FUSED_8B = (("qkv", "qkv", 6144, 4096), ("wo+res", "res", 4096, 4096), ("gate/up", "glu", 14336, 4096),
             ("down+res", "res", 4096, 14336))
+# its Q6_K nodes (Q4_K_M): the V projection (a qkv node of its own), down+res, the output head
+FUSED_8B_Q6 = (("v", "qkv", 1024, 4096), ("down+res", "res", 4096, 14336), ("head", "scale", 128256, 4096))
 
 
-def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,)):
+def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
     """fused.cu's nodes (barecuda.kernels._fused, the decode loop's) at the 8B shapes, Q4_K on
     the direct tensor-core loop (_fused.TCD, the default) and on the CUDA-core one; f16 weights
     beside the standalone matvec rows. Bytes: the weights (both for gate/up). (Programmatic-launch
@@ -263,11 +267,11 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,)):
     from barecuda.kernels import _dequant as D
     from barecuda.kernels import _fused as F
     out = []
-    old, base_tcd = F.TCD, F._TCD_DEFINES
+    old, base_tcd, old6 = F.TCD, F._TCD_DEFINES, F.TCD6
     try:
         for fmt in fmts:
             _, t, qk, bb = D.format_info(fmt)
-            for label, epi, n, k in FUSED_8B:
+            for label, epi, n, k in nodes or (FUSED_8B_Q6 if fmt == "q6_k" else FUSED_8B):
                 wbytes = n * k // qk * bb
                 nw = 2 if epi == "glu" else 1
                 bufs = _weights(bc, s, nw * wbytes, lambda: bc.empty((wbytes,), "uint8", stream=s))
@@ -289,9 +293,11 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,)):
                 pos = bc.zeros((1,), "int32", stream=s)
                 inv = bc.zeros((hd // 2,), "float32", stream=s)
                 loops = ((("direct tensor cores", True, ()), ("direct tensor cores FM_V=1", True, (("FM_V", 1),)),
-                          ("CUDA cores", False, ())) if fmt == "q4_k" else (("CUDA cores", False, ()),))
+                          ("CUDA cores", False, ())) if fmt == "q4_k" else
+                         (("direct tensor cores", True, ()), ("CUDA cores", False, ())) if fmt == "q6_k" else
+                         (("CUDA cores", False, ()),))
                 for name, tcd, extra in loops:
-                    F.TCD, F._TCD_DEFINES = tcd, base_tcd + extra
+                    F.TCD, F._TCD_DEFINES, F.TCD6 = tcd, base_tcd + extra, tcd
                     for pd in pdl:
                         plans = []
                         for i, w in enumerate(ws):
@@ -302,14 +308,14 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,)):
                                 kw.update(ss_out=ss[0:1], xg=xg, g=g)
                             elif epi == "qkv":
                                 kw.update(ss_in=ss[0:1], k_cache=kc, v_cache=vc, pos=pos, inv_freq=inv, nq=4096,
-                                          nkv=1024, head_dim=hd, n_rot=hd)
+                                          nkv=1024, head_dim=hd, n_rot=hd, row0=5120 if n == 1024 else 0)
                             plans.append(F.plan_fused_matvec(epi, w, x, **kw))
                         us = _time_plans(bc, s, plans)
                         tag = name + (" pdl" if pd else "")
                         out.append((f"fused {fmt} {label} {n}x{k} {tag}", us, nw * wbytes, None))
                 del ws, bufs
     finally:
-        F.TCD, F._TCD_DEFINES = old, base_tcd
+        F.TCD, F._TCD_DEFINES, F.TCD6 = old, base_tcd, old6
     return out
 
 
@@ -409,6 +415,7 @@ def warm_jobs():
         if fmt != "q4_1":
             jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
+    jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 14),) + M._quant_tuning("q6_k") + (("MVD_PF", 3),)))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2))))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1), ("FM_V", 1))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_V", 1),)))
@@ -472,6 +479,29 @@ def quick_section():
             print(f"  {label}: {us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}%", flush=True)
 
 
+def q6_main():
+    """``--q6``: Q6_K at batch 1: the direct entries (warps, MVD_PF) against the CUDA cores and
+    the staged column layout, the fused Q6_K nodes direct and on CUDA cores."""
+    import barecuda as _bc
+    _s = _bc.Stream()
+    _card, _sp = _spec(_bc)
+    print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
+    shapes = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096))
+    for _make in (lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None, 2, 4, 8, 16), pfs=(2,), fmt="q6_k"),
+                  lambda: qsweep_rows(_bc, _s, fmts=("q6_k",), shapes=shapes, variants=QVARIANTS[:2]),
+                  lambda: fused_rows(_bc, _s, fmts=("q6_k",)),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None,), pfs=(3,), fmt="q6_k"),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=((128256, 4096),), warps=(None, 2), pfs=(2,), fmt="q6_k")):
+        try:
+            _got = _make()
+        except Exception as exc:   # noqa: BLE001
+            print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+            continue
+        for label, us, nbytes, tus in _got:
+            gbs = nbytes / (us * 1e-6) / 1e9
+            print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / _sp if _sp else 0:.1f}%", flush=True)
+
+
 def fused_main():
     """``--fused``: the fused Q4_K nodes and the batch tensor-core entries, printed as they come."""
     import barecuda as _bc
@@ -497,6 +527,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--quick" in sys.argv:
         quick_section()
+        sys.exit(0)
+    if "--q6" in sys.argv:           # Q6_K batch 1: direct entries against the CUDA cores / staged
+        q6_main()
         sys.exit(0)
     if "--fused" in sys.argv:        # the fused Q4_K nodes and the batch tensor-core entries
         fused_main()

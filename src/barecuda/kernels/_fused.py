@@ -37,6 +37,9 @@ _TALL = (4, 2)                  # N >= 8192 (the output head)
 # tile, its warps splitting K, as many as _matvec.tcd_warps gives the plain matvec).
 TCD = True
 _TCD_DEFINES = (("WFMT", FORMATS["q4_k"][0]), ("FM_R", _QUANT_R), ("FM_TCD", 1))
+# Q6_K nodes with K % 512 == 0 the same way (mvc_tcd6: see matvec.cu / matvec_core.cuh)
+TCD6 = True
+_TCD6_DEFINES = (("WFMT", FORMATS["q6_k"][0]), ("FM_R", _QUANT_R), ("FM_TCD", 1))
 
 
 def _tuning(fmt, n, k, epi):
@@ -44,6 +47,8 @@ def _tuning(fmt, n, k, epi):
     t = FORMATS[fmt][0]
     if fmt == "q4_k" and TCD:
         return _TCD_DEFINES, 16
+    if fmt == "q6_k" and TCD6 and k % 512 == 0:
+        return _TCD6_DEFINES, 16
     if fmt not in DENSE:
         r = 1 if epi == "glu" else _QUANT_R
         return (("WFMT", t), ("FM_R", _QUANT_R)), r
@@ -176,7 +181,7 @@ def _prepare(epi, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, po
         hd = nq = nkv = row0 = n_rot = 0
     defines, r = _tuning(fmt, n, k, epi)
     kern = _registry.get("fused.cu", f"fmv_{code}_{epi}", defines, int(xb.device))
-    if defines is _TCD_DEFINES:
+    if defines is _TCD_DEFINES or defines is _TCD6_DEFINES:
         threads = 32 * tcd_warps(n, k, _args.sm_count(xb.device), epi)
         grid = -(-n // r)
     else:
@@ -274,4 +279,4 @@ KERNELS = ([("fused.cu", _NAMES, (("WFMT", v[0]),) if k in DENSE else (("WFMT", 
             for k, v in FORMATS.items()]
            + [("fused.cu", _NAMES, (("WFMT", FORMATS[k][0]), ("FM_R", r), ("FM_U", u)))
               for k in ("f16", "bf16") for r, u in (_WIDE, _TALL)]
-           + [("fused.cu", _NAMES, _TCD_DEFINES)])
+           + [("fused.cu", _NAMES, _TCD_DEFINES), ("fused.cu", _NAMES, _TCD6_DEFINES)])

@@ -9,6 +9,7 @@ Accumulation is fp32. Fused epilogues: ``residual=`` (``y = x @ W.T + r``) and
 """
 from barecuda.kernels import _args, _registry
 from barecuda.kernels._dequant import DENSE, FORMATS, weight_facts as _weight
+from barecuda.kernels._opcall import op
 
 __all__ = ["matvec", "plan_matvec", "matvec_silu_mul", "plan_matvec_silu_mul"]
 
@@ -58,6 +59,10 @@ _TC_WARPS = 4         # MVT_W in matvec.cu
 # 4096x4096 / 28672x4096 against 39.1 / 38.5 / 29.1% on the CUDA cores in the same run.
 # Its warps a block (the K split) are a launch choice: tcd_warps().
 TCD = True
+# Q6_K the same way when K % 512 == 0 (mvc_tcd6: its 210-byte blocks sit 2 bytes off a
+# 4-byte boundary every other super-block; rows of an even count of blocks keep that the
+# same in every row of a tile)
+TCD6 = True
 TCD_WARPS_PER_SM = 16         # warps the registers let a multiprocessor hold (118 a thread)
 _TCD_MAX_WARPS = 16           # MVD_MAXW in matvec.cu
 
@@ -135,7 +140,7 @@ def _prepare(weight, up, x, residual, out, stream, epi):
             tc = ""
         elif nb >= TC_MIN_BATCH:
             tc = "tcb"
-        elif fmt == "q4_k" and TCD:
+        elif fmt == "q4_k" and TCD or fmt == "q6_k" and TCD6 and k % 512 == 0:
             tc = "tcd"
         else:
             tc = "tc" if fmt in TC1 and n >= TC1_MIN_ROWS else ""
@@ -165,6 +170,7 @@ def _prepare(weight, up, x, residual, out, stream, epi):
     return kern, grid, threads, args, y
 
 
+@op
 def matvec(weight, x, *, residual=None, out=None, stream=None):
     """``y = x @ weight.T`` (+ ``residual``) for a batch of 1..8 activation rows.
 
@@ -185,20 +191,17 @@ def matvec(weight, x, *, residual=None, out=None, stream=None):
     -------
     DeviceBuffer or the array given as ``out``
     """
-    kern, grid, threads, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
-    kern.launch(grid, threads, *args, stream=stream)
-    return out if out is not None else y
+    return _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
 
 
+@op
 def matvec_silu_mul(gate, up, x, *, out=None, stream=None):
     """``y = silu(x @ gate.T) * (x @ up.T)`` in one launch (the SwiGLU MLP's first half).
 
     ``gate`` and ``up`` have one format and shape ([N, K] arrays or QuantWeights; they may be
     views of one buffer); the rest as :func:`matvec`.
     """
-    kern, grid, threads, args, y = _prepare(gate, up, x, None, out, stream, "glu")
-    kern.launch(grid, threads, *args, stream=stream)
-    return out if out is not None else y
+    return _prepare(gate, up, x, None, out, stream, "glu")
 
 
 def plan_matvec(weight, x, *, residual=None, out, stream=None):
@@ -224,7 +227,7 @@ _args.attach_plan(matvec_silu_mul, plan_matvec_silu_mul)
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
 _TC_NAMES = tuple(f"matvec_{c}_{t}{s}" for t in ("tc", "tcb") for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
 _TCD_NAMES = tuple(f"matvec_{c}_tcd{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
-KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES) + (_TCD_NAMES if k == "q4_k" else ()),
+KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES) + (_TCD_NAMES if k in ("q4_k", "q6_k") else ()),
              (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))
             for k, v in FORMATS.items()]
            + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)])

@@ -45,7 +45,7 @@
 #endif
 #define FM_WARPS 4      // warps per block (the Python side launches 32 * FM_WARPS threads)
 #ifndef FM_TCD
-#define FM_TCD 0        // Q4_K: 1 = the direct tensor-core loop (mvc_tcd), blockDim.x / 32 warps a 16-row tile
+#define FM_TCD 0        // Q4_K, Q6_K: 1 = the direct tensor-core loop (mvc_tcd, mvc_tcd6), blockDim.x / 32 warps a 16-row tile
 #endif
 #ifndef FM_PF
 #define FM_PF 2         // FM_TCD: super-blocks in flight a warp
@@ -294,13 +294,13 @@ BC_DEV void fm_quant(const u8* __restrict__ W, const u8* __restrict__ W2, const 
 #endif
 
 // ------------------------------------------------------------------ Q4_K on tensor cores
-// FM_TCD: matvec.cu's direct Q4_K loop (mvc_tcd: weights straight into registers, mma.sync
-// in the column layout). A block is a 16-row tile, its warps split K; warp 0 ends with the
+// FM_TCD: matvec.cu's direct Q4_K / Q6_K loops (mvc_tcd / mvc_tcd6: weights straight into
+// registers, mma.sync in the column layout; Q6_K needs K % 512 == 0). A block is a 16-row tile, its warps split K; warp 0 ends with the
 // block's sums, lane l holding rows n0 + l / 4 and n0 + l / 4 + 8 (the 4 lanes of a row
 // agree), and lanes l % 4 == 0 store. RoPE's row pairs (2j, 2j + 1) are lanes l and l ^ 4.
 // The first FM_PF super-blocks of every warp are loaded before the grid dependency wait;
 // warp 0 reads the epilogue's inputs right after it.
-#if WFMT == BC_Q4_K && FM_TCD
+#if (WFMT == BC_Q4_K || WFMT == BC_Q6_K) && FM_TCD
 #define FM_TCD_ON 1
 template <typename XT, int EPI>
 BC_DEV void fm_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int K,
@@ -312,7 +312,7 @@ BC_DEV void fm_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
     float s = 1.f, rr[2] = {0.f, 0.f}, gg[2] = {0.f, 0.f}, cs[2] = {1.f, 1.f}, sn[2] = {0.f, 0.f};
     int pos = 0;
     float v[NS][2];
-    mvc_tcd<XT, NS, FM_PF, FM_V>(W, W2, x, n0, N, K, wi, blockDim.x >> 5, v, [&] {
+    mvc_tcdf<WFMT, XT, NS, FM_PF, FM_V>(W, W2, x, n0, N, K, wi, blockDim.x >> 5, v, [&] {
         fm_grid_wait();
         if (wi) return;
 #pragma unroll

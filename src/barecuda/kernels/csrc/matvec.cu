@@ -468,7 +468,9 @@ BC_DEV void mv_tc_entry(const u8* W, const u8* W2, const XT* x, XT* y, const XT*
 // 4 threads of a row load the same one) and bytes 8t..8t+7 of each of its four 32-byte runs
 // of quants, MVD_PF super-blocks ahead. The block's warps (blockDim.x / 32, at most
 // MVD_MAXW: a run-time choice of the host) take the row's super-blocks round-robin.
-#if WFMT == BC_Q4_K
+// The Q6_K module has the same entries (mvc_tcd6: 13 aligned 32-bit words a row and
+// super-block, see matvec_core.cuh; the host takes them only when K % 512 == 0).
+#if WFMT == BC_Q4_K || WFMT == BC_Q6_K
 #ifndef MVD_PF
 #define MVD_PF 2        // super-blocks in flight a warp (registers)
 #endif
@@ -484,7 +486,7 @@ BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
     __shared__ float red[MVD_MAXW * NS * 2 * 32];
     const int n0 = blockIdx.x * 16, lane = threadIdx.x & 31;
     float v[NS][2];
-    mvc_tcd<XT, NS, MVD_PF, MVD_V>(W, W2, x, n0, N, K, threadIdx.x >> 5, blockDim.x >> 5, v, [] {});
+    mvc_tcdf<WFMT, XT, NS, MVD_PF, MVD_V>(W, W2, x, n0, N, K, threadIdx.x >> 5, blockDim.x >> 5, v, [] {});
     if (!mvc_tcd_sum<NS>(red, v) || (lane & 3)) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -497,7 +499,7 @@ BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
         }
     }
 }
-#endif  // WFMT == BC_Q4_K
+#endif  // WFMT == BC_Q4_K || WFMT == BC_Q6_K
 #endif  // quantized WFMT
 
 // ------------------------------------------------------------------ entry points
@@ -542,7 +544,7 @@ BC_FOR_FLOATS(MV_BATCHES)
 MVT_EPIS(f16, bc_half)
 MVT_EPIS(bf16, bc_bf16)
 #endif
-#if WFMT == BC_Q4_K
+#if WFMT == BC_Q4_K || WFMT == BC_Q6_K
 // (gate/up: at most MVD_MAXW / 2 warps, which leaves the registers of both streams' buffers)
 #define MVD_ENTRY(code, XT, SUF, EPI)                                                                    \
     extern "C" __global__ void __launch_bounds__(EPI == EPI_GLU ? 16 * MVD_MAXW : 32 * MVD_MAXW)        \

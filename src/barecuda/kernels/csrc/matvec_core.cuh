@@ -443,6 +443,170 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
         }
 }
 
+// ------------------------------------------------------------------ Q6_K at batch 1: straight into registers
+// The same column layout as mvc_tcd (column n: group n of the super-block, 32 weights = two
+// slices of 16 with their own int8 scales; D0 collects slice 0, D1 slice 1), weights loaded
+// by each thread from global memory with no staging. A Q6_K block is 210 bytes, so its
+// address is only 2-byte aligned: with K % 512 == 0 (rows a multiple of 4 bytes) block c
+// sits at m = 2 (c & 1) modulo 4 in every row. Thread t owns, of each 16-byte run of ql/qh,
+// the 4 bytes at 4t - m (mod 16): aligned 32-bit words at run + 4t - m, 13 a row (k = 0..12:
+// the 8 runs of ql, the 4 of qh, one more), and for t = 0, m = 2 the bytes {14, 15, 0, 1} of a
+// run come from two consecutive words (one prmt; the word at run - 2 lies in the previous
+// block, never before the tensor: block 0 has m = 0). x's quads are loaded in the same order
+// ((4t - m) & 15 and + 2), so the mma's k index means the same weight for A and B. Word 12 is
+// the scales bytes 4t - m .. 4t - m + 3; with a 16-bit load at 194 + 4t it gives this
+// thread's scales 4t .. 4t + 3 (groups 2t, 2t + 1), and d comes from a 16-bit load at 208.
+// Nothing past the block is read.
+struct Mvd6Regs {
+    u32 w[2][13];       // rows g, g + 8: words at run + 4t - m
+    u32 s[2];           // rows g, g + 8: the 16 bits at 194 + 4t
+    u32 d[2];           // rows g, g + 8: d's 16 bits
+};
+BC_DEV u32 mvd_ld4(const u8* p) {
+    u32 v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+BC_DEV u32 mvd_ld2(const u8* p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+    return v;
+}
+// thread t's 4 weights of slice sl of group gi (pairs: A[2 sl] even bytes, A[2 sl + 1] odd),
+// minus 32; sel 0x3254 (t = 0, m = 2) or 0x3210 picks the run's bytes out of two words
+template <int BF> BC_DEV void mvd6_quants(const u32 (&w)[13], int gi, u32 sel, u32* A) {
+    const int hf = gi >> 2, qt = gi & 3;
+    const int lsh = 4 * (qt >> 1), hsh = 2 * qt;
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        const int kq = 4 * hf + 2 * (qt & 1) + sl, kh = 8 + 2 * hf + sl;
+        const u32 ql = mvt_prmt(w[kq], w[kq + 1], sel);
+        const u32 qh = mvt_prmt(w[kh], w[kh + 1], sel);
+#pragma unroll
+        for (int o = 0; o < 2; ++o) {
+            const u32 hi = ((hsh + 8 * o >= 4) ? (qh >> (hsh + 8 * o - 4)) : (qh << (4 - hsh - 8 * o))) & 0x00300030u;
+            const u32 v = ((ql >> (lsh + 8 * o)) & 0x000F000Fu) | hi | MvtK<BF>::MAGIC;
+            A[2 * sl + o] = mvt_fma2<BF>(v, MvtK<BF>::ONE, MvtK<BF>::neg(32));
+        }
+    }
+}
+BC_DEV float mvd6_i8(u32 w, int j) { return bcq_u2f(((w >> (8 * j)) & 0xffu) ^ 0x80u) - 128.f; }
+
+// As mvc_tcd, for Q6_K (the caller ensures K % 512 == 0). On return v[s][h] is this warp's
+// share of row n0 + g + 8h of stream s, the same in the 4 threads of the row.
+template <typename XT, int NS, int PF, typename Started>
+BC_DEV void mvc_tcd6(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int n0, int N,
+                     int K, int wi, int nw, float (&v)[NS][2], Started started) {
+    constexpr int BF = MvtBF<XT>::V;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int nblk = K / 256;
+    const long long rb = (long long)nblk * 210;
+    const u8* rows[NS][2];
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+        rows[s][0] = (s ? W2 : W) + (long long)min(n0 + g, N - 1) * rb;
+        rows[s][1] = (s ? W2 : W) + (long long)min(n0 + g + 8, N - 1) * rb;
+    }
+    auto load = [&](int c, Mvd6Regs (&R)[NS]) {
+        if (c < nblk) {
+            const int m = 2 * (c & 1);
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u8* b = rows[s][h] + (long long)c * 210;
+#pragma unroll
+                    for (int k = 0; k < 13; ++k) R[s].w[h][k] = mvd_ld4(b + 16 * k + 4 * t - m);
+                    R[s].s[h] = mvd_ld2(b + 194 + 4 * t);
+                    R[s].d[h] = mvd_ld2(b + 208);
+                }
+        }
+    };
+    float acc[NS][4];
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[s][i] = 0.f;
+    Mvd6Regs buf[PF][NS];
+#pragma unroll
+    for (int p = 0; p < PF; ++p) load(wi + p * nw, buf[p]);
+    started();
+    for (int c0 = wi; c0 < nblk; c0 += PF * nw) {
+#pragma unroll
+        for (int p = 0; p < PF; ++p) {
+            const int c = c0 + p * nw;
+            if (c >= nblk) break;
+            const int m = 2 * (c & 1);
+            // x of group g (this thread's column), slice sl: halves (4t - m) & 15 and + 2
+            const XT* xp = x + (long long)c * 256 + 32 * g;
+            const int x0 = (4 * t - m) & 15, x1 = (4 * t - m + 2) & 15;
+            u32 B[2][2];
+#pragma unroll
+            for (int sl = 0; sl < 2; ++sl) {
+                const u32 X0 = *reinterpret_cast<const u32*>(xp + 16 * sl + x0);
+                const u32 X1 = *reinterpret_cast<const u32*>(xp + 16 * sl + x1);
+                B[sl][0] = mvt_prmt(X0, X1, 0x5410u);
+                B[sl][1] = mvt_prmt(X0, X1, 0x7632u);
+            }
+            const u32 sel = (t == 0 && m) ? 0x3254u : 0x3210u;
+            // scales of groups 2t (slices: bytes 0, 1) and 2t + 1 (bytes 2, 3), times d
+            float sv[NS][2][4];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 sw = mvt_prmt(buf[p][s].w[h][12], buf[p][s].s[h], m ? 0x5432u : 0x3210u);
+                    const float d = bc_half_to_float((u16)buf[p][s].d[h]);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) sv[s][h][j] = d * mvd6_i8(sw, j);
+                }
+            float D0[NS][4], D1[NS][4];
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) D0[s][i] = D1[s][i] = 0.f;
+#pragma unroll
+            for (int gi = 0; gi < 8; ++gi) {
+                u32 b[2][2];
+                mvt_mask(B, g == gi, b);
+#pragma unroll
+                for (int s = 0; s < NS; ++s) {
+                    u32 Ag[4], Ah[4];
+                    mvd6_quants<BF>(buf[p][s].w[0], gi, sel, Ag);
+                    mvd6_quants<BF>(buf[p][s].w[1], gi, sel, Ah);
+                    mvt_dot<BF>(D0[s], D1[s], Ag, Ah, b);
+                }
+            }
+            load(c + PF * nw, buf[p]);
+            // D[i]: row g + 8 (i >> 1), group 2t + (i & 1)
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float* sc = sv[s][i >> 1] + 2 * (i & 1);
+                    acc[s][i] = fmaf(sc[1], D1[s][i], fmaf(sc[0], D0[s][i], acc[s][i]));
+                }
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float a = acc[s][2 * h] + acc[s][2 * h + 1];
+            a += __shfl_xor_sync(BC_FULL_MASK, a, 1);
+            a += __shfl_xor_sync(BC_FULL_MASK, a, 2);
+            v[s][h] = a;
+        }
+}
+
+// the direct loop of format F (Q4_K: mvc_tcd variant V; Q6_K: mvc_tcd6)
+template <int F, typename XT, int NS, int PF, int V, typename Started>
+BC_DEV void mvc_tcdf(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x, int n0, int N,
+                     int K, int wi, int nw, float (&v)[NS][2], Started started) {
+    if constexpr (F == BC_Q6_K) mvc_tcd6<XT, NS, PF>(W, W2, x, n0, N, K, wi, nw, v, started);
+    else mvc_tcd<XT, NS, PF, V>(W, W2, x, n0, N, K, wi, nw, v, started);
+}
+
 // the block's sum of mvc_tcd's v over its warps (red: MAXW * NS * 2 * 32 floats of shared
 // memory), in every lane of warp 0 (lane l: rows n0 + l / 4 and n0 + l / 4 + 8); false in
 // the other warps, which may return
