@@ -74,8 +74,10 @@ def test_decode_source_compiles_without_warnings(arch, d):
     oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
     assert len(oc.code) > 1000
-    if d in (64, 128):   # the build of pdl=True plans (griddepcontrol; compiled out below sm_90)
+    if d in (64, 128):   # the build of pdl=True plans (griddepcontrol; compiled out below sm_90), the merge variant
         oc = _registry.compile_code(A.SOURCE, A._dec_defines(d, pdl=True), target="cubin", arch=arch)
+        assert oc.log.strip() == "" and len(oc.code) > 1000
+        oc = _registry.compile_code(A.SOURCE, A._dec_defines(d) + (("DEC_MERGE", 1),), target="cubin", arch=arch)
         assert oc.log.strip() == "" and len(oc.code) > 1000
 
 
@@ -408,6 +410,31 @@ def test_decode_length_from_device_under_graph_capture():
         got = from_dev(out, dtype)
         assert np.abs(got - ref).max() < 1e-2, p
         assert np.array_equal(from_dev(kd, dtype).reshape(max_ctx, nkv, d)[p], knew)
+
+
+@gpu
+@pytest.mark.parametrize("pdl", [False, True])
+def test_decode_merge_weights_in_shared_memory(pdl, monkeypatch):
+    """DEC_MERGE=1 (the last block puts the splits' weights into shared memory, then loads every
+    partial independently): split counts below and above a warp's 32, GQA groups 1..16, odd
+    head dims; each case launched twice (the counters re-arm)."""
+    monkeypatch.setattr(A, "DEC_MERGE", 1)
+    A._sms.clear()
+    rng = np.random.default_rng(31)
+    s = bc.Stream()
+    for dtype, d, nh, nkv, max_ctx, length, splits in [("bfloat16", 128, 32, 8, 4200, 4099, None),
+                                                       ("float16", 64, 28, 4, 1000, 333, 7),
+                                                       ("bfloat16", 128, 12, 1, 6000, 5500, 64),
+                                                       ("float16", 96, 16, 1, 9000, 8999, 64),
+                                                       ("bfloat16", 64, 9, 3, 700, 513, 3)]:
+        qd, kd, vd, ln, ref = _decode_case(rng, dtype, d, nh, nkv, max_ctx, length, s=s)
+        out = bc.empty((nh, d), dtype, stream=s)
+        plan = A.plan_attention_decode(qd, kd, vd, ln, out=out, n_splits=splits, pdl=pdl, stream=s)
+        for _ in range(2):
+            plan()
+            s.synchronize()
+            err = np.abs(from_dev(out, dtype) - ref).max()
+            assert err < 1e-2, (dtype, d, nh, nkv, length, splits, err)
 
 
 @gpu

@@ -162,32 +162,38 @@ def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8
     del flush
 
 
-PDL_VARIANTS = (   # (label, DEC_PDL_PLAIN, pdl plans, PDL_STAGES, PDL_PF_KEYS, PDL_OCC)
-    ("plain (no griddepcontrol)", 0, False, None, 0, 1), ("griddepcontrol build, plain launch", 1, False, None, 0, 1),
-    ("pdl, no prefetch", 1, True, None, 0, 1), ("pdl, prefetch 256", 1, True, None, 256, 1),
-    ("pdl, prefetch 1024", 1, True, None, 1024, 1), ("pdl 3 stages, no prefetch", 1, True, 3, 0, 1),
-    ("pdl 3 stages, prefetch 256", 1, True, 3, 256, 1), ("pdl 3 stages, prefetch 1024", 1, True, 3, 1024, 1),
-    ("pdl 3 stages, prefetch 256, 2 blocks/SM of splits", 1, True, 3, 256, 2),
-    ("plain again", 0, False, None, 0, 1), ("griddepcontrol build, plain launch again", 1, False, None, 0, 1))
+PDL_VARIANTS = (   # (label, pdl plans, _attention settings); the H200 run of 2026-11-27 02:29 UTC is in docs/kernels.md
+    ("plain (no griddepcontrol)", False, {}), ("griddepcontrol build, plain launch", False, {"DEC_PDL_PLAIN": 1}),
+    ("pdl, no prefetch", True, {}), ("pdl, prefetch 256", True, {"PDL_PF_KEYS": 256}),
+    ("pdl, prefetch 1024", True, {"PDL_PF_KEYS": 1024}), ("pdl 3 stages, no prefetch", True, {"PDL_STAGES": 3}),
+    ("pdl 3 stages, prefetch 256", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 256}),
+    ("pdl 3 stages, prefetch 1024", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 1024}),
+    ("pdl 3 stages, prefetch 256, 2 blocks/SM of splits", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 256, "PDL_OCC": 2}),
+    ("plain again", False, {}), ("griddepcontrol build, plain launch again", False, {"DEC_PDL_PLAIN": 1}))
+MERGE_VARIANTS = (   # the split merge: DEC_MERGE 0 (online log-sum-exp, 8 splits a round) or 1 (weights in shared memory)
+    ("plain, merge 0", False, {}), ("plain, merge 1", False, {"DEC_MERGE": 1}),
+    ("pdl, merge 1", True, {"DEC_MERGE": 1}), ("plain, merge 0 again", False, {}),
+    ("plain, merge 1 again", False, {"DEC_MERGE": 1}))
 
 
 def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768), (32, 8, 64, 8192)),
                      short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=PDL_VARIANTS):
-    """Developer probe (``--pdl-probe``): the chained decode rows (head-major, one node a cache,
-    > 512 MB a round) and the decode loop's short node (a graph of 16 nodes on one 4096-slot
-    cache) for the plain plan (DEC_PDL=0 build), the griddepcontrol build launched plainly, and PDL plans (captured graph):
-    with or without the pre-wait L2 prefetch, 4 or 3 stages (3: two grids' blocks share a
-    multiprocessor). One line each: us a call, GB/s, % of spec."""
+    """Developer probe (``--pdl-probe``; ``--merge-probe`` for MERGE_VARIANTS): the chained decode
+    rows (head-major, one node a cache, > 512 MB a round) and the decode loop's short node (a graph
+    of 16 nodes on one 4096-slot cache) for each variant: the plain plan (DEC_PDL=0 build), the
+    griddepcontrol build launched plainly, PDL plans (captured graph) with or without the pre-wait
+    L2 prefetch, 4 or 3 stages (3: two grids' blocks share a multiprocessor), the split merge.
+    One line each: us a call, GB/s, % of spec."""
     import barecuda as bc
     from barecuda.kernels import _attention as A
     s = bc.Stream()
     _, spec = _spec(bc)[:2]
-    names = ("DEC_PDL_PLAIN", "PDL_STAGES", "PDL_PF_KEYS", "PDL_OCC")
-    old = tuple(getattr(A, x) for x in names)
     print(f"  pdl-probe on {bc.Device().name}", flush=True)
 
-    def run(label, dp, pdl, st, pf, occ, fn):
-        A.DEC_PDL_PLAIN, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = dp, st, pf, occ
+    def run(label, pdl, settings, fn):
+        old = {k: getattr(A, k) for k in settings}
+        for k, v in settings.items():
+            setattr(A, k, v)
         A._sms.clear()
         try:
             return fn(pdl)
@@ -195,18 +201,20 @@ def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 12
             print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
             return None
         finally:
-            A.DEC_PDL_PLAIN, A.PDL_STAGES, A.PDL_PF_KEYS, A.PDL_OCC = old
+            for k, v in old.items():
+                setattr(A, k, v)
+            A._sms.clear()
 
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2
         n = max(2, math.ceil((512 << 20) / kv_bytes))
         caches, q, o, ln = _decode_bufs(bc, s, (nkv, ctx, d), nh, d, ctx, n)
-        for label, dp, pdl, st, pf, occ in variants:
+        for label, pdl, settings in variants:
             def fn(pdl, caches=caches, q=q, o=o, ln=ln):
                 plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout="head_major", pdl=pdl, stream=s)
                          for k, v in caches]
                 return _time_chain(bc, s, plans, pdl) * 1e3 / n, plans[0].grid
-            r = run(label, dp, pdl, st, pf, occ, fn)
+            r = run(label, pdl, settings, fn)
             if r:
                 us, grid = r
                 gbs = kv_bytes / us / 1e3
@@ -218,12 +226,12 @@ def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 12
         caches, q, o, ln = _decode_bufs(bc, s, (nkv, 4096, d), nh, d, 4096, 1)
         ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
         k, v = caches[0]
-        for label, dp, pdl, st, pf, occ in variants:
+        for label, pdl, settings in variants:
             def fn(pdl, k=k, v=v, q=q, o=o, ln=ln):
                 p = A.plan_attention_decode(q, k, v, ln, out=o, len_offset=1, kv_layout="head_major", pdl=pdl,
                                             stream=s)
                 return _time_chain(bc, s, [p] * 16, pdl) * 1e3 / 16
-            us = run(label, dp, pdl, st, pf, occ, fn)
+            us = run(label, pdl, settings, fn)
             if us:
                 print(f"  pdl-probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} [{label}]: {us:.2f} us a node "
                       "(graph of 16)", flush=True)
@@ -389,5 +397,7 @@ if __name__ == "__main__":
         decode_probe()
     if "--pdl-probe" in sys.argv:
         decode_pdl_probe()
+    if "--merge-probe" in sys.argv:
+        decode_pdl_probe(variants=MERGE_VARIANTS)
     if "--probe-only" not in sys.argv:
         print(attention_section().format())

@@ -35,6 +35,12 @@
 #define DEC_WPIPE 0  // decode: 1 = each warp streams its own contiguous share of the split through its
                      // own DEC_STAGES-deep ring (no block-wide barrier per tile); 0 = one block-wide ring
 #endif
+#ifndef DEC_MERGE
+#define DEC_MERGE 0  // decode: the last block's split merge. 0 = one online log-sum-exp pass per output element
+                     // (8 splits a round: 2 x ceil(group * D / threads) dependent L2 round trips); 1 = the
+                     // splits' weights once into shared memory (one round), then every partial load of a
+                     // thread independent (MERGE_MU elements x MERGE_SU splits a round: one round at 32/8 d128)
+#endif
 #ifndef DEC_PDL
 #define DEC_PDL 0    // decode: 1 = the build of pdl=True plans: griddepcontrol (programmatic dependent launch),
                      // the optional pre-wait L2 prefetch, Q and the length read through L2. Plain plans keep 0:
@@ -418,6 +424,69 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     if (!s_last) return;
     __threadfence();
     const float* lse_all = part + (long long)n_heads * n_splits * D;
+#if DEC_MERGE
+    // weights w[r][s] = 2^(lse - max) / sum, one warp a row, into the (now free) pipeline memory
+    constexpr int PIPE_FLOATS = DEC_STAGES * 2 * DEC_BN * RS / 4;
+    if (group * used <= PIPE_FLOATS) {
+        float* w_s = (float*)smem;
+        for (int r = warp; r < group; r += DEC_WARPS) {
+            const float* lse = lse_all + (long long)(kvh * group + r) * n_splits;
+            float mx = neg_inf();
+            for (int s0 = lane; s0 < used; s0 += 32) {   // each lane keeps its own entries: no warp barrier
+                const float lv = __ldcg(lse + s0);
+                w_s[r * used + s0] = lv;
+                mx = fmaxf(mx, lv);
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            float sum = 0.f;
+            for (int s0 = lane; s0 < used; s0 += 32) {
+                const float w = mx == neg_inf() ? 0.f : bc_exp2(w_s[r * used + s0] - mx);
+                w_s[r * used + s0] = w;
+                sum += w;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            for (int s0 = lane; s0 < used; s0 += 32) w_s[r * used + s0] *= inv;
+        }
+        __syncthreads();
+        constexpr int NT = DEC_WARPS * 32, MU = 4, SU = 16;
+        const int total = group * D;
+        for (int base = tid; base < total; base += MU * NT) {
+            float acc[MU];
+#pragma unroll
+            for (int u = 0; u < MU; ++u) acc[u] = 0.f;
+            for (int s0 = 0; s0 < used; s0 += SU) {
+                float pv[MU][SU];
+#pragma unroll
+                for (int u = 0; u < MU; ++u) {
+                    const int idx = base + u * NT;
+                    const int r = idx / D, d = idx % D;
+                    const float* po = part + (long long)(kvh * group + r) * n_splits * D + d;
+#pragma unroll
+                    for (int v = 0; v < SU; ++v)
+                        pv[u][v] = (idx < total && s0 + v < used) ? __ldcg(po + (long long)(s0 + v) * D) : 0.f;
+                }
+#pragma unroll
+                for (int u = 0; u < MU; ++u) {
+                    const int r = min(base + u * NT, total - 1) / D;
+#pragma unroll
+                    for (int v = 0; v < SU; ++v)
+                        if (s0 + v < used) acc[u] += pv[u][v] * w_s[r * used + s0 + v];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < MU; ++u) {
+                const int idx = base + u * NT;
+                if (idx < total)
+                    out[(long long)(kvh * group + idx / D) * o_head_stride + idx % D] = bc_from_f<IS_BF16>(acc[u]);
+            }
+        }
+        if (tid == 0) counters[kvh] = 0;
+        return;
+    }
+#endif
     // one pass per output element: every split's log-sum-exp and partial output are loaded
     // together (8 splits at a time, independent loads: one L2 round trip per 8 splits) and
     // folded with an online log-sum-exp (no block-wide reduction, no second pass)
