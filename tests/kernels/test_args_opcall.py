@@ -338,6 +338,163 @@ def test_tensor_class_read_in_c(dbl, direct):
     assert O.stats()[0] == h
 
 
+# ------------------------------------------------------------------ matvec, dequantize, matmul, attention
+from barecuda.kernels import _attention as KA  # noqa: E402
+from barecuda.kernels import _dequant as KD  # noqa: E402
+from barecuda.kernels import _matmul as KMM  # noqa: E402
+from barecuda.kernels import _matvec as KM  # noqa: E402
+
+
+@pytest.fixture
+def dblk(dbl, monkeypatch):
+    """dbl, with matvec/dequant/gemm/attention kernels from PTX the double accepts (their
+    sources are not in the prebuilt folder), each kernel kept for the test as the registry
+    would (a record holds its kernel weakly)."""
+    from _quant_helpers import lowered_ptx_get
+    real, held = R.get, {}
+
+    def get(source, name, defines=(), device=None):
+        if source in SOURCES:
+            return real(source, name, defines, device)
+        key = (source, name, defines)
+        if key not in held:
+            held[key] = lowered_ptx_get(source, name, defines, device)
+        return held[key]
+    monkeypatch.setattr(R, "get", get)
+    return dbl
+
+
+def qw(n, k, fmt="q4_k"):
+    _, _, qk, nb = KD.format_info(fmt)
+    return KD.QuantWeight(bc.zeros(n * k // qk * nb, "uint8"), fmt, (n, k))
+
+
+def _ws(n_heads, n_kv, d, splits):
+    return bc.zeros(KA.decode_workspace_size(n_heads, n_kv, d, splits), "uint8")
+
+
+BIG_CASES = {
+    "matvec_f16_out": (KM.matvec, lambda: ((e((64, 256)), e(256)), {"out": e(64)})),
+    "matvec_bf16_batch_res": (KM.matvec, lambda: ((e((40, 512), "bfloat16"), e((3, 512), "bfloat16")),
+                                                  {"residual": e((3, 40), "bfloat16")})),
+    "matvec_q4k_f16": (KM.matvec, lambda: ((qw(64, 256), e(256)), {})),
+    "matvec_q4k_f32_res_inplace": (KM.matvec, lambda: (lambda r: ((qw(32, 512), e(512, "float32")),
+                                                                  {"residual": r, "out": r}))(e(32, "float32"))),
+    "matvec_q8_0_batch": (KM.matvec, lambda: ((qw(48, 64, "q8_0"), e((4, 64))), {"out": e((4, 48))})),
+    "matvec_silu_mul_f16": (KM.matvec_silu_mul, lambda: ((e((64, 256)), e((64, 256)), e(256)), {})),
+    "matvec_silu_mul_q4k": (KM.matvec_silu_mul, lambda: ((qw(64, 256), qw(64, 256), e((2, 256))), {})),
+    "dequantize_qw": (KD.dequantize, lambda: ((qw(16, 512),), {})),
+    "dequantize_bytes_out": (KD.dequantize, lambda: ((bc.zeros(8 * 64 // 32 * 34, "uint8"), "q8_0", (8, 64)),
+                                                     {"dtype": "float32", "out": e((8, 64), "float32")})),
+    "matmul_tc": (KMM.matmul, lambda: ((e((64, 64)), e((64, 128))), {"backend": "builtin"})),
+    "matmul_tc_batched_tb": (KMM.matmul, lambda: ((e((2, 64, 32), "bfloat16"), e((48, 32), "bfloat16")),
+                                                  {"trans_b": True, "backend": "builtin"})),
+    "matmul_simt_beta": (KMM.matmul, lambda: ((e((33, 17), "float32"), e((17, 9), "float32")),
+                                              {"out": e((33, 9), "float32"), "alpha": 2.0, "beta": 0.5,
+                                               "backend": "builtin"})),
+    "matmul_auto_small": (KMM.matmul, lambda: ((e((16, 32)), e((32, 24))), {})),
+    "attn_decode_one_split": (KA.attention_decode, lambda: ((e((8, 64)), e((64, 2, 64)), e((64, 2, 64)),
+                                                             bc.zeros(1, "int32")), {"n_splits": 1})),
+    "attn_decode_workspace": (KA.attention_decode, lambda: ((e((8, 64)), e((512, 2, 64)), e((512, 2, 64)),
+                                                             bc.zeros(1, "int32")),
+                                                            {"n_splits": 4, "workspace": _ws(8, 2, 64, 4),
+                                                             "out": e((8, 64)), "len_offset": 1})),
+    "attn_decode_f32": (KA.attention_decode, lambda: ((e((4, 64), "float32"), e((32, 4, 64), "float32"),
+                                                       e((32, 4, 64), "float32"), bc.zeros(1, "int32")), {})),
+    "attn_prefill_causal": (KA.attention_prefill, lambda: ((e((40, 4, 64)), e((40, 2, 64)), e((40, 2, 64))), {})),
+    "kv_append": (KA.kv_append, lambda: ((e((2, 64)), e((2, 64)), e((16, 2, 64)), e((16, 2, 64)),
+                                          bc.zeros(1, "int32")), {"pos_offset": 1})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BIG_CASES))
+def test_hit_launches_what_the_python_path_launches_big_ops(dblk, direct, case):
+    """matvec (dense and QuantWeight), matvec_silu_mul, dequantize, matmul (builtin),
+    attention decode/prefill and kv_append: a repeated signature is one recorded launch,
+    the same launch the checks make (fresh arrays: this call's addresses)."""
+    fn, make = BIG_CASES[case]
+    args, kw = make()
+    h0, m0, r0 = O.stats()
+    first = outcome(dblk, lambda: fn(*args, **kw))
+    again = outcome(dblk, lambda: fn(*args, **kw))
+    assert O.stats() == (h0 + 1, m0 + 1, r0 + 1)
+    assert first[0] is not None and again == first
+    args2, kw2 = make()
+    hit = outcome(dblk, lambda: fn(*args2, **kw2))
+    assert O.stats()[0] == h0 + 2
+    fn.clear()
+    slow = outcome(dblk, lambda: fn(*args2, **kw2))
+    assert O.stats()[1] == m0 + 2
+    assert hit == slow
+
+
+def test_quant_weight_is_keyed_by_format_shape_and_buffer(dblk, direct):
+    x = e(256)
+    KM.matvec(qw(64, 256), x)
+    h0, m0, _ = O.stats()
+    fast = outcome(dblk, lambda: KM.matvec(qw(64, 256), x))            # another weight, same signature: a hit
+    assert O.stats()[:2] == (h0 + 1, m0)
+    for other in (qw(64, 256, "q8_0"), qw(32, 256), qw(64, 512)):      # format or shape: the checks again
+        o = outcome(dblk, lambda: KM.matvec(other, x))
+        KM.matvec.clear()
+        assert outcome(dblk, lambda: KM.matvec(other, x)) == o
+    assert O.stats()[0] == h0 + 1
+    KM.matvec.clear()
+    assert outcome(dblk, lambda: KM.matvec(qw(64, 256), x)) == fast
+    w = qw(64, 256)
+    with pytest.raises(AttributeError, match="immutable"):
+        w.format = "q8_0"
+    with pytest.raises(AttributeError, match="immutable"):
+        w.shape = (32, 512)
+
+
+def test_quant_weight_closed_data_takes_the_python_path(dblk):
+    w, x = qw(64, 256), e(256)
+    KM.matvec(w, x)
+    KM.matvec(w, x)
+    w.data.close()
+    h0 = O.stats()[0]
+    hit = outcome(dblk, lambda: KM.matvec(w, x))
+    KM.matvec.clear()
+    assert outcome(dblk, lambda: KM.matvec(w, x)) == hit and O.stats()[0] == h0
+    assert hit[0] == "ValueError" and hit[2] == 0
+
+
+def test_quant_weight_aliasing_is_in_the_key(dblk, direct):
+    """gate is up (one QuantWeight twice) and gate, up distinct: separate records, each the
+    launch its own checks make."""
+    w, u, x = qw(64, 256), qw(64, 256), e(256)
+    for g, uu in ((w, w), (w, u), (w, w), (u, w)):
+        fast = outcome(dblk, lambda: KM.matvec_silu_mul(g, uu, x))
+        KM.matvec_silu_mul.clear()
+        assert outcome(dblk, lambda: KM.matvec_silu_mul(g, uu, x)) == fast
+
+
+def test_decode_without_workspace_is_not_recorded(dblk):
+    """n_splits > 1 and no workspace=: the checks zero a new workspace each call (not one
+    launch), so that call is never recorded; it still launches as before."""
+    q, k, v, ln = e((8, 64)), e((512, 2, 64)), e((512, 2, 64)), bc.zeros(1, "int32")
+    KA.attention_decode.clear()
+    h0, m0, r0 = O.stats()
+    outs = [outcome(dblk, lambda: KA.attention_decode(q, k, v, ln, n_splits=4)) for _ in range(3)]
+    assert O.stats() == (h0, m0 + 3, r0) and KA.attention_decode.memo_size == 0
+    assert outs[0][0][0] == "attn_decode_f16" and all(o[0][:4] == outs[0][0][:4] for o in outs)
+
+
+def test_matmul_checks_after_a_hit_raise_as_before(dblk):
+    a, b = e((64, 64)), e((64, 128))
+    KMM.matmul(a, b, backend="builtin")
+    KMM.matmul(a, b, backend="builtin")
+    n0 = dblk.launch_count()
+    with pytest.raises(ValueError, match="inner dimensions"):
+        KMM.matmul(a, e((32, 128)), backend="builtin")
+    with pytest.raises(ValueError, match="beta"):
+        KMM.matmul(a, b, beta=1.0, backend="builtin")
+    with pytest.raises(ValueError, match="backend"):
+        KMM.matmul(a, b, backend="cuda")
+    assert dblk.launch_count() == n0
+
+
 # ------------------------------------------------------------------ property: fast == slow
 _DT = ("float32", "float16")
 _KEYS = ("dx", "dw", "rows", "cols", "off", "out", "res", "close", "eps")
@@ -476,3 +633,28 @@ def test_gpu_buffer_hits_match_numpy(dtype):
         want = e_ / e_.sum(axis=1, keepdims=True)
         assert np.max(np.abs(got - want)) <= TOL[dtype] * 2, i
     assert O.stats()[0] == h0 + 2
+
+
+@gpu
+def test_gpu_family_hits_match_torch():
+    """matvec and matmul (builtin) hits on fresh torch data compute what torch computes."""
+    torch = _torch_cuda()
+    fast = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    w = torch.randn(300, 512, device="cuda", dtype=torch.float16, generator=g)
+    y = torch.empty(300, device="cuda", dtype=torch.float16)
+    o = torch.empty(64, 96, device="cuda", dtype=torch.float16)
+    KM.matvec.clear()
+    KMM.matmul.clear()
+    h0 = O.stats()[0]
+    for i in range(3):
+        x = torch.randn(512, device="cuda", dtype=torch.float16, generator=g)
+        a = torch.randn(64, 128, device="cuda", dtype=torch.float16, generator=g)
+        b = torch.randn(128, 96, device="cuda", dtype=torch.float16, generator=g)
+        assert KM.matvec(w, x, out=y) is y
+        assert KMM.matmul(a, b, out=o, backend="builtin") is o
+        torch.cuda.synchronize()
+        _close(torch, y, w.float() @ x.float(), "float16")
+        _close(torch, o, a.float() @ b.float(), "float16")
+    if fast:
+        assert O.stats()[0] >= h0 + 4

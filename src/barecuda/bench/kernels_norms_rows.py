@@ -348,7 +348,7 @@ def _op_cases(bc, qw_of):
     from barecuda.kernels import _attention as KA, _dequant as KD, _matmul as KMM, _matvec as KM
     e = bc.empty
     return {
-        "matvec": ("matvec f16 256x256 (DeviceBuffers)", KM.matvec,
+        "matvec": ("matvec f16 256x256", KM.matvec,
                    lambda t: ((t((256, 256), "float16"), t(256, "float16")), {"out": t(256, "float16")})),
         "matvec_q4k": ("matvec Q4_K 256x256, x f16 (QuantWeight)", KM.matvec,
                        lambda t: ((qw_of(256, 256), t(256, "float16")), {"out": t(256, "float16")})),

@@ -7,6 +7,8 @@ spelled as ggml does (``"Q4_K"``, any case) or by ggml's type number (``12``, a
 ``gguf.GGMLQuantizationType``). The dense formats ``f32``/``f16``/``bf16`` are accepted
 too, so a loader can wrap every tensor of a file the same way.
 """
+from typing import Any, Tuple
+
 from barecuda.kernels import _args, _registry
 from barecuda.kernels._opcall import op
 from barecuda.kernels._opkey import keyed_weight_class
@@ -84,6 +86,12 @@ class QuantWeight:
     ``matvec(qw, x)`` is one recorded launch.
     """
     __slots__ = ("data", "format", "ggml_type", "shape", "block", "block_bytes")
+    data: Any                   # a DeviceBuffer
+    format: str
+    ggml_type: int
+    shape: Tuple[int, ...]
+    block: int
+    block_bytes: int
 
     def __init__(self, data, format, shape):
         name, t, qk, nbytes_block = format_info(format)
