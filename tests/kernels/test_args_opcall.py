@@ -446,6 +446,9 @@ def test_quant_weight_is_keyed_by_format_shape_and_buffer(dblk, direct):
         w.format = "q8_0"
     with pytest.raises(AttributeError, match="immutable"):
         w.shape = (32, 512)
+    import copy
+    c = copy.copy(w)
+    assert c is not w and (c.data, c.format, c.shape, c.ggml_type) == (w.data, w.format, w.shape, w.ggml_type)
 
 
 def test_quant_weight_closed_data_takes_the_python_path(dblk):

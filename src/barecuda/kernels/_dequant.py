@@ -123,6 +123,10 @@ class QuantWeight:
     def __delattr__(self, name):
         raise AttributeError(f"QuantWeight is immutable: cannot delete {name!r}")
 
+    def __reduce__(self):
+        # copy/pickle through the constructor (the default slot-state path would set attributes)
+        return QuantWeight, (self.data, self.format, self.shape)
+
     @property
     def nbytes(self):
         return self.data.nbytes
