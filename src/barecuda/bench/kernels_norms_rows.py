@@ -17,6 +17,10 @@ Sections
     beside its Python path (the checks + Kernel.launch, what every call cost before the
     memo), with DeviceBuffers and with torch tensors (against raw C on torch's stream and
     the torch floor: the C reads of the tensors and torch's stream + the raw launch).
+    Then each other family's op (matvec dense and Q4_K, matvec_silu_mul, dequantize,
+    matmul builtin, attention decode / prefill, kv_append; ``_op_cases``): raw C of the
+    kernel its checks return, its hit and its Python path, with DeviceBuffers and torch
+    tensors; and matmul on cuBLASLt against ``Matmul.run`` (``cublasLtMatmul``, its floor).
 
 ``python -m barecuda.bench.kernels_norms_rows`` prints both.
 """
