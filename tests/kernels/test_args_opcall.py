@@ -484,6 +484,27 @@ def test_decode_without_workspace_is_not_recorded(dblk):
     assert outs[0][0][0] == "attn_decode_f16" and all(o[0][:4] == outs[0][0][:4] for o in outs)
 
 
+def test_setting_a_family_module_value_forgets_the_records(dblk, monkeypatch):
+    """Tuning values are module attributes the checks read at call time (tests and benches
+    set them): setting one forgets every op's records, so the next call takes the checks."""
+    a, b = e((64, 64)), e((64, 128))
+    KMM.matmul(a, b, backend="builtin")
+    KMM.matmul(a, b, backend="builtin")
+    KM.matvec(qw(64, 256), e(256))
+    assert KMM.matmul.memo_size == 1 and KM.matvec.memo_size == 1
+    assert dblk.last_launch().name == "matvec_f16_tcd"
+    monkeypatch.setattr(KMM, "BK", 32)
+    assert KMM.matmul.memo_size == 0 and KM.matvec.memo_size == 0
+    h0, m0, _ = O.stats()
+    KMM.matmul(a, b, backend="builtin")
+    assert O.stats()[:2] == (h0, m0 + 1) and dblk.last_launch().shared == KMM.tc_smem(0, 0)
+    KMM.matmul(a, b, backend="builtin")
+    assert O.stats()[0] == h0 + 1
+    monkeypatch.setattr(KM, "TCD", False)
+    KM.matvec(qw(64, 256), e(256))
+    assert dblk.last_launch().name != "matvec_f16_tcd"
+
+
 def test_matmul_checks_after_a_hit_raise_as_before(dblk):
     a, b = e((64, 64)), e((64, 128))
     KMM.matmul(a, b, backend="builtin")

@@ -51,6 +51,8 @@ arguments are read where the caller left them (no tuple, no dict), as
 """
 import ctypes
 import sys
+import types
+import weakref
 
 cimport cython
 from cpython.object cimport PyObject, PyTypeObject
@@ -137,6 +139,7 @@ cdef bint _direct = True           # set_direct(False): every hit through Kernel
 cdef Py_ssize_t _hits = 0
 cdef Py_ssize_t _misses = 0
 cdef Py_ssize_t _records = 0
+cdef object _ops = weakref.WeakSet()   # every Op made (clear(), _FamilyModule)
 
 
 @cython.final
@@ -157,6 +160,7 @@ cdef class Op:
     cdef list records               # most recently used first
     cdef Py_ssize_t misses_in_row
     cdef dict __dict__
+    cdef object __weakref__
 
     def __init__(self, prep):
         code = prep.__code__
@@ -190,6 +194,8 @@ cdef class Op:
         for a in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(self, a, getattr(prep, a, None))
         self.__wrapped__ = prep
+        _ops.add(self)
+        _watch(getattr(prep, "__module__", None))
 
     def __call__(self, *args, **kwargs):
         return PyVectorcall_Call(self, args, kwargs)
@@ -614,10 +620,31 @@ def stats():
 
 def clear():
     """Forget every record of every op (``Op.clear`` of each)."""
-    import gc
-    for o in gc.get_objects():
-        if type(o) is Op:
-            (<Op>o).clear()
+    for o in list(_ops):
+        (<Op>o).clear()
+
+
+# A family module's checks read its module-level tuning values (tiles, split sizes, the
+# dispatch thresholds) at call time, and tests and benchmarks set them
+# (``monkeypatch.setattr(_attention, "DEC_STAGES", 3)``); a record made before would replay
+# the old choice. So a module that defines an op is a _FamilyModule: setting or deleting
+# any attribute of it from outside forgets every op's records (rare; nothing on the hit
+# path). Assignments by the module's own code (``global`` statements: its caches) are not
+# seen and need not be.
+class _FamilyModule(types.ModuleType):
+    def __setattr__(self, name, value):
+        types.ModuleType.__setattr__(self, name, value)
+        clear()
+
+    def __delattr__(self, name):
+        types.ModuleType.__delattr__(self, name)
+        clear()
+
+
+cdef _watch(object modname):
+    m = sys.modules.get(modname) if modname and modname.startswith("barecuda.") else None
+    if m is not None and type(m) is types.ModuleType:
+        m.__class__ = _FamilyModule
 
 
 cdef int _install() except -1:
