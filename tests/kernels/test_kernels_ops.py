@@ -375,7 +375,8 @@ def test_row_ops_pipeline_in_place(dtype):
     r, rr = to_dev(rnd((n, d), seed=6), dtype)
     w, wr = to_dev(rnd(d, seed=7) + 1, dtype)
     plan = K.layernorm.plan(x, w, w, residual=r, residual_out=x)
-    assert plan.grid[0] < n
+    # f32 layernorm takes a block a row (norms.cu's LN_RAW): h written after the reduction
+    assert plan.grid[0] < n or dtype == "float32" and plan.grid[0] == n
     y, h = K.layernorm(x, w, w, residual=r, residual_out=x)
     assert h is x
     hr = from_dev(h, dtype)
@@ -415,6 +416,42 @@ def test_row_ops_pipeline_matches_load_at_use(dtype):
                 kern.launch((grid, 1, 1), plan.block, *plan.args)
                 got = from_dev(plan.args[0], dtype)
                 assert np.array_equal(got, ref) or np.max(np.abs(got - ref)) <= TOL[dtype] * 0.5, (pipe, defs, grid)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_ops_tuning_defines(dtype):
+    """The tuning builds the sweep times give what the default build gives (bit for bit, or
+    within half the dtype's tolerance): softmax with the next row pipelined (SOFTMAX_PIPE=1;
+    the default 2 takes one row a turn), with and without the mask-free max pass
+    (SOFTMAX_NOMASK: non-causal rows; causal rows keep the mask) and the register caps
+    (SOFTMAX_MINB/SOFTMAX_MINB32, LN_MINB/LN_MINB32); layernorm with the row kept packed
+    (LN_RAW) and a block a row (LN_LOOP=0: launched with a block a row only); a block a row
+    and 97 blocks looping where the build loops."""
+    n, d = 1500, 4096
+    x, _ = to_dev(rnd((n, d), seed=12, scale=3), dtype)
+    r, _ = to_dev(rnd((n, d), seed=13), dtype)
+    w, _ = to_dev(rnd(d, seed=14) + 1, dtype)
+    sm = ((("SOFTMAX_PIPE", 1), ("SOFTMAX_NOMASK", 0), ("SOFTMAX_MINB", 0), ("SOFTMAX_MINB32", 0)),
+          (("SOFTMAX_NOMASK", 0),), (("SOFTMAX_MINB", 0), ("SOFTMAX_MINB32", 0)),
+          (("SOFTMAX_MINB", 7), ("SOFTMAX_MINB32", 5)), (("SOFTMAX_PIPE", 1), ("ROW_PF", 1)))
+    ln = ((("LN_MINB", 5),), (("LN_LOOP", 0),), (("LN_LOOP", 0), ("LN_MINB", 5)), (("ROW_PF", 2), ("LN_MINB", 5)),
+          (("LN_RAW", 1),), (("LN_RAW", 1), ("LN_MINB", 6), ("LN_MINB32", 4)), (("LN_RAW", 1), ("LN_MINB", 5)))
+    cases = [("softmax.cu", sm, K.softmax.plan(x, scale=0.3, causal=True, offset=-700)),
+             ("softmax.cu", sm, K.softmax.plan(x, scale=0.7)),
+             ("norms.cu", ln, K.layernorm.plan(x, w, w, residual=r)),
+             ("norms.cu", ln, K.layernorm.plan(x, w, w))]
+    for src, variants, plan in cases:
+        plan.launch()
+        ref = from_dev(plan.args[0], dtype)
+        for defs in variants:
+            kern = R.get(src, plan.kernel.name, defs)
+            loops = ("LN_LOOP", 0) not in defs
+            for grid in (n, 97) if loops else (n,):
+                plan.args[0].memset(0)
+                kern.launch((grid, 1, 1), plan.block, *plan.args)
+                got = from_dev(plan.args[0], dtype)
+                assert np.array_equal(got, ref) or np.max(np.abs(got - ref)) <= TOL[dtype] * 0.5, (src, defs, grid)
 
 
 def ref_softmax(x, scale, causal=False, offset=None):

@@ -32,8 +32,10 @@ def _prep(x, scale, causal, offset, out, stream):
     dev = int(bx.device)
     k, block = A.row_kernel(vec, cols, 16 // isz, lambda v: get("softmax.cu", f"softmax_{code}_{v}", (), dev))
     # a block a row (the kernel's row loop runs once; it loops when rows exceed the grid limit).
-    # H200 bf16 / f32 32768x4096, % of spec (2026-11-26 22:58 UTC): 70.0 / 83.6 a block a row,
-    # 64.3-67.4 / 77.5-80.6 as a looping wave (ROW_PF 0-2); the load-at-use build with exp2f
+    # H200 bf16 / f32 32768x4096, % of spec: 81.4 / 85.7 (2026-11-27 02:3x UTC: softmax.cu's
+    # SOFTMAX_PIPE=2 with the register cap, 6 / 4 blocks a multiprocessor) against 69.5 / 82.6
+    # for the pipelined build (SOFTMAX_PIPE=1) a block a row in the same run; 64.3-67.4 /
+    # 77.5-80.6 as a looping wave (2026-11-26); the load-at-use build with exp2f
     # (SOFTMAX_PIPE=0) 55.5 / 67.0 at best
     return k, min(n, 0x7fffffff), block, (by, bx, cols, sy, sx, A.f32(scale), qlen, off, n), by
 

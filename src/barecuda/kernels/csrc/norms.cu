@@ -22,6 +22,16 @@
 #ifndef LN_PIPE
 #define LN_PIPE 0
 #endif
+#ifndef LN_RAW
+#define LN_RAW 2         // layernorm's vector path keeps the row packed (ln_rows_raw), a row a turn: 1 for
+#endif                   // every dtype, 2 for f32 only (the host launches f32 layernorm a block a row).
+                         // H200 32768x4096 (2026-11-27 02:3x UTC, same run): f32 85.3% of spec with the
+                         // register cap LN_MINB32=4 (64 registers, 4 blocks/SM) against 78.7 for the
+                         // looping wave; bf16 54.3 (71 registers) and 48.3 / 25.8 capped at 5 / 6
+                         // blocks (spills) against the wave's 77.5
+#ifndef LN_LOOP
+#define LN_LOOP 1        // layernorm's load-at-use path loops over rows (the host launches one wave);
+#endif                   // 0: a block a row, as rmsnorm (the host must then launch a block a row)
 
 // The cached paths' steps, shared by norm_rows_pipe and norm_rows: v holds a thread's KV
 // chunks of a row's h (chunk k is the row's chunk tid + k * bd, where that is < nch).
@@ -140,6 +150,70 @@ __device__ void norm_rows_pipe(T* __restrict__ y, T* hout, const T* x, const T* 
     }
 }
 
+// layernorm's vector path with the row kept as its raw 16-byte vectors (LN_RAW=1): x (and r)
+// stay packed in registers (8 a thread for a bf16 4096-column row at 256 threads, where 16
+// floats were), h = x + r is unpacked again for the store pass; one row a turn (any grid:
+// the host launches a block a row). Same arithmetic, in the same order, as norm_rows's cached
+// path; h is written after the reduction's barrier (in place: every thread has read its
+// chunks and the shift by then). nch, bd, tid and inv_n: norm_rows's.
+template <typename T, int VN, int KV>
+__device__ void ln_rows_raw(T* __restrict__ y, T* hout, const T* x, const T* r, const T* __restrict__ w,
+                            const T* __restrict__ b, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows,
+                            int nch, int bd, int tid, float inv_n) {
+    for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+        BcRowRaw<T, KV> cx, cr;
+        cx.load(x + row * sx, tid, bd, nch);
+        if (r) cr.load(r + row * sr, tid, bd, nch);
+        const float shift = bc_load(x + row * sx) + (r ? bc_load(r + row * sr) : 0.f);
+        float s = 0.f, s2 = 0.f;
+#pragma unroll
+        for (int k = 0; k < KV; ++k)
+            if (tid + k * bd < nch) {
+                float v[VN];
+                cx.unpack(k, v);
+                if (r) {
+                    float rv[VN];
+                    cr.unpack(k, rv);
+#pragma unroll
+                    for (int i = 0; i < VN; ++i) v[i] += rv[i];
+                }
+#pragma unroll
+                for (int i = 0; i < VN; ++i) {
+                    const float d = v[i] - shift;
+                    s += d;
+                    s2 += d * d;
+                }
+            }
+        float mean, rstd;
+        norm_stats<true>(s, s2, shift, inv_n, eps, mean, rstd);
+#pragma unroll
+        for (int k = 0; k < KV; ++k) {
+            const int c = tid + k * bd;
+            if (c < nch) {
+                float v[VN], wv[VN], bv[VN];
+                cx.unpack(k, v);
+                if (r) {
+                    float rv[VN];
+                    cr.unpack(k, rv);
+#pragma unroll
+                    for (int i = 0; i < VN; ++i) v[i] += rv[i];
+                    if (hout) BcChunk<T, VN>::store(hout + row * sh, c, v);
+                }
+                if (w) BcChunk<T, VN>::load(w, c, wv);
+                if (b) BcChunk<T, VN>::load(b, c, bv);
+#pragma unroll
+                for (int i = 0; i < VN; ++i) {
+                    float t = (v[i] - mean) * rstd;
+                    if (w) t *= wv[i];
+                    if (b) t += bv[i];
+                    v[i] = t;
+                }
+                BcChunk<T, VN>::store(y + row * sy, c, v);
+            }
+        }
+    }
+}
+
 template <typename T, int VN, int KV, bool LN>
 __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
                           const T* __restrict__ w, const T* __restrict__ b,
@@ -153,12 +227,18 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
             return;
         }
     }
+    if constexpr (VN > 1 && LN && (LN_RAW == 1 || (LN_RAW == 2 && sizeof(T) == 4))) {
+        if (nch <= KV * bd) {
+            ln_rows_raw<T, VN, KV>(y, hout, x, r, w, b, sy, sh, sx, sr, eps, rows, nch, bd, tid, inv_n);
+            return;
+        }
+    }
     if (nch <= KV * bd) {
         // layernorm sums (h - h[0]) and its square in one reduction: the shift by the row's
         // first value keeps E[d^2] - E[d]^2 accurate when |mean| >> std
         // layernorm loops over rows with prefetch (the host launches one wave); rmsnorm takes a
         // block a row (the host launches one a row) and holds no loop state in registers
-        constexpr bool LOOP = LN;
+        constexpr bool LOOP = LN && LN_LOOP;
         if constexpr (LOOP) {
             for (int a = 1; a < ROW_PF; ++a) {
                 bc_prefetch_ahead<T, VN>(x, blockIdx.x, rows, sx, cols, a);
@@ -255,11 +335,32 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
     }
 }
 
+// rowwise.cuh's register caps for layernorm's 16-elements-a-thread entries (f16/bf16 v2,
+// f32 v4); 0: none. LN_MINB 5 / 6 spill in bf16 (LN_RAW above; the looping path: 69.2% of
+// spec a block a row at 5, 48 registers, against the wave's 77.5)
+#ifndef LN_MINB
+#define LN_MINB 0
+#endif
+#ifndef LN_MINB32
+#define LN_MINB32 4      // f32 v4 with LN_RAW: 64 registers, 4 blocks/SM (see LN_RAW)
+#endif
+#if LN_MINB > 0
+#define LN_BOUNDS_f16(var) BC_ROW_BOUNDS2_##var(LN_MINB)
+#define LN_BOUNDS_bf16(var) BC_ROW_BOUNDS2_##var(LN_MINB)
+#else
+#define LN_BOUNDS_f16(var)
+#define LN_BOUNDS_bf16(var)
+#endif
+#if LN_MINB32 > 0
+#define LN_BOUNDS_f32(var) BC_ROW_BOUNDS4_##var(LN_MINB32)
+#else
+#define LN_BOUNDS_f32(var)
+#endif
 #define NORM_ENTRY(code, T, var, VN, KV)                                                              \
     extern "C" __global__ void rmsnorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w,   \
             i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {                               \
         norm_rows<T, VN, KV, false>(y, hout, x, r, w, nullptr, cols, sy, sh, sx, sr, eps, rows); }           \
-    extern "C" __global__ void layernorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w, \
+    extern "C" __global__ void LN_BOUNDS_##code(var) layernorm_##code##_##var(T* y, T* hout, const T* x, const T* r, const T* w, \
             const T* b, i32 cols, i64 sy, i64 sh, i64 sx, i64 sr, float eps, i64 rows) {                   \
         norm_rows<T, VN, KV, true>(y, hout, x, r, w, b, cols, sy, sh, sx, sr, eps, rows); }
 #define NORM_ENTRIES(code, T)                                                                             \

@@ -47,6 +47,22 @@ template <typename T, int VN> BC_DEV void bc_prefetch_ahead(const T* base, i64 r
     if (VN > 1 && ahead > 0 && base && nx < rows) bc_prefetch_row(base + nx * stride, (u32)cols * (u32)sizeof(T));
 }
 
+// Register caps: an op file may compile its entries that keep 16 elements a thread (v2 of
+// the 2-byte types, v4 of f32: a 4096-column row at 256 threads; the host launches them with
+// at most 256 threads) for m resident blocks a multiprocessor, __launch_bounds__(256, m),
+// with its own defines (SOFTMAX_MINB/SOFTMAX_MINB32, LN_MINB/LN_MINB32; 0: no bounds). The
+// other entries keep their registers (v4 of bf16 would spill at softmax's cap).
+#define BC_ROW_BOUNDS2_v1(m)
+#define BC_ROW_BOUNDS2_v2(m) __launch_bounds__(256, m)
+#define BC_ROW_BOUNDS2_v4(m)
+#define BC_ROW_BOUNDS2_v8(m)
+#define BC_ROW_BOUNDS2_s8(m)
+#define BC_ROW_BOUNDS4_v1(m)
+#define BC_ROW_BOUNDS4_v2(m)
+#define BC_ROW_BOUNDS4_v4(m) __launch_bounds__(256, m)
+#define BC_ROW_BOUNDS4_v8(m)
+#define BC_ROW_BOUNDS4_s8(m)
+
 // ------------------------------------------------------------------ register pipeline
 // The vector path of a looping wave can keep the NEXT row's raw 16-byte vectors in flight
 // in registers while it reduces and writes the current one (KV uint4 a thread, 8 registers

@@ -4,8 +4,18 @@
 //   causal (qlen > 0): row r is query q = r % qlen; columns j > q + offset are masked
 //   (offset = keys - queries for a query block at the end of the keys); masked -> 0.
 // A row with every column masked is written as zeros. fp32 math; a block per row at a
-// time, looping over rows (rowwise.cuh); the vector path pipelines the next row's loads
-// (SOFTMAX_PIPE). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8} (as norms.cu).
+// time, looping over rows (rowwise.cuh; the host launches a block a row); the vector path
+// keeps a row's raw vectors in registers, with a register cap on the 16-elements-a-thread
+// entries (SOFTMAX_PIPE, SOFTMAX_MINB below). Entries: softmax_{f32,f16,bf16}_{v1,v2,v4,v8,s8}
+// (as norms.cu).
+// A block a row has no row ahead to prefetch, but the prefetch code still costs registers:
+// with ROW_PF=1 (rowwise.cuh's default, which softmax took until 2026-11-27) the SOFTMAX_PIPE=1
+// build held 68 registers, 3 blocks a multiprocessor, against 64 and 4 with 0 (H200 bf16
+// 32768x4096, same run: 58.2% against 69.3% of spec; the bench row's 58.3 and the sweep's 70.0
+// of 2026-11-26 were these two builds). So softmax's default is 0.
+#ifndef ROW_PF
+#define ROW_PF 0
+#endif
 #include "rowwise.cuh"
 
 // merge (max, sum of exp(. - max)) pairs: the block's max and the sum rescaled to it
@@ -35,15 +45,21 @@ BC_DEV float2 softmax_block_merge(float m, float s) {
 }
 
 #ifndef SOFTMAX_PIPE
-#define SOFTMAX_PIPE 1   // the vector path: log2 units and ex2.approx.ftz, the next row's loads in flight
-                         // when the block loops (rowwise.cuh). The host launches a block a row, where
-                         // the math is the gain: H200 bf16 32768x4096 70.0% of spec against 50.3% (0)
+#define SOFTMAX_PIPE 2   // the vector path in log2 units with ex2.approx.ftz (0: the load-at-use loop with
+                         // exp2f, H200 bf16 32768x4096 50.3% of spec); 1: the next row's loads in flight
+                         // when the block loops (rowwise.cuh), 69.3% a block a row; 2: one row a turn,
+                         // its raw vectors loaded first (no next-row registers: the register cap below
+                         // needs no spills), 81.2% with the cap (67.6 without; 2026-11-27 02:2x UTC)
 #endif
+#ifndef SOFTMAX_NOMASK
+#define SOFTMAX_NOMASK 1 // the vector paths take a mask-free copy of the max pass when qlen <= 0
+#endif                   // (no compare and select an element; 0: one path for both)
 
 // The cached paths' steps, shared by softmax_rows_pipe (log2 units: L2) and softmax_rows.
 // softmax_mask_max: the thread's chunks into v (ld(k, c, p): chunk c, the thread's k-th, to p),
-// each element scaled by sc, columns >= lim masked to -inf; returns the thread's max.
-template <int VN, int KV, typename LD>
+// each element scaled by sc, columns >= lim masked to -inf (MASK; without it every column is
+// visible: no compare and select an element); returns the thread's max.
+template <int VN, int KV, bool MASK = true, typename LD>
 BC_DEV float softmax_mask_max(float* v, LD ld, int lim, float sc, int tid, int bd, int nch) {
     const float NEG = bc_neg_inf();
     float m = NEG;
@@ -54,7 +70,7 @@ BC_DEV float softmax_mask_max(float* v, LD ld, int lim, float sc, int tid, int b
             ld(k, c, v + k * VN);
 #pragma unroll
             for (int i = 0; i < VN; ++i) {
-                const float t = c * VN + i < lim ? v[k * VN + i] * sc : NEG;
+                const float t = !MASK || c * VN + i < lim ? v[k * VN + i] * sc : NEG;
                 v[k * VN + i] = t;
                 m = fmaxf(m, t);
             }
@@ -96,7 +112,9 @@ BC_DEV void softmax_scale_store(float* v, float f, T* y, i64 row, i64 sy, int ti
 // r - gridDim.x's turn; row r + gridDim.x's loads are issued before row r's reduction.
 // Math in log2 units: t = x * scale * log2(e), e = 2^(t - m): one FMUL, one FADD, one MUFU
 // an element. nch, bd, tid and NEG: softmax_rows's.
-template <typename T, int VN, int KV>
+// ONE (SOFTMAX_PIPE=2): no next row; each turn loads its own row's raw vectors first.
+// MASK = false: qlen <= 0 (every column visible).
+template <typename T, int VN, int KV, bool ONE, bool MASK>
 __device__ void softmax_rows_pipe(T* __restrict__ y, const T* __restrict__ x, i32 cols, i64 sy, i64 sx,
                                   float scale, i32 qlen, i32 offset, i64 rows, int nch, int bd, int tid,
                                   float NEG) {
@@ -105,27 +123,30 @@ __device__ void softmax_rows_pipe(T* __restrict__ y, const T* __restrict__ x, i3
     if (row >= rows) return;
     for (int a = 2; a <= ROW_PF; ++a) bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols, a);
     BcRowRaw<T, KV> cur, nxt;
-    cur.load(x + row * sx, tid, bd, nch);
+    if (!ONE) cur.load(x + row * sx, tid, bd, nch);
     for (; row < rows; row += gridDim.x) {
         const i64 nrow = row + gridDim.x;
-        if (nrow < rows) nxt.load(x + nrow * sx, tid, bd, nch);
+        if (ONE) cur.load(x + row * sx, tid, bd, nch);
+        else if (nrow < rows) nxt.load(x + nrow * sx, tid, bd, nch);
         if (ROW_PF > 0) bc_prefetch_ahead<T, VN>(x, row, rows, sx, cols, ROW_PF + 1);
         int lim = cols;
-        if (qlen > 0) {
+        if (MASK && qlen > 0) {
             const long long l = (long long)(row % qlen) + offset + 1;
             lim = l < 0 ? 0 : (l > cols ? cols : (int)l);
         }
         float v[KV * VN];
         const float m =
-            softmax_mask_max<VN, KV>(v, [&](int k, int, float* p) { cur.unpack(k, p); }, lim, sl2, tid, bd, nch);
+            softmax_mask_max<VN, KV, MASK>(v, [&](int k, int, float* p) { cur.unpack(k, p); }, lim, sl2, tid, bd, nch);
         const float mloc = m == NEG ? 0.f : m;
         const float s = softmax_exp_sum<VN, KV, true>(v, mloc, tid, bd, nch);
         const float2 ms = bc_block_reduce(make_float2(m, m == NEG ? 0.f : s),
                                           [](float2 q) { return softmax_warp_merge<true>(q); }, make_float2(NEG, 0.f));
         const float f = (ms.y > 0.f && m != NEG) ? softmax_ex2(mloc - ms.x) / ms.y : 0.f;
         softmax_scale_store<T, VN, KV>(v, f, y, row, sy, tid, bd, nch);
+        if (!ONE) {
 #pragma unroll
-        for (int k = 0; k < KV; ++k) cur.r[k] = nxt.r[k];
+            for (int k = 0; k < KV; ++k) cur.r[k] = nxt.r[k];
+        }
     }
 }
 
@@ -143,7 +164,11 @@ __device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 col
     };
     if constexpr (VN > 1 && SOFTMAX_PIPE) {
         if (nch <= KV * bd) {
-            softmax_rows_pipe<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset, rows, nch, bd, tid, NEG);
+            constexpr bool ONE = SOFTMAX_PIPE == 2;
+            if (SOFTMAX_NOMASK && qlen <= 0)
+                softmax_rows_pipe<T, VN, KV, ONE, false>(y, x, cols, sy, sx, scale, qlen, offset, rows, nch, bd, tid, NEG);
+            else
+                softmax_rows_pipe<T, VN, KV, ONE, true>(y, x, cols, sy, sx, scale, qlen, offset, rows, nch, bd, tid, NEG);
             return;
         }
     }
@@ -197,8 +222,30 @@ __device__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, i32 col
     }
 }
 
+// rowwise.cuh's register caps, blocks a multiprocessor for the 16-elements-a-thread entries
+// (f16/bf16 v2, f32 v4): H200 32768x4096 (2026-11-27 02:2x UTC, with SOFTMAX_PIPE=2 and
+// SOFTMAX_NOMASK=1), bf16 81.2% of spec at 6 (40 registers) against 76.3 at 5 (45) and 67.6
+// uncapped (59, 4 blocks); f32 86.2 at 4 (62) against 85.5 at 5 (48) and 83.6 uncapped (72, 3)
+#ifndef SOFTMAX_MINB
+#define SOFTMAX_MINB 6
+#endif
+#ifndef SOFTMAX_MINB32
+#define SOFTMAX_MINB32 4
+#endif
+#if SOFTMAX_MINB > 0
+#define SOFTMAX_BOUNDS_f16(var) BC_ROW_BOUNDS2_##var(SOFTMAX_MINB)
+#define SOFTMAX_BOUNDS_bf16(var) BC_ROW_BOUNDS2_##var(SOFTMAX_MINB)
+#else
+#define SOFTMAX_BOUNDS_f16(var)
+#define SOFTMAX_BOUNDS_bf16(var)
+#endif
+#if SOFTMAX_MINB32 > 0
+#define SOFTMAX_BOUNDS_f32(var) BC_ROW_BOUNDS4_##var(SOFTMAX_MINB32)
+#else
+#define SOFTMAX_BOUNDS_f32(var)
+#endif
 #define SOFTMAX_ENTRY(code, T, var, VN, KV)                                                        \
-    extern "C" __global__ void softmax_##code##_##var(T* y, const T* x, i32 cols, i64 sy, i64 sx,    \
+    extern "C" __global__ void SOFTMAX_BOUNDS_##code(var) softmax_##code##_##var(T* y, const T* x, i32 cols, i64 sy, i64 sx,    \
                                                       float scale, i32 qlen, i32 offset, i64 rows) { \
         softmax_rows<T, VN, KV>(y, x, cols, sy, sx, scale, qlen, offset, rows); }
 #define SOFTMAX_ENTRIES(code, T)                                                                      \
