@@ -310,24 +310,29 @@ def test_dequantize_plan_in_a_captured_graph():
 
 
 @gpu
-@pytest.mark.parametrize("grid", [1, 3])
-def test_dequantize_q4_k_direct_grid_stride(grid):
-    """Q4_K's direct kernel (the default, DQ_DIRECT=1) on a grid smaller than the tensor's
-    runs of 32 blocks: its grid-stride loop, a partial last run."""
+@pytest.mark.parametrize("grid,defs", [(1, ()), (3, ()), (2, (("DQ_K4U", 4),)), (3, (("DQ_K4U", 8), ("DQ_CS", 1))),
+                                       (1, (("DQ_K4U", 12),))])
+def test_dequantize_q4_k_direct_grid_stride(grid, defs):
+    """Q4_K's direct kernel (the default, DQ_DIRECT=1; DQ_K4U parts a thread, DQ_CS streaming
+    stores) on a grid smaller than the tensor's runs of 32 blocks: its grid-stride loop, a
+    partial last run."""
     rng = np.random.default_rng()
     shape = (37, 256 * 9)                               # 333 blocks: 10 runs of 32 and 13
     raw = random_blocks(rng, "q4_k", shape[0] * shape[1])
     out = bc.empty(shape, "float32")
-    _registry.get("dequant.cu", "dequant_q4_k_f32", ()).launch(grid, 128, bc.to_device(raw), out, raw.size // 144)
+    _registry.get("dequant.cu", "dequant_q4_k_f32", defs).launch(grid, 128, bc.to_device(raw), out, raw.size // 144)
     assert np.abs(from_dev(out, "float32") - reference(raw, "q4_k", shape)).max() < 1e-4
 
 
 @gpu
-@pytest.mark.parametrize("grid,u", [(1, 8), (3, 8), (2, 4), (5, 16)])
+@pytest.mark.parametrize("grid,u,extra", [(1, 8, ()), (3, 8, (("DQ_RAW", 0),)), (2, 4, ()), (5, 16, ()),
+                                          (2, 6, (("DQ_RAW", 1),)), (1, 12, (("DQ_RAW", 0), ("DQ_CS", 1))),
+                                          (3, 8, (("DQ_CS", 1),))])
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1", "q6_k"])
-def test_dequantize_direct_grid_stride(fmt, grid, u):
+def test_dequantize_direct_grid_stride(fmt, grid, u, extra):
     """The direct kernel of the other formats (DQ_DIRECT_ALL=1: every format; the default 2
-    takes it for Q8_0 and Q4_1; DQ_U parts a thread) on grids smaller than the tensor (its grid-stride loop, a partial last run), the
+    takes it for all but Q6_K; DQ_U parts a thread, DQ_RAW raw words first (the default),
+    DQ_CS streaming stores) on grids smaller than the tensor (its grid-stride loop, a partial last run), the
     tensor a view at an odd 16-byte offset of a larger buffer ending 2 bytes past a word."""
     rng = np.random.default_rng()
     qk, nb = D.format_info(fmt)[2:]
@@ -337,7 +342,7 @@ def test_dequantize_direct_grid_stride(fmt, grid, u):
     view = big[16 * 3: 16 * 3 + raw.size]
     view.copy_from(raw)
     out = bc.empty(shape, "float32")
-    defs = (("DQ_DIRECT_ALL", 1), ("DQ_U", u)) + ((("DQ_RAW", 1),) if u == 4 else ())
+    defs = (("DQ_DIRECT_ALL", 1), ("DQ_U", u)) + ((("DQ_RAW", 1),) if u == 4 else ()) + extra
     _registry.get("dequant.cu", f"dequant_{fmt}_f32", defs).launch(grid, 128, view, out, raw.size // nb)
     assert np.abs(from_dev(out, "float32") - reference(raw, fmt, shape)).max() < 1e-4
 

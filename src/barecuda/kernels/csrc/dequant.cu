@@ -3,8 +3,8 @@
 // Entry points dequant_<fmt>_<out> (fmt in q4_0, q4_1, q8_0, q4_k, q6_k; out in f32, f16,
 // bf16), parameters (const u8* q, out_t* y, long long nblocks). A tensor's blocks are
 // contiguous and its weights are the blocks' weights in order, so the kernel is flat over
-// blocks. By default every format is read straight from global memory into registers
-// (dequant_q4k_direct, dequant_direct below). The staged kernel (DQ_DIRECT=0 /
+// blocks. By default Q4_K, Q8_0 and Q4_1 are read straight from global memory into registers
+// (dequant_q4k_direct, dequant_direct below), Q4_0 and Q6_K staged. The staged kernel (DQ_DIRECT=0 /
 // DQ_DIRECT_ALL=0): each warp takes segments of blocks (grid-stride), stages them into shared memory
 // (cp.async, double-buffered; quant.cuh), and each lane decodes 8 consecutive weights (the
 // warp's lanes covering blocks contiguously) and writes them with one 16-byte store
@@ -27,15 +27,26 @@ template <typename OT> BC_DEV void dq_store32(OT* y, const float* w) {
     }
 }
 
-// 8 decoded weights q as a q + c, written to yp with 16-byte stores (a part: every kernel here)
-template <typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
+// 8 decoded weights q as a q + c, written to yp with 16-byte stores (a part: every kernel here);
+// CS: streaming stores (st.global.cs: evict-first in L2). DQ_CS: 0 none, 1 every kernel, 2 the
+// staged kernel only (H200 14336x4096 -> f16, 2026-11-27 02:2x UTC, same run: staged Q6_K 64.4%
+// of spec with them against 62.7, staged Q4_0 76.4 against 68.4; the direct kernels the same or
+// up to 0.8 points slower)
+#ifndef DQ_CS
+#define DQ_CS 2
+#endif
+template <bool CS = false, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
 #pragma unroll
     for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
         BcVec<OT> v;
         bc_vpack(v, q + i * BcVec<OT>::N);
-        bc_vstore(yp + i * BcVec<OT>::N, v);
+        if (CS)
+            asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(yp + i * BcVec<OT>::N),
+                     "r"(v.raw.x), "r"(v.raw.y), "r"(v.raw.z), "r"(v.raw.w) : "memory");
+        else
+            bc_vstore(yp + i * BcVec<OT>::N, v);
     }
 }
 
@@ -72,7 +83,7 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
             const int blk = gp / P, pi = gp % P;
             float q[8], a, c;
             Q::part(s0 + blk * Q::BYTES, pi, q, a, c);
-            dq_store8(y + ((sg * SEGB + blk) * Q::QK + pi * 8), q, a, c);
+            dq_store8<DQ_CS != 0>(y + ((sg * SEGB + blk) * Q::QK + pi * 8), q, a, c);
         }
 #else
         for (int u = lane; u < nbk * Q::UNITS; u += 32) {
@@ -89,12 +100,17 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
 }
 
 // Q4_K (16-byte aligned blocks) straight from global memory, no staging (DQ_DIRECT=1): a
-// block of threads takes runs of 32 Q4_K blocks (1024 parts of 8 weights), thread i the parts
-// i, i + 128, ...: a part's 8 quant bytes and its block's 16-byte head (the 32 threads of a
-// block read the same one) in registers, all 8 parts' loads issued before any is used.
+// block of threads takes runs of DQ_K4U x 4 Q4_K blocks (DQ_K4U x 128 parts of 8 weights), thread
+// i the parts i, i + 128, ...: a part's 8 quant bytes and its block's 16-byte head (the 32
+// threads of a block read the same one) in registers, all DQ_K4U parts' loads issued before any
+// is used.
 #ifndef DQ_DIRECT
 #define DQ_DIRECT 1
 #endif
+#ifndef DQ_K4U
+#define DQ_K4U 6        // parts a thread of the Q4_K direct kernel (H200 2026-11-27 02:2x, same run:
+#endif                  // 6: 77.5% of spec, 56 registers; 4: 76.5; 8: 75.8, 68; 12: 71.5, 128; 02:3x:
+                        // 6: 76.9-77.4, 8: 75.6-75.8, 4: 76.3-76.4)
 BC_DEV uint4 dq_ld16(const u8* p) {
     uint4 v;
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
@@ -108,7 +124,7 @@ BC_DEV uint2 dq_ld8(const u8* p) {
 template <typename OT>
 BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
     using Q = BcQ<BC_Q4_K>;
-    constexpr int U = 8, T = 32 * DQ_WARPS;
+    constexpr int U = DQ_K4U, T = 32 * DQ_WARPS;
     const long long nparts = nblocks * 32;
     for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
         uint4 h[U];
@@ -129,7 +145,7 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
             if (i >= nparts) break;
             float q[8], a, c;
             Q::part_r(h[j], w[j], (int)(i & 31), q, a, c);
-            dq_store8(y + i * 8, q, a, c);
+            dq_store8<DQ_CS == 1>(y + i * 8, q, a, c);
         }
     }
 }
@@ -141,18 +157,22 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
 // words are read aligned and funnel-shifted (quant.cuh's decoders; for Q8_0/Q4_0 a copy here
 // that reads the word past the part only when the part is unaligned, so the tensor's last
 // part reads nothing past the tensor).
-// DQ_DIRECT_ALL: 2 = per format, as measured (H200, 14336x4096 -> f16, % of spec, 2026-11-26
-// 22:58 UTC): Q8_0 67.9 direct (staged 61.7), Q4_1 65.9 (60.2) direct; Q4_0 69.0 staged (direct
-// 64.4), Q6_K 63.1 staged (61.5); 1 = every format direct; 0 = every format staged. DQ_U: parts a
-// thread (4: ~56 registers, 9 blocks/SM; 8: ~94 registers, 5 blocks/SM, 45-53%; 16 spills).
+// DQ_DIRECT_ALL: 2 = per format, as measured (H200, 14336x4096 -> f16, % of spec, 2026-11-27
+// 02:2x and 02:3x UTC, two runs): Q8_0 78.0-78.9 direct (DQ_RAW=1 DQ_U=8; 66.8 direct U=4 without
+// DQ_RAW, the earlier default), Q4_1 76.5-77.2 direct (64.9); Q4_0 staged with streaming stores
+// 76.2-76.4 (staged without them 68.4, direct 74.9-75.5); Q6_K staged 64.2-64.4 (62.8 without
+// streaming stores; direct with DQ_RAW 63.4 at U=3, 59.4 at 4, 41.3 at 8). 1 = every format direct;
+// 0 = every format staged. DQ_U: parts a thread; DQ_RAW=1 loads their raw words first and
+// decodes each after (dequant_direct.cuh): 46-63 registers at U=8 for the 32-weight formats
+// where U=8 without it took ~94 (45-53% of spec); U 4 / 6 / 12 measured within a point of 8.
 #ifndef DQ_DIRECT_ALL
 #define DQ_DIRECT_ALL 2
 #endif
 #ifndef DQ_U
-#define DQ_U 4
+#define DQ_U 8
 #endif
 #ifndef DQ_RAW
-#define DQ_RAW 0        // 1: load every part's raw words first, decode each after (fewer registers; not measured)
+#define DQ_RAW 1
 #endif
 template <int F> struct DqDirect {
     static constexpr bool value = DQ_DIRECT_ALL == 1 || (DQ_DIRECT_ALL == 2 && (F == BC_Q8_0 || F == BC_Q4_1));
@@ -177,7 +197,7 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
             if (i >= nparts) break;
             float q[8], a, c;
             r[j].decode((int)(i % P), q, a, c);
-            dq_store8(y + i * 8, q, a, c);
+            dq_store8<DQ_CS == 1>(y + i * 8, q, a, c);
         }
 #else
         float q[U][8], a[U], c[U];
@@ -190,7 +210,7 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
         for (int j = 0; j < U; ++j) {
             const long long i = base + threadIdx.x + j * T;
             if (i >= nparts) break;
-            dq_store8(y + i * 8, q[j], a[j], c[j]);
+            dq_store8<DQ_CS == 1>(y + i * 8, q[j], a[j], c[j]);
         }
 #endif
     }
