@@ -2,14 +2,16 @@
 //
 // A row of `cols` elements is cut into chunks of VN elements (VN = 16/sizeof(T) for the
 // 16-byte vector path, 1 for the scalar path). Thread t owns chunks t, t+blockDim, ...,
-// up to KV of them (a template parameter: 1, 2, 4, 8), kept as floats in registers: the
-// row is read from memory once. The host picks KV and blockDim so that chunks <= KV *
+// up to KV of them (a template parameter: 1, 2, 4, 8), kept in registers (as floats, or as
+// the raw 16-byte vectors: softmax's and f32 layernorm's vector paths): the row is read from
+// memory once. The host picks KV and blockDim so that chunks <= KV *
 // blockDim ("cached") with about 256 threads a row and few registers; longer rows take
 // the streaming path, which reads the row again (from L1/L2) instead.
 //
-// Blocks loop over rows (row = blockIdx.x, += gridDim.x): softmax and layernorm launch one
+// Blocks loop over rows (row = blockIdx.x, += gridDim.x): f16/bf16 layernorm launches one
 // resident wave of blocks, so the rows a block will take next are known and prefetched
-// (below); rmsnorm launches a block a row (measured faster for it on the H100).
+// (below); rmsnorm, softmax and f32 layernorm launch a block a row (measured faster for them,
+// H100 and H200), where the loop runs once.
 #pragma once
 #include "common.cuh"
 
