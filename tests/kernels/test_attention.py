@@ -416,8 +416,9 @@ def test_decode_length_from_device_under_graph_capture():
 @pytest.mark.parametrize("pdl", [False, True])
 def test_decode_merge_weights_in_shared_memory(pdl, monkeypatch):
     """DEC_MERGE=1 (the last block puts the splits' weights into shared memory, then loads every
-    partial independently): split counts below and above a warp's 32, GQA groups 1..16, odd
-    head dims; each case launched twice (the counters re-arm)."""
+    partial independently; the probe's alternative, off by default): split counts below and
+    above a warp's 32, GQA groups 1..16, odd head dims; each case launched twice (the counters
+    re-arm). Passed on the H200 (2026-11-27 02:40 UTC)."""
     monkeypatch.setattr(A, "DEC_MERGE", 1)
     A._sms.clear()
     rng = np.random.default_rng(31)

@@ -43,7 +43,8 @@ DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (
 # plainly: 32/8 d128 ctx 4096 12.4-12.6 / 13.8 / 13.7-14.0; 16k 25.2 / 26.0 / 26.2-26.4; 32k 41.6-41.8 /
 # 42.8 / 42.6-43.2; 1024 keys 7.6 / 8.2 / 8.1; 129 keys 5.72 / 5.47 / 6.01 (d64: 4.14 / 4.03 / 5.5). So plain
 # plans keep the build without griddepcontrol (DEC_PDL_PLAIN = 0), and PDL pays only at short contexts.
-DEC_MERGE = 0       # 1: the split merge with the weights in shared memory (attention.cu; opt-in until measured)
+DEC_MERGE = 0       # 1: the split merge with the weights in shared memory (attention.cu): correct, slower
+                    # (H200 02:40 UTC: +0.3-0.7 us a call at 4k-32k d128, +1.5 at 1024 keys, +1.7 at d64 8k)
 DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
 PDL_PF_KEYS = 0     # pdl=True plans: keys of each split prefetched into L2 before griddepcontrol.wait
                     # (256 / 1024: within noise of 0 at every context on the H200 run; 1024 loses 4 us at 16k-32k)

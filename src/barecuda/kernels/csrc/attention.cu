@@ -39,7 +39,9 @@
 #define DEC_MERGE 0  // decode: the last block's split merge. 0 = one online log-sum-exp pass per output element
                      // (8 splits a round: 2 x ceil(group * D / threads) dependent L2 round trips); 1 = the
                      // splits' weights once into shared memory (one round), then every partial load of a
-                     // thread independent (MERGE_MU elements x MERGE_SU splits a round: one round at 32/8 d128)
+                     // thread independent (4 elements x 16 splits a round: one round at 32/8 d128). 1 is
+                     // correct but slower on the H200 (2026-11-27 02:40 UTC, us a call: 4k 12.8-13.5 vs
+                     // 12.4-12.8, 1024 keys 9.3 vs 7.7, d64 8k 16.1 vs 14.4): fewer round trips do not pay
 #endif
 #ifndef DEC_PDL
 #define DEC_PDL 0    // decode: 1 = the build of pdl=True plans: griddepcontrol (programmatic dependent launch),
