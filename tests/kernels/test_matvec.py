@@ -279,16 +279,18 @@ def test_matvec_tensor_core_path(fmt, monkeypatch):
 
 
 @gpu
-@pytest.mark.parametrize("warps,pf,v", [(1, 2, 1), (3, 2, 1), (16, 2, 1), (2, 3, 1), (5, 3, 1), (1, 2, 2), (3, 2, 2),
-                                        (16, 2, 2)])
-def test_matvec_q4_k_direct_entries(warps, pf, v):
+@pytest.mark.parametrize("warps,pf,v,extra", [(1, 2, 1, ()), (3, 2, 1, ()), (16, 2, 1, ()), (2, 3, 1, ()), (5, 3, 1, ()),
+                                              (1, 2, 2, ()), (3, 2, 2, ()), (16, 2, 2, ()), (3, 2, 2, (("MVD4_LD", 1),)),
+                                              (5, 3, 1, (("MVD4_LD", 1),))])
+def test_matvec_q4_k_direct_entries(warps, pf, v, extra):
     """The Q4_K batch-1 entries (matvec_<x>_tcd*, weights straight into registers) with any
     warps a block (the K split, a launch choice; gate/up at most 8) and MVD_PF super-blocks
     ahead: warps with no super-block, rows past N, residual and silu*mul epilogues, f16 and
-    bf16 x; MVD_V: the loop's variants (2, the default: sum(x) by shuffles, two mma chains; 1: by mma)."""
+    bf16 x; MVD_V: the loop's variants (2, the default: sum(x) by shuffles, two mma chains; 1: by mma);
+    MVD4_LD=1: the loads through L1."""
     rng = np.random.default_rng()
     defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
-               + ((("MVD_V", v),) if v != 2 else ()))
+               + ((("MVD_V", v),) if v != 2 else ()) + extra)
     for n, k in ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)):
         rg, ru = random_blocks(rng, "q4_k", n * k), random_blocks(rng, "q4_k", n * k)
         wg, wu = reference(rg, "q4_k", (n, k)), reference(ru, "q4_k", (n, k))
@@ -311,13 +313,15 @@ def test_matvec_q4_k_direct_entries(warps, pf, v):
 
 
 @gpu
-@pytest.mark.parametrize("warps,pf", [(1, 2), (3, 2), (16, 2), (5, 3)])
-def test_matvec_q6_k_direct_entries(warps, pf):
+@pytest.mark.parametrize("warps,pf,extra", [(1, 2, ()), (3, 2, ()), (16, 2, ()), (5, 3, ()), (3, 1, ()),
+                                            (3, 2, (("MVD6_LD", 0),)), (16, 1, (("MVD6_LD", 0),))])
+def test_matvec_q6_k_direct_entries(warps, pf, extra):
     """The Q6_K batch-1 entries (matvec_<x>_tcd* of the Q6_K module: 13 aligned words a row
     and super-block, the odd super-blocks 2 bytes off a 4-byte boundary): any warps a block,
-    MVD_PF super-blocks ahead, 1 row, rows past N, residual and silu*mul, f16 and bf16 x."""
+    MVD_PF super-blocks ahead, MVD6_LD=0 (loads past L1), 1 row, rows past N,
+    residual and silu*mul, f16 and bf16 x."""
     rng = np.random.default_rng()
-    defines = (("WFMT", 14),) + M._quant_tuning("q6_k") + ((("MVD_PF", pf),) if pf != 2 else ())
+    defines = (("WFMT", 14),) + M._quant_tuning("q6_k") + ((("MVD_PF", pf),) if pf != 2 else ()) + extra
     for n, k in ((37, 512 * 7), (16, 512), (1, 512 * 2), (5, 512 * 17)):
         rg, ru = random_blocks(rng, "q6_k", n * k), random_blocks(rng, "q6_k", n * k)
         wg, wu = reference(rg, "q6_k", (n, k)), reference(ru, "q6_k", (n, k))
@@ -330,13 +334,13 @@ def test_matvec_q6_k_direct_entries(warps, pf):
             grid = -(-n // 16)
             _registry.get("matvec.cu", f"matvec_{code}_tcd", defines).launch(grid, 32 * warps, qg, 0, xd, y, 0, n, k, 1, 0)
             sc = np.abs(x) @ np.abs(wg).T
-            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, (warps, pf, xdt, n, k))
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, (warps, pf, extra, xdt, n, k))
             _registry.get("matvec.cu", f"matvec_{code}_tcd_res", defines).launch(grid, 32 * warps, qg, 0, xd, y, rd, n, k, 1, 0)
-            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, (warps, pf, xdt, n, k, "res"))
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, (warps, pf, extra, xdt, n, k, "res"))
             _registry.get("matvec.cu", f"matvec_{code}_tcd_glu", defines).launch(grid, 32 * min(warps, 8), qg, qu, xd, y, 0, n, k, 1, 0)
             g, up = x @ wg.T, x @ wu.T
             s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
-            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (warps, pf, xdt, n, k, "glu"))
+            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (warps, pf, extra, xdt, n, k, "glu"))
 
 
 @gpu

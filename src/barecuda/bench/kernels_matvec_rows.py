@@ -190,7 +190,7 @@ def qsweep_variants(fmt):
 
 
 def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (28672, 4096)),
-                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(2,), fmt="q4_k"):
+                   warps=(None, 1, 2, 4, 8, 16), pfs=(2, 3), xdtype="float16", vs=(2,), fmt="q4_k", extras=((),)):
     """Q4_K (or Q6_K) batch 1 on the direct entries (matvec_f16_tcd): warps a block (None: the
     default, _matvec.tcd_warps) and super-blocks in flight a warp (MVD_PF)."""
     from barecuda.kernels import _args as A
@@ -208,9 +208,9 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
         x.memset(0x1c, stream=s)
         y = bc.empty((1, n), xdtype, stream=s)
         dflt = M.tcd_warps(n, k, A.sm_count(0))
-        for pf, v in ((a, b) for a in pfs for b in vs):
+        for pf, v, ex in ((a, b, e) for a in pfs for b in vs for e in extras):
             defines = ((("WFMT", wfmt),) + M._quant_tuning(fmt) + ((("MVD_PF", pf),) if pf != 2 else ())
-                       + ((("MVD_V", v),) if v != 2 else ()))
+                       + ((("MVD_V", v),) if v != 2 else ()) + ex)
             kern = _registry.get("matvec.cu", f"matvec_{M._CODES[xdtype]}_tcd", defines)
             for w in warps:
                 if w is not None and (w == dflt or w > k // 256):
@@ -218,7 +218,8 @@ def tcd_sweep_rows(bc, s, shapes=((14336, 4096), (4096, 14336), (4096, 4096), (2
                 nw = dflt if w is None else w
                 plans = [kern.bind(-(-n // 16), 32 * nw, b, 0, x, y, 0, n, k, 1, 0, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
-                tag = f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf}" + (f" MVD_V={v}" if fmt == "q4_k" else "")
+                tag = (f"{nw} warps{' (default)' if w is None else ''} MVD_PF={pf}" + (f" MVD_V={v}" if fmt == "q4_k" else "")
+                       + "".join(f" {a}={c}" for a, c in ex))
                 out.append((f"sweep {fmt} direct {n}x{k} b1 {tag}{_occ(kern, 32 * nw)}", us, wbytes, None))
                 del plans
         del bufs
@@ -267,7 +268,7 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
     from barecuda.kernels import _dequant as D
     from barecuda.kernels import _fused as F
     out = []
-    old, base_tcd, old6 = F.TCD, F._TCD_DEFINES, F.TCD6
+    old, base_tcd, old6, base6 = F.TCD, F._TCD_DEFINES, F.TCD6, F._TCD6_DEFINES
     try:
         for fmt in fmts:
             _, t, qk, bb = D.format_info(fmt)
@@ -294,10 +295,15 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
                 inv = bc.zeros((hd // 2,), "float32", stream=s)
                 loops = ((("direct tensor cores", True, ()), ("direct tensor cores FM_V=1", True, (("FM_V", 1),)),
                           ("CUDA cores", False, ())) if fmt == "q4_k" else
-                         (("direct tensor cores", True, ()), ("CUDA cores", False, ())) if fmt == "q6_k" else
+                         tuple(("direct tensor cores" + "".join(f" {a}={c}" for a, c in e), True, e) for e in FUSED_Q6_EXTRAS)
+                         + (("CUDA cores", False, ()),) if fmt == "q6_k" else
                          (("CUDA cores", False, ()),))
                 for name, tcd, extra in loops:
-                    F.TCD, F._TCD_DEFINES, F.TCD6 = tcd, base_tcd + extra, tcd
+                    F.TCD, F.TCD6 = tcd, tcd
+                    if fmt == "q6_k":
+                        F._TCD6_DEFINES = base6 + extra
+                    else:
+                        F._TCD_DEFINES = base_tcd + extra
                     for pd in pdl:
                         plans = []
                         for i, w in enumerate(ws):
@@ -315,7 +321,7 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
                         out.append((f"fused {fmt} {label} {n}x{k} {tag}", us, nw * wbytes, None))
                 del ws, bufs
     finally:
-        F.TCD, F._TCD_DEFINES, F.TCD6 = old, base_tcd, old6
+        F.TCD, F._TCD_DEFINES, F.TCD6, F._TCD6_DEFINES = old, base_tcd, old6, base6
     return out
 
 
@@ -415,7 +421,13 @@ def warm_jobs():
         if fmt != "q4_1":
             jobs.append(("matvec.cu", "matvec_f16_b1", (("WFMT", D.FORMATS[fmt][0]), ("MVQ_R", 2))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_PF", 3),)))
-    jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 14),) + M._quant_tuning("q6_k") + (("MVD_PF", 3),)))
+    for ex in Q6_EXTRAS[1:] + ((("MVD_PF", 1),),):
+        jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 14),) + M._quant_tuning("q6_k") + ex))
+    from barecuda.kernels import _fused as F
+    for ex in FUSED_Q6_EXTRAS[1:]:
+        jobs.append(("fused.cu", "fmv_f16_scale", F._TCD6_DEFINES + ex))
+    for ex in Q4_EXTRAS[1:]:
+        jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + ex))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2))))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1), ("FM_V", 1))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_V", 1),)))
@@ -479,6 +491,13 @@ def quick_section():
             print(f"  {label}: {us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}%", flush=True)
 
 
+# the direct loops' load variants (matvec_core.cuh): Q6_K's loads past L1 (MVD6_LD=0, the
+# default before 02:4x UTC), Q4_K's through L1 (MVD4_LD=1, not the default: unmeasured)
+Q6_EXTRAS = ((), (("MVD6_LD", 0),))
+FUSED_Q6_EXTRAS = ((), (("MVD6_LD", 0),))
+Q4_EXTRAS = ((), (("MVD4_LD", 1),))
+
+
 def q6_main():
     """``--q6``: Q6_K at batch 1: the direct entries (warps, MVD_PF) against the CUDA cores and
     the staged column layout, the fused Q6_K nodes direct and on CUDA cores."""
@@ -487,11 +506,13 @@ def q6_main():
     _card, _sp = _spec(_bc)
     print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
     shapes = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096))
-    for _make in (lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None, 2, 4, 8, 16), pfs=(2,), fmt="q6_k"),
+    for _make in (lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None,), pfs=(2,), fmt="q6_k", extras=Q6_EXTRAS),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None, 8), pfs=(1,), fmt="q6_k"),
                   lambda: qsweep_rows(_bc, _s, fmts=("q6_k",), shapes=shapes, variants=QVARIANTS[:2]),
                   lambda: fused_rows(_bc, _s, fmts=("q6_k",)),
-                  lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None,), pfs=(3,), fmt="q6_k"),
-                  lambda: tcd_sweep_rows(_bc, _s, shapes=((128256, 4096),), warps=(None, 2), pfs=(2,), fmt="q6_k")):
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=((128256, 4096),), warps=(None,), pfs=(2,), fmt="q6_k",
+                                         extras=Q6_EXTRAS),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None,), pfs=(2,), extras=Q4_EXTRAS)):
         try:
             _got = _make()
         except Exception as exc:   # noqa: BLE001

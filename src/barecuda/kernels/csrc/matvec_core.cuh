@@ -303,15 +303,26 @@ struct MvdRegs {
     uint4 h[2];         // rows g, g + 8: the super-block's head
     uint2 q[2][4];      // rows g, g + 8: bytes 8t..8t+7 of quant run j
 };
+// MVD4_LD: 0 (default) mvc_tcd's loads bypass L1 (L1::no_allocate); 1 they go through L1,
+// as mvc_tcd6's (MVD6_LD): a thread's 8 bytes of a 32-byte quant run start 16 bytes into a
+// sector, so two loads ask for each sector. Not measured yet (a sweep variant).
+#ifndef MVD4_LD
+#define MVD4_LD 0
+#endif
+#if MVD4_LD
+#define MVD4_LDQ "ld.global.nc"
+#else
+#define MVD4_LDQ "ld.global.nc.L1::no_allocate"
+#endif
 BC_DEV uint4 mvd_ld16(const u8* p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile(MVD4_LDQ ".v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 BC_DEV uint2 mvd_ld8(const u8* p) {
     uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    asm volatile(MVD4_LDQ ".v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
 }
 
@@ -462,9 +473,19 @@ struct Mvd6Regs {
     u32 s[2];           // rows g, g + 8: the 16 bits at 194 + 4t
     u32 d[2];           // rows g, g + 8: d's 16 bits
 };
+// MVD6_LD: 1 (default) the quant words go through L1: a 32-byte sector holds this thread's
+// words of two 16-byte runs, which two of its loads read, and L1 serves the second (H200
+// 02:4x: 23.1 against 31.5 us at 14336x4096); 0 they bypass it (L1::no_allocate, as Q4_K's).
+#ifndef MVD6_LD
+#define MVD6_LD 1
+#endif
 BC_DEV u32 mvd_ld4(const u8* p) {
     u32 v;
+#if MVD6_LD
+    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+#else
     asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+#endif
     return v;
 }
 BC_DEV u32 mvd_ld2(const u8* p) {
