@@ -8,6 +8,7 @@ Torch's decode row is SDPA (GQA) on the same shapes, captured in a torch CUDA gr
 way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
 """
 import math
+from typing import Any, Dict, Tuple
 
 from barecuda.bench.report import Section
 from barecuda.bench._kernel_timing import SPEC_GBS, _chain, _median, _time_graph, _torch, copy_gbs, torch_graph_us
@@ -162,7 +163,7 @@ def decode_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 32768)), short=((32, 8
     del flush
 
 
-PDL_VARIANTS = (   # (label, pdl plans, _attention settings); the H200 run of 2026-11-27 02:29 UTC is in docs/kernels.md
+PDL_VARIANTS: Tuple[Tuple[str, bool, Dict[str, Any]], ...] = (   # (label, pdl plans, _attention settings); the H200 run of 2026-11-27 02:29 UTC is in docs/kernels.md
     ("plain (no griddepcontrol)", False, {}), ("griddepcontrol build, plain launch", False, {"DEC_PDL_PLAIN": 1}),
     ("pdl, no prefetch", True, {}), ("pdl, prefetch 256", True, {"PDL_PF_KEYS": 256}),
     ("pdl, prefetch 1024", True, {"PDL_PF_KEYS": 1024}), ("pdl 3 stages, no prefetch", True, {"PDL_STAGES": 3}),
@@ -170,7 +171,7 @@ PDL_VARIANTS = (   # (label, pdl plans, _attention settings); the H200 run of 20
     ("pdl 3 stages, prefetch 1024", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 1024}),
     ("pdl 3 stages, prefetch 256, 2 blocks/SM of splits", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 256, "PDL_OCC": 2}),
     ("plain again", False, {}), ("griddepcontrol build, plain launch again", False, {"DEC_PDL_PLAIN": 1}))
-MERGE_VARIANTS = (   # the split merge: DEC_MERGE 0 (online log-sum-exp, 8 splits a round) or 1 (weights in shared memory)
+MERGE_VARIANTS: Tuple[Tuple[str, bool, Dict[str, Any]], ...] = (   # the split merge: DEC_MERGE 0 (online log-sum-exp, 8 splits a round) or 1 (weights in shared memory)
     ("plain, merge 0", False, {}), ("plain, merge 1", False, {"DEC_MERGE": 1}),
     ("pdl, merge 1", True, {"DEC_MERGE": 1}), ("plain, merge 0 again", False, {}),
     ("plain, merge 1 again", False, {"DEC_MERGE": 1}))
@@ -227,11 +228,11 @@ def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 12
         ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
         k, v = caches[0]
         for label, pdl, settings in variants:
-            def fn(pdl, k=k, v=v, q=q, o=o, ln=ln):
+            def fn_short(pdl, k=k, v=v, q=q, o=o, ln=ln):
                 p = A.plan_attention_decode(q, k, v, ln, out=o, len_offset=1, kv_layout="head_major", pdl=pdl,
                                             stream=s)
                 return _time_chain(bc, s, [p] * 16, pdl) * 1e3 / 16
-            us = run(label, pdl, settings, fn)
+            us = run(label, pdl, settings, fn_short)
             if us:
                 print(f"  pdl-probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} [{label}]: {us:.2f} us a node "
                       "(graph of 16)", flush=True)
