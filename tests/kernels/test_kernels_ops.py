@@ -98,6 +98,24 @@ def test_import_is_light():
     assert out.returncode == 0, out.stderr
 
 
+def test_every_op_is_public():
+    """Each family's op functions, their plan forms and QuantWeight are reachable as
+    barecuda.kernels.<name> (the same objects as in the family module) and listed in __all__."""
+    import importlib
+    fams = {"_norms": "rmsnorm layernorm", "_softmax": "softmax", "_rope": "rope",
+            "_elementwise": "silu_mul gelu silu add mul embedding", "_sampling": "argmax sample",
+            "_dequant": "QuantWeight dequantize plan_dequantize",
+            "_matvec": "matvec matvec_silu_mul plan_matvec plan_matvec_silu_mul", "_matmul": "matmul plan_matmul",
+            "_attention": "attention_decode attention_prefill kv_append plan_attention_decode "
+                          "plan_attention_prefill plan_kv_append decode_workspace_size"}
+    for mod, names in fams.items():
+        m = importlib.import_module(f"barecuda.kernels.{mod}")
+        for n in names.split():
+            assert getattr(K, n) is getattr(m, n), n
+            assert n in K.__all__, n
+    assert len(set(K.__all__)) == len(K.__all__)
+
+
 def test_rmsnorm_dispatch(dbl):
     x = bc.empty((5, 4096), "bfloat16")
     w = bc.empty(4096, "bfloat16")

@@ -12,6 +12,14 @@ from barecuda.kernels._softmax import softmax
 from barecuda.kernels._rope import rope
 from barecuda.kernels._elementwise import silu_mul, gelu, silu, add, mul, embedding
 from barecuda.kernels._sampling import argmax, sample
+from barecuda.kernels._dequant import QuantWeight, dequantize, plan_dequantize
+from barecuda.kernels._matvec import matvec, matvec_silu_mul, plan_matvec, plan_matvec_silu_mul
+from barecuda.kernels._matmul import matmul, plan_matmul
+from barecuda.kernels._attention import (attention_decode, attention_prefill, decode_workspace_size, kv_append,
+                                         plan_attention_decode, plan_attention_prefill, plan_kv_append)
 
 __all__ = ["get", "table", "rmsnorm", "layernorm", "softmax", "rope", "silu_mul", "gelu", "silu", "add", "mul",
-           "embedding", "argmax", "sample"]
+           "embedding", "argmax", "sample",
+           "QuantWeight", "dequantize", "plan_dequantize", "matvec", "matvec_silu_mul", "plan_matvec",
+           "plan_matvec_silu_mul", "matmul", "plan_matmul", "attention_decode", "attention_prefill",
+           "decode_workspace_size", "kv_append", "plan_attention_decode", "plan_attention_prefill", "plan_kv_append"]
