@@ -29,7 +29,12 @@ def _time_graph(bc, s, fn_nodes, reps=20):
     """ms per replay of a graph built by fn_nodes(graph) (median of reps)."""
     g = bc.Graph()
     fn_nodes(g)
-    exe = g.instantiate()
+    return _time_exe(bc, s, g.instantiate(), reps)
+
+
+def _time_exe(bc, s, exe, reps=20):
+    """ms per replay of the executable graph exe on stream s: one warm-up launch, then the
+    median of reps launches, each timed by an event pair."""
     exe.launch(s)
     s.synchronize()
     e0, e1 = bc.Event(timing=True), bc.Event(timing=True)

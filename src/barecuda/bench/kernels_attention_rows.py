@@ -11,7 +11,8 @@ import math
 from typing import Any, Dict, Tuple
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _chain, _median, _time_graph, _torch, copy_gbs, torch_graph_us
+from barecuda.bench._kernel_timing import (SPEC_GBS, _chain, _time_exe, _time_graph, _torch, copy_gbs,
+                                          torch_graph_us)
 
 ORDER = 62
 PEAK_TF = {"H200": 989.0, "H100": 989.0}             # dense bf16/fp16 tensor TFLOP/s (SXM)
@@ -52,18 +53,7 @@ def _time_captured(bc, s, plans, reps=20):
         for p in plans:
             p()
     g.keep_alive(plans)
-    exe = g.instantiate()
-    exe.launch(s)
-    s.synchronize()
-    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
-    ts = []
-    for _ in range(reps):
-        e0.record(s)
-        exe.launch(s)
-        e1.record(s)
-        e1.synchronize()
-        ts.append(e1.elapsed_ms(e0))
-    return _median(ts)
+    return _time_exe(bc, s, g.instantiate(), reps)
 
 
 def _time_chain(bc, s, plans, pdl):

@@ -513,14 +513,7 @@ def q6_main():
                   lambda: tcd_sweep_rows(_bc, _s, shapes=((128256, 4096),), warps=(None,), pfs=(2,), fmt="q6_k",
                                          extras=Q6_EXTRAS),
                   lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None,), pfs=(2,), extras=Q4_EXTRAS)):
-        try:
-            _got = _make()
-        except Exception as exc:   # noqa: BLE001
-            print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-            continue
-        for label, us, nbytes, tus in _got:
-            gbs = nbytes / (us * 1e-6) / 1e9
-            print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / _sp if _sp else 0:.1f}%", flush=True)
+        _print_group(_make, _sp)
 
 
 def fused_main():
@@ -532,14 +525,20 @@ def fused_main():
     for _make in (lambda: fused_rows(_bc, _s), lambda: batch_tc_rows(_bc, _s, fmts=("q4_k",), batches=(8,)),
                   lambda: tcd_sweep_rows(_bc, _s, warps=(None, 2, 4), pfs=(2,), vs=(1, 2)),
                   lambda: tcd_sweep_rows(_bc, _s, shapes=((4096, 4096),), warps=(4, 8), pfs=(3,), vs=(2,))):
-        try:
-            _got = _make()
-        except Exception as exc:   # noqa: BLE001
-            print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-            continue
-        for label, us, nbytes, tus in _got:
-            gbs = nbytes / (us * 1e-6) / 1e9
-            print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / _sp if _sp else 0:.1f}%", flush=True)
+        _print_group(_make, _sp)
+
+
+def _print_group(make, sp):
+    """Run one group of rows (``make()`` -> [(label, us, bytes, torch us)]) and print each row as
+    it comes, with GB/s and % of the spec ``sp``; a group that fails is reported and skipped."""
+    try:
+        got = make()
+    except Exception as exc:   # noqa: BLE001
+        print(f"  group failed: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
+        return
+    for label, us, nbytes, _ in got:
+        gbs = nbytes / (us * 1e-6) / 1e9
+        print(f"  {label}: {us:.2f} us {gbs:.0f} GB/s {100 * gbs / sp if sp else 0:.1f}%", flush=True)
 
 
 if __name__ == "__main__":
