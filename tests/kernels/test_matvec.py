@@ -288,12 +288,18 @@ def test_matvec_q4_k_direct_entries(warps, pf, v, extra):
     ahead: warps with no super-block, rows past N, residual and silu*mul epilogues, f16 and
     bf16 x; MVD_V: the loop's variants (2, the default: sum(x) by shuffles, two mma chains; 1: by mma);
     MVD4_LD=1: the loads through L1."""
-    rng = np.random.default_rng()
     defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
                + ((("MVD_V", v),) if v != 2 else ()) + extra)
-    for n, k in ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)):
-        rg, ru = random_blocks(rng, "q4_k", n * k), random_blocks(rng, "q4_k", n * k)
-        wg, wu = reference(rg, "q4_k", (n, k)), reference(ru, "q4_k", (n, k))
+    _check_direct_entries("q4_k", defines, ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)), warps, (warps, pf))
+
+
+def _check_direct_entries(fmt, defines, shapes, warps, tag):
+    """The three batch-1 direct entries (plain, _res, _glu) of fmt's module built with defines,
+    each checked against the float64 reference at every (n, k) of shapes, f16 and bf16 x."""
+    rng = np.random.default_rng()
+    for n, k in shapes:
+        rg, ru = random_blocks(rng, fmt, n * k), random_blocks(rng, fmt, n * k)
+        wg, wu = reference(rg, fmt, (n, k)), reference(ru, fmt, (n, k))
         qg, qu = bc.to_device(rg), bc.to_device(ru)
         for xdt in ("float16", "bfloat16"):
             code = M._CODES[xdt]
@@ -303,13 +309,13 @@ def test_matvec_q4_k_direct_entries(warps, pf, v, extra):
             grid = -(-n // 16)
             _registry.get("matvec.cu", f"matvec_{code}_tcd", defines).launch(grid, 32 * warps, qg, 0, xd, y, 0, n, k, 1, 0)
             sc = np.abs(x) @ np.abs(wg).T
-            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, (warps, pf, xdt, n, k))
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, tag + (xdt, n, k))
             _registry.get("matvec.cu", f"matvec_{code}_tcd_res", defines).launch(grid, 32 * warps, qg, 0, xd, y, rd, n, k, 1, 0)
-            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, (warps, pf, xdt, n, k, "res"))
+            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, tag + (xdt, n, k, "res"))
             _registry.get("matvec.cu", f"matvec_{code}_tcd_glu", defines).launch(grid, 32 * min(warps, 8), qg, qu, xd, y, 0, n, k, 1, 0)
             g, up = x @ wg.T, x @ wu.T
             s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
-            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (warps, pf, xdt, n, k, "glu"))
+            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, tag + (xdt, n, k, "glu"))
 
 
 @gpu
@@ -320,27 +326,9 @@ def test_matvec_q6_k_direct_entries(warps, pf, extra):
     and super-block, the odd super-blocks 2 bytes off a 4-byte boundary): any warps a block,
     MVD_PF super-blocks ahead, MVD6_LD=0 (loads past L1), 1 row, rows past N,
     residual and silu*mul, f16 and bf16 x."""
-    rng = np.random.default_rng()
     defines = (("WFMT", 14),) + M._quant_tuning("q6_k") + ((("MVD_PF", pf),) if pf != 2 else ()) + extra
-    for n, k in ((37, 512 * 7), (16, 512), (1, 512 * 2), (5, 512 * 17)):
-        rg, ru = random_blocks(rng, "q6_k", n * k), random_blocks(rng, "q6_k", n * k)
-        wg, wu = reference(rg, "q6_k", (n, k)), reference(ru, "q6_k", (n, k))
-        qg, qu = bc.to_device(rg), bc.to_device(ru)
-        for xdt in ("float16", "bfloat16"):
-            code = M._CODES[xdt]
-            xd, x = to_dev(rng.standard_normal((1, k)) * 0.01, xdt)
-            rd, r = to_dev(rng.standard_normal((1, n)), xdt)
-            y = bc.empty((1, n), xdt)
-            grid = -(-n // 16)
-            _registry.get("matvec.cu", f"matvec_{code}_tcd", defines).launch(grid, 32 * warps, qg, 0, xd, y, 0, n, k, 1, 0)
-            sc = np.abs(x) @ np.abs(wg).T
-            check(from_dev(y, xdt).reshape(1, n), x @ wg.T, sc, xdt, (warps, pf, extra, xdt, n, k))
-            _registry.get("matvec.cu", f"matvec_{code}_tcd_res", defines).launch(grid, 32 * warps, qg, 0, xd, y, rd, n, k, 1, 0)
-            check(from_dev(y, xdt).reshape(1, n), x @ wg.T + r, sc + np.abs(r), xdt, (warps, pf, extra, xdt, n, k, "res"))
-            _registry.get("matvec.cu", f"matvec_{code}_tcd_glu", defines).launch(grid, 32 * min(warps, 8), qg, qu, xd, y, 0, n, k, 1, 0)
-            g, up = x @ wg.T, x @ wu.T
-            s2 = sc * np.abs(up) + (np.abs(x) @ np.abs(wu).T) * np.abs(g)
-            check(from_dev(y, xdt).reshape(1, n), g / (1 + np.exp(-g)) * up, s2 * 2, xdt, (warps, pf, extra, xdt, n, k, "glu"))
+    _check_direct_entries("q6_k", defines, ((37, 512 * 7), (16, 512), (1, 512 * 2), (5, 512 * 17)), warps,
+                          (warps, pf, extra))
 
 
 @gpu
