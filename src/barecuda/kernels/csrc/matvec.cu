@@ -11,9 +11,8 @@
 //     (const void* W, const void* W2, const x_t* x, x_t* y, const x_t* r, int N, int K, int nb, int vec)
 // x is [nb, K] and y, r are [nb, N], contiguous. Accumulation is fp32.
 //
-// Dense weights: a warp per MV_R rows; each lane streams 16-byte vectors of the rows
-// (MV_U independent loads per row in flight, no L1 allocation), x comes through L1;
-// `vec` = 0 selects an element-wise path for rows that are not 16-byte aligned.
+// Dense weights: matvec_dense.cuh (the template, its tuning defines and the dense modules'
+// entry points; included below for WFMT 0, 1, 30).
 // Quantized weights: a warp per MVQ_R rows (one for `_glu`); the rows' blocks go through shared memory in
 // segments (cp.async, double-buffered), each lane decodes 32-weight units in registers
 // (quant.cuh) and dots them with x; warp-shuffle reduction; the epilogue in lane 0.
@@ -24,12 +23,6 @@
 #include "quant.cuh"
 #include "matvec_core.cuh"
 
-#ifndef MV_R
-#define MV_R 1          // dense: rows per warp
-#endif
-#ifndef MV_U
-#define MV_U 4          // dense: 16-byte loads in flight per row per lane
-#endif
 #ifndef MVQ_R
 #define MVQ_R 1         // quantized: rows per warp (not for _glu entries)
 #endif
@@ -60,25 +53,10 @@ BC_DEV void mv_store(float (&acc)[2][B], XT* __restrict__ y, const XT* __restric
 }
 
 // ------------------------------------------------------------------ dense weights
-template <typename WT, typename XT, int B, int EPI>
-BC_DEV void mv_dense(const WT* __restrict__ W, const WT* __restrict__ W2, const XT* __restrict__ x,
-                     XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int nb, int vec) {
-    constexpr int R = MV_R, NS = EPI == EPI_GLU ? 2 : 1;
-    const int n0 = (blockIdx.x * MV_WARPS + (threadIdx.x >> 5)) * R;
-    if (n0 >= N) return;
-    const WT* const src[2] = {W, W2};
-    float acc[R][2][B];
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int s = 0; s < 2; ++s)
-#pragma unroll
-            for (int b = 0; b < B; ++b) acc[i][s][b] = 0.f;
-    mvc_dense<WT, XT, R, NS, MV_U, B>(src, x, n0, N, K, nb, vec, acc);
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-        if (n0 + i < N) mv_store<XT, B, EPI>(acc[i], y, r, N, n0 + i, nb);
-}
+// (the template, its tuning defines MV_R / MV_U and the entry points: matvec_dense.cuh)
+#if WFMT == 0 || WFMT == 1 || WFMT == 30
+#include "matvec_dense.cuh"
+#endif
 
 // ------------------------------------------------------------------ quantized weights
 template <int F, typename XT, int B, int EPI>
@@ -503,20 +481,9 @@ BC_DEV void mv_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const XT
 #endif  // quantized WFMT
 
 // ------------------------------------------------------------------ entry points
-#if WFMT == 0 || WFMT == 1 || WFMT == 30
-#if WFMT == 0
-typedef float mv_w_t;
-#elif WFMT == 1
-typedef bc_half mv_w_t;
-#else
-typedef bc_bf16 mv_w_t;
-#endif
-#define MV_BODY(XT, B, EPI) \
-    mv_dense<mv_w_t, XT, B, EPI>((const mv_w_t*)W, (const mv_w_t*)W2, x, y, r, N, K, nb, vec)
-#else
+#if !(WFMT == 0 || WFMT == 1 || WFMT == 30)
 #define MV_BODY(XT, B, EPI) \
     mv_quant<WFMT, XT, B, EPI>((const u8*)W, (const u8*)W2, x, y, r, N, K, nb)
-#endif
 #define MV_ENTRY(code, XT, B, SUF, EPI)                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * MV_WARPS)                                         \
     matvec_##code##_b##B##SUF(const void* W, const void* W2, const XT* x, XT* y, const XT* r, int N,   \
@@ -528,8 +495,6 @@ typedef bc_bf16 mv_w_t;
     MV_ENTRY(code, XT, B, _glu, EPI_GLU)
 #define MV_BATCHES(code, XT) MV_EPIS(code, XT, 1) MV_EPIS(code, XT, 2) MV_EPIS(code, XT, 4) MV_EPIS(code, XT, 8)
 BC_FOR_FLOATS(MV_BATCHES)
-
-#if !(WFMT == 0 || WFMT == 1 || WFMT == 30)
 // matvec_<x>_tc*: any batch (batch 1: the column layout); matvec_<x>_tcb*: the batch layout only
 #define MVT_ENTRY(code, XT, TC, SUF, EPI, OB)                                                            \
     extern "C" __global__ void __launch_bounds__(32 * MVT_W)                                            \
