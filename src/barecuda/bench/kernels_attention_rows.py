@@ -61,12 +61,99 @@ def _time_chain(bc, s, plans, pdl):
     return _time_captured(bc, s, plans) if pdl else _time_graph(bc, s, lambda g: _chain(g, plans))
 
 
+# The read floors of the decode rows: a minimal read-only streaming kernel of ours (16-byte
+# ld.global.nc.L1::no_allocate, READ_U loads of each of K and V in flight a thread before any
+# is used, an XOR fold that is never stored for the bench's contents), block i reading the i-th
+# contiguous piece of K and of V: with the decode plan's grid that is the decode kernel's split
+# of a head-major cache.
+READ_FLOOR_SRC = r"""
+__device__ __forceinline__ uint4 rd_nc(const uint4* p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+extern "C" __global__ void __launch_bounds__(256, 1) read_floor(const uint4* __restrict__ a, const uint4* __restrict__ b, long long n16,
+                                      long long per, unsigned* __restrict__ sink) {
+    const long long beg = (long long)blockIdx.x * per;
+    const long long end = beg + per < n16 ? beg + per : n16;
+    const long long step = (long long)READ_U * blockDim.x;
+    unsigned x = 0;
+    long long i = beg + threadIdx.x;
+    for (; i + step - blockDim.x < end; i += step) {   // every load of the turn in range: all issued first
+        uint4 va[READ_U], vb[READ_U];
+#pragma unroll
+        for (int u = 0; u < READ_U; ++u) {
+            va[u] = rd_nc(a + i + (long long)u * blockDim.x);
+            vb[u] = rd_nc(b + i + (long long)u * blockDim.x);
+        }
+#pragma unroll
+        for (int u = 0; u < READ_U; ++u) x ^= va[u].x ^ va[u].y ^ va[u].z ^ va[u].w ^ vb[u].x ^ vb[u].y ^ vb[u].z ^ vb[u].w;
+    }
+    for (; i < end; i += blockDim.x) {
+        const uint4 p = rd_nc(a + i), q = rd_nc(b + i);
+        x ^= p.x ^ p.y ^ p.z ^ p.w ^ q.x ^ q.y ^ q.z ^ q.w;
+    }
+    if (x == 0x9e3779b9u) sink[0] = x;
+}
+"""
+_read_kernels: Dict[int, Any] = {}
+
+
+def _read_kernel(bc, u):
+    k = _read_kernels.get(u)
+    if k is None:
+        oc = bc.Program(READ_FLOOR_SRC, name="read_floor.cu", options=[f"-DREAD_U={u}"]).compile()
+        k = _read_kernels[u] = oc.load().get_kernel("read_floor")
+    return k
+
+
+def decode_floors(bc, s, caches, kv_bytes, grid_blocks, reps=20, smem=0):
+    """us a call of the floors beside a decode row, chained as its nodes are (one graph node a
+    cache, > 512 MB a round): ``copy`` a cuMemcpyDtoD node of kv_bytes (reads the same number
+    of bytes, and writes as many: separate rotating source and destination buffers); ``read``
+    the read kernel with the decode plan's grid (``grid_blocks`` blocks of 128 threads, 16
+    loads of K and of V in flight a thread); ``read_wave`` the read kernel over 4 blocks of 256
+    threads a multiprocessor (4 + 4 loads in flight a thread); ``empty`` the read kernel over
+    0 bytes with the decode grid (the chain's per-node launch floor); with ``smem`` also
+    ``empty_smem``: that with the decode kernel's dynamic shared memory a block."""
+    n = len(caches)
+    n16 = kv_bytes // 2 // 16
+    sink = bc.zeros((4,), "uint32", stream=s)
+    sms = bc.Device().attribute("multiprocessor_count")
+    out = {}
+    cases = [("read", 16, grid_blocks, 128, n16, 0), ("read_wave", 4, 4 * sms, 256, n16, 0),
+             ("empty", 16, grid_blocks, 128, 0, 0)]
+    if smem:
+        cases.append(("empty_smem", 16, grid_blocks, 128, 0, smem))
+    for key, u, blocks, threads, nbytes, sm in cases:
+        kern = _read_kernel(bc, u)
+        if sm > 48 * 1024 and kern.max_dynamic_shared_memory < sm:
+            kern.set_max_dynamic_shared_memory(sm)
+        per = max(1, -(-n16 // blocks))
+        plans = [kern.bind(blocks, threads, k, v, nbytes, per, sink, stream=s, shared_mem=sm) for k, v in caches]
+        out[key] = _time_graph(bc, s, lambda g, p=plans: _chain(g, p), reps) * 1e3 / n
+    src = [bc.empty((kv_bytes,), "uint8", stream=s) for _ in range(n)]
+    dst = [bc.empty((kv_bytes,), "uint8", stream=s) for _ in range(n)]
+    for b in src:
+        b.memset(0x3c, stream=s)
+
+    def copies(g):
+        prev = None
+        for a, b in zip(src, dst):
+            prev = g.add_memcpy(b, a, kv_bytes, depends_on=prev) if prev is not None else g.add_memcpy(b, a, kv_bytes)
+    out["copy"] = _time_graph(bc, s, copies, reps) * 1e3 / n
+    del src, dst
+    return out
+
+
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
-                                           (32, 8, 64, 8192)), layout="head_major", pdl=False):
+                                           (32, 8, 64, 8192)), layout="head_major", pdl=False, floors=False):
     """One row a shape: the chained graph's us a call and GB/s on the KV bytes; ``pdl``: the
-    plans made with ``pdl=True`` and the graph captured (programmatic edges between the nodes)."""
+    plans made with ``pdl=True`` and the graph captured (programmatic edges between the nodes).
+    ``floors``: each row gets a 5th item, :func:`decode_floors` of the same caches (head-major)."""
     from barecuda.kernels import _attention as A
-    out = []
+    out: list = []
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2
         n = max(2, math.ceil((512 << 20) / kv_bytes))
@@ -82,7 +169,11 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
             except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
                 tgbs = f"n/a ({type(exc).__name__})"
         tag = "hm" if layout == "head_major" else "tm"
-        out.append((f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}{' pdl' if pdl else ''}", ms * 1e3, gbs, tgbs))
+        row = (f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}{' pdl' if pdl else ''}", ms * 1e3, gbs, tgbs)
+        if floors:
+            g = plans[0].grid
+            row += (decode_floors(bc, s, caches, kv_bytes, g[0] * g[1]),)
+        out.append(row)
         del plans, caches
     return out
 
@@ -229,6 +320,129 @@ def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 12
         del caches
 
 
+FLOOR_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (   # --floor-probe: where the fixed cost goes, and the fixes
+    ("default", {}), ("probe 1: no merge", {"DEC_PROBE": 1}),
+    ("probe 2: no merge, no softmax math", {"DEC_PROBE": 2}),
+    ("probe 3: probe 2 without the Q and length loads", {"DEC_PROBE": 3}),
+    ("probe 4: the length taken as max_ctx", {"DEC_PROBE": 4}),
+    ("merge 2 (float4, 16 splits a round)", {"DEC_MERGE": 2}), ("sync 1 (thread 0 fences)", {"DEC_SYNC": 1}),
+    ("merge 2 + sync 1", {"DEC_MERGE": 2, "DEC_SYNC": 1}), ("spec 64", {"DEC_SPEC": 64}),
+    ("spec 256", {"DEC_SPEC": 256}), ("merge 2 + sync 1 + spec 64", {"DEC_MERGE": 2, "DEC_SYNC": 1, "DEC_SPEC": 64}),
+    ("8 warps, 3 stages", {"DEC_WARPS": 8, "DEC_STAGES": 3}),
+    ("1 split", {"n_splits": 1}), ("8 splits", {"n_splits": 8}), ("16 splits", {"n_splits": 16}),
+    ("24 splits", {"n_splits": 24}), ("16 splits, merge 2 + sync 1", {"n_splits": 16, "DEC_MERGE": 2, "DEC_SYNC": 1}),
+    ("default again", {}),
+    ("merge 2 + sync 1 again", {"DEC_MERGE": 2, "DEC_SYNC": 1}))
+FLOOR_D64 = ("default", "probe 1: no merge", "probe 2: no merge, no softmax math", "merge 2 (float4, 16 splits a round)",
+             "merge 2 + sync 1", "spec 64", "merge 2 + sync 1 + spec 64", "16 splits", "24 splits",
+             "16 splits, merge 2 + sync 1", "default again", "merge 2 + sync 1 again")
+FLOOR_SPLITS_D128 = ("1 split", "8 splits")   # the split-count variants of the d128 4k row (d64: FLOOR_D64's)
+FLOOR_SHORT = ("default", "merge 2 (float4, 16 splits a round)", "sync 1 (thread 0 fences)", "merge 2 + sync 1",
+               "spec 64", "merge 2 + sync 1 + spec 64", "default again")
+
+
+def floor_probe_defines():
+    """(head dim, _dec_defines) of every module --floor-probe loads (for a parallel warm-up)."""
+    from barecuda.kernels import _attention as A
+    out = []
+    for d, names in ((128, None), (64, FLOOR_D64)):
+        for label, st in FLOOR_VARIANTS:
+            if names is not None and label not in names:
+                continue
+            old = {k: getattr(A, k) for k in st if k != "n_splits"}
+            for k in old:
+                setattr(A, k, st[k])
+            try:
+                defs = A._dec_defines(d)
+            finally:
+                for k, v in old.items():
+                    setattr(A, k, v)
+            if defs not in out:
+                out.append(defs)
+    return out
+
+
+def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768), (32, 8, 64, 8192)),
+                       short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=FLOOR_VARIANTS):
+    """Developer probe (``--floor-probe``): for each long context, the read floors of
+    :func:`decode_floors` (first and last), then each variant's chained decode row (head-major,
+    one node a cache, > 512 MB a round): the probe builds (``DEC_PROBE`` 1-4: no merge; no
+    merge and no softmax math; that without the Q/length loads; the length taken as max_ctx),
+    the split-finish fixes (``DEC_MERGE=2``, ``DEC_SYNC=1``, ``DEC_SPEC``), 1 and 8 splits; then
+    the decode loop's short node (a graph of 16 nodes on one 4096-slot cache) for the fixes.
+    One line each: us a call, GB/s, % of spec, x the read floor."""
+    import barecuda as bc
+    from barecuda.kernels import _attention as A
+    s = bc.Stream()
+    _, spec = _spec(bc)[:2]
+    print(f"  floor-probe on {bc.Device().name}", flush=True)
+
+    def run(label, settings, fn):
+        st = {k: v for k, v in settings.items() if k != "n_splits"}
+        old = {k: getattr(A, k) for k in st}
+        for k, v in st.items():
+            setattr(A, k, v)
+        A._sms.clear()
+        try:
+            return fn(settings.get("n_splits"))
+        except Exception as exc:   # noqa: BLE001 -- a probe
+            print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
+            return None
+        finally:
+            for k, v in old.items():
+                setattr(A, k, v)
+            A._sms.clear()
+
+    for nh, nkv, d, ctx in shapes:
+        kv_bytes = 2 * ctx * nkv * d * 2
+        n = max(2, math.ceil((512 << 20) / kv_bytes))
+        caches, q, o, ln = _decode_bufs(bc, s, (nkv, ctx, d), nh, d, ctx, n)
+        p0 = A.plan_attention_decode(q, caches[0][0], caches[0][1], ln, out=o, kv_layout="head_major", stream=s)
+        g = p0.grid
+        fl = decode_floors(bc, s, caches, kv_bytes, g[0] * g[1], smem=p0.shared_mem)
+        line = ", ".join(f"{k} {v:.2f} us" + (f" ({kv_bytes / v / 1e3:.0f} GB/s, {100 * kv_bytes / v / 1e3 / spec:.1f}%)"
+                                               if k != "empty" and spec else "") for k, v in fl.items())
+        print(f"  floor-probe floors h{nh}/{nkv} d{d} ctx {ctx} ({kv_bytes / 1e6:.1f} MB, grid {g}): {line}", flush=True)
+        for label, settings in variants:
+            if d == 64 and label not in FLOOR_D64:
+                continue
+            if "n_splits" in settings and not (d == 64 or (ctx == 4096 and label in FLOOR_SPLITS_D128)):
+                continue
+
+            def fn(ns, caches=caches, q=q, o=o, ln=ln):
+                plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout="head_major", n_splits=ns, stream=s)
+                         for k, v in caches]
+                return _time_chain(bc, s, plans, False) * 1e3 / n, plans[0].grid
+            r = run(label, settings, fn)
+            if r:
+                us, grid = r
+                gbs = kv_bytes / us / 1e3
+                pc = f"{100 * gbs / spec:.1f}%" if spec else ""
+                print(f"  floor-probe decode bf16 h{nh}/{nkv} d{d} ctx {ctx} [{label}] grid {grid}: {us:.2f} us "
+                      f"{gbs:.0f} GB/s {pc} x{us / fl['read']:.2f} read floor", flush=True)
+        fl2 = decode_floors(bc, s, caches, kv_bytes, g[0] * g[1], smem=p0.shared_mem)
+        print(f"  floor-probe floors again ctx {ctx} d{d}: " + ", ".join(f"{k} {v:.2f} us" for k, v in fl2.items()),
+              flush=True)
+        del caches
+    for nh, nkv, d, ctx in short:
+        caches, q, o, ln = _decode_bufs(bc, s, (nkv, 4096, d), nh, d, 4096, 1)
+        ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
+        k, v = caches[0]
+        for label, settings in variants:
+            if label not in FLOOR_SHORT:
+                continue
+
+            def fn_short(ns, k=k, v=v, q=q, o=o, ln=ln):
+                p = A.plan_attention_decode(q, k, v, ln, out=o, len_offset=1, kv_layout="head_major", n_splits=ns,
+                                            stream=s)
+                return _time_chain(bc, s, [p] * 16, False) * 1e3 / 16
+            us = run(label, settings, fn_short)
+            if us:
+                print(f"  floor-probe short decode bf16 h{nh}/{nkv} d{d} ctx {ctx} [{label}]: {us:.2f} us a node "
+                      "(graph of 16)", flush=True)
+        del caches
+
+
 def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes):
     F = torch.nn.functional
     ks = [torch.ones(1, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
@@ -321,6 +535,28 @@ def issue_rows(bc, s, n=500):
     return rows
 
 
+def add_decode_rows(sec, drows, spec):
+    """The decode rows into the section: us, GB/s on the KV bytes, % of spec, torch; a row
+    with floors (``decode_rows(floors=True)``) is labelled with its time over the read floor's
+    and followed by the floor rows of the same run."""
+    for label, us, gbs, tg, *fl in drows:
+        tcell = f"{tg:.0f} GB/s" if isinstance(tg, float) else (tg or "")
+        x = f"{gbs / tg:.2f}" if isinstance(tg, float) else ""
+        if fl:   # attention / read floor beside % of spec
+            label += f" ({us / fl[0]['read']:.2f}x read floor)"
+        sec.add(label, [f"{us:.1f}", f"{gbs:.0f} GB/s", f"{100 * gbs / spec:.0f}%" if spec else "", tcell, x])
+        if fl:
+            kvb = gbs * us * 1e3
+            for key, what in (("copy", "floor: cuMemcpyDtoD node of the KV bytes (r+w)"),
+                              ("read", "floor: read kernel, the decode grid"),
+                              ("read_wave", "floor: read kernel, 4 blocks a multiprocessor"),
+                              ("empty", "floor: empty kernel node, the decode grid")):
+                fu = fl[0][key]
+                fg = kvb / fu / 1e3 if key != "empty" else None
+                sec.add("  " + what, [f"{fu:.1f}", f"{fg:.0f} GB/s" if fg else "",
+                                      f"{100 * fg / spec:.0f}%" if fg and spec else "", "", ""])
+
+
 def attention_section(ctx=None):
     import barecuda as bc
     torch = _torch()
@@ -330,12 +566,9 @@ def attention_section(ctx=None):
                                                                        ("torch", 12), ("x torch", 8)])
     cp = copy_gbs(bc, s)
     sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f} GB/s", f"{100 * cp / spec:.0f}%" if spec else "", "", ""])
-    drows = (decode_rows(bc, s, torch) + decode_rows(bc, s, None, pdl=True)
+    drows = (decode_rows(bc, s, torch, floors=True) + decode_rows(bc, s, None, pdl=True)
              + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major"))
-    for label, us, gbs, tg in drows:
-        tcell = f"{tg:.0f} GB/s" if isinstance(tg, float) else (tg or "")
-        x = f"{gbs / tg:.2f}" if isinstance(tg, float) else ""
-        sec.add(label, [f"{us:.1f}", f"{gbs:.0f} GB/s", f"{100 * gbs / spec:.0f}%" if spec else "", tcell, x])
+    add_decode_rows(sec, drows, spec)
     for label, us, tf, tt in prefill_rows(bc, s, torch):
         tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")
         x = f"{tf / tt:.2f}" if isinstance(tt, float) else ""
@@ -388,6 +621,8 @@ if __name__ == "__main__":
         decode_probe()
     if "--pdl-probe" in sys.argv:
         decode_pdl_probe()
+    if "--floor-probe" in sys.argv:
+        decode_floor_probe()
     if "--merge-probe" in sys.argv:
         decode_pdl_probe(variants=MERGE_VARIANTS)
     if "--probe-only" not in sys.argv:

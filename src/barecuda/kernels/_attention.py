@@ -45,6 +45,12 @@ DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (
 # plans keep the build without griddepcontrol (DEC_PDL_PLAIN = 0), and PDL pays only at short contexts.
 DEC_MERGE = 0       # 1: the split merge with the weights in shared memory (attention.cu): correct, slower
                     # (H200 02:40 UTC: +0.3-0.7 us a call at 4k-32k d128, +1.5 at 1024 keys, +1.7 at d64 8k)
+DEC_SYNC = 0        # 1: split blocks count themselves done by thread 0 alone (barrier, fence, atomic: the
+                    # cooperative-groups pattern) instead of a fence in every thread (attention.cu)
+DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first DEC_SPEC keys of each split
+                    # before the length is read, placing the split as if the length were max_ctx (a hint)
+DEC_PROBE = 0       # PROBE BUILDS ONLY (bench --floor-probe; wrong answers for 1-3): 1 no merge, 2 no merge and
+                    # no softmax math, 3 = 2 without the Q and length loads, 4 the length taken as max_ctx
 DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
 PDL_PF_KEYS = 0     # pdl=True plans: keys of each split prefetched into L2 before griddepcontrol.wait
                     # (256 / 1024: within noise of 0 at every context on the H200 run; 1024 loses 4 us at 16k-32k)
@@ -72,7 +78,10 @@ def _dec_defines(d, stages=None, pdl=False):
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
     extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
     extra += (("DEC_PDL", 1),) if pdl or DEC_PDL_PLAIN else ()
-    extra += (("DEC_MERGE", 1),) if DEC_MERGE else ()
+    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE else ()
+    extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC else ()
+    extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
+    extra += (("DEC_PROBE", DEC_PROBE),) if DEC_PROBE else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra
 

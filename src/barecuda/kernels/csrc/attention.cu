@@ -9,7 +9,8 @@
 //                             the models' fp32 reference mode)
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL, PF_WARPS,
+//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL, DEC_MERGE, DEC_SYNC, DEC_SPEC,
+//          DEC_PROBE (probe builds only), PF_WARPS,
 //          PF_STAGES, PF_QREG, PF_MINB.
 //
 // Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
@@ -37,11 +38,32 @@
 #endif
 #ifndef DEC_MERGE
 #define DEC_MERGE 0  // decode: the last block's split merge. 0 = one online log-sum-exp pass per output element
-                     // (8 splits a round: 2 x ceil(group * D / threads) dependent L2 round trips); 1 = the
+                     // (8 splits a round: 2 x ceil(group * D / threads) dependent L2 round trips); 2 = the same
+                     // pass over 4 consecutive elements a thread (float4 partials) and 16 splits a round: one
+                     // round of 16 float4 + 16 log-sum-exp loads a thread at 32/8 d128 (16 splits); 1 = the
                      // splits' weights once into shared memory (one round), then every partial load of a
                      // thread independent (4 elements x 16 splits a round: one round at 32/8 d128). 1 is
                      // correct but slower on the H200 (2026-11-27 02:40 UTC, us a call: 4k 12.8-13.5 vs
                      // 12.4-12.8, 1024 keys 9.3 vs 7.7, d64 8k 16.1 vs 14.4): fewer round trips do not pay
+#endif
+#ifndef DEC_SYNC
+#define DEC_SYNC 0   // decode: how a split block signals it is done. 0 = every thread __threadfence(), barrier, one
+                     // atomic (threadFenceReduction); 1 = barrier, then thread 0 alone fences and counts (the
+                     // cooperative-groups grid-sync pattern: the barrier orders the block's partial writes before
+                     // thread 0's fence, which is cumulative), the last block's thread 0 fences again before the
+                     // barrier that releases its merge
+#endif
+#ifndef DEC_SPEC
+#define DEC_SPEC 0   // decode, contiguous caches, sm_90: > 0 = before the length is read, ask the L2 for the first
+                     // DEC_SPEC keys of this block's split as if the length were max_ctx (a hint: nothing is read
+                     // into the SM, so a wrong guess costs bandwidth only); 0 = no speculation
+#endif
+#ifndef DEC_PROBE
+#define DEC_PROBE 0  // decode, PROBE BUILDS ONLY (the bench's --floor-probe; never in the KERNELS table or a plan's
+                     // defaults; the answers of 1-3 are wrong): 1 = no merge (every block writes its partials and
+                     // returns: no fence, counter or merge); 2 = 1 and no softmax math (the cp.async ring alone);
+                     // 3 = 2 and no Q load, the length taken as max_ctx (no load before the first cp.async);
+                     // 4 = the length taken as max_ctx (correct only when length == max_ctx)
 #endif
 #ifndef DEC_PDL
 #define DEC_PDL 0    // decode: 1 = the build of pdl=True plans: griddepcontrol (programmatic dependent launch),
@@ -179,19 +201,25 @@ constexpr int DEC_BN = DEC_KPW * DEC_WARPS;   // keys per pipeline stage (DEC_KP
 #endif
 constexpr int DEC_MINC = ((DEC_MINCHUNK + DEC_BN - 1) / DEC_BN) * DEC_BN;
 
+BC_DEV int dec_chunk(int len, int n_splits) {
+    int per = len <= DEC_ONESPLIT ? len : (len + n_splits - 1) / n_splits;
+    int chunk = ((per + DEC_BN - 1) / DEC_BN) * DEC_BN;
+    return chunk < DEC_MINC ? DEC_MINC : chunk;
+}
+
 BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_splits, int& len, int& chunk) {
-#if DEC_PDL
+#if DEC_PROBE == 3 || DEC_PROBE == 4
+    len = max_ctx;   // probe: no load before the first cp.async
+#elif DEC_PDL
     len = __ldcg(len_ptr) + len_offset;   // L2: never a line cached before griddepcontrol.wait
 #else
     len = __ldg(len_ptr) + len_offset;
 #endif
     len = len < 0 ? 0 : (len > max_ctx ? max_ctx : len);
-    int per = len <= DEC_ONESPLIT ? len : (len + n_splits - 1) / n_splits;
-    chunk = ((per + DEC_BN - 1) / DEC_BN) * DEC_BN;
-    if (chunk < DEC_MINC) chunk = DEC_MINC;
+    chunk = dec_chunk(len, n_splits);
 }
 
-#if DEC_PDL
+#if DEC_PDL || DEC_SPEC > 0
 // Programmatic dependent launch (sm_90+; every instruction here is a no-op, or compiled out,
 // when the launch has no programmatic attribute). A PDL launch of the decode kernel may start
 // while the previous kernel on the stream still runs. Before griddepcontrol.wait (full
@@ -203,6 +231,7 @@ BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_spl
 // length and the cache as without PDL. launch_dependents is issued at once: the next PDL
 // node's blocks may then take the multiprocessors this grid's blocks leave (all of this grid's
 // blocks have started by then, so none waits behind them) and prefetch in turn.
+#if DEC_PDL
 BC_DEV void dec_grid_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -213,6 +242,7 @@ BC_DEV void dec_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
+#endif
 // L2 prefetch of token rows [t0, t1) of one head (rows tok_stride elements apart, D each):
 // one bulk prefetch of up to 16 KB a thread over a contiguous run, else one a row
 BC_DEV void dec_prefetch_rows(const bc_u16* base, long long tok_stride, int t0, int t1, int tid, int nthr) {
@@ -246,6 +276,17 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     extern __shared__ __align__(16) unsigned char smem[];
     const int kvh = blockIdx.y, split = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+#if DEC_SPEC > 0 && !DEC_PDL
+    // speculative L2 prefetch of this split's first DEC_SPEC keys, the split placed as if the
+    // length were max_ctx (issued before the length load; a hint only, see DEC_SPEC)
+    if (block_table == nullptr) {
+        const int schunk = dec_chunk(max_ctx, n_splits);
+        const int s0 = split * schunk, s1 = min(max_ctx, s0 + min(schunk, DEC_SPEC));
+        const long long ho = (long long)kvh * head_stride;
+        dec_prefetch_rows(kc + ho, tok_stride, s0, s1, tid, DEC_WARPS * 32);
+        dec_prefetch_rows(vc + ho, tok_stride, s0, s1, tid, DEC_WARPS * 32);
+    }
+#endif
 #if DEC_PDL
     if (pf_keys > 0 && block_table == nullptr) {
         int slen, schunk;
@@ -271,6 +312,11 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
 #else
 #define DEC_QLD(p) (*(const bc_u32*)(p))
 #endif
+#if DEC_PROBE == 3
+        if (q0 == q1 + 1) qf[0][0] = 1u;   // probe: no Q load (q0/q1 kept used)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) qf[kk][0] = qf[kk][1] = qf[kk][2] = qf[kk][3] = 0u;
+#else
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             qf[kk][0] = g < group ? DEC_QLD(q0 + kk * 16) : 0u;
@@ -278,6 +324,7 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             qf[kk][2] = g < group ? DEC_QLD(q0 + kk * 16 + 8) : 0u;
             qf[kk][3] = g + 8 < group ? DEC_QLD(q1 + kk * 16 + 8) : 0u;
         }
+#endif
 #undef DEC_QLD
     }
     int len, chunk;
@@ -338,6 +385,9 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             const bc_u32 vs = ks + (bc_u32)(tile * RS);
             const int col0 = first + it * tile + wofs;
             if (col0 >= last) continue;
+#if DEC_PROBE == 2 || DEC_PROBE == 3
+            continue;   // probe: the ring alone, no softmax math
+#endif
             if (col0 + DEC_KPW <= last)
                 attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
             else
@@ -416,16 +466,81 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
     }
     if (direct) return;
+#if DEC_PROBE >= 1 && DEC_PROBE <= 3
+    return;   // probe: no merge (the answer is not written)
+#endif
     // The last block of this KV head to finish merges the splits (threadFenceReduction
     // pattern) and re-arms the counter for the next launch or graph replay.
     __shared__ int s_last;
+#if DEC_SYNC
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        const int last = atomicAdd(counters + kvh, 1) == used - 1;
+        if (last) __threadfence();
+        s_last = last;
+    }
+    __syncthreads();
+    if (!s_last) return;
+#else
     __threadfence();
     __syncthreads();
     if (tid == 0) s_last = atomicAdd(counters + kvh, 1) == used - 1;
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+#endif
     const float* lse_all = part + (long long)n_heads * n_splits * D;
+#if DEC_MERGE == 2
+    // four consecutive elements of one row a thread: each split's float4 partial and its
+    // log-sum-exp, 16 splits a round, all loads of a round independent; an online
+    // log-sum-exp over the rounds (one round at <= 16 splits)
+    for (int i = tid; i < group * (D / 4); i += DEC_WARPS * 32) {
+        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+        const int head = kvh * group + r;
+        const float* lse = lse_all + (long long)head * n_splits;
+        const float4* po = (const float4*)(part + (long long)head * n_splits * D + d);
+        float M = neg_inf(), L = 0.f, a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+        for (int s0 = 0; s0 < used; s0 += 16) {
+            float lv[16];
+            float4 pv[16];
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {
+                const bool in = s0 + u < used;
+                lv[u] = in ? __ldcg(lse + s0 + u) : neg_inf();
+                pv[u] = in ? __ldcg(po + (long long)(s0 + u) * (D / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            float mn = M;
+#pragma unroll
+            for (int u = 0; u < 16; ++u) mn = fmaxf(mn, lv[u]);
+            if (mn == neg_inf()) continue;
+            const float a = bc_exp2(M - mn);   // M == -inf: 0
+            L *= a;
+            a0 *= a;
+            a1 *= a;
+            a2 *= a;
+            a3 *= a;
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {
+                const float w = bc_exp2(lv[u] - mn);   // lv == -inf: 0
+                L += w;
+                a0 += pv[u].x * w;
+                a1 += pv[u].y * w;
+                a2 += pv[u].z * w;
+                a3 += pv[u].w * w;
+            }
+            M = mn;
+        }
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        bc_u16* o = out + (long long)head * o_head_stride + d;
+        o[0] = bc_from_f<IS_BF16>(a0 * inv);
+        o[1] = bc_from_f<IS_BF16>(a1 * inv);
+        o[2] = bc_from_f<IS_BF16>(a2 * inv);
+        o[3] = bc_from_f<IS_BF16>(a3 * inv);
+    }
+    if (tid == 0) counters[kvh] = 0;
+    return;
+#endif
 #if DEC_MERGE
     // weights w[r][s] = 2^(lse - max) / sum, one warp a row, into the (now free) pipeline memory
     constexpr int PIPE_FLOATS = DEC_STAGES * 2 * DEC_BN * RS / 4;
