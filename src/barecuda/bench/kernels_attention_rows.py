@@ -328,6 +328,7 @@ FLOOR_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (   # --floor-probe: wh
     ("merge 2 (float4, 16 splits a round)", {"DEC_MERGE": 2}), ("sync 1 (thread 0 fences)", {"DEC_SYNC": 1}),
     ("merge 2 + sync 1", {"DEC_MERGE": 2, "DEC_SYNC": 1}), ("spec 64", {"DEC_SPEC": 64}),
     ("spec 256", {"DEC_SPEC": 256}), ("merge 2 + sync 1 + spec 64", {"DEC_MERGE": 2, "DEC_SYNC": 1, "DEC_SPEC": 64}),
+    ("length first", {"DEC_LENFIRST": 1}), ("merge 2 + sync 1 + length first", {"DEC_MERGE": 2, "DEC_SYNC": 1, "DEC_LENFIRST": 1}),
     ("8 warps, 3 stages", {"DEC_WARPS": 8, "DEC_STAGES": 3}),
     ("1 split", {"n_splits": 1}), ("8 splits", {"n_splits": 8}), ("16 splits", {"n_splits": 16}),
     ("24 splits", {"n_splits": 24}), ("16 splits, merge 2 + sync 1", {"n_splits": 16, "DEC_MERGE": 2, "DEC_SYNC": 1}),
@@ -338,7 +339,8 @@ FLOOR_D64 = ("default", "probe 1: no merge", "probe 2: no merge, no softmax math
              "16 splits, merge 2 + sync 1", "default again", "merge 2 + sync 1 again")
 FLOOR_SPLITS_D128 = ("1 split", "8 splits")   # the split-count variants of the d128 4k row (d64: FLOOR_D64's)
 FLOOR_SHORT = ("default", "merge 2 (float4, 16 splits a round)", "sync 1 (thread 0 fences)", "merge 2 + sync 1",
-               "spec 64", "merge 2 + sync 1 + spec 64", "default again")
+               "spec 64", "merge 2 + sync 1 + spec 64", "length first", "merge 2 + sync 1 + length first",
+               "default again")
 
 
 def floor_probe_defines():

@@ -49,6 +49,7 @@ DEC_SYNC = 0        # 1: split blocks count themselves done by thread 0 alone (b
                     # cooperative-groups pattern) instead of a fence in every thread (attention.cu)
 DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first DEC_SPEC keys of each split
                     # before the length is read, placing the split as if the length were max_ctx (a hint)
+DEC_LENFIRST = 0    # 1: the kernel issues the length load before the Q loads
 DEC_PROBE = 0       # PROBE BUILDS ONLY (bench --floor-probe; wrong answers for 1-3): 1 no merge, 2 no merge and
                     # no softmax math, 3 = 2 without the Q and length loads, 4 the length taken as max_ctx
 DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
@@ -81,6 +82,7 @@ def _dec_defines(d, stages=None, pdl=False):
     extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE else ()
     extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC else ()
     extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
+    extra += (("DEC_LENFIRST", 1),) if DEC_LENFIRST else ()
     extra += (("DEC_PROBE", DEC_PROBE),) if DEC_PROBE else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra

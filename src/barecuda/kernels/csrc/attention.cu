@@ -9,7 +9,7 @@
 //                             the models' fp32 reference mode)
 //
 // Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL, DEC_MERGE, DEC_SYNC, DEC_SPEC,
+//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL, DEC_MERGE, DEC_SYNC, DEC_SPEC, DEC_LENFIRST,
 //          DEC_PROBE (probe builds only), PF_WARPS,
 //          PF_STAGES, PF_QREG, PF_MINB.
 //
@@ -57,6 +57,10 @@
 #define DEC_SPEC 0   // decode, contiguous caches, sm_90: > 0 = before the length is read, ask the L2 for the first
                      // DEC_SPEC keys of this block's split as if the length were max_ctx (a hint: nothing is read
                      // into the SM, so a wrong guess costs bandwidth only); 0 = no speculation
+#endif
+#ifndef DEC_LENFIRST
+#define DEC_LENFIRST 0   // decode: 1 = the length load is issued before the Q loads (the first cp.async waits on
+                         // the length alone); 0 = Q first
 #endif
 #ifndef DEC_PROBE
 #define DEC_PROBE 0  // decode, PROBE BUILDS ONLY (the bench's --floor-probe; never in the KERNELS table or a plan's
@@ -300,6 +304,10 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     dec_grid_wait();
 #endif
 
+#if DEC_LENFIRST
+    int len, chunk;
+    dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
+#endif
     // Q fragments: rows 0..group-1 are the group's heads, the rest zero (loaded before the
     // length so that both loads are in flight together)
     bc_u32 qf[D / 16][4];
@@ -327,8 +335,10 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
 #endif
 #undef DEC_QLD
     }
+#if !DEC_LENFIRST
     int len, chunk;
     dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
+#endif
     const int start = split * chunk;
     const int end = min(len, start + chunk);
     if (start >= end && split != 0) return;   // empty split: not counted (split 0 runs even when len == 0)
