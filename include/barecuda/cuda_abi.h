@@ -654,6 +654,18 @@ typedef struct CUgraphNodeParams_st {
     long long reserved2;
 } CUgraphNodeParams;
 
+/* CUgraphEdgeData.type and .from_port (12.3+): a programmatic edge lets the downstream
+ * kernel start before the upstream one ends (programmatic dependent launch). */
+enum {
+    CU_GRAPH_DEPENDENCY_TYPE_DEFAULT = 0,
+    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1
+};
+enum {
+    CU_GRAPH_KERNEL_NODE_PORT_DEFAULT = 0,
+    CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC = 1,
+    CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER = 2
+};
+
 typedef struct CUgraphEdgeData_st {
     unsigned char from_port;
     unsigned char to_port;
@@ -817,6 +829,9 @@ BC_STATIC_ASSERT(sizeof(CUDA_GRAPH_INSTANTIATE_PARAMS) == 32, instantiate_params
     X(cuGraphDestroy, 10000, 0, (CUgraph hGraph)) \
     X(cuGraphGetNodes, 10000, 0, (CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)) \
     X(cuGraphNodeGetType, 10000, 0, (CUgraphNode hNode, CUgraphNodeType *type)) \
+    X(cuGraphDestroyNode, 10000, 0, (CUgraphNode hNode)) \
+    X(cuGraphAddDependencies, 12030, 0, (CUgraph hGraph, const CUgraphNode *from_nodes, const CUgraphNode *to_nodes, const CUgraphEdgeData *edgeData, size_t numDependencies)) \
+    X(cuGraphGetEdges, 12030, 0, (CUgraph hGraph, CUgraphNode *from_nodes, CUgraphNode *to_nodes, CUgraphEdgeData *edgeData, size_t *numEdges)) \
     X(cuGraphAddKernelNode, 12000, 0, (CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
     X(cuGraphKernelNodeGetParams, 12000, 0, (CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \
     X(cuGraphKernelNodeSetParams, 12000, 0, (CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)) \

@@ -503,6 +503,12 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
     ctypedef struct CUgraphNodeParams:
         CUgraphNodeType type
         CUDA_CONDITIONAL_NODE_PARAMS conditional
+    enum:
+        CU_GRAPH_DEPENDENCY_TYPE_DEFAULT
+        CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        CU_GRAPH_KERNEL_NODE_PORT_DEFAULT
+        CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER
     ctypedef struct CUgraphEdgeData:
         unsigned char from_port
         unsigned char to_port
@@ -642,6 +648,9 @@ cdef extern from "barecuda/cuda_abi.h" nogil:
         CUresult (*cuGraphDestroy)(CUgraph hGraph) nogil
         CUresult (*cuGraphGetNodes)(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) nogil
         CUresult (*cuGraphNodeGetType)(CUgraphNode hNode, CUgraphNodeType *type) nogil
+        CUresult (*cuGraphDestroyNode)(CUgraphNode hNode) nogil
+        CUresult (*cuGraphAddDependencies)(CUgraph hGraph, const CUgraphNode *from_nodes, const CUgraphNode *to_nodes, const CUgraphEdgeData *edgeData, size_t numDependencies) nogil
+        CUresult (*cuGraphGetEdges)(CUgraph hGraph, CUgraphNode *from_nodes, CUgraphNode *to_nodes, CUgraphEdgeData *edgeData, size_t *numEdges) nogil
         CUresult (*cuGraphAddKernelNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
         CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil
         CUresult (*cuGraphKernelNodeSetParams)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) nogil

@@ -110,6 +110,11 @@ static CUresult replay_node(CUgraphNode n, fk_replay *rp) {
         r.shared = n->smem;
         r.stream = rp->stream;
         r.cluster[0] = r.cluster[1] = r.cluster[2] = 1;
+        if (n->has_cluster) {
+            r.has_cluster = 1;
+            memcpy(r.cluster, n->cluster, sizeof(r.cluster));
+        }
+        r.cooperative = n->cooperative;
         if (rp->node_priority) r.priority = n->priority;
         return do_launch(n->func, &r, n->func->nparams ? ptrs : NULL, NULL);
     }

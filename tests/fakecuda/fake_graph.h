@@ -20,6 +20,7 @@ struct CUgraphNode_st {
     int index;
     int ndeps;
     int *deps;                       /* indices of earlier nodes */
+    unsigned char *etype, *eport;    /* per dependency: edge type and from_port (NULL: all default) */
     int enabled;
     CUgraphNode orig;                /* in an executable's copy: the node it was made from */
     /* kernel */
@@ -28,6 +29,8 @@ struct CUgraphNode_st {
     unsigned char *params;
     void **pptrs;                    /* cuGraphKernelNodeGetParams's kernelParams (into params), made on demand */
     int priority;                    /* CU_LAUNCH_ATTRIBUTE_PRIORITY (0 until set) */
+    unsigned int cluster[3];         /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (has_cluster: set) */
+    int has_cluster, cooperative;    /* ... and CU_LAUNCH_ATTRIBUTE_COOPERATIVE */
     /* memcpy / memset / host / events / child */
     CUDA_MEMCPY3D copy;
     CUDA_MEMSET_NODE_PARAMS set;

@@ -79,6 +79,8 @@ static void node_free(CUgraphNode n) {
     unsigned int i;
     if (!n) return;
     free(n->deps);
+    free(n->etype);
+    free(n->eport);
     free(n->params);
     free(n->pptrs);
     if (n->child) graph_free(n->child);
@@ -140,6 +142,13 @@ static CUgraphNode node_clone(CUgraph dst, CUgraphNode s, int keep_orig) {
     n->orig = keep_orig ? s : NULL;
     n->deps = s->ndeps ? malloc((size_t)s->ndeps * sizeof(int)) : NULL;
     if (s->ndeps) memcpy(n->deps, s->deps, (size_t)s->ndeps * sizeof(int));
+    n->etype = n->eport = NULL;
+    if (s->etype) {
+        n->etype = malloc((size_t)s->ndeps);
+        n->eport = malloc((size_t)s->ndeps);
+        memcpy(n->etype, s->etype, (size_t)s->ndeps);
+        memcpy(n->eport, s->eport, (size_t)s->ndeps);
+    }
     n->params = NULL;
     n->pptrs = NULL;
     if (s->params && pb) {
@@ -310,15 +319,24 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode hNode, const CUDA_KERNEL
     return store_kernel_params(hNode, nodeParams);
 }
 
-/* Kernel node attributes: the double keeps the priority only (what barecuda sets). */
+/* Kernel node attributes: the double keeps the priority, the cluster dimensions and the
+ * cooperative flag (what barecuda sets); replays launch with them. */
 CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUlaunchAttributeID attr,
                                                CUlaunchAttributeValue *value_out) {
     FK_ENTER(cuGraphKernelNodeGetAttribute);
     if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !value_out) return CUDA_ERROR_INVALID_VALUE;
-    if (attr != CU_LAUNCH_ATTRIBUTE_PRIORITY)
-        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda keeps only the priority attribute of kernel nodes");
     memset(value_out, 0, sizeof(*value_out));
-    value_out->priority = hNode->priority;
+    switch ((int)attr) {
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY: value_out->priority = hNode->priority; break;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: value_out->cooperative = hNode->cooperative; break;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        value_out->clusterDim.x = hNode->has_cluster ? hNode->cluster[0] : 0;
+        value_out->clusterDim.y = hNode->has_cluster ? hNode->cluster[1] : 0;
+        value_out->clusterDim.z = hNode->has_cluster ? hNode->cluster[2] : 0;
+        break;
+    default:
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda keeps the priority, cluster and cooperative attributes of kernel nodes only");
+    }
     return CUDA_SUCCESS;
 }
 
@@ -326,9 +344,143 @@ CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUlaunchAttrib
                                                const CUlaunchAttributeValue *value) {
     FK_ENTER(cuGraphKernelNodeSetAttribute);
     if (!node_valid(hNode) || hNode->type != CU_GRAPH_NODE_TYPE_KERNEL || !value) return CUDA_ERROR_INVALID_VALUE;
-    if (attr != CU_LAUNCH_ATTRIBUTE_PRIORITY)
-        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda keeps only the priority attribute of kernel nodes");
-    hNode->priority = value->priority;
+    switch ((int)attr) {
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY: hNode->priority = value->priority; break;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE: hNode->cooperative = value->cooperative != 0; break;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        if (!value->clusterDim.x || !value->clusterDim.y || !value->clusterDim.z) return CUDA_ERROR_INVALID_VALUE;
+        if (hNode->grid[0] % value->clusterDim.x || hNode->grid[1] % value->clusterDim.y ||
+            hNode->grid[2] % value->clusterDim.z)
+            return fk_reject(CUDA_ERROR_INVALID_VALUE, "grid is not a multiple of the cluster");
+        hNode->has_cluster = 1;
+        hNode->cluster[0] = value->clusterDim.x;
+        hNode->cluster[1] = value->clusterDim.y;
+        hNode->cluster[2] = value->clusterDim.z;
+        break;
+    default:
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda keeps the priority, cluster and cooperative attributes of kernel nodes only");
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Edges with data (12.3+). The double keeps nodes in creation order, so an edge must go
+ * from an earlier node to a later one (what barecuda adds). Programmatic edges join two
+ * kernel nodes from the PROGRAMMATIC or LAUNCH_ORDER port, as the driver asks. */
+static CUresult check_edge(CUgraph g, CUgraphNode from, CUgraphNode to, const CUgraphEdgeData *e) {
+    int j;
+    if (!node_valid(from) || !node_valid(to) || from->graph != g || to->graph != g) return CUDA_ERROR_INVALID_VALUE;
+    if (from->index >= to->index) return fk_reject(CUDA_ERROR_INVALID_VALUE, "fakecuda: an edge must go from an earlier node to a later one");
+    for (j = 0; j < to->ndeps; j++)
+        if (to->deps[j] == from->index) return fk_reject(CUDA_ERROR_INVALID_VALUE, "edge already exists");
+    if (!e) return CUDA_SUCCESS;
+    if (e->to_port || e->reserved[0] || e->reserved[1] || e->reserved[2] || e->reserved[3] || e->reserved[4])
+        return CUDA_ERROR_INVALID_VALUE;
+    if (e->type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
+        return e->from_port == CU_GRAPH_KERNEL_NODE_PORT_DEFAULT ||
+               (e->from_port == CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER && from->type == CU_GRAPH_NODE_TYPE_KERNEL)
+                   ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (e->type != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC) return CUDA_ERROR_INVALID_VALUE;
+    if (from->type != CU_GRAPH_NODE_TYPE_KERNEL || to->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "a programmatic edge joins two kernel nodes");
+    if (e->from_port != CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC && e->from_port != CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER)
+        return fk_reject(CUDA_ERROR_INVALID_VALUE, "a programmatic edge leaves the PROGRAMMATIC or LAUNCH_ORDER port");
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                        const CUgraphEdgeData *edgeData, size_t numDependencies) {
+    size_t i;
+    CUresult rc;
+    FK_ENTER(cuGraphAddDependencies);
+    if (!graph_valid(hGraph)) return CUDA_ERROR_INVALID_HANDLE;
+    if (numDependencies && (!from || !to)) return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < numDependencies; i++)
+        if ((rc = check_edge(hGraph, from[i], to[i], edgeData ? &edgeData[i] : NULL))) return rc;
+    for (i = 0; i < numDependencies; i++) {
+        CUgraphNode t = to[i];
+        int k = t->ndeps;
+        int *nd = malloc((size_t)(k + 1) * sizeof(int));
+        unsigned char *nt = malloc((size_t)(k + 1)), *np = malloc((size_t)(k + 1));
+        if (!nd || !nt || !np) { free(nd); free(nt); free(np); return CUDA_ERROR_OUT_OF_MEMORY; }
+        if (k) memcpy(nd, t->deps, (size_t)k * sizeof(int));
+        memset(nt, 0, (size_t)k + 1);
+        memset(np, 0, (size_t)k + 1);
+        if (t->etype) { memcpy(nt, t->etype, (size_t)k); memcpy(np, t->eport, (size_t)k); }
+        free(t->deps); free(t->etype); free(t->eport);
+        t->deps = nd; t->etype = nt; t->eport = np;
+        t->deps[k] = from[i]->index;
+        t->etype[k] = edgeData ? edgeData[i].type : 0;
+        t->eport[k] = edgeData ? edgeData[i].from_port : 0;
+        t->ndeps = k + 1;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Every edge in (to node, dependency) order; numEdges in: the arrays' room, out: the count
+ * (all of them when from is NULL). Non-default edges asked for without edgeData: the
+ * driver's CUDA_ERROR_LOSSY_QUERY, which the double answers as INVALID_VALUE. */
+CUresult CUDAAPI cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
+                                 size_t *numEdges) {
+    size_t total = 0, k = 0;
+    int i, j, lossy = 0;
+    FK_ENTER(cuGraphGetEdges);
+    if (!graph_valid(hGraph) || !numEdges) return CUDA_ERROR_INVALID_VALUE;
+    for (i = 0; i < hGraph->n; i++) total += (size_t)hGraph->nodes[i]->ndeps;
+    if (!from || !to) {
+        if (from || to || edgeData) return CUDA_ERROR_INVALID_VALUE;
+        *numEdges = total;
+        return CUDA_SUCCESS;
+    }
+    for (i = 0; i < hGraph->n; i++) {
+        CUgraphNode n = hGraph->nodes[i];
+        for (j = 0; j < n->ndeps; j++) {
+            unsigned char t = n->etype ? n->etype[j] : 0, p = n->eport ? n->eport[j] : 0;
+            if (k < *numEdges) {
+                from[k] = hGraph->nodes[n->deps[j]];
+                to[k] = n;
+                if (edgeData) {
+                    memset(&edgeData[k], 0, sizeof(edgeData[k]));
+                    edgeData[k].type = t;
+                    edgeData[k].from_port = p;
+                } else if (t || p) {
+                    lossy = 1;
+                }
+            }
+            k++;
+        }
+    }
+    for (; k < *numEdges; k++) {
+        from[k] = to[k] = NULL;
+        if (edgeData) memset(&edgeData[k], 0, sizeof(edgeData[k]));
+    }
+    *numEdges = total;
+    return lossy ? fk_reject(CUDA_ERROR_INVALID_VALUE, "lossy edge query (edgeData NULL)") : CUDA_SUCCESS;
+}
+
+/* Removes the node and its edges; later nodes move down one place (the double's indices
+ * are positions). */
+CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode hNode) {
+    CUgraph g;
+    int i, j, k, idx;
+    FK_ENTER(cuGraphDestroyNode);
+    if (!node_valid(hNode)) return CUDA_ERROR_INVALID_VALUE;
+    g = hNode->graph;
+    if (!graph_valid(g)) return CUDA_ERROR_INVALID_VALUE;
+    idx = hNode->index;
+    for (i = idx + 1; i < g->n; i++) {
+        CUgraphNode n = g->nodes[i];
+        for (j = k = 0; j < n->ndeps; j++) {
+            if (n->deps[j] == idx) continue;
+            n->deps[k] = n->deps[j] > idx ? n->deps[j] - 1 : n->deps[j];
+            if (n->etype) { n->etype[k] = n->etype[j]; n->eport[k] = n->eport[j]; }
+            k++;
+        }
+        n->ndeps = k;
+        n->index = i - 1;
+        g->nodes[i - 1] = n;
+    }
+    g->n--;
+    node_free(hNode);
     return CUDA_SUCCESS;
 }
 
@@ -498,7 +650,9 @@ static void dot_graph(FILE *f, CUgraph g, const char *prefix) {
         CUgraphNode n = g->nodes[i];
         fprintf(f, "  \"%s%d\" [label=\"%s%s%s\"];\n", prefix, i, node_type_name(n->type),
                 n->type == CU_GRAPH_NODE_TYPE_KERNEL ? "\\n" : "", n->type == CU_GRAPH_NODE_TYPE_KERNEL ? n->func->name : "");
-        for (j = 0; j < n->ndeps; j++) fprintf(f, "  \"%s%d\" -> \"%s%d\";\n", prefix, n->deps[j], prefix, i);
+        for (j = 0; j < n->ndeps; j++)
+            fprintf(f, "  \"%s%d\" -> \"%s%d\"%s;\n", prefix, n->deps[j], prefix, i,
+                    n->etype && n->etype[j] == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC ? " [label=\"programmatic\"]" : "");
         for (b = 0; b < n->nbodies; b++) {
             snprintf(sub, sizeof(sub), "%s%d_%u_", prefix, i, b);
             dot_graph(f, n->bodies[b], sub);

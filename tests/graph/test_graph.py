@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import barecuda as bc
-from _helpers import execs_live, fake_read as read, fake_write as write, graph_double as _lib, graphs_live, vadd_block
+from _helpers import execs_live, fake_read as read, fake_write as write, graph_double as _lib, graphs_live, run_child, \
+    vadd_block
 
 
 # ------------------------------------------------------------ explicit graphs
@@ -44,6 +45,107 @@ def test_kernel_node_from_a_plan(fake, vadd, stream):
     assert node.grid == (2, 1, 1) and node.block == (32, 1, 1)
     g.instantiate().launch(stream)
     assert fake.last_launch().params == vadd_block(o.ptr, a.ptr, a.ptr, 9)
+
+
+def test_plan_with_a_launch_config_keeps_cluster_cooperative_and_priority(fake, vadd, stream):
+    """A plan bound with a LaunchConfig becomes a node with the config's cluster
+    dimensions, cooperative flag and priority (node attributes), and the executable
+    launches with them and with the plan's packed arguments."""
+    lo, hi = bc.Device(0).stream_priority_range()
+    a, o = bc.alloc(64), bc.alloc(64)
+    g = bc.Graph()
+    clu = g.add_plan(vadd.bind_config(bc.LaunchConfig((4, 2), 32, cluster=(2, 2), priority=hi), o, a, a, 7))
+    coop = g.add_plan(vadd.bind_config(bc.LaunchConfig(2, 32, cooperative=True), o, a, a, 8), depends_on=clu)
+    assert clu.grid == (4, 2, 1) and clu.get_priority() == hi and coop.get_priority() == 0
+    g.instantiate(use_node_priority=True).launch(stream)
+    stream.synchronize()
+    first, second = fake.last_launch(1), fake.last_launch(0)
+    assert (first.cluster, first.cooperative, first.priority) == ((2, 2, 1), False, hi)
+    assert (second.cluster, second.cooperative, second.priority) == ((1, 1, 1), True, 0)
+    assert first.params == vadd_block(o.ptr, a.ptr, a.ptr, 7) and second.params == vadd_block(o.ptr, a.ptr, a.ptr, 8)
+    assert [k for _, _, k in g.edges()] == ["full"]
+
+
+def test_programmatic_plan_gets_programmatic_edges_from_kernel_nodes_only(fake, vadd, stream, tmp_path):
+    """With programmatic_serialization, add_plan makes the edges from kernel nodes
+    programmatic (as stream capture does) and the others full; edges() reads them back
+    from the driver, and the replay keeps the order."""
+    a, o = bc.alloc(64), bc.alloc(64)
+    g = bc.Graph()
+    k1 = g.add_kernel(vadd, 1, 16, o, a, a, 1)
+    k2 = g.add_kernel(vadd, 1, 16, o, a, a, 2)
+    ms = g.add_memset(a, 0, 4)
+    pdl = bc.LaunchConfig(1, 16, programmatic_serialization=True)
+    k3 = g.add_plan(vadd.bind_config(pdl, o, a, a, 3), depends_on=[k1, ms, k2])
+    k4 = g.add_plan(vadd.bind_config(pdl, o, a, a, 4))            # no dependencies: no edge at all
+    edges = g.edges()
+    assert sorted((f.index, t.index, k) for f, t, k in edges) == [
+        (0, 3, "programmatic"), (1, 3, "programmatic"), (2, 3, "full")]
+    assert all(t is k3 for _, t, _ in edges) and {id(f) for f, _, _ in edges} == {id(k1), id(k2), id(ms)}
+    assert k4.index == 4
+    g.to_dot(tmp_path / "g.dot")
+    assert (tmp_path / "g.dot").read_text().count('label="programmatic"') == 2
+    g.instantiate().launch(stream)
+    stream.synchronize()
+    n_of = [struct.unpack_from("<I", fake.last_launch(back).params, 24)[0] for back in (3, 2, 1, 0)]
+    assert n_of.index(3) > max(n_of.index(1), n_of.index(2))
+
+
+def test_programmatic_edges_on_a_driver_before_12_3_raise_naming_the_version(fake_lib_path):
+    """cuGraphAddDependencies/cuGraphGetEdges with edge data came with CUDA 12.3: on an
+    older driver add_plan of a programmatic plan with a kernel dependency and edges()
+    raise DriverVersionError naming it, and the graph keeps no half-made node."""
+    code = """
+import barecuda as bc
+import ptx
+from barecuda._loader import symbols
+vadd = bc.Module.from_ptx(ptx.VADD).get_kernel("vadd")
+g = bc.Graph()
+k1 = g.add_kernel(vadd, 1, 16, 0, 0, 0, 1)
+plan = vadd.bind_config(bc.LaunchConfig(1, 16, programmatic_serialization=True), 0, 0, 0, 2)
+print("V", symbols()["cuGraphAddDependencies"][0], symbols()["cuGraphGetEdges"][0])
+for tag, call in (("E1", lambda: g.edges()), ("E2", lambda: g.add_plan(plan, depends_on=k1))):
+    try:
+        call()
+    except bc.DriverVersionError as e:
+        print(tag, e)
+print("N", g.num_nodes(), g.add_plan(plan).index)
+"""
+    out = run_child(code, fake_lib_path, FAKECUDA_DRIVER_VERSION="12020")
+    lines = dict(ln.split(" ", 1) for ln in out.splitlines() if ln[:2] in ("V ", "E1", "E2", "N "))
+    assert lines["V"] == "12030 12030"
+    assert "cuGraphGetEdges" in lines["E1"] and "CUDA 12.3 driver or newer" in lines["E1"]
+    assert "cuGraphAddDependencies" in lines["E2"] and "CUDA 12.3 driver or newer" in lines["E2"]
+    assert lines["N"] == "1 1"           # nothing half-made; without a kernel dependency no edge is needed
+
+
+@pytest.mark.parametrize("failing", ["cuGraphKernelNodeSetAttribute", "cuGraphAddDependencies"])
+def test_configured_plan_node_is_all_or_nothing(fake, vadd, stream, failing):
+    """When an attribute or the programmatic edge fails, the node is removed again: the
+    graph keeps what it had, holds nothing of the plan's, and still runs."""
+    a, o = bc.alloc(64), bc.alloc(64)
+    g = bc.Graph()
+    k1 = g.add_kernel(vadd, 1, 16, o, a, a, 1)
+    b = bc.alloc(64)
+    cfg = bc.LaunchConfig(2, 16, cluster=2, programmatic_serialization=True)
+    plan = vadd.bind_config(cfg, o, b, b, 2)
+    fake.fail(failing, 1)                                           # CUDA_ERROR_INVALID_VALUE
+    destroyed = fake.calls("cuGraphDestroyNode")
+    with pytest.raises(bc.CudaError, match=failing):
+        g.add_plan(plan, depends_on=k1)
+    assert fake.calls("cuGraphDestroyNode") == destroyed + 1
+    assert g.nodes() == [k1] and g.edges() == []
+    del plan
+    gc.collect()
+    ref = weakref.ref(b)
+    b.close()
+    del b
+    gc.collect()
+    assert ref() is None                                            # the graph does not hold the plan's buffer
+    n0 = fake.launch_count()
+    g.instantiate().launch(stream)
+    stream.synchronize()
+    assert fake.launch_count() == n0 + 1
 
 
 @pytest.mark.parametrize("args, grid, block, exc", [

@@ -511,22 +511,25 @@ def test_kernel_node_priority_is_the_nodes_attribute_and_runs_with_use_node_prio
         assert [x.priority for x in got] == ([hi, hi + 1, lo] if flag else [0, 0, 0])
     assert n_ints == [[1, 2, 3], [1, 2, 3]]
     cfg_plan = vadd.bind_config(bc.LaunchConfig(1, 1, priority=hi), 0, 0, 0, 5)
-    with pytest.raises(ValueError, match="priority="):
-        g.add_plan(cfg_plan)
+    with pytest.raises(ValueError, match="contradicts the plan's LaunchConfig priority"):
+        g.add_plan(cfg_plan, priority=lo)
+    assert len(g.nodes()) == 3
+    assert g.add_plan(cfg_plan).get_priority() == hi == g.add_plan(cfg_plan, priority=hi).get_priority()
 
 
-def test_kernel_node_priority_driver_failure_is_typed_and_the_node_stays(fake, vadd):
+def test_kernel_node_priority_driver_failure_is_typed_and_removes_the_node(fake, vadd):
+    """A refused priority attribute takes the new node out again (cuGraphDestroyNode): the
+    graph is as before, and a later add works."""
     g = bc.Graph()
+    first = g.add_kernel(vadd, 1, 1, 0, 0, 0, 1)
     fake.fail("cuGraphKernelNodeSetAttribute", 1)        # CUDA_ERROR_INVALID_VALUE
+    destroyed = fake.calls("cuGraphDestroyNode")
     with pytest.raises(bc.CudaError, match="cuGraphKernelNodeSetAttribute") as ei:
-        g.add_kernel(vadd, 1, 1, 0, 0, 0, 1, priority=-1)
-    assert ei.value.code == 1
-    if hasattr(ei.value, "__notes__"):
-        assert "added without its priority" in ei.value.__notes__[0]
-    (node,) = g.nodes()
-    assert node.get_priority() == 0
-    node.set_priority(-1)
-    assert node.get_priority() == -1
+        g.add_kernel(vadd, 1, 1, 0, 0, 0, 1, priority=-1, depends_on=first)
+    assert ei.value.code == 1 and fake.calls("cuGraphDestroyNode") == destroyed + 1
+    assert g.nodes() == [first] and g.edges() == []
+    node = g.add_kernel(vadd, 1, 1, 0, 0, 0, 1, priority=-1, depends_on=first)
+    assert node.get_priority() == -1 and node.index == 1 and g.edges() == [(first, node, "full")]
 
 
 def test_instantiate_failure_names_the_node(fake, stream):

@@ -421,3 +421,69 @@ def test_decode_loop_example_runs():
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "matches eager" in out.stdout
+
+
+# Programmatic dependent launch and clusters in explicit graphs (sm_90): `producer` writes
+# x = i + 1 and then lets dependents start; `consumer` runs its prologue before
+# griddepcontrol.wait and reads x after it. `cluster_ids` records each block's cluster size
+# and rank in it.
+_PDL_SRC = r"""
+extern "C" __global__ void producer(float *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = (float)(i + 1);
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+extern "C" __global__ void consumer(const float *x, float *y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float k = 2.0f;                                          /* work before the wait */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (i < n) y[i] = k * x[i];
+}
+extern "C" __global__ void cluster_ids(int *out) {
+    unsigned int r, s;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(s));
+    if (threadIdx.x == 0) { out[2 * blockIdx.x] = (int)s; out[2 * blockIdx.x + 1] = (int)r; }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def pdl_module():
+    if bc.Device(0).compute_capability < (9, 0):
+        pytest.skip("programmatic dependent launch and clusters need compute capability 9.0")
+    return bc.Program(_PDL_SRC).compile().load()
+
+
+@gpu
+def test_configured_plans_in_an_explicit_graph_pdl_and_clusters(pdl_module):
+    """add_plan of a programmatic_serialization plan after a kernel node makes a programmatic
+    edge (the real driver's edges() says so, as it does for a captured PDL launch); the
+    replayed chain gives numpy's result, many times over. A cluster plan's node launches
+    in clusters: each block reads the cluster size and its rank from the hardware."""
+    prod, cons, ids = (pdl_module.get_kernel(k) for k in ("producer", "consumer", "cluster_ids"))
+    n = 1 << 20
+    s = bc.Stream()
+    x, y = bc.empty(n, "float32", stream=s), bc.empty(n, "float32", stream=s)
+    pdl = bc.LaunchConfig(blocks(n), 256, programmatic_serialization=True)
+    g = bc.Graph()
+    k1 = g.add_kernel(prod, blocks(n), 256, x, n)
+    k2 = g.add_plan(cons.bind_config(pdl, x, y, n), depends_on=k1)
+    assert g.edges() == [(k1, k2, "programmatic")]
+    nb = 64
+    out = bc.zeros(2 * nb, "int32", stream=s)
+    g.add_plan(ids.bind_config(bc.LaunchConfig(nb, 32, cluster=4), out))
+    exe = g.instantiate()
+    want = 2.0 * (np.arange(n, dtype=np.float32) + 1)
+    for _ in range(10):                     # x and y zeroed before each replay: y comes from this one's x
+        x.memset(0, stream=s)
+        y.memset(0, stream=s)
+        exe.launch(s)
+        np.testing.assert_array_equal(y.to_numpy(stream=s), want)
+    got = out.to_numpy(stream=s).reshape(nb, 2)
+    np.testing.assert_array_equal(got[:, 0], np.full(nb, 4))
+    np.testing.assert_array_equal(got[:, 1], np.arange(nb) % 4)
+    with bc.capture(s) as cg:                                       # the driver's own PDL edge, for comparison
+        prod.launch(blocks(n), 256, x, n, stream=s)
+        cons.launch_config(bc.LaunchConfig(blocks(n), 256, stream=s, programmatic_serialization=True), x, y, n)
+    assert [k for _, _, k in cg.edges()] == ["programmatic"]

@@ -28,6 +28,7 @@ from cpython cimport PyMem_Malloc, PyMem_Free, PyObject, PyList_GET_SIZE
 
 import os
 import weakref
+from operator import index as operator_index
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
@@ -37,6 +38,7 @@ from barecuda._stream cimport Event
 from barecuda._buffer cimport DeviceBuffer
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
+from barecuda._launch_config cimport LaunchConfig
 from barecuda.graph._host_node cimport _HostCall, host_trampoline
 from barecuda.graph._nodes cimport GraphNode, KernelNode, hold, need, new_kernel_node, node_token, \
     check_priority, set_node_priority
@@ -303,14 +305,41 @@ cdef class Graph:
         cdef size_t nd = 0
         cdef CUgraphNode *deps = NULL
         cdef CUgraphNode h = NULL
-        cdef Py_ssize_t i
         cdef list keep = []
-        cdef unsigned int smem
         cdef int prio = 0
         self._live()
         need(<void *>D.cuGraphAddKernelNode, "cuGraphAddKernelNode")
         if priority is not None:
             prio = check_priority(self.device, self.ctx, priority)
+        if priority is not None:
+            need(<void *>D.cuGraphDestroyNode, "cuGraphDestroyNode")
+        n = self._kernel_node(kernel, grid, block, args, shared_mem, keep)
+        _dep_array(self, depends_on, &deps, &nd)
+        try:
+            set_current(self.ctx)
+            check(D.cuGraphAddKernelNode(&h, self.handle, deps, nd, &n.p), b"cuGraphAddKernelNode")
+        finally:
+            PyMem_Free(deps)
+        if priority is not None:
+            try:
+                set_node_priority(self.ctx, h, prio)
+            except BaseException:
+                D.cuGraphDestroyNode(h)         # never adopted: the graph is as it was
+                raise
+        n.handle = h
+        self._adopt(n)
+        self._keep.append(kernel)
+        hold(self._keep, args)
+        if keep:
+            hold(self._keep, keep)
+        return n
+
+    cdef KernelNode _kernel_node(self, Kernel kernel, grid, block, tuple args, shared_mem, list keep):
+        """A KernelNode of kernel with its geometry and arguments checked and packed (not
+        yet in the graph); what the arguments need held goes into keep."""
+        cdef KernelNode n
+        cdef unsigned int smem
+        cdef Py_ssize_t i
         if kernel.func == NULL:
             raise ValueError(f"kernel {kernel.name!r}: its module is closed")
         if kernel.nparams < 0:
@@ -331,42 +360,117 @@ cdef class Graph:
         for i in range(kernel.nparams):
             pack_arg(kernel, i, args[i], n.buf, NULL, keep)
         n._vals = list(args)
-        self._keep.append(kernel)
-        hold(self._keep, args)
         n.p.func = kernel.func
         n.p.kernelParams = n.ptrs if kernel.nparams > 0 else NULL
         n.p.ctx = kernel.ctx
-        _dep_array(self, depends_on, &deps, &nd)
-        try:
-            set_current(self.ctx)
-            check(D.cuGraphAddKernelNode(&h, self.handle, deps, nd, &n.p), b"cuGraphAddKernelNode")
-        finally:
-            PyMem_Free(deps)
-        n.handle = h
-        self._adopt(n)
-        if keep:
-            hold(self._keep, keep)
-        if priority is not None:
-            # the node is in the graph (and owned by it) from here: a failure leaves it
-            # there at the default priority, and says so
-            try:
-                set_node_priority(self.ctx, n.handle, prio)
-            except Exception as e:
-                if hasattr(e, "add_note"):      # Python 3.11+
-                    e.add_note(f"the kernel node #{n.index} was added without its priority")
-                raise
         return n
 
     def add_plan(self, plan, depends_on=None, priority=None):
         """Add a kernel node from a :class:`LaunchPlan` (its kernel, dimensions, shared
         memory and arguments; the plan's stream does not matter in a graph).
-        ``priority`` as for :meth:`add_kernel`."""
-        if plan.config is not None:
-            raise ValueError("plans bound with a LaunchConfig (clusters, cooperative, priority) cannot become "
-                             "graph nodes here; bind without it and give add_plan(plan, priority=...), "
-                             "or capture them")
-        return self.add_kernel(plan.kernel, plan.grid, plan.block, *plan.args, shared_mem=plan.shared_mem,
-                               depends_on=depends_on, priority=priority)
+        ``priority`` as for :meth:`add_kernel`.
+
+        A plan bound with a :class:`LaunchConfig` (``Kernel.bind_config``) carries its
+        launch attributes into the node: the cluster dimensions, the cooperative flag and
+        the priority (``priority=`` may repeat it, not contradict it). With
+        ``programmatic_serialization`` the edges from the kernel nodes in ``depends_on``
+        are programmatic, as stream capture makes them: this kernel may start once those
+        kernels trigger (``griddepcontrol.launch_dependents``) or end, and waits for their
+        memory with ``griddepcontrol.wait``; edges from other nodes stay full. That needs a
+        driver of CUDA 12.3 or later. The node is added with all of these or not at all.
+        """
+        cfg = plan.config
+        if cfg is None:
+            return self.add_kernel(plan.kernel, plan.grid, plan.block, *plan.args, shared_mem=plan.shared_mem,
+                                   depends_on=depends_on, priority=priority)
+        return self._add_configured(plan, <LaunchConfig?>cfg, depends_on, priority)
+
+    cdef KernelNode _add_configured(self, plan, LaunchConfig cfg, depends_on, priority):
+        """add_plan of a plan bound with cfg: the node, then its attributes and programmatic
+        edges; a failure after the node is in the graph removes it again."""
+        cdef KernelNode n
+        cdef Kernel kernel = plan.kernel
+        cdef CUgraphNode *deps = NULL
+        cdef CUgraphNode *pfrom = NULL
+        cdef CUgraphNode *pto = NULL
+        cdef CUgraphEdgeData *edata = NULL
+        cdef size_t nd = 0, k
+        cdef CUgraphNode h = NULL
+        cdef CUlaunchAttributeValue v
+        cdef list keep = []
+        cdef int prio = 0
+        self._live()
+        need(<void *>D.cuGraphAddKernelNode, "cuGraphAddKernelNode")
+        if priority is not None and cfg.priority is not None and operator_index(priority) != cfg.priority:
+            raise ValueError(f"priority={priority} contradicts the plan's LaunchConfig priority {cfg.priority}; "
+                             f"give one of them")
+        if priority is None:
+            priority = cfg.priority
+        if priority is not None:
+            prio = check_priority(self.device, self.ctx, priority)
+        full, prog = [], []
+        if depends_on is not None:
+            for x in ((depends_on,) if isinstance(depends_on, GraphNode) else tuple(depends_on)):
+                (prog if cfg.programmatic_serialization and isinstance(x, GraphNode)
+                 and (<GraphNode>x).kind == "kernel" else full).append(x)
+        if priority is not None or cfg.has_cluster or cfg.cooperative:
+            need(<void *>D.cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute")
+        if prog:
+            need(<void *>D.cuGraphAddDependencies, "cuGraphAddDependencies")
+        need(<void *>D.cuGraphDestroyNode, "cuGraphDestroyNode")
+        n = self._kernel_node(kernel, plan.grid, plan.block, tuple(plan.args), plan.shared_mem, keep)
+        _dep_array(self, prog, &pfrom, &nd)         # checks they belong to this graph
+        PyMem_Free(pfrom)
+        pfrom = NULL
+        _dep_array(self, full, &deps, &nd)
+        try:
+            set_current(self.ctx)
+            check(D.cuGraphAddKernelNode(&h, self.handle, deps, nd, &n.p), b"cuGraphAddKernelNode")
+        finally:
+            PyMem_Free(deps)
+        try:
+            memset(&v, 0, sizeof(v))
+            if cfg.has_cluster:
+                v.clusterDim.x = cfg.cluster_[0]
+                v.clusterDim.y = cfg.cluster_[1]
+                v.clusterDim.z = cfg.cluster_[2]
+                check(D.cuGraphKernelNodeSetAttribute(h, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v),
+                      b"cuGraphKernelNodeSetAttribute")
+            if cfg.cooperative:
+                memset(&v, 0, sizeof(v))
+                v.cooperative = 1
+                check(D.cuGraphKernelNodeSetAttribute(h, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v),
+                      b"cuGraphKernelNodeSetAttribute")
+            if priority is not None:
+                set_node_priority(self.ctx, h, prio)
+            if prog:
+                nd = len(prog)
+                pfrom = <CUgraphNode *>PyMem_Malloc(nd * sizeof(CUgraphNode))
+                pto = <CUgraphNode *>PyMem_Malloc(nd * sizeof(CUgraphNode))
+                edata = <CUgraphEdgeData *>PyMem_Malloc(nd * sizeof(CUgraphEdgeData))
+                if pfrom == NULL or pto == NULL or edata == NULL:
+                    raise MemoryError()
+                memset(edata, 0, nd * sizeof(CUgraphEdgeData))
+                for k in range(nd):
+                    pfrom[k] = (<GraphNode>prog[k]).handle
+                    pto[k] = h
+                    edata[k].type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+                    edata[k].from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+                check(D.cuGraphAddDependencies(self.handle, pfrom, pto, edata, nd), b"cuGraphAddDependencies")
+        except BaseException:
+            D.cuGraphDestroyNode(h)             # never adopted: the graph is as it was
+            raise
+        finally:
+            PyMem_Free(pfrom)
+            PyMem_Free(pto)
+            PyMem_Free(edata)
+        n.handle = h
+        self._adopt(n)
+        self._keep.append(kernel)
+        hold(self._keep, tuple(plan.args))
+        if keep:
+            hold(self._keep, keep)
+        return n
 
     def add_memcpy(self, dst, src, nbytes=None, depends_on=None):
         """Add a copy node between DeviceBuffers and/or PinnedBuffers (``nbytes`` default:
@@ -633,6 +737,48 @@ cdef class Graph:
         its kernel, dimensions and parameter bytes are the driver's."""
         self._live()
         return [n for n in self._enumerate() if isinstance(n, KernelNode)]
+
+    def edges(self):
+        """Every dependency as ``(from_node, to_node, kind)``, in the driver's order
+        (``cuGraphGetEdges``; CUDA 12.3 or later). ``kind`` is ``"full"`` (the node
+        starts after the other ends), ``"programmatic"`` (programmatic dependent launch:
+        from the kernel's programmatic port, as :meth:`add_plan` of a plan with
+        ``programmatic_serialization`` and stream capture of such launches make them) or
+        ``"launch_order"`` (it starts once every block of the other kernel has started)."""
+        cdef size_t n = 0, i
+        cdef CUgraphNode *fr = NULL
+        cdef CUgraphNode *to = NULL
+        cdef CUgraphEdgeData *ed = NULL
+        self._live()
+        need(<void *>D.cuGraphGetEdges, "cuGraphGetEdges")
+        nodes = {<size_t>(<GraphNode>x).handle: x for x in self._enumerate()}
+        set_current(self.ctx)
+        check(D.cuGraphGetEdges(self.handle, NULL, NULL, NULL, &n), b"cuGraphGetEdges")
+        if n == 0:
+            return []
+        fr = <CUgraphNode *>PyMem_Malloc(n * sizeof(CUgraphNode))
+        to = <CUgraphNode *>PyMem_Malloc(n * sizeof(CUgraphNode))
+        ed = <CUgraphEdgeData *>PyMem_Malloc(n * sizeof(CUgraphEdgeData))
+        out = []
+        try:
+            if fr == NULL or to == NULL or ed == NULL:
+                raise MemoryError()
+            check(D.cuGraphGetEdges(self.handle, fr, to, ed, &n), b"cuGraphGetEdges")
+            for i in range(n):
+                if ed[i].from_port == CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER:
+                    kind = "launch_order"
+                elif ed[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC:
+                    kind = "programmatic"
+                elif ed[i].type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT and ed[i].from_port == 0:
+                    kind = "full"
+                else:
+                    kind = f"type {ed[i].type} port {ed[i].from_port}"
+                out.append((nodes[<size_t>fr[i]], nodes[<size_t>to[i]], kind))
+        finally:
+            PyMem_Free(fr)
+            PyMem_Free(to)
+            PyMem_Free(ed)
+        return out
 
     cdef list _enumerate(self):
         """Node objects for every node in the driver's order; nodes not seen yet are
