@@ -13,6 +13,8 @@ sources, headers, options and defines), so code built from other sources is neve
 loaded. PTX is compiled for ``compute_80`` and its ``.version`` is set to 8.0, the
 ISA of CUDA 12.0, the oldest driver barecuda supports; the kernels use nothing newer
 (the test suite checks every PTX text says 8.0 after lowering and still loads).
+A specialization with a ``("BC_SM_A", 90)`` define (the wgmma GEMM) gets one cubin,
+built for ``sm_90a`` (filed as sm_90), and PTX for ``compute_90a`` (also ISA 8.0).
 """
 import json
 import os
@@ -67,6 +69,19 @@ def build(out, archs=DEFAULT_ARCHS, *, ptx=True, jobs=None, specs=None, progress
     entries = {}
     for source, names, defines in specs:
         dg = R.digest(source, tuple(defines))
+        sa = R.arch_specific(defines)
+        if sa is not None:
+            # an arch-specific module (wgmma: sm_90a): one cubin, for that architecture only, filed
+            # under its plain name (the registry picks it on that architecture alone), and its
+            # compute_90a PTX (the kernels' parameter types; no other architecture loads it)
+            cub = [a for a in archs if a == sa]
+            entries[dg] = {"source": source, "defines": [list(d) for d in defines], "names": list(names),
+                           "cubins": cub, "ptx": bool(ptx)}
+            for a in cub:
+                work.append((dg, source, tuple(defines), "cubin", f"sm_{a}a", f"{dg}.sm_{a}.cubin"))
+            if ptx:
+                work.append((dg, source, tuple(defines), "ptx", f"compute_{sa}a", f"{dg}.ptx"))
+            continue
         entries[dg] = {"source": source, "defines": [list(d) for d in defines], "names": list(names),
                        "cubins": list(archs), "ptx": bool(ptx)}
         for a in archs:

@@ -27,7 +27,7 @@ from barecuda._errors import CudaError, DriverVersionError
 from barecuda._nvrtc import CompilerNotFoundError
 from barecuda import _libfind
 
-__all__ = ["get", "table", "digest", "compile_code", "CSRC", "PREBUILT", "OPTIONS", "NVRTC_HINT"]
+__all__ = ["get", "table", "digest", "compile_code", "arch_specific", "CSRC", "PREBUILT", "OPTIONS", "NVRTC_HINT"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(_HERE, "csrc")
@@ -152,6 +152,17 @@ def digest(source, defines=()):
     return d
 
 
+def arch_specific(defines):
+    """The architecture (e.g. 90) whose arch-specific target (``sm_90a``) a specialization is
+    built for, named by its ``("BC_SM_A", 90)`` define; None for the rest. On a device of
+    that architecture NVRTC builds it for ``sm_90a``; anywhere else for the device as usual
+    (such a source compiles to stubs there, and its family never launches them)."""
+    for k, v in defines:
+        if k == "BC_SM_A":
+            return int(v)
+    return None
+
+
 def compile_code(source, defines=(), *, target, arch, cache=False):
     """Compile one specialization with NVRTC: ``ObjectCode`` for ``target`` ('cubin' or
     'ptx') and ``arch`` ('sm_90', 'compute_80', 90); ``cache`` uses Program's cache."""
@@ -214,6 +225,8 @@ def _from_prebuilt(source, defines, dg, cc):
         archs = []                      # cubins from a newer CUDA major than the driver: PTX only
     else:
         archs = sorted((a for a in ent.get("cubins", ()) if a // 10 == major and a % 10 <= minor), reverse=True)
+        if arch_specific(defines) is not None:      # an sm_90a cubin runs on 9.0 alone
+            archs = [a for a in archs if a == major * 10 + minor]
     for a in archs:
         path = os.path.join(PREBUILT, f"{dg}.sm_{a}.cubin")
         if os.path.exists(path):
@@ -253,12 +266,13 @@ def _from_nvrtc(source, defines, dg, cc):
     src = _read(os.path.join(CSRC, source))
     prog = Program(src, name=source, include_paths=[CSRC], options=list(OPTIONS) + _define_opts(defines))
     d = _compile_cache.cache_dir()
-    oc = prog.compile("auto", arch=cc, cache=False)
+    sfx = "a" if arch_specific(defines) == cc[0] * 10 + cc[1] else ""
+    oc = prog.compile("auto", arch=f"sm_{cc[0]}{cc[1]}{sfx}" if sfx else cc, cache=False)
     _store(dg, cc, d, oc)
     yield oc.kind, oc
     if oc.kind == "cubin":
         # the driver refused the cubin (a driver double, an odd build): PTX for the architecture
-        oc = prog.compile("ptx", arch=f"compute_{cc[0]}{cc[1]}", cache=False)
+        oc = prog.compile("ptx", arch=f"compute_{cc[0]}{cc[1]}{sfx}", cache=False)
         _store(dg, cc, d, oc)
         yield oc.kind, oc
 
