@@ -1,10 +1,12 @@
 """``matmul``: ``out = alpha * op(a) @ op(b) + beta * out`` (csrc/gemm.cu), fp32/fp16/bf16 with
 fp32 accumulation, transposes, strided batches.
 
-float16/bfloat16 run on tensor cores (mma.sync) when the operands allow 16-byte copies: bases
-16-byte aligned, leading dims and batch strides multiples of 8 elements, and the contiguous
-extent of each operand a multiple of 8; anything else (and float32) runs the SIMT kernel,
-which takes any strides. A transposed *view* (column-major strides) is read as such: no copy.
+float16/bfloat16 run on tensor cores when the operands allow 16-byte copies: bases 16-byte
+aligned, leading dims and batch strides multiples of 8 elements, and the contiguous extent of
+each operand a multiple of 8 -- on compute capability 9.0 (H100/H200) through wgmma
+(csrc/gemm_sm90.cu, built for sm_90a), elsewhere through mma.sync (csrc/gemm.cu); anything
+else (and float32) runs the SIMT kernel, which takes any strides. A transposed *view*
+(column-major strides) is read as such: no copy.
 
 Shapes: ``a`` is ``[M, K]`` (``[K, M]`` with ``trans_a``), ``b`` is ``[K, N]`` (``[N, K]`` with
 ``trans_b``), either may have a leading batch axis (a 2-D operand is broadcast over the
@@ -45,6 +47,24 @@ GM = 8              # grouped raster height (GEMM_GM)
 # (sm_86/sm_89: 99 KB; the default needs 153 KB): 128x128 on 2x2 warps, K 32, 4 stages = 74 KB.
 SMALL_TILE = (128, 128, 2, 2, 32, 4, 0)     # BM, BN, WARPS_M, WARPS_N, BK, STAGES, DB
 _DT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+# The Hopper kernel (csrc/gemm_sm90.cu): wgmma.mma_async from 128-byte swizzled shared memory,
+# 128x256x64 tiles on two warpgroups, WG_STAGES cp.async stages (48 KB each); f16/bf16 on
+# compute capability 9.0 only (an sm_90a build: the registry builds it so from its BC_SM_A define).
+SOURCE_WG = "gemm_sm90.cu"
+WG = 1              # 1: use it where it runs (0: mma.sync everywhere)
+WG_LAYOUTS = ((0, 0), (0, 1), (1, 0), (1, 1))      # the (trans_a, trans_b) it takes
+WG_STAGES = 4
+WG_BM, WG_BN = 128, 256
+
+
+def _wg_defines(ta, tb):
+    return (("BC_SM_A", 90), ("TRANS_A", ta), ("TRANS_B", tb)) \
+        + ((("GEMM90_STAGES", WG_STAGES),) if WG_STAGES != 4 else ()) + ((("GEMM_GM", GM),) if GM != 8 else ())
+
+
+def wg_smem():
+    """Dynamic shared memory of the wgmma kernel (its stages, plus 1 KB to align them to 1024)."""
+    return WG_STAGES * (WG_BM + WG_BN) * 64 * 2 + 1024
 
 
 def _tile():
@@ -61,7 +81,8 @@ def _tc_defines(ta, tb, tile=None):
 
 KERNELS = ([(SOURCE, ("gemm_tc_f16", "gemm_tc_bf16"), _tc_defines(ta, tb, t)) for t in (None, SMALL_TILE)
             for ta in (0, 1) for tb in (0, 1)]
-           + [(SOURCE, ("gemm_simt_f32", "gemm_simt_f16", "gemm_simt_bf16"), (("GEMM_SIMT", 1),))])
+           + [(SOURCE, ("gemm_simt_f32", "gemm_simt_f16", "gemm_simt_bf16"), (("GEMM_SIMT", 1),))]
+           + [(SOURCE_WG, ("gemm_wg_f16", "gemm_wg_bf16"), _wg_defines(ta, tb)) for ta in (0, 1) for tb in (0, 1)])
 
 
 def tc_smem(ta, tb, tile=None):
@@ -72,6 +93,20 @@ def tc_smem(ta, tb, tile=None):
 
 
 _smem_optin: Dict[int, int] = {}
+_ccs: Dict[int, Tuple[int, int]] = {}
+
+
+def _cc(device):
+    """The device's compute capability, cached per ordinal."""
+    o = int(device)
+    v = _ccs.get(o)
+    if v is None:
+        from barecuda._device import Device
+        dev = device if isinstance(device, Device) else Device(o)
+        cc = dev.compute_capability
+        cc = cc() if callable(cc) else cc
+        v = _ccs[o] = (int(cc[0]), int(cc[1]))
+    return v
 
 
 def smem_limit(device):
@@ -155,6 +190,14 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream, plan=False)
         tc = _tc_layout(ab, am, ak, m, k, sa, bb, bk, bn, n, sb, ob)
         if tc is not None:
             ta, lda, tb, ldb = tc
+            args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, _args.f32(alpha), _args.f32(beta))
+            if WG and (ta, tb) in WG_LAYOUTS and _cc(device) == (9, 0) and wg_smem() <= smem_limit(device):
+                kern = _registry.get(SOURCE_WG, f"gemm_wg_{code}", _wg_defines(ta, tb), device)
+                smem = wg_smem()
+                if kern.max_dynamic_shared_memory < smem:
+                    kern.set_max_dynamic_shared_memory(smem)
+                grid = (((m + WG_BM - 1) // WG_BM) * ((n + WG_BN - 1) // WG_BN), 1, nbat)
+                return kern, grid, 256, smem, args, ob
             tile = _tile()
             smem = tc_smem(ta, tb, tile)
             if smem > smem_limit(device):
@@ -164,7 +207,6 @@ def _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream, plan=False)
             if kern.max_dynamic_shared_memory < smem:
                 kern.set_max_dynamic_shared_memory(smem)
             grid = (((m + tile[0] - 1) // tile[0]) * ((n + tile[1] - 1) // tile[1]), 1, nbat)
-            args = (ab, bb, ob, m, n, k, lda, ldb, n, sa, sb, sc, _args.f32(alpha), _args.f32(beta))
             return kern, grid, 32 * tile[2] * tile[3], smem, args, ob
     kern = _registry.get(SOURCE, f"gemm_simt_{code}", (("GEMM_SIMT", 1),), device)
     grid = ((n + 63) // 64, (m + 63) // 64, nbat)
