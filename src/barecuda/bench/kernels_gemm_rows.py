@@ -124,6 +124,16 @@ def gemm_section(ctx=None):
     sec = Section("kernels_gemm", f"GEMM ({card})", [("us", 9), ("result", 12), ("% peak", 8), ("cuBLAS", 12),
                                                       ("x cuBLAS", 9)])
     rows = gemm_rows(bc, s, torch)
+    from barecuda.kernels import _matmul as MM
+    dev = bc.Device()
+    if MM.WG and MM._cc(dev) == (9, 0) and MM.wg_smem() <= MM.smem_limit(dev):
+        # the rows above ran the wgmma kernel (gemm_sm90.cu); the mma.sync kernel of other GPUs beside it
+        MM.WG = 0
+        try:
+            rows += [(label + " [mma.sync]", us, tf, tt)
+                     for label, us, tf, tt in gemm_rows(bc, s, torch, shapes=(SHAPES[0], SHAPES[3]))]
+        finally:
+            MM.WG = 1
     try:
         from barecuda.kernels import _cublaslt
         lt = _cublaslt.is_available()
@@ -142,9 +152,10 @@ def gemm_section(ctx=None):
         sec.add(label, [f"{us:.0f}", f"{tf:.1f} TF/s", f"{100 * tf / peak:.0f}%" if peak else "", tcell, x])
     import os
     if os.environ.get("BARECUDA_BENCH_TUNE"):   # developer probe: other pipeline depths, same run
-        from barecuda.kernels import _matmul as MM
         names = ("BM", "BN", "WARPS_M", "WARPS_N", "BK", "STAGES", "DB", "PF", "GM")
         old = tuple(getattr(MM, n) for n in names)
+        wg = MM.WG
+        MM.WG = 0                                  # these are mma.sync tiles
         for cfg in ((128, 256, 2, 4, 64, 3, 1, 0, 8), (128, 256, 2, 4, 32, 5, 1, 0, 8), (128, 256, 2, 4, 32, 3, 1, 0, 8),
                     (128, 256, 2, 4, 32, 4, 1, 1, 8), (128, 256, 2, 4, 32, 4, 1, 0, 16),
                     (256, 128, 4, 2, 64, 3, 1, 0, 8), (128, 256, 4, 2, 32, 4, 1, 0, 8)):
@@ -157,6 +168,16 @@ def gemm_section(ctx=None):
             finally:
                 for n, v in zip(names, old):
                     setattr(MM, n, v)
+        MM.WG = wg
+        for st, gm in ((3, 8), (4, 16)):           # the wgmma kernel's other depth and raster
+            if not (wg and MM._cc(dev) == (9, 0)):
+                break
+            MM.WG_STAGES, MM.GM = st, gm
+            try:
+                for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[3])):
+                    sec.add(label + f" [wgmma {st}st gm{gm}]", [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
+            finally:
+                MM.WG_STAGES, MM.GM = 4, old[-1]
         if lt:   # small shapes: which backend "auto" should pick (its threshold: 64^3 multiply-adds)
             small = (("bfloat16", 32, 32, 64, False, False), ("bfloat16", 64, 64, 64, False, False),
                      ("bfloat16", 128, 128, 128, False, False), ("bfloat16", 256, 256, 256, False, False),
