@@ -581,3 +581,18 @@ def test_wgmma_prebuilt_cubin_runs(tmp_path, monkeypatch):
         assert _registry.origin(MM.SOURCE_WG, defines, bc.Device(0)) == "prebuilt-cubin"
     finally:
         _registry._reset(os.path.join(os.path.dirname(_registry.__file__), "prebuilt"))
+
+
+def test_warmup_loads_arch_specific_modules_only_on_their_architecture(fake, monkeypatch):
+    """``python -m barecuda.kernels warmup`` skips a BC_SM_A module on other architectures
+    (no NVRTC needed there for a kernel its family never launches); the double is a 9.0."""
+    from barecuda.kernels import __main__ as KM
+    calls = []
+    monkeypatch.setattr(_registry, "get", lambda s, n, d=(), dev=None: calls.append((s, n, d)))
+    monkeypatch.setattr(_registry, "origin", lambda s, d=(), dev=None: "cache")
+    for sa, want in ((90, 1), (100, 0)):
+        calls.clear()
+        spec = (MM.SOURCE_WG, ("gemm_wg_bf16",), (("BC_SM_A", sa), ("TRANS_A", 0), ("TRANS_B", 0)))
+        monkeypatch.setattr(_registry, "table", lambda: [spec])
+        assert KM.warmup(quiet=True) == ({"cache": 1} if want else {})
+        assert len(calls) == want

@@ -27,7 +27,11 @@ def warmup(device=None, quiet=False, sources=None, jobs=None):
     import barecuda as bc
     from barecuda.kernels import _registry as R
     dev = bc.Device(device if device is not None else 0)
-    specs = [t for t in R.table() if sources is None or t[0] in sources]
+    cc = dev.compute_capability
+    cc = cc() if callable(cc) else cc
+    # an arch-specific module (the sm_90a GEMM) is loaded only where its family launches it
+    specs = [t for t in R.table() if (sources is None or t[0] in sources)
+             and R.arch_specific(t[2]) in (None, cc[0] * 10 + cc[1])]
     jobs = max(1, int(jobs) if jobs else min(16, os.cpu_count() or 1))
     t0 = time.monotonic()
     counts = {}
@@ -57,6 +61,13 @@ def warmup(device=None, quiet=False, sources=None, jobs=None):
     return counts
 
 
+def _cc10(ordinal):
+    import barecuda as bc
+    cc = bc.Device(ordinal).compute_capability
+    cc = cc() if callable(cc) else cc
+    return cc[0] * 10 + cc[1]
+
+
 def main(argv=None):
     import argparse
     p = argparse.ArgumentParser(prog="python -m barecuda.kernels", description=__doc__.split("\n\n")[0])
@@ -80,7 +91,10 @@ def main(argv=None):
     for source, names, defines in specs:
         d = " ".join(f"{k}={v}" for k, v in defines) or "-"
         where = ""
-        if a.where:
+        sa = R.arch_specific(defines)
+        if a.where and sa is not None and sa != _cc10(0):
+            where = f"  [sm_{sa}a only]"
+        elif a.where:
             for n in names:
                 R.get(source, n, defines, 0)
             where = f"  [{R.origin(source, defines, 0)}]"
