@@ -77,6 +77,7 @@ typedef uint8_t u8; typedef uint16_t u16; typedef uint32_t u32; typedef uint64_t
 #define __align__(n) alignas(n)
 struct uint4 { u32 x, y, z, w; };
 struct uint2 { u32 x, y; };
+static inline uint4 make_uint4(u32 x, u32 y, u32 z, u32 w) { return {x, y, z, w}; }
 static inline float __uint_as_float(u32 v) { float f; std::memcpy(&f, &v, 4); return f; }
 static inline u32 __funnelshift_r(u32 lo, u32 hi, u32 sh) { sh &= 31; return sh ? (lo >> sh) | (hi << (32 - sh)) : lo; }
 static inline float bc_half_to_float(u16 h) {
@@ -90,10 +91,26 @@ HOST_MAIN = r"""
 #include "dequant_direct.cuh"
 #include <cstdio>
 #include <vector>
-static int g_parts = 0;                 // 0: unit(), 1: part(), 2: dequant_direct.cuh's dq_part(), 3: its DqRaw
+static int g_parts = 0;                 // 0: unit(), 1: part(), 2: dequant_direct.cuh's dq_part(), 3: its DqRaw,
+                                        // 4: its DqQ6Quad (Q6_K)
 template <int F> static void run(const u8* q, long nblocks, float* y) {
     using Q = BcQ<F>;
     for (long b = 0; b < nblocks; ++b) {
+        if constexpr (F == BC_Q6_K) {
+            if (g_parts == 4) {
+                for (int h = 0; h < 2; ++h)
+                    for (int oq = 0; oq < 4; ++oq) {
+                        DqQ6Quad r;
+                        r.load(q + b * Q::BYTES, h, oq);
+                        for (int qt = 0; qt < 4; ++qt) {
+                            float v[8], a, c;
+                            r.decode(qt, v, a, c);
+                            for (int i = 0; i < 8; ++i) y[b * Q::QK + (16 * h + 4 * qt + oq) * 8 + i] = std::fma(a, v[i], c);
+                        }
+                    }
+                continue;
+            }
+        }
         if (g_parts) {
             for (int p = 0; p < Q::QK / 8; ++p) {
                 float v[8], a, c;
@@ -115,7 +132,8 @@ template <int F> static void run(const u8* q, long nblocks, float* y) {
 }
 int main(int argc, char** argv) {   // fmt-code in-file nbytes out-file unit|part|direct|raw
     const int f = atoi(argv[1]);
-    g_parts = argc > 5 && argv[5][0] == 'p' ? 1 : argc > 5 && argv[5][0] == 'd' ? 2 : argc > 5 && argv[5][0] == 'r' ? 3 : 0;
+    g_parts = argc > 5 && argv[5][0] == 'p' ? 1 : argc > 5 && argv[5][0] == 'd' ? 2 : argc > 5 && argv[5][0] == 'r' ? 3
+            : argc > 5 && argv[5][0] == 'q' ? 4 : 0;
     const long n = atol(argv[3]);
     std::vector<u8> buf(n + 64);            // 16-byte aligned start (new[]), padded for the funnel reads
     FILE* fi = fopen(argv[2], "rb");
@@ -143,7 +161,8 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
     """quant.cuh's decoders (unit() and part(): the code every quant kernel runs) and the direct
     dequantize kernel's (dequant_direct.cuh), compiled for the CPU with
     a few shims for CUDA intrinsics, reproduce gguf.quants.dequantize bit for bit in float32
-    on random blocks of every format (both 2-byte alignments of the odd-sized blocks)."""
+    on random blocks of every format (both 2-byte alignments of the odd-sized blocks); Q6_K's
+    quad decoder (DqQ6Quad, dequant.cu's DQ6_Q) too."""
     import shutil
     import subprocess
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
@@ -160,7 +179,7 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
         raw = random_blocks(rng, fmt, qk * 37)
         (tmp_path / "in.bin").write_bytes(raw.tobytes())
         ref = reference(raw, fmt, (raw.size // nb * qk,))
-        for mode in ("unit", "part", "direct", "raw"):
+        for mode in ("unit", "part", "direct", "raw") + (("quad",) if fmt == "q6_k" else ()):
             subprocess.run([str(exe), str(t), str(tmp_path / "in.bin"), str(raw.size), str(tmp_path / "out.bin"), mode],
                            check=True)
             got = np.fromfile(tmp_path / "out.bin", dtype=np.float32).astype(np.float64)
@@ -345,6 +364,53 @@ def test_dequantize_direct_grid_stride(fmt, grid, u, extra):
     defs = (("DQ_DIRECT_ALL", 1), ("DQ_U", u)) + ((("DQ_RAW", 1),) if u == 4 else ()) + extra
     _registry.get("dequant.cu", f"dequant_{fmt}_f32", defs).launch(grid, 128, view, out, raw.size // nb)
     assert np.abs(from_dev(out, "float32") - reference(raw, fmt, shape)).max() < 1e-4
+
+
+DIRECT_VARIANTS = [  # fmt, defines, warps a block, grid (0: the host's)
+    ("q6_k", (("DQ6_Q", 1),), 4, 0), ("q6_k", (("DQ6_Q", 2),), 4, 3), ("q6_k", (("DQ6_Q", 3), ("DQ_CS", 1)), 4, 1),
+    ("q6_k", (("DQ6_Q", 2), ("DQ_TMA", 1)), 4, 2), ("q6_k", (("DQ6_Q", 2), ("DQ_WARPS", 8)), 8, 1),
+    ("q6_k", (("DQ6_Q", 1), ("DQ_TMA", 1)), 4, 0),
+    ("q4_k", (("DQ_TMA", 1),), 4, 0), ("q4_k", (("DQ_TMA", 1),), 4, 2), ("q4_k", (("DQ_TMA", 1), ("DQ_WARPS", 8)), 8, 1),
+    ("q4_k", (("DQ_WARPS", 8),), 8, 3),
+    ("q8_0", (("DQ_TMA", 1),), 4, 0), ("q8_0", (("DQ_TMA", 1), ("DQ_WARPS", 8)), 8, 2), ("q8_0", (("DQ_WARPS", 8),), 8, 0),
+    ("q4_1", (("DQ_TMA", 1),), 4, 3), ("q4_0", (("DQ_TMA", 1), ("DQ_DIRECT_ALL", 1), ("DQ_U", 6)), 4, 0),
+]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("fmt,defs,warps,grid", DIRECT_VARIANTS)
+def test_dequantize_direct_variants(fmt, defs, warps, grid, dtype):
+    """The sweep's direct-kernel builds: Q6_K by quads (DQ6_Q: a thread the 4 parts of a
+    half-block that share bytes), a block's run written by one bulk copy from shared memory
+    (DQ_TMA, sm_90; f32 runs over 32 KB keep the plain stores), 8 warps a block (DQ_WARPS), on
+    the host's grid and on smaller ones (the grid-stride loop, a partial last run), the tensor a
+    view at an odd 16-byte offset ending 2 bytes past a word."""
+    rng = np.random.default_rng()
+    qk, nb = D.format_info(fmt)[2:]
+    shape = (37, qk * 9)
+    raw = random_blocks(rng, fmt, shape[0] * shape[1])
+    big = bc.zeros((16 * 5 + raw.size,), "uint8")
+    view = big[16 * 3: 16 * 3 + raw.size]
+    view.copy_from(raw)
+    out = bc.empty(shape, dtype)
+    nblocks = raw.size // nb
+    g = grid or -(-nblocks // (D._SEG[qk] * warps))
+    code = {"float32": "f32", "float16": "f16"}[dtype]
+    _registry.get("dequant.cu", f"dequant_{fmt}_{code}", defs).launch(g, 32 * warps, view, out, nblocks)
+    ref = reference(raw, fmt, shape)
+    tol = 1e-4 if dtype == "float32" else rounding(dtype) * np.abs(ref).max() * 1.01
+    assert np.abs(from_dev(out, dtype) - ref).max() <= tol, (fmt, defs, grid)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_dequant_sweep_builds_compile_without_warnings(arch):
+    """The sweep's builds compile cleanly for both architectures (DQ_TMA is sm_90 code, the
+    plain stores below it; DQ_FLOOR is the bench's no-math floor, not a dequantize)."""
+    for defs in ((("DQ_TMA", 1), ("DQ6_Q", 2)), (("DQ_FLOOR", 1), ("DQ_DIRECT_ALL", 1), ("DQ_TMA", 1)),
+                 (("DQ_WARPS", 8), ("DQ_TMA", 1), ("DQ_DIRECT_ALL", 1))):
+        oc = _registry.compile_code("dequant.cu", defs, target="cubin", arch=arch)
+        assert oc.log.strip() == "", defs
 
 
 @gpu

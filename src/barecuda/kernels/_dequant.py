@@ -34,6 +34,9 @@ _WARPS = 4                       # DQ_WARPS / MV_WARPS
 # blocks a multiprocessor (the kernel loops over the segments left); 0: a block a 4-segment
 # group, no loop (bench: kernels_matvec_rows.dequant_grid_rows)
 GRID_PER_SM = 0
+# GGUF blocks a CUDA block takes where that is not a 4-segment group (_SEG x _WARPS): Q6_K's
+# default kernel takes a run of 128 quads (dequant.cu's DQ6_Q=1: 4 parts a thread) = 16 blocks
+_CTA_BLOCKS = {"q6_k": 16}
 
 
 def format_info(fmt):
@@ -184,8 +187,8 @@ def _prepare(buffer, format, shape, dtype, out, stream):
         raise ValueError(f"out: address 0x{y.ptr:x} is not 16-byte aligned")
     nblocks = qw.data.nbytes // qw.block_bytes
     kern = _registry.get("dequant.cu", f"dequant_{qw.format}_{code}", (), int(qw.data.device))
-    nseg = -(-nblocks // _SEG[qw.block])
-    grid = -(-nseg // _WARPS)
+    per = _CTA_BLOCKS.get(qw.format, _SEG[qw.block] * _WARPS)
+    grid = -(-nblocks // per)
     if GRID_PER_SM:
         grid = max(1, min(grid, _args.sm_count(qw.data.device) * GRID_PER_SM))
     return kern, grid, qw, y, nblocks

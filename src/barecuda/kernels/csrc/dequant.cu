@@ -4,7 +4,8 @@
 // bf16), parameters (const u8* q, out_t* y, long long nblocks). A tensor's blocks are
 // contiguous and its weights are the blocks' weights in order, so the kernel is flat over
 // blocks. By default Q4_K, Q8_0 and Q4_1 are read straight from global memory into registers
-// (dequant_q4k_direct, dequant_direct below), Q4_0 and Q6_K staged. The staged kernel (DQ_DIRECT=0 /
+// (dequant_q4k_direct, dequant_direct below), Q6_K too, 4 parts sharing bytes a thread
+// (dequant_q6k_quads), Q4_0 staged. The staged kernel (DQ_DIRECT=0 /
 // DQ_DIRECT_ALL=0): each warp takes segments of blocks (grid-stride), stages them into shared memory
 // (cp.async, double-buffered; quant.cuh), and each lane decodes 8 consecutive weights (the
 // warp's lanes covering blocks contiguously) and writes them with one 16-byte store
@@ -13,7 +14,9 @@
 #include "quant.cuh"
 #include "dequant_direct.cuh"
 
-#define DQ_WARPS 4
+#ifndef DQ_WARPS
+#define DQ_WARPS 4      // warps a block (the host launches 32 * _dequant._WARPS threads: sweeps bind their own)
+#endif
 #ifndef DQ_P8
 #define DQ_P8 1         // 1 = 8 weights per lane (BcQ::part: coalesced stores), 0 = 32 (BcQ::unit)
 #endif                  // (H200, 14336x4096 -> f16: 56-59% of spec against 29-44% with 0)
@@ -49,6 +52,87 @@ template <bool CS = false, typename OT> BC_DEV void dq_store8(OT* yp, float* q, 
             bc_vstore(yp + i * BcVec<OT>::N, v);
     }
 }
+
+// DQ_FLOOR=1: a timing floor, NOT a dequantize: the direct kernels issue the same loads and
+// stores but write the raw words (no decode, no conversion), so a sweep can time what this
+// load/store structure reaches at the format's read:write byte mix
+#ifndef DQ_FLOOR
+#define DQ_FLOOR 0
+#endif
+template <typename OT> BC_DEV void dq_store_raw8(OT* yp, uint4 v) {
+#pragma unroll
+    for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
+        BcVec<OT> o;
+        o.raw = make_uint4(v.x, v.y, v.z, v.w ^ (u32)i);
+        bc_vstore(yp + i * BcVec<OT>::N, o);
+    }
+}
+
+// DQ_TMA=1 (sm_90; ignored below): the direct kernels put a block's run of decoded parts into
+// shared memory and thread 0 writes the run with one bulk copy (cp.async.bulk, the TMA's
+// 1-D form) instead of 16-byte stores from every thread. DqRunOut<OT, NP>: a run of NP parts
+// (8 weights each); put() takes part i of the run, flush() writes the first n parts to y.
+// DQ_TMA: 0 off, 1 every direct kernel, 2 per format as measured: Q4_1 only (H200 14336x4096 -> f16,
+// 2026-11-27 06:0x UTC, two rounds of one run: Q4_1 78.9-79.0% of spec against 77.8-78.0; Q4_K
+// 73.1-73.3 against 78.2-78.4, Q6_K by quads 77.1-77.5 against 79.6-79.7, Q4_0 direct 71.8-73.0,
+// Q8_0 79.1-79.2 against 79.0-79.4; a second run, 06:1x, gave Q4_1 with it 77.4-77.9, no
+// comparison row: a point at most)
+#ifndef DQ_TMA
+#define DQ_TMA 2
+#endif
+#if DQ_TMA && __CUDA_ARCH__ >= 900
+#define DQ_TMA_ON 1
+#else
+#define DQ_TMA_ON 0
+#endif
+template <int F> struct DqTma { static constexpr bool value = DQ_TMA_ON && (DQ_TMA == 1 || F == BC_Q4_1); };
+template <typename OT, int NP, bool ON> struct DqRunOut;
+template <typename OT, int NP> struct DqRunOut<OT, NP, true> {
+    static constexpr bool ON = true;
+    OT* s;
+    BC_DEV explicit DqRunOut(OT* smem) : s(smem) {}
+    // before the run's puts: the previous run's bulk copy has read the buffer (after its loads
+    // are issued, so the wait overlaps them)
+    BC_DEV void begin() const {
+        if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        __syncthreads();
+    }
+    BC_DEV void put(OT*, long long j, float* q, float a, float c) const { dq_store8<false>(s + j * 8, q, a, c); }
+    BC_DEV void put_raw(OT*, long long j, uint4 v) const { dq_store_raw8(s + j * 8, v); }
+    BC_DEV void flush(OT* y, int n) const {
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
+        if (threadIdx.x == 0 && n > 0) {
+            const u32 sa = (u32)__cvta_generic_to_shared(s);
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                         :: "l"(y), "r"(sa), "r"((u32)(n * 8 * (int)sizeof(OT))) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+    }
+    BC_DEV void end() const {
+        if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+};
+// without DQ_TMA (and for runs over 32 KB: f32 output at 8 warps): 16-byte stores from each thread
+template <typename OT, int NP> struct DqRunOut<OT, NP, false> {
+    static constexpr bool ON = false;
+    BC_DEV explicit DqRunOut(OT*) {}
+    BC_DEV void begin() const {}
+    BC_DEV void put(OT* yp, long long, float* q, float a, float c) const { dq_store8<DQ_CS == 1>(yp, q, a, c); }
+    BC_DEV void put_raw(OT* yp, long long, uint4 v) const { dq_store_raw8(yp, v); }
+    BC_DEV void flush(OT*, int) const {}
+    BC_DEV void end() const {}
+};
+// `out`, the run writer of a kernel of format F: through shared memory where DqTma<F> and the run
+// fits in 32 KB (f32 runs at 8 warps do not), else plain stores
+#define DQ_RUN_ON(F, OT, NP) (DqTma<F>::value && (NP) * 8 * sizeof(OT) <= 32768)
+#if DQ_TMA_ON
+#define DQ_RUN_SMEM(F, OT, NP)                                                                   \
+    __shared__ __align__(128) OT dq_run_s[DQ_RUN_ON(F, OT, NP) ? (NP) * 8 : 1];                \
+    DqRunOut<OT, (NP), DQ_RUN_ON(F, OT, NP)> out(dq_run_s)
+#else
+#define DQ_RUN_SMEM(F, OT, NP) DqRunOut<OT, (NP), false> out(nullptr)
+#endif
 
 template <int F, typename OT>
 BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
@@ -126,6 +210,7 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
     using Q = BcQ<BC_Q4_K>;
     constexpr int U = DQ_K4U, T = 32 * DQ_WARPS;
     const long long nparts = nblocks * 32;
+    DQ_RUN_SMEM(BC_Q4_K, OT, U * T);
     for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
         uint4 h[U];
         uint2 w[U];
@@ -139,15 +224,22 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
                 w[j] = dq_ld8(b + 16 + 32 * (p >> 3) + 8 * (p & 3));
             }
         }
+        out.begin();
 #pragma unroll
         for (int j = 0; j < U; ++j) {
             const long long i = base + threadIdx.x + j * T;
             if (i >= nparts) break;
+#if DQ_FLOOR
+            out.put_raw(y + i * 8, threadIdx.x + j * T, make_uint4(h[j].x ^ w[j].x, h[j].y ^ w[j].y, h[j].z, h[j].w));
+#else
             float q[8], a, c;
             Q::part_r(h[j], w[j], (int)(i & 31), q, a, c);
-            dq_store8<DQ_CS == 1>(y + i * 8, q, a, c);
+            out.put(y + i * 8, threadIdx.x + j * T, q, a, c);
+#endif
         }
+        out.flush(y + base * 8, (int)min((long long)(U * T), nparts - base));
     }
+    out.end();
 }
 
 // The other formats straight from global memory too (DQ_DIRECT_ALL=1): thread i of a block
@@ -160,9 +252,9 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
 // DQ_DIRECT_ALL: 2 = per format, as measured (H200, 14336x4096 -> f16, % of spec, 2026-11-27
 // 02:2x and 02:3x UTC, two runs): Q8_0 78.0-78.9 direct (DQ_RAW=1 DQ_U=8; 66.8 direct U=4 without
 // DQ_RAW, the earlier default), Q4_1 76.5-77.2 direct (64.9); Q4_0 staged with streaming stores
-// 76.2-76.4 (staged without them 68.4, direct 74.9-75.5); Q6_K staged 64.2-64.4 (62.8 without
-// streaming stores; direct with DQ_RAW 63.4 at U=3, 59.4 at 4, 41.3 at 8). 1 = every format direct;
-// 0 = every format staged. DQ_U: parts a thread; DQ_RAW=1 loads their raw words first and
+// 76.2-76.4 (staged without them 68.4, direct 74.9-75.5); Q6_K by quads (DQ6_Q below: 79.6-79.7
+// at 06:0x; the staged kernel, the default before it, 64.2-64.6; part-wise direct with DQ_RAW 63.4
+// at U=3, 59.4 at 4, 41.3 at 8). 1 = every format direct (Q6_K part-wise); 0 = every format staged. DQ_U: parts a thread; DQ_RAW=1 loads their raw words first and
 // decodes each after (dequant_direct.cuh): 46-63 registers at U=8 for the 32-weight formats
 // where U=8 without it took ~94 (45-53% of spec); U 4 / 6 / 12 measured within a point of 8.
 #ifndef DQ_DIRECT_ALL
@@ -182,6 +274,7 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
     using Q = BcQ<F>;
     constexpr int P = Q::QK / 8, U = DQ_U, T = 32 * DQ_WARPS;
     const long long nparts = nblocks * P;
+    DQ_RUN_SMEM(F, OT, U * T);
     for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
 #if DQ_RAW
         // the U parts' raw words loaded first, each decoded and stored after (dequant_direct.cuh)
@@ -191,14 +284,20 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
             const long long i = base + threadIdx.x + j * T;
             if (i < nparts) r[j].load(qb + (i / P) * Q::BYTES, (int)(i % P));
         }
+        out.begin();
 #pragma unroll
         for (int j = 0; j < U; ++j) {
             const long long i = base + threadIdx.x + j * T;
             if (i >= nparts) break;
+#if DQ_FLOOR
+            out.put_raw(y + i * 8, threadIdx.x + j * T, r[j].fold());
+#else
             float q[8], a, c;
             r[j].decode((int)(i % P), q, a, c);
-            dq_store8<DQ_CS == 1>(y + i * 8, q, a, c);
+            out.put(y + i * 8, threadIdx.x + j * T, q, a, c);
+#endif
         }
+        out.flush(y + base * 8, (int)min((long long)(U * T), nparts - base));
 #else
         float q[U][8], a[U], c[U];
 #pragma unroll
@@ -214,10 +313,57 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
         }
 #endif
     }
+    out.end();
+}
+
+// Q6_K by quads (DQ6_Q > 0: quads a thread, with DQ_DIRECT_ALL=2, the default: 0 and 1 keep Q6_K
+// staged / part-wise direct as for the other formats): the 4 parts of a Q6_K half-block that share their
+// bytes are one thread's (dequant_direct.cuh's DqQ6Quad): 12 aligned words and d give 32
+// weights, where the part-wise direct kernel loads 6 words, a scale byte and d for each 8. Quad
+// index = 8 block + 4 h + o / 8 (a warp's 32 lanes cover 4 blocks; each of a quad's 4 store
+// instructions writes 8 runs of 64 bytes); thread i of a block takes quads base + i + j T.
+#ifndef DQ6_Q
+#define DQ6_Q 1         // H200 14336x4096 -> f16, 2026-11-27 06:0x UTC, two rounds: 1 quad a thread (48 registers,
+#endif                  // 10 blocks/SM, a block a run) 79.6-79.7% of spec; 2: 78.1-78.3, 3: 77.8, the staged
+                        // kernel (DQ6_Q=0, the default before) 64.4-64.6. The host's grid: _dequant._CTA_BLOCKS
+template <typename OT>
+BC_DEV void dequant_q6k_quads(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
+    constexpr int U = DQ6_Q > 0 ? DQ6_Q : 1, T = 32 * DQ_WARPS;
+    const long long nq = nblocks * 8;
+    DQ_RUN_SMEM(BC_Q6_K, OT, 4 * U * T);
+    for (long long base = (long long)blockIdx.x * (U * T); base < nq; base += (long long)gridDim.x * (U * T)) {
+        DqQ6Quad r[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nq) r[j].load(qb + (i >> 3) * 210, (int)(i >> 2) & 1, (int)i & 3);
+        }
+        out.begin();
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i >= nq) break;
+            const long long p0 = (i >> 3) * 32 + ((i >> 2) & 1) * 16 + (i & 3);   // its quarter-0 part
+#pragma unroll
+            for (int qt = 0; qt < 4; ++qt) {
+                const long long p = p0 + 4 * qt;
+#if DQ_FLOOR
+                out.put_raw(y + p * 8, p - 4 * base, r[j].fold());
+#else
+                float q[8], a, c;
+                r[j].decode(qt, q, a, c);
+                out.put(y + p * 8, p - 4 * base, q, a, c);
+#endif
+            }
+        }
+        out.flush(y + base * 32, (int)min((long long)(4 * U * T), 4 * (nq - base)));
+    }
+    out.end();
 }
 
 template <int F, typename OT> BC_DEV void dequant_entry(const u8* q, OT* y, long long nblocks) {
-    if constexpr (F == BC_Q4_K && DQ_DIRECT) dequant_q4k_direct<OT>(q, y, nblocks);
+    if constexpr (F == BC_Q6_K && DQ6_Q > 0 && DQ_DIRECT_ALL == 2) dequant_q6k_quads<OT>(q, y, nblocks);
+    else if constexpr (F == BC_Q4_K && DQ_DIRECT) dequant_q4k_direct<OT>(q, y, nblocks);
     else if constexpr (F != BC_Q4_K && DqDirect<F>::value) dequant_direct<F, OT>(q, y, nblocks);
     else dequant<F, OT>(q, y, nblocks);
 }
