@@ -393,8 +393,8 @@ def test_row_ops_pipeline_in_place(dtype):
     r, rr = to_dev(rnd((n, d), seed=6), dtype)
     w, wr = to_dev(rnd(d, seed=7) + 1, dtype)
     plan = K.layernorm.plan(x, w, w, residual=r, residual_out=x)
-    # f32 layernorm takes a block a row (norms.cu's LN_RAW): h written after the reduction
-    assert plan.grid[0] < n or dtype == "float32" and plan.grid[0] == n
+    # layernorm takes a block a row (norms.cu's LN_LOOP=0; f32: LN_RAW): h written after the reduction
+    assert plan.grid[0] == n
     y, h = K.layernorm(x, w, w, residual=r, residual_out=x)
     assert h is x
     hr = from_dev(h, dtype)
@@ -428,8 +428,9 @@ def test_row_ops_pipeline_matches_load_at_use(dtype):
                      ((pipe, 1),)):
             kern = R.get(src, plan.kernel.name, defs)
             # the plan's grid, and 97 blocks looping over the rows (the pipeline's next-row loads);
-            # rmsnorm's load-at-use build does not loop (the host gives it a block a row)
-            for grid in (plan.grid[0],) + (() if defs[0] == ("RMS_PIPE", 0) else (97,)):
+            # the load-at-use builds of rmsnorm and f16/bf16 layernorm do not loop (the host gives
+            # them a block a row)
+            for grid in (plan.grid[0],) + (() if defs[0] in (("RMS_PIPE", 0), ("LN_PIPE", 0)) else (97,)):
                 plan.args[0].memset(0)
                 kern.launch((grid, 1, 1), plan.block, *plan.args)
                 got = from_dev(plan.args[0], dtype)
@@ -444,8 +445,9 @@ def test_row_ops_tuning_defines(dtype):
     the default 2 takes one row a turn), with and without the mask-free max pass
     (SOFTMAX_NOMASK: non-causal rows; causal rows keep the mask) and the register caps
     (SOFTMAX_MINB/SOFTMAX_MINB32, LN_MINB/LN_MINB32); layernorm with the row kept packed
-    (LN_RAW) and a block a row (LN_LOOP=0: launched with a block a row only); a block a row
-    and 97 blocks looping where the build loops."""
+    (LN_RAW), looping over rows (LN_LOOP=1, the default before) and a block a row with each block
+    prefetching a later row into L2 (LN_PFD, the default 4 multiprocessors' rows ahead: 0, 2, and
+    64, past the last row); a block a row and 97 blocks looping where the build loops."""
     n, d = 1500, 4096
     x, _ = to_dev(rnd((n, d), seed=12, scale=3), dtype)
     r, _ = to_dev(rnd((n, d), seed=13), dtype)
@@ -454,7 +456,8 @@ def test_row_ops_tuning_defines(dtype):
           (("SOFTMAX_NOMASK", 0),), (("SOFTMAX_MINB", 0), ("SOFTMAX_MINB32", 0)),
           (("SOFTMAX_MINB", 7), ("SOFTMAX_MINB32", 5)), (("SOFTMAX_PIPE", 1), ("ROW_PF", 1)))
     ln = ((("LN_MINB", 5),), (("LN_LOOP", 0),), (("LN_LOOP", 0), ("LN_MINB", 5)), (("ROW_PF", 2), ("LN_MINB", 5)),
-          (("LN_RAW", 1),), (("LN_RAW", 1), ("LN_MINB", 6), ("LN_MINB32", 4)), (("LN_RAW", 1), ("LN_MINB", 5)))
+          (("LN_RAW", 1),), (("LN_RAW", 1), ("LN_MINB", 6), ("LN_MINB32", 4)), (("LN_RAW", 1), ("LN_MINB", 5)),
+          (("LN_LOOP", 1), ("LN_MINB", 0)), (("LN_PFD", 0),), (("LN_PFD", 2), ("LN_MINB", 0)), (("LN_PFD", 64),))
     cases = [("softmax.cu", sm, K.softmax.plan(x, scale=0.3, causal=True, offset=-700)),
              ("softmax.cu", sm, K.softmax.plan(x, scale=0.7)),
              ("norms.cu", ln, K.layernorm.plan(x, w, w, residual=r)),
@@ -464,7 +467,7 @@ def test_row_ops_tuning_defines(dtype):
         ref = from_dev(plan.args[0], dtype)
         for defs in variants:
             kern = R.get(src, plan.kernel.name, defs)
-            loops = ("LN_LOOP", 0) not in defs
+            loops = src == "softmax.cu" or ("LN_LOOP", 1) in defs or ("LN_RAW", 1) in defs
             for grid in (n, 97) if loops else (n,):
                 plan.args[0].memset(0)
                 kern.launch((grid, 1, 1), plan.block, *plan.args)

@@ -208,9 +208,10 @@ def row_sweep(shape=(32768, 4096)):
     and the register pipeline (SOFTMAX_PIPE / RMS_PIPE / LN_PIPE: the next row's loads in
     flight during the current row's reduction; SOFTMAX_PIPE=2, softmax's default: one row a
     turn with its register cap), launched with one resident wave of looping blocks or one
-    block a row; prints one line each (us, GB/s, registers, blocks a multiprocessor). bf16
-    rmsnorm (alone and with the residual: 8 bytes an element), layernorm, softmax, and f32
-    softmax."""
+    block a row; for layernorm also its L2 prefetch distance a block a row (LN_PFD) and the
+    looping wave (LN_LOOP=1); prints one line each (us, GB/s, registers, blocks a
+    multiprocessor). bf16 rmsnorm (alone and with the residual: 8 bytes an element),
+    layernorm, softmax, and f32 softmax."""
     import barecuda as bc
     import barecuda.kernels as K
     from barecuda.kernels import _registry
@@ -246,8 +247,8 @@ def row_sweep(shape=(32768, 4096)):
                 for grid in ("wave", "rows"):
                     if grid == "rows" and pf:
                         continue            # a block a row: nothing to prefetch
-                    if grid == "wave" and pipe == "RMS_PIPE" and not pv:
-                        continue            # rmsnorm's load-at-use build does not loop over rows
+                    if grid == "wave" and pipe in ("RMS_PIPE", "LN_PIPE") and not pv:
+                        continue            # the load-at-use builds do not loop over rows (LN_LOOP=0)
                     g = rows if grid == "rows" else min(rows, max(1, occ) * sms)
                     plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
                     us = _time_plans(bc, s, plans)
@@ -256,6 +257,21 @@ def row_sweep(shape=(32768, 4096)):
                           f"[{regs} regs, {occ} blk/SM]: {us:.1f} us {gbs:.0f} GB/s "
                           f"{100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
                     del plans
+        if pipe == "LN_PIPE":
+            # layernorm's load-at-use path: a block a row prefetching LN_PFD x multiprocessors rows
+            # ahead (the default 4), and the looping wave with ROW_PF's next row (the default before)
+            for defs, grid in [((("LN_PFD", d),), "rows") for d in (0, 2, 4, 6)] + \
+                    [((("LN_LOOP", 1), ("LN_MINB", 0)), "wave")]:
+                kern = _registry.get(src, name, defs)
+                occ, regs = kern.max_active_blocks_per_sm(block), kern.attribute("num_regs")
+                g = rows if grid == "rows" else min(rows, max(1, occ) * sms)
+                plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
+                us = _time_plans(bc, s, plans)
+                gbs = nbytes / (us * 1e-6) / 1e9
+                print(f"  sweep {op} {dtype} {rows}x{cols} {' '.join(f'{k}={v}' for k, v in defs)} grid={grid}({g}) "
+                      f"[{regs} regs, {occ} blk/SM]: {us:.1f} us {gbs:.0f} GB/s "
+                      f"{100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
+                del plans
         del base, bsets
 
 

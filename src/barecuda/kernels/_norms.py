@@ -63,13 +63,13 @@ def _prep(ln, x, weight, bias, eps, residual, residual_out, out, stream):
         args = (by, P(bh), bx, P(br), P(bw), P(bb), cols, sy, sh, sx, sr, A.f32(eps), n)
     else:
         args = (by, P(bh), bx, P(br), P(bw), cols, sy, sh, sx, sr, A.f32(eps), n)
-    # rmsnorm: a block a row (the kernel's row loop runs once); layernorm f16/bf16: one resident
-    # wave of looping blocks, the next row prefetched into L2; layernorm f32 (norms.cu's LN_RAW:
-    # the row kept packed, a row a turn): a block a row. 32768x4096, % of spec, H200 (2026-11-26
-    # 22:58 and 2026-11-27 02:3x UTC): rmsnorm bf16 86.5 a block a row; layernorm bf16 77.5
-    # looping (69.2 a block a row at best); layernorm f32 85.3 a block a row (78.7 looping);
-    # norms.cu's register pipeline (RMS_PIPE/LN_PIPE) measured slower, off
-    grid = A.wave(k, block, n, dev) if ln and code != "f32" else n
+    # a block a row (each kernel's row loop runs once): rmsnorm; layernorm f16/bf16 with each block
+    # prefetching a row some 0.8 waves ahead into L2 (norms.cu's LN_LOOP=0, LN_PFD, LN_MINB);
+    # layernorm f32 with the row kept packed (LN_RAW). 32768x4096, % of spec, H200 (2026-11-26
+    # 22:58 and 2026-11-27 02:3x and 06:0x UTC): rmsnorm bf16 86.5; layernorm bf16 80.2-80.5 (the
+    # looping wave of before: 77.5); layernorm f32 85.3 (78.7 looping); norms.cu's register
+    # pipeline (RMS_PIPE/LN_PIPE) measured slower, off
+    grid = n
     return k, grid, block, args, (by if br is None else (by, bh))
 
 

@@ -30,8 +30,17 @@
                          // looping wave; bf16 54.3 (71 registers) and 48.3 / 25.8 capped at 5 / 6
                          // blocks (spills) against the wave's 77.5
 #ifndef LN_LOOP
-#define LN_LOOP 1        // layernorm's load-at-use path loops over rows (the host launches one wave);
-#endif                   // 0: a block a row, as rmsnorm (the host must then launch a block a row)
+#define LN_LOOP 0        // layernorm's load-at-use path: 0 a block a row, as rmsnorm (the host launches a
+#endif                   // block a row); 1 loops over rows (launched with one resident wave: the default
+                         // before 2026-11-27 06:xx, ROW_PF's next row prefetched into L2)
+#ifndef LN_PFD
+#define LN_PFD 4         // with LN_LOOP=0: each block first prefetches row blockIdx.x + LN_PFD x (the
+#endif                   // multiprocessor count, %nsmid) of x (and r) into L2 (rowwise.cuh's bulk prefetch):
+                         // the block that takes that row some 0.8 waves later finds it there (0: none).
+                         // H200 bf16 32768x4096, 2026-11-27 06:0x UTC, same run, a block a row, % of spec:
+                         // 264 / 528 / 792 / 1056 / 1584 rows ahead 76.1 / 76.3 / 76.2 / 74.3 / 63.6 at 4
+                         // blocks/SM (55 registers), 528 / 792 / 1056 / 1584: 80.5 / 80.5 / 78.8 / 69.1
+                         // at 5 (LN_MINB=5, 48 registers); none 63.8; the looping wave 77.5
 
 // The cached paths' steps, shared by norm_rows_pipe and norm_rows: v holds a thread's KV
 // chunks of a row's h (chunk k is the row's chunk tid + k * bd, where that is < nch).
@@ -244,6 +253,14 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
                 bc_prefetch_ahead<T, VN>(x, blockIdx.x, rows, sx, cols, a);
                 bc_prefetch_ahead<T, VN>(r, blockIdx.x, rows, sr, cols, a);
             }
+        } else if constexpr (LN && LN_PFD > 0 && VN > 1) {
+            u32 nsm;
+            asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+            const i64 pr = (i64)blockIdx.x + (i64)LN_PFD * nsm;
+            if (pr < rows) {
+                bc_prefetch_row(x + pr * sx, (u32)cols * (u32)sizeof(T));
+                if (r) bc_prefetch_row(r + pr * sr, (u32)cols * (u32)sizeof(T));
+            }
         }
         for (i64 row = blockIdx.x; row < rows; row = LOOP ? row + gridDim.x : rows) {
             if constexpr (LOOP) {
@@ -336,10 +353,11 @@ __device__ void norm_rows(T* __restrict__ y, T* hout, const T* x, const T* r,
 }
 
 // rowwise.cuh's register caps for layernorm's 16-elements-a-thread entries (f16/bf16 v2,
-// f32 v4); 0: none. LN_MINB 5 / 6 spill in bf16 (LN_RAW above; the looping path: 69.2% of
-// spec a block a row at 5, 48 registers, against the wave's 77.5)
+// f32 v4); 0: none. LN_MINB=5: 48 registers, 5 blocks/SM, no spills (bf16 a block a row: 80.5% of
+// spec with LN_PFD's prefetch, 69.2 without, against 76.3 uncapped with it); 6 spills (40
+// registers, 152 bytes); LN_RAW spills at 5 and 6
 #ifndef LN_MINB
-#define LN_MINB 0
+#define LN_MINB 5
 #endif
 #ifndef LN_MINB32
 #define LN_MINB32 4      // f32 v4 with LN_RAW: 64 registers, 4 blocks/SM (see LN_RAW)

@@ -8,10 +8,11 @@
 // blockDim ("cached") with about 256 threads a row and few registers; longer rows take
 // the streaming path, which reads the row again (from L1/L2) instead.
 //
-// Blocks loop over rows (row = blockIdx.x, += gridDim.x): f16/bf16 layernorm launches one
-// resident wave of blocks, so the rows a block will take next are known and prefetched
-// (below); rmsnorm, softmax and f32 layernorm launch a block a row (measured faster for them,
-// H100 and H200), where the loop runs once.
+// Blocks loop over rows (row = blockIdx.x, += gridDim.x) where a build launches one resident
+// wave of blocks (the rows a block will take next are known and prefetched: ROW_PF below);
+// rmsnorm, softmax and layernorm launch a block a row (measured faster for them, H100 and
+// H200), where the loop runs once; f16/bf16 layernorm's blocks each prefetch a row some 0.8
+// waves ahead instead (norms.cu's LN_PFD, through bc_prefetch_row).
 #pragma once
 #include "common.cuh"
 
