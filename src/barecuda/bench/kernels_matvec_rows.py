@@ -160,6 +160,70 @@ def dequant_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0", "q4_0", "q4_1"), shape=(14
     return out
 
 
+# The byte-mix floor of the dequantize rows: a kernel that reads R bytes and writes W bytes with
+# no math (16-byte loads and stores, a block a tile of 8 x 128 output vectors and the matching
+# share of input vectors, contiguous, every load of a thread issued before its stores, as the
+# dequantize kernels do), at each format's R:W -> f16 (Q4_K 144:512, ...), beside pure reads
+# and pure writes: what this load/store structure gets from HBM at that mix.
+_MIX_SRC = r"""
+extern "C" __global__ void __launch_bounds__(128) mix(const uint4* __restrict__ in, uint4* __restrict__ out,
+                                                      long long tin, long long tout, long long ntiles, int rd) {
+    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        uint4 v[8];                     // a thread's input vectors (tin <= 1024), all loads issued first
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            if (k * 128 + threadIdx.x < tin)
+                asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(v[k].x), "=r"(v[k].y), "=r"(v[k].z), "=r"(v[k].w)
+                             : "l"(in + t * tin + k * 128 + threadIdx.x));
+        uint4 f = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            if (k * 128 + threadIdx.x < tin) { f.x ^= v[k].x; f.y ^= v[k].y; f.z ^= v[k].z; f.w ^= v[k].w; }
+        if (rd) {                       // pure read: the loads stay (a store that never happens)
+            if (f.x == 0x12345678u && f.y == 0x9abcdef0u) out[0] = f;
+            continue;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            if (k * 128 + threadIdx.x < tout) out[t * tout + k * 128 + threadIdx.x] = make_uint4(f.x ^ k, f.y, f.z, f.w);
+    }
+}
+"""
+_MIXES = [("q4_k", 144, 256), ("q6_k", 210, 256), ("q8_0", 34, 32), ("q4_0", 18, 32), ("q4_1", 20, 32)]
+
+
+def dequant_floor_rows(bc, s, shape=(14336, 4096), mixes=_MIXES, extremes=True):
+    """The mix kernel above at each format's -> f16 byte mix of an n x k tensor (rows labelled
+    "floor: ..."), and (extremes) at read only, write only and read = write."""
+    from barecuda.kernels import _args as A
+    mod, _ = bc.compile_module(_MIX_SRC, name="dequant_mix.cu")
+    kern = mod.get_kernel("mix")
+    n, k = shape
+    out = []
+    cases = [(f"floor: no math, {f.upper()}'s read:write (-> f16)", bb / (qk * 2)) for f, bb, qk in mixes]
+    if extremes:
+        cases += [("floor: no math, read = write", 1.0), ("floor: no math, write only", 0.0),
+                  ("floor: no math, read only", None)]
+    wbytes = n * k * 2
+    for label, ratio in cases:
+        tout = 1024                                         # 16-byte vectors a tile written
+        tin = 1024 if ratio is None else max(0, round(tout * ratio))
+        rd = ratio is None
+        ntiles = wbytes // (16 * tout)
+        rbytes, wb = ntiles * tin * 16, (0 if rd else ntiles * tout * 16)
+        ins = _weights(bc, s, rbytes + wb, lambda: bc.empty((max(16, rbytes),), "uint8", stream=s))
+        for b in ins:
+            b.memset(0x1c, stream=s)
+        y = bc.empty((max(16, wb),), "uint8", stream=s)
+        grid = max(1, min(ntiles, A.sm_count(0) * 16)) if rd else ntiles
+        plans = [kern.bind(grid, 128, b, y, tin, tout, ntiles, int(rd), stream=s) for b in ins]
+        us = _time_plans(bc, s, plans)
+        out.append((label, us, rbytes + wb, None))
+        del plans, ins
+    return out
+
+
 def sweep_rows(bc, s, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), variants=((1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 2))):
     """Dense f16 batch-1 matvec built with other tuning defines (MV_R rows/warp, MV_U loads)."""
     from barecuda.kernels import _registry
@@ -369,6 +433,7 @@ def matvec_section(ctx=None, sweep=False, progress=False):
     groups = [lambda: dense_rows(bc, s, torch, "float16"),
               lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k")),
               lambda: dequant_rows(bc, s),
+              lambda: dequant_floor_rows(bc, s),
               lambda: dense_rows(bc, s, torch, "bfloat16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)]),
               lambda: quant_rows(bc, s, fmts=("q8_0", "q4_0", "q4_1")),
               lambda: dense_rows(bc, s, torch, "float16", shapes=[(4096, 4096), (14336, 4096)], batches=(4, 8)),
