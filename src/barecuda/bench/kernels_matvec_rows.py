@@ -121,12 +121,12 @@ def dequant_grid_rows(bc, s, fmts=("q4_k", "q6_k", "q8_0"), shape=(14336, 4096),
             b.memset(0x1c, stream=s)
         y = bc.empty((n, k), "float16", stream=s)
         nblocks = qbytes // bb
-        nseg = -(-nblocks // D._SEG[qk])
+        full = -(-nblocks // D._CTA_BLOCKS.get(fmt, D._SEG[qk] * D._WARPS))    # the op's grid (m = 0)
         for defines in ((),) + (((("DQ_DIRECT", 0),),) if fmt == "q4_k" else ()):
             kern = _registry_get("dequant.cu", f"dequant_{fmt}_f16", defines)
             tag = " DQ_DIRECT=0" if defines else ""
             for m in per_sm:
-                grid = -(-nseg // D._WARPS) if m == 0 else max(1, min(-(-nseg // D._WARPS), A.sm_count(0) * m))
+                grid = full if m == 0 else max(1, min(full, A.sm_count(0) * m))
                 plans = [kern.bind(grid, 128, b, y, nblocks, stream=s) for b in bufs]
                 us = _time_plans(bc, s, plans)
                 out.append((f"sweep dequantize {fmt}{tag} -> f16 {n}x{k} grid {m or 'all'}/SM{_occ(kern)}", us,
