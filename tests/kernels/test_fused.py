@@ -39,7 +39,9 @@ def test_tuning_rows_even_for_qkv(monkeypatch):
         for n, k in ((576, 576), (6144, 4096), (4096, 14336), (32000, 4096)):
             _, r = F._tuning(fmt, n, k, "qkv")
             assert r % 2 == 0
-    assert F._tuning("q4_k", 8192, 2048, "glu") == (F._TCD_DEFINES, 16)   # the direct tensor-core loop
+    # the direct tensor-core loop; one super-block in flight a warp below _matvec.TCD_PF1_MAXK
+    assert F._tuning("q4_k", 8192, 2048, "glu") == (F._TCD_DEFINES + (("FM_PF", 1),), 16)
+    assert F._tuning("q4_k", 4096, 14336, "res") == (F._TCD_DEFINES, 16)
     assert F._tuning("q6_k", 8192, 2048, "glu") == (F._TCD6_DEFINES, 16)  # Q6_K, K % 512 == 0: the same
     assert F._tuning("q6_k", 8192, 2304, "glu")[1] == 1                  # an odd count of super-blocks
     monkeypatch.setattr(F, "TCD6", False)
@@ -186,19 +188,27 @@ def test_res_accumulates_norm_inputs(fmt):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt,tcd", [("q4_k", True), ("q4_k", False), ("q4_k", 2), ("q6_k", True), ("q6_k", False)])
+@pytest.mark.parametrize("fmt,tcd", [("q4_k", True), ("q4_k", False), ("q4_k", 2), ("q4_k", 3), ("q4_k", 4),
+                                     ("q6_k", True), ("q6_k", False)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_q4_k_direct_loop_epilogues(fmt, tcd, dtype, monkeypatch):
     """Q4_K and Q6_K nodes on the direct tensor-core loops (and on the CUDA-core one): K of
     19 super-blocks (Q6_K: 18, it needs an even count) split over the block's warps
     unevenly, 37 rows (the last tile partly used), every epilogue, launched plainly and as
-    programmatic-launch plans; tcd 2: the direct loop's first variant FM_V=1."""
+    programmatic-launch plans; tcd 2: the direct loop's first variant FM_V=1; tcd 3: its loads
+    past L1 and the exponent-trick nibbles (MVD4_LD=0, MVD4_SUB=0: the defaults before 06:0x
+    2026-11-27); tcd 4: two super-blocks in flight a warp (FM_PF=2; K here takes FM_PF=1)."""
     pytest.importorskip("gguf")
     import barecuda as bc
     monkeypatch.setattr(F, "TCD", bool(tcd))
     monkeypatch.setattr(F, "TCD6", bool(tcd))
     if tcd == 2:
         monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("FM_V", 1),))
+    if tcd == 3:
+        monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("MVD4_LD", 0), ("MVD4_SUB", 0)))
+    if tcd == 4:
+        from barecuda.kernels import _matvec as M
+        monkeypatch.setattr(M, "TCD_PF1_MAXK", 0)
     rng = np.random.default_rng(5)
     n, k = 37, 256 * (19 if fmt == "q4_k" else 18)
     w, wr = _weight(bc, rng, fmt, n, k)

@@ -55,7 +55,7 @@ def check(got, ref, scale, dtype, what):
 @pytest.mark.parametrize("arch,fmt", [("sm_90", f) for f in D.FORMATS] + [("sm_80", "f16"), ("sm_80", "q6_k")])
 def test_matvec_source_compiles_without_warnings(arch, fmt):
     (src, names, defines), = [e for e in M.KERNELS if dict(e[2])["WFMT"] == D.FORMATS[fmt][0] and
-                              "MV_R" not in dict(e[2])]
+                              "MV_R" not in dict(e[2]) and "MVD_PF" not in dict(e[2])]
     oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
     assert oc.log.strip() == ""
     # + matvec_{f16,bf16}_tc[b][_res|_glu]; Q4_K, Q6_K: + matvec_{f16,bf16}_tcd[_res|_glu]
@@ -190,6 +190,22 @@ def test_matvec_launches_on_the_double(fake, monkeypatch):
     assert fake.launch_count() == n0 + 2 and fake.last_launch().name == "matvec_bf16_b4"
 
 
+def test_q4_k_direct_entries_take_one_super_block_in_flight_below_8192(fake, monkeypatch):
+    """Q4_K at batch 1: MVD_PF=1 (68 registers: more warps a multiprocessor) for rows shorter
+    than TCD_PF1_MAXK, MVD_PF=2 from there; Q6_K keeps its module; the table ships both."""
+    from _quant_helpers import lowered_ptx_get
+    got = []
+    monkeypatch.setattr(_registry, "get", lambda s, n, d=(), dev=None: got.append((n, d)) or lowered_ptx_get(s, n, d, dev))
+    base = (("WFMT", 12),) + M._quant_tuning("q4_k")
+    assert ("matvec.cu", M._TCD_NAMES, base + (("MVD_PF", 1),)) in M.KERNELS
+    assert M.tcd_defines("q4_k", 4096) == (("MVD_PF", 1),) and M.tcd_defines("q4_k", 8192) == ()
+    assert M.tcd_defines("q6_k", 4096) == ()
+    for k, want in ((1024, base + (("MVD_PF", 1),)), (8192, base)):
+        q4 = D.QuantWeight(bc.empty((40 * k // 256 * 144,), "uint8"), "q4_k", (40, k))
+        M.matvec(q4, bc.empty((k,), "float16"))
+        assert got[-1] == ("matvec_f16_tcd", want) and fake.last_launch().name == "matvec_f16_tcd"
+
+
 # ------------------------------------------------------------------ GPU: dense
 DENSE_SHAPES = [(1, 8), (3, 24), (37, 136), (129, 1000), (1000, 4096), (5, 13), (33, 4097), (7, 1)]
 
@@ -280,14 +296,20 @@ def test_matvec_tensor_core_path(fmt, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("warps,pf,v,extra", [(1, 2, 1, ()), (3, 2, 1, ()), (16, 2, 1, ()), (2, 3, 1, ()), (5, 3, 1, ()),
-                                              (1, 2, 2, ()), (3, 2, 2, ()), (16, 2, 2, ()), (3, 2, 2, (("MVD4_LD", 1),)),
-                                              (5, 3, 1, (("MVD4_LD", 1),))])
+                                              (1, 2, 2, ()), (3, 2, 2, ()), (16, 2, 2, ()), (3, 1, 2, ()), (16, 1, 2, ()),
+                                              (3, 2, 2, (("MVD4_LD", 0),)), (5, 3, 1, (("MVD4_LD", 0),)),
+                                              (3, 2, 2, (("MVD4_SUB", 0),)),
+                                              (1, 2, 2, (("MVD4_LD", 0), ("MVD4_SUB", 0))),
+                                              (16, 2, 2, (("MVD4_LD", 0), ("MVD4_SUB", 0))),
+                                              (5, 3, 2, (("MVD4_LD", 0), ("MVD4_SUB", 0))),
+                                              (16, 1, 2, (("MVD_MINB", 2),))])
 def test_matvec_q4_k_direct_entries(warps, pf, v, extra):
     """The Q4_K batch-1 entries (matvec_<x>_tcd*, weights straight into registers) with any
     warps a block (the K split, a launch choice; gate/up at most 8) and MVD_PF super-blocks
     ahead: warps with no super-block, rows past N, residual and silu*mul epilogues, f16 and
     bf16 x; MVD_V: the loop's variants (2, the default: sum(x) by shuffles, two mma chains; 1: by mma);
-    MVD4_LD=1: the loads through L1."""
+    MVD4_LD (1, the default: loads through L1; 0 past it), MVD4_SUB (1, the default: f16 x, nibbles
+    as fp16 subnormals; 0 and bf16 x: the exponent trick), MVD_MINB=2 (the register cap)."""
     defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
                + ((("MVD_V", v),) if v != 2 else ()) + extra)
     _check_direct_entries("q4_k", defines, ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)), warps, (warps, pf))

@@ -331,8 +331,9 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
     plans cannot be graph nodes through add_plan: pdl=(True,) needs a captured graph.)"""
     from barecuda.kernels import _dequant as D
     from barecuda.kernels import _fused as F
+    from barecuda.kernels import _matvec as M
     out = []
-    old, base_tcd, old6, base6 = F.TCD, F._TCD_DEFINES, F.TCD6, F._TCD6_DEFINES
+    old, base_tcd, old6, base6, pf1 = F.TCD, F._TCD_DEFINES, F.TCD6, F._TCD6_DEFINES, M.TCD_PF1_MAXK
     try:
         for fmt in fmts:
             _, t, qk, bb = D.format_info(fmt)
@@ -357,13 +358,14 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
                 vc = bc.zeros((8, 256, hd), "float16", stream=s)
                 pos = bc.zeros((1,), "int32", stream=s)
                 inv = bc.zeros((hd // 2,), "float32", stream=s)
-                loops = ((("direct tensor cores", True, ()), ("direct tensor cores FM_V=1", True, (("FM_V", 1),)),
-                          ("CUDA cores", False, ())) if fmt == "q4_k" else
-                         tuple(("direct tensor cores" + "".join(f" {a}={c}" for a, c in e), True, e) for e in FUSED_Q6_EXTRAS)
-                         + (("CUDA cores", False, ()),) if fmt == "q6_k" else
-                         (("CUDA cores", False, ()),))
-                for name, tcd, extra in loops:
+                loops = (tuple((lb, True, e, m) for lb, e, m in FUSED_Q4_LOOPS) + (("CUDA cores", False, (), None),)
+                         if fmt == "q4_k" else
+                         tuple(("direct tensor cores" + "".join(f" {a}={c}" for a, c in e), True, e, None)
+                               for e in FUSED_Q6_EXTRAS) + (("CUDA cores", False, (), None),) if fmt == "q6_k" else
+                         (("CUDA cores", False, (), None),))
+                for name, tcd, extra, maxk in loops:
                     F.TCD, F.TCD6 = tcd, tcd
+                    M.TCD_PF1_MAXK = pf1 if maxk is None else maxk
                     if fmt == "q6_k":
                         F._TCD6_DEFINES = base6 + extra
                     else:
@@ -385,7 +387,7 @@ def fused_rows(bc, s, fmts=("q4_k", "f16"), pdl=(False,), nodes=None):
                         out.append((f"fused {fmt} {label} {n}x{k} {tag}", us, nw * wbytes, None))
                 del ws, bufs
     finally:
-        F.TCD, F._TCD_DEFINES, F.TCD6, F._TCD6_DEFINES = old, base_tcd, old6, base6
+        F.TCD, F._TCD_DEFINES, F.TCD6, F._TCD6_DEFINES, M.TCD_PF1_MAXK = old, base_tcd, old6, base6, pf1
     return out
 
 
@@ -493,6 +495,10 @@ def warm_jobs():
         jobs.append(("fused.cu", "fmv_f16_scale", F._TCD6_DEFINES + ex))
     for ex in Q4_EXTRAS[1:]:
         jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + ex))
+    for ex in ((("MVD_PF", 1),), (("MVD_PF", 1), ("MVD_MINB", 2)), (("MVD_PF", 1),) + Q4_OLD):
+        jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + ex))
+    for _, ex, maxk in FUSED_Q4_LOOPS:
+        jobs.append(("fused.cu", "fmv_f16_scale", F._TCD_DEFINES + ex + (F._tcd_pf(0) if maxk is None else ())))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2))))
     jobs.append(("fused.cu", "fmv_f16_scale", (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1), ("FM_V", 1))))
     jobs.append(("matvec.cu", "matvec_f16_tcd", (("WFMT", 12),) + M._quant_tuning("q4_k") + (("MVD_V", 1),)))
@@ -557,10 +563,85 @@ def quick_section():
 
 
 # the direct loops' load variants (matvec_core.cuh): Q6_K's loads past L1 (MVD6_LD=0, the
-# default before 02:4x UTC), Q4_K's through L1 (MVD4_LD=1, not the default: unmeasured)
+# default before 02:4x UTC), Q4_K's through L1 (MVD4_LD=1) and its nibbles as fp16 subnormals
+# (MVD4_SUB=1)
 Q6_EXTRAS = ((), (("MVD6_LD", 0),))
 FUSED_Q6_EXTRAS = ((), (("MVD6_LD", 0),))
-Q4_EXTRAS = ((), (("MVD4_LD", 1),))
+Q4_OLD = (("MVD4_LD", 0), ("MVD4_SUB", 0))           # Q4_K's loop before 2026-11-27 06:0x
+Q4_EXTRAS = ((), (("MVD4_LD", 0),), (("MVD4_SUB", 0),), Q4_OLD)
+# the fused Q4_K nodes' direct-loop rows: (label, defines over _fused._TCD_DEFINES,
+# _matvec.TCD_PF1_MAXK for the row or None: the default FM_PF choice)
+FUSED_Q4_LOOPS = (("direct tensor cores", (), None), ("direct tensor cores FM_PF=2", (), 0),
+                  ("direct tensor cores FM_PF=2 MVD4_LD=0 MVD4_SUB=0 (before)", Q4_OLD, 0))
+
+# a read-only stream over a weight's bytes (the floor of a batch-1 matvec at that size): each
+# thread XORs U 16-byte loads (L1::no_allocate) a turn; grid-stride over a grid of `blocks`
+_FLOOR_SRC = r"""
+extern "C" __global__ void __launch_bounds__(256) rd_floor(const uint4* __restrict__ p, long long n16, unsigned* out) {
+    unsigned a = 0u;
+    const long long T = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16; i += 4 * T) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const long long j = i + u * T;
+            if (j < n16)
+                asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(p + j));
+            else v[u] = make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (a == 0x9e3779b9u) out[0] = a;
+}
+"""
+
+
+def floor_rows(bc, s, sizes):
+    """The read-only stream (rd_floor) over rotations of `sizes` (label, bytes): one pass
+    (every thread 4 loads, as many blocks as that takes) and grid-stride over 8 blocks a
+    multiprocessor (full occupancy)."""
+    from barecuda._program import compile_module
+    from barecuda.kernels import _args as A
+    mod, _ = compile_module(_FLOOR_SRC, name="rd_floor.cu")
+    kern = mod.get_kernel("rd_floor")
+    sink = bc.zeros((4,), "uint32", stream=s)
+    out = []
+    for label, nbytes in sizes:
+        bufs = _weights(bc, s, nbytes, lambda: bc.empty((nbytes,), "uint8", stream=s))
+        for b in bufs:
+            b.memset(0x1c, stream=s)
+        n16 = nbytes // 16
+        for tag, grid in (("one pass", -(-n16 // (256 * 4))), ("8 blocks/SM", 8 * A.sm_count(0))):
+            plans = [kern.bind(grid, 256, b, n16, sink, stream=s) for b in bufs]
+            out.append((f"floor read-only {label} ({nbytes / 1e6:.1f} MB) {tag}", _time_plans(bc, s, plans), nbytes, None))
+            del plans
+        del bufs
+    return out
+
+
+def q4_main():
+    """``--q4``: Q4_K at batch 1: the op's rows (Q6_K beside), the direct entries' variants (MVD_PF,
+    warps, MVD_MINB, the loop before 06:0x), the read-only floor at the same byte counts, the
+    fused Q4_K nodes."""
+    import barecuda as _bc
+    _s = _bc.Stream()
+    _card, _sp = _spec(_bc)
+    print(f"  device copy: {copy_gbs(_bc, _s):.0f} GB/s on {_card}", flush=True)
+    shapes = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096))
+    wide = ((4096, 4096), (4096, 14336))
+    minb = (("MVD_MINB", 2),)
+    sizes = [(f"Q4_K {n}x{k}", n * k // 256 * 144) for n, k in shapes]
+    for _make in (lambda: quant_rows(_bc, _s, fmts=("q4_k", "q6_k")),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None,), pfs=(1, 2), extras=((), Q4_OLD)),
+                  lambda: floor_rows(_bc, _s, sizes),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=wide, warps=(12, 14), pfs=(1,)),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=wide, warps=(6, 10, 12), pfs=(2,)),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=shapes, warps=(None, 16), pfs=(1,), extras=(minb,)),
+                  lambda: tcd_sweep_rows(_bc, _s, shapes=((14336, 4096),), warps=(None,), pfs=(1, 2), xdtype="bfloat16"),
+                  lambda: fused_rows(_bc, _s, fmts=("q4_k",))):
+        _print_group(_make, _sp)
 
 
 def q6_main():
@@ -615,6 +696,9 @@ if __name__ == "__main__":
         sys.exit(0)
     if "--q6" in sys.argv:           # Q6_K batch 1: direct entries against the CUDA cores / staged
         q6_main()
+        sys.exit(0)
+    if "--q4" in sys.argv:           # Q4_K batch 1: direct-loop variants, the read-only floor
+        q4_main()
         sys.exit(0)
     if "--fused" in sys.argv:        # the fused Q4_K nodes and the batch tensor-core entries
         fused_main()

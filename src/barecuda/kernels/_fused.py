@@ -42,11 +42,18 @@ TCD6 = True
 _TCD6_DEFINES = (("WFMT", FORMATS["q6_k"][0]), ("FM_R", _QUANT_R), ("FM_TCD", 1))
 
 
+def _tcd_pf(k):
+    """Q4_K rows shorter than _matvec.TCD_PF1_MAXK: one super-block in flight a warp (FM_PF=1,
+    as the plain matvec's MVD_PF=1: more warps a multiprocessor)."""
+    from barecuda.kernels import _matvec
+    return (("FM_PF", 1),) if k < _matvec.TCD_PF1_MAXK else ()
+
+
 def _tuning(fmt, n, k, epi):
     """(defines, rows per warp) of the module serving this matvec."""
     t = FORMATS[fmt][0]
     if fmt == "q4_k" and TCD:
-        return _TCD_DEFINES, 16
+        return _TCD_DEFINES + _tcd_pf(k), 16
     if fmt == "q6_k" and TCD6 and k % 512 == 0:
         return _TCD6_DEFINES, 16
     if fmt not in DENSE:
@@ -181,7 +188,7 @@ def _prepare(epi, weight, x, out, up, ss_in, ss_out, xg, g, k_cache, v_cache, po
         hd = nq = nkv = row0 = n_rot = 0
     defines, r = _tuning(fmt, n, k, epi)
     kern = _registry.get("fused.cu", f"fmv_{code}_{epi}", defines, int(xb.device))
-    if defines is _TCD_DEFINES or defines is _TCD6_DEFINES:
+    if dict(defines).get("FM_TCD"):
         threads = 32 * tcd_warps(n, k, _args.sm_count(xb.device), epi)
         grid = -(-n // r)
     else:
@@ -279,4 +286,5 @@ KERNELS = ([("fused.cu", _NAMES, (("WFMT", v[0]),) if k in DENSE else (("WFMT", 
             for k, v in FORMATS.items()]
            + [("fused.cu", _NAMES, (("WFMT", FORMATS[k][0]), ("FM_R", r), ("FM_U", u)))
               for k in ("f16", "bf16") for r, u in (_WIDE, _TALL)]
-           + [("fused.cu", _NAMES, _TCD_DEFINES), ("fused.cu", _NAMES, _TCD6_DEFINES)])
+           + [("fused.cu", _NAMES, _TCD_DEFINES), ("fused.cu", _NAMES, _TCD_DEFINES + (("FM_PF", 1),)),
+              ("fused.cu", _NAMES, _TCD6_DEFINES)])

@@ -67,6 +67,19 @@ TCD = True
 TCD6 = True
 TCD_WARPS_PER_SM = 16         # warps the registers let a multiprocessor hold (118 a thread)
 _TCD_MAX_WARPS = 16           # MVD_MAXW in matvec.cu
+# Q4_K rows shorter than TCD_PF1_MAXK take MVD_PF=1 (one super-block in flight a warp: 68
+# registers, 7 blocks of 4 warps a multiprocessor against 4 at MVD_PF=2's 112): H200 06:0x, same
+# run, loads through L1 and subnormal nibbles (the defaults), default warps: 4096x4096 6.28 us
+# against 6.43, 14336x4096 13.20 against 14.52, 28672x4096 23.50 against 24.79; 4096x14336
+# keeps MVD_PF=2 (13.57 against 14.93 us)
+TCD_PF1_MAXK = 8192
+
+
+def tcd_defines(fmt, k):
+    """Defines over the module's own of the batch-1 direct entries (matvec_<x>_tcd*)."""
+    return (("MVD_PF", 1),) if fmt == "q4_k" and k < TCD_PF1_MAXK else ()
+
+
 
 
 def tcd_warps(n, k, sms, epi=None):
@@ -149,6 +162,7 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         rows_per_block, threads = _quant_geometry(tune, code, epi, bool(tc))
         if tc == "tcd":
             threads = 32 * tcd_warps(n, k, _args.sm_count(xb.device), epi)
+            defines += tcd_defines(fmt, k)
     _args.same_device(("x", xb), ("weight", wb), ("up", ub))
     rb = None
     if residual is not None:
@@ -232,4 +246,5 @@ _TCD_NAMES = tuple(f"matvec_{c}_tcd{s}" for c in ("f16", "bf16") for s in ("", "
 KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES) + (_TCD_NAMES if k in ("q4_k", "q6_k") else ()),
              (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))
             for k, v in FORMATS.items()]
-           + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)])
+           + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)]
+           + [("matvec.cu", _TCD_NAMES, (("WFMT", FORMATS["q4_k"][0]),) + _quant_tuning("q4_k") + tcd_defines("q4_k", 256))])

@@ -450,9 +450,17 @@ BC_DEV void mv_tc_entry(const u8* W, const u8* W2, const XT* x, XT* y, const XT*
 // super-block, see matvec_core.cuh; the host takes them only when K % 512 == 0).
 #if WFMT == BC_Q4_K || WFMT == BC_Q6_K
 #ifndef MVD_PF
-#define MVD_PF 2        // super-blocks in flight a warp (registers)
+#define MVD_PF 2        // super-blocks in flight a warp (registers; the host picks 1 for Q4_K rows shorter than 8192)
 #endif
 #define MVD_MAXW 16     // most warps a block
+#ifndef MVD_MINB
+#define MVD_MINB 1      // > 1: __launch_bounds__' blocks of MVD_MAXW warps a multiprocessor (a register cap; sweep)
+#endif
+#if MVD_MINB > 1
+#define MVD_LB(T) __launch_bounds__(T, MVD_MINB)
+#else
+#define MVD_LB(T) __launch_bounds__(T)
+#endif
 #ifndef MVD_V
 #define MVD_V 2         // mvc_tcd's variant (matvec_core.cuh; 1: the first, kept for the sweep)
 #endif
@@ -512,7 +520,7 @@ MVT_EPIS(bf16, bc_bf16)
 #if WFMT == BC_Q4_K || WFMT == BC_Q6_K
 // (gate/up: at most MVD_MAXW / 2 warps, which leaves the registers of both streams' buffers)
 #define MVD_ENTRY(code, XT, SUF, EPI)                                                                    \
-    extern "C" __global__ void __launch_bounds__(EPI == EPI_GLU ? 16 * MVD_MAXW : 32 * MVD_MAXW)        \
+    extern "C" __global__ void MVD_LB(EPI == EPI_GLU ? 16 * MVD_MAXW : 32 * MVD_MAXW)                  \
     matvec_##code##_tcd##SUF(const void* W, const void* W2, const XT* x, XT* y, const XT* r, int N,    \
                              int K, int nb, int vec) {                                                  \
         (void)nb; (void)vec;                                                                            \

@@ -236,10 +236,11 @@ template <> struct MvtQ<BC_Q4_K> {
     BC_DEV static void scales(const u8* p, int gi, float* s, float& c) {
         scales_h(*reinterpret_cast<const uint4*>(p), gi, s, c);
     }
-    // groups u and u + 4 (u < 4) at once: both come from bytes u of scales[0..3], [4..7], [8..11]
-    BC_DEV static void scales_pair(const uint4 h, int u, float (&s)[2][3]) {
+    // groups u and u + 4 (u < 4) at once: both come from bytes u of scales[0..3], [4..7], [8..11];
+    // dq multiplies the quant scales (mvc_tcd's subnormal quants: 2^24 or 2^20)
+    BC_DEV static void scales_pair(const uint4 h, int u, float (&s)[2][3], float dq = 1.f) {
         const u32 b0 = (h.y >> (8 * u)) & 0xffu, b1 = (h.z >> (8 * u)) & 0xffu, b2 = (h.w >> (8 * u)) & 0xffu;
-        const float d = bc_half_to_float((u16)(h.x & 0xffffu)), dmin = -bc_half_to_float((u16)(h.x >> 16));
+        const float d = bc_half_to_float((u16)(h.x & 0xffffu)) * dq, dmin = -bc_half_to_float((u16)(h.x >> 16));
         s[0][0] = s[0][1] = d * bcq_u2f(b0 & 63u);
         s[0][2] = dmin * bcq_u2f(b1 & 63u);
         s[1][0] = s[1][1] = d * bcq_u2f((b2 & 15u) | ((b0 >> 6) << 4));
@@ -250,6 +251,14 @@ template <> struct MvtQ<BC_Q4_K> {
         const int sh = 4 * (gi & 1);
         mvt_nib4<BF, 0>(q.x, sh, A);
         mvt_nib4<BF, 0>(q.y, sh, A + 2);
+    }
+    // f16 only (MVD4_SUB): the same pairs as fp16 subnormals, q 2^-24 (low nibbles, gi even) or
+    // 16 q 2^-24 (high nibbles, in place): one AND a pair, the shift by 8 shared by a run's two
+    // groups; exact (the mma takes fp16 subnormals, products and sums stay fp32 normals), the
+    // caller scales by 2^24 or 2^20
+    BC_DEV static void quants_sub(const uint2 q, int gi, u32* A) {
+        const u32 m = (gi & 1) ? 0x00F000F0u : 0x000F000Fu;
+        A[0] = q.x & m; A[1] = (q.x >> 8) & m; A[2] = q.y & m; A[3] = (q.y >> 8) & m;
     }
     template <int BF> BC_DEV static void quants(const u8* p, int gi, int t, u32* A) {
         quants_q<BF>(*reinterpret_cast<const uint2*>(p + 16 + 32 * (gi >> 1) + 8 * t), gi, A);
@@ -303,11 +312,19 @@ struct MvdRegs {
     uint4 h[2];         // rows g, g + 8: the super-block's head
     uint2 q[2][4];      // rows g, g + 8: bytes 8t..8t+7 of quant run j
 };
-// MVD4_LD: 0 (default) mvc_tcd's loads bypass L1 (L1::no_allocate); 1 they go through L1,
-// as mvc_tcd6's (MVD6_LD): a thread's 8 bytes of a 32-byte quant run start 16 bytes into a
-// sector, so two loads ask for each sector. Not measured yet (a sweep variant).
+// MVD4_LD: 1 (default) mvc_tcd's loads go through L1, as mvc_tcd6's (MVD6_LD): a thread's 8
+// bytes of a 32-byte quant run start 16 bytes into a sector, so two loads ask for each sector
+// and L1 serves the second; 0 they bypass L1 (L1::no_allocate, the default before 2026-11-27 06:0x).
+// MVD4_SUB: 1 (default) mvc_tcd (V 2, f16 x) decodes nibbles to fp16 subnormals
+// (MvtQ<BC_Q4_K>::quants_sub: one AND a pair, no fma: 30% fewer instructions executed); 0 the
+// exponent trick of mvt_nib4 (bf16 x always: a bf16 subnormal times x underflows fp32).
+// H200 06:0x, same run, 14336x4096 (4 warps, MVD_PF=2): 17.40 us (0/0), 15.54 (LD), 16.55 (SUB),
+// 14.52 (both); 4096x14336 16.25 / 15.28 / 15.12 / 13.57; 28672x4096 29.91 / 26.59 / 28.84 / 24.79.
 #ifndef MVD4_LD
-#define MVD4_LD 0
+#define MVD4_LD 1
+#endif
+#ifndef MVD4_SUB
+#define MVD4_SUB 1
 #endif
 #if MVD4_LD
 #define MVD4_LDQ "ld.global.nc"
@@ -343,7 +360,10 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
                     int K, int wi, int nw, float (&v)[NS][2], Started started) {
     using Q = MvtQ<BC_Q4_K>;
     constexpr int BF = MvtBF<XT>::V;
+    constexpr bool SUB = MVD4_SUB && !BF && V == 2;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    // SUB: thread t's groups t and t + 4 are both low (t even) or high nibbles
+    const float dq = SUB ? ((t & 1) ? 1048576.f : 16777216.f) : 1.f;
     const int nblk = K / 256;
     const long long rb = (long long)nblk * 144;
     const u8* rows[NS][2];
@@ -412,7 +432,7 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
 #pragma unroll
             for (int s = 0; s < NS; ++s)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) Q::scales_pair(buf[p][s].h[h], t, sv[s][h]);
+                for (int h = 0; h < 2; ++h) Q::scales_pair(buf[p][s].h[h], t, sv[s][h], dq);
             float D[NS][4], D1[NS][4];          // V 2: the two slices in two chains
 #pragma unroll
             for (int s = 0; s < NS; ++s)
@@ -426,8 +446,13 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
 #pragma unroll
                 for (int s = 0; s < NS; ++s) {
                     u32 Ag[4], Ah[4];
-                    Q::template quants_q<BF>(buf[p][s].q[0][gi >> 1], gi, Ag);
-                    Q::template quants_q<BF>(buf[p][s].q[1][gi >> 1], gi, Ah);
+                    if constexpr (SUB) {
+                        Q::quants_sub(buf[p][s].q[0][gi >> 1], gi, Ag);
+                        Q::quants_sub(buf[p][s].q[1][gi >> 1], gi, Ah);
+                    } else {
+                        Q::template quants_q<BF>(buf[p][s].q[0][gi >> 1], gi, Ag);
+                        Q::template quants_q<BF>(buf[p][s].q[1][gi >> 1], gi, Ah);
+                    }
                     if constexpr (V == 2) mvt_dot<BF>(D[s], D1[s], Ag, Ah, b);
                     else mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
                 }
