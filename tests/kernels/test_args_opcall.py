@@ -338,6 +338,88 @@ def test_tensor_class_read_in_c(dbl, direct):
     assert O.stats()[0] == h
 
 
+
+def test_tensor_hit_reads_each_tensor_once_and_the_stream_rule_once(dbl):
+    """A direct hit reads each tensor through the exchange API once for the key, plus once
+    for the launch's first tensor of a class (tensor_pointer: the stream rule); later
+    tensors of that class and device take the address the key read. Tensors of another
+    class go through tensor_pointer again (the stream ordered again, as the launch packer
+    does): the launch bytes and the waits are the Python path's."""
+    from _helpers import exchange_api_class
+    s, producer = bc.Stream(), bc.Stream()
+    counts = {"dltensor": 0, "stream": 0}
+    other = {"dltensor": 0, "stream": 0}
+
+    def tensor_class(counts):
+        Base = exchange_api_class([producer.handle_int], counts)
+
+        class T(Base):
+            __dlpack_c_exchange_api__ = Base.__dlpack_c_exchange_api__
+
+            @property
+            def __cuda_array_interface__(self):
+                return {"shape": (16,), "typestr": "<f4", "data": (self.ptr, False), "version": 3, "strides": None}
+        return T
+    T, U = tensor_class(counts), tensor_class(other)
+
+    def waits():
+        return dbl.calls("cuStreamWaitEvent")
+
+    bx, by, bw = (bc.empty(32, "float32") for _ in range(3))
+    x, y, w = (T(b.ptr, 0) for b in (bx, by, bw))
+    slow = outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s))     # recorded
+    c0, w0, h0 = counts["dltensor"], waits(), O.stats()[0]
+    assert outcome(dbl, lambda: K.rmsnorm(x, w, out=y, stream=s)) == slow and O.stats()[0] == h0 + 1
+    assert counts["dltensor"] == c0 + 3 + 1 and waits() == w0 + 1
+    wu = U(bw.ptr, 0)                                          # the weight of another class
+    K.rmsnorm(x, wu, out=y, stream=s)
+    c0, o0, w0, h0 = counts["dltensor"], other["dltensor"], waits(), O.stats()[0]
+    fast = outcome(dbl, lambda: K.rmsnorm(x, wu, out=y, stream=s))
+    assert O.stats()[0] == h0 + 1
+    # y (parameter 0), x, then w: T's y and x once each for the key + y for the stream rule;
+    # U's w once for the key and once in tensor_pointer; each class's stream ordered once
+    assert counts["dltensor"] == c0 + 3 and other["dltensor"] == o0 + 2 and waits() == w0 + 2
+    K.rmsnorm.clear()
+    assert outcome(dbl, lambda: K.rmsnorm(x, wu, out=y, stream=s)) == fast
+
+
+def test_keyword_binding_is_reused_exactly(dbl):
+    """A call with the keyword names (the same tuple: one call site's constant) and
+    positional count of the last bound call reuses its binding; the same names with
+    another positional count bind again, so a parameter given twice still raises."""
+    x, w, y, y2 = e((4, 256)), e(256), e((4, 256)), e((4, 256))
+    ref = outcome(dbl, lambda: K.rmsnorm(x, weight=w, out=y))
+    for _ in range(2):
+        h = O.stats()[0]
+        assert outcome(dbl, lambda: K.rmsnorm(x, weight=w, out=y)) == ref and O.stats()[0] == h + 1
+        with pytest.raises(TypeError, match="weight"):
+            K.rmsnorm(x, w, weight=w, out=y)                   # same names, one more positional
+        with pytest.raises(TypeError):
+            K.rmsnorm(weight=w, out=y)                         # x missing
+    assert outcome(dbl, lambda: K.rmsnorm(x, out=y, weight=w)) == ref      # another order: the same launch
+    fast = outcome(dbl, lambda: K.rmsnorm(x, w, eps=1e-3, out=y2))     # other names: bound again
+    K.rmsnorm.clear()
+    assert outcome(dbl, lambda: K.rmsnorm(x, w, eps=1e-3, out=y2)) == fast != ref
+    assert outcome(dbl, lambda: K.rmsnorm(x, weight=w, out=y)) == ref
+
+
+def test_last_record_checked_first_misses_exactly(dbl, direct):
+    """Alternating signatures: each call is checked against the last record first, then
+    the others; every launch is the Python path's."""
+    a = (e((4, 256)), e(256), e((4, 256)))
+    b = (e((3, 512)), e(512), e((3, 512)))
+    c = (e((4, 256), "float32"), e(256, "float32"), e((4, 256), "float32"))
+    refs = {}
+    for name, (x, w, y) in (("a", a), ("b", b), ("c", c)):
+        K.rmsnorm.clear()
+        refs[name] = outcome(dbl, lambda: K.rmsnorm(x, w, out=y))
+    K.rmsnorm.clear()
+    for name in "abcabccba":
+        x, w, y = {"a": a, "b": b, "c": c}[name]
+        assert outcome(dbl, lambda: K.rmsnorm(x, w, out=y)) == refs[name]
+    assert K.rmsnorm.memo_size == 3
+
+
 # ------------------------------------------------------------------ matvec, dequantize, matmul, attention
 from barecuda.kernels import _attention as KA  # noqa: E402
 from barecuda.kernels import _dequant as KD  # noqa: E402
@@ -487,6 +569,7 @@ def test_decode_without_workspace_is_not_recorded(dblk):
 def test_setting_a_family_module_value_forgets_the_records(dblk, monkeypatch):
     """Tuning values are module attributes the checks read at call time (tests and benches
     set them): setting one forgets every op's records, so the next call takes the checks."""
+    monkeypatch.setattr(KMM, "WG", 0)       # the mma.sync kernel, whose BK is set below (the double is a 9.0)
     a, b = e((64, 64)), e((64, 128))
     KMM.matmul(a, b, backend="builtin")
     KMM.matmul(a, b, backend="builtin")

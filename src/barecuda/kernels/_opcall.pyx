@@ -71,13 +71,15 @@ from barecuda._signature cimport bc_kind_is_pointer, BC_K_F32
 from barecuda._launch cimport Kernel, check_dims, pack_slot, issue, capture_hook_slot, releases_gil_slot
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda.kernels._opkey cimport (pfact, pkey, P_NONE, P_BUF, P_DLX, P_VAL, P_NOKEY, P_QW, read_arg,
-                                      read_call, keys_match, make_keys)
+                                      read_call, keys_match, match_call, make_keys)
+from barecuda._launch cimport capture_hook_t
 
 from barecuda._buffer import empty as _empty
 
 __all__ = ["Op", "op", "stats", "clear", "set_direct"]
 
 cdef extern from "Python.h":
+    PyTypeObject *Py_TYPE(PyObject *o)
     ctypedef PyObject *(*vectorcallfunc)(PyObject *, PyObject *const *, size_t, PyObject *)
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     object PyObject_Vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
@@ -122,11 +124,20 @@ cdef class _Record:
     cdef object alloc        # tuple of (shape, dtype name, device ordinal)
     cdef list keep
     # the direct issue (see _issue_direct): the constants packed once, the geometry parsed
+    # once, and the slots a call writes listed (nptr entries: slot offset, source, argument,
+    # offset), so that a hit touches a few cache lines of the record
     cdef bint direct
-    cdef char block_bytes[BC_SMALL_ARGBYTES]
+    cdef int nptr
+    cdef int argbytes
     cdef unsigned int dgrid[3]
     cdef unsigned int dblock[3]
     cdef unsigned int dsmem
+    cdef unsigned int pslot[MAXA]
+    cdef int psrc[MAXA]
+    cdef int pref[MAXA]
+    cdef int64_t poff[MAXA]
+    cdef unsigned short soff[MAXA]                 # every parameter's offset in the block
+    cdef char block_bytes[BC_SMALL_ARGBYTES]
 
 
 # ------------------------------------------------------------------ the op object
@@ -140,6 +151,8 @@ cdef Py_ssize_t _hits = 0
 cdef Py_ssize_t _misses = 0
 cdef Py_ssize_t _records = 0
 cdef object _ops = weakref.WeakSet()   # every Op made (clear(), _FamilyModule)
+cdef capture_hook_t *_hook_slot = capture_hook_slot()    # _launch's switches, read on each hit
+cdef bint *_gil_slot = releases_gil_slot()
 
 
 @cython.final
@@ -158,6 +171,11 @@ cdef class Op:
     cdef tuple _names
     cdef list _defaults
     cdef list records               # most recently used first
+    cdef _Record mru                # the record the last hit used (or the last made): checked first
+    cdef object kw_last             # the keyword names (a tuple) of the last call bound here ...
+    cdef Py_ssize_t kw_nargs        # ... with this many positional arguments ...
+    cdef signed char kw_at[MAXP]    # ... and the parameter each keyword bound to
+    cdef Py_ssize_t min_pos         # positional arguments that bind every required parameter (no keywords)
     cdef Py_ssize_t misses_in_row
     cdef dict __dict__
     cdef object __weakref__
@@ -189,6 +207,10 @@ cdef class Op:
             self.names[i] = <PyObject *>self._names[i]
             self.defaults[i] = <PyObject *>defs[i] if has[i] else NULL
         self.records = []
+        self.mru = None
+        self.kw_last = None
+        req = [i for i in range(self.nparams) if not has[i]]
+        self.min_pos = MAXP + 1 if any(i >= npos for i in req) else (max(req) + 1 if req else 0)
         self.misses_in_row = 0
         self.vcall = <vectorcallfunc><void *>_op_vcall
         for a in ("__module__", "__name__", "__qualname__", "__doc__"):
@@ -211,6 +233,7 @@ cdef class Op:
         """Forget every recorded signature (the next call of each runs the checks)."""
         with cython.critical_section(self):
             self.records = []
+            self.mru = None
 
     @property
     def memo_size(self):
@@ -220,21 +243,25 @@ cdef class Op:
     # (a plain method: `plan` and the docs are instance attributes in __dict__)
 
 
-cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject *kwnames):
-    """Op's vectorcall: bind the arguments in C, look the signature up, launch."""
-    cdef Op self = <Op>callable
-    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
-    cdef Py_ssize_t nkw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-    cdef PyObject *vals[MAXP]
-    cdef pfact f[MAXP]
-    cdef Py_ssize_t i, j
+cdef inline int _bind(Op self, PyObject **argv, Py_ssize_t nargs, PyObject *kwnames, PyObject **vals) noexcept:
+    """vals[0..nparams) for a call (defaults filled in); -1 when the C binder does not take
+    it (too many positional arguments, an unknown, repeated or missing parameter: the
+    function's own argument parsing then words the error). A call with the keyword names
+    and positional count of the last call bound here reuses that binding."""
+    cdef Py_ssize_t i, j, m, nkw
     cdef PyObject *name
-    cdef _Record r = None
-    cdef int keyed
     if nargs > self.npos:
-        return _slow(self, argv, nargsf, kwnames, NULL, NULL)
-    for i in range(self.nparams):
-        vals[i] = argv[i] if i < nargs else NULL
+        return -1
+    memcpy(vals, self.defaults, self.nparams * sizeof(PyObject *))
+    for i in range(nargs):
+        vals[i] = argv[i]
+    if kwnames == NULL:
+        return 0 if nargs >= self.min_pos else _missing(self, vals)
+    nkw = PyTuple_GET_SIZE(<object>kwnames)
+    if kwnames == <PyObject *>self.kw_last and nargs == self.kw_nargs:
+        for j in range(nkw):
+            vals[self.kw_at[j]] = argv[nargs + j]
+        return 0
     for j in range(nkw):
         name = PyTuple_GET_ITEM(<object>kwnames, j)
         for i in range(self.nparams):
@@ -245,15 +272,50 @@ cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject 
                 if <object>self.names[i] == <object>name:
                     break
             else:
-                return _slow(self, argv, nargsf, kwnames, NULL, NULL)
-        if vals[i] != NULL or (i < self.npos and i < nargs):
-            return _slow(self, argv, nargsf, kwnames, NULL, NULL)
+                return -1
+        if i < nargs:                               # also given by position
+            return -1
+        for m in range(j):
+            if self.kw_at[m] == i:                  # (not from CPython's call sites; kept exact)
+                return -1
+        self.kw_at[j] = <signed char>i
         vals[i] = argv[nargs + j]
+    if _missing(self, vals):
+        return -1
+    self.kw_last = <object>kwnames                 # (its kw_at are the ones just written)
+    self.kw_nargs = nargs
+    return 0
+
+
+cdef inline int _missing(Op self, PyObject **vals) noexcept:
+    cdef Py_ssize_t i
     for i in range(self.nparams):
         if vals[i] == NULL:
-            if self.defaults[i] == NULL:
-                return _slow(self, argv, nargsf, kwnames, NULL, NULL)
-            vals[i] = self.defaults[i]
+            return -1
+    return 0
+
+
+cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject *kwnames):
+    """Op's vectorcall: bind the arguments in C, look the signature up, launch."""
+    cdef Op self = <Op>callable
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef PyObject *vals[MAXP]
+    cdef pfact f[MAXP]
+    cdef Py_ssize_t i
+    cdef _Record r = None
+    cdef int keyed, bound
+    with cython.critical_section(self):
+        bound = _bind(self, argv, nargs, kwnames, vals)
+        if bound:
+            self.kw_last = None                     # (its kw_at may be half rewritten)
+        r = self.mru
+    if bound:
+        return _slow(self, argv, nargsf, kwnames, NULL, NULL)
+    if r is not None and match_call(r.keys, self.nparams, self.stream_at, vals, f):
+        k = <object>PyWeakref_GetObject(r.kernel)
+        if k is not None and (<Kernel>k).func != NULL:
+            return _hit(self, r, k, vals, f)
+    r = None
     keyed = read_call(vals, self.nparams, self.stream_at, f) == 0
     if keyed:
         with cython.critical_section(self):
@@ -263,6 +325,7 @@ cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject 
                     if i:
                         del self.records[i]
                         self.records.insert(0, r)
+                    self.mru = r
                     break
             else:
                 r = None
@@ -272,6 +335,8 @@ cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject 
                 return _hit(self, r, k, vals, f)
             with cython.critical_section(self):       # the kernel is gone or its module closed: forget it
                 self.records = [x for x in self.records if x is not r]
+                if self.mru is r:
+                    self.mru = None
     return _slow(self, argv, nargsf, kwnames, vals, f if keyed else NULL)
 
 
@@ -279,15 +344,15 @@ cdef object _hit(Op self, _Record r, object k, PyObject **vals, const pfact *f):
     """Launch as recorded with this call's arrays; the result as recorded."""
     global _hits
     cdef list made = None           # new outputs (out=None)
-    stream = <object>vals[self.stream_at] if self.stream_at >= 0 else None
+    cdef PyObject *stream = vals[self.stream_at] if self.stream_at >= 0 else <PyObject *>None
     if r.nalloc:
         made = []
         for shape, dtype, dev in r.alloc:
-            made.append(_empty(shape, dtype, device=dev) if stream is None else
-                        _empty(shape, dtype, device=dev, stream=stream))
-    if not (r.direct and _direct and capture_hook_slot()[0] == NULL and not releases_gil_slot()[0]
-            and _issue_direct(r, <Kernel>k, vals, f, made, stream) == 0):
-        _issue_launch(r, k, vals, f, made, stream)
+            made.append(_empty(shape, dtype, device=dev) if stream == <PyObject *>None else
+                        _empty(shape, dtype, device=dev, stream=<object>stream))
+    if not (r.direct and _direct and _hook_slot[0] == NULL and not _gil_slot[0]
+            and _issue_direct(r, <Kernel>k, vals, f, made, <object>stream) == 0):
+        _issue_launch(r, k, vals, f, made, <object>stream)
     _hits += 1
     self.misses_in_row = 0
     if r.nres == 1:
@@ -312,29 +377,37 @@ cdef int _issue_direct(_Record r, Kernel k, PyObject **vals, const pfact *f, lis
     cdef bc_stream_memo memo
     cdef CUdeviceptr addr
     cdef Py_ssize_t i
-    cdef int src
+    cdef int src, ref
     cdef DeviceBuffer b
     cdef CUstream hs = NULL
+    cdef PyTypeObject *ttype = NULL     # the tensor class tensor_pointer took first, on device tdev
+    cdef int tdev = -1
     memo.source = NULL
     memo.ordinal = -1
     stream_handle(stream, &hs)
-    memcpy(sbuf, r.block_bytes, k.argbytes)
-    for i in range(r.nargs):
-        sptrs[i] = sbuf + k.params[i].offset
-        src = r.asrc[i]
-        if src == A_CONST:
-            continue
+    memcpy(sbuf, r.block_bytes, r.argbytes)
+    for i in range(r.nptr):
+        src = r.psrc[i]
+        ref = r.pref[i]
         if src == A_ADDR:
-            bc_store_int(<char *>sptrs[i], 8, f[r.aref[i]].addr + <uint64_t>r.aoff[i])
-            continue
-        if src == A_PARAM and f[r.aref[i]].kind == P_DLX:
-            if tensor_pointer(<object>vals[r.aref[i]], k.device, hs, &memo, &addr) != 1:
+            bc_store_int(sbuf + r.pslot[i], 8, f[ref].addr + <uint64_t>r.poff[i])
+        elif src == A_PARAM and f[ref].kind == P_DLX:
+            if Py_TYPE(vals[ref]) == ttype and f[ref].dl.device.device_id == tdev:
+                # a tensor of the class and device tensor_pointer took already in this launch:
+                # it would read the address the key read (f) and find the stream ordered (memo)
+                bc_store_int(sbuf + r.pslot[i], 8, f[ref].addr)
+                continue
+            if tensor_pointer(<object>vals[ref], k.device, hs, &memo, &addr) != 1:
                 return 1
-            bc_store_int(<char *>sptrs[i], 8, addr)
-            continue
-        b = <DeviceBuffer>f[r.aref[i]].buf if src == A_PARAM else <DeviceBuffer>made[r.aref[i]]
-        note_use(b, hs)
-        bc_store_int(<char *>sptrs[i], 8, b.ptr)
+            ttype = Py_TYPE(vals[ref])
+            tdev = f[ref].dl.device.device_id
+            bc_store_int(sbuf + r.pslot[i], 8, addr)
+        else:
+            b = <DeviceBuffer>f[ref].buf if src == A_PARAM else <DeviceBuffer>made[ref]
+            note_use(b, hs)
+            bc_store_int(sbuf + r.pslot[i], 8, b.ptr)
+    for i in range(r.nargs):
+        sptrs[i] = sbuf + r.soff[i]
     rec.pfunc = &k.func
     rec.ctx = k.ctx
     rec.grid[0], rec.grid[1], rec.grid[2] = r.dgrid[0], r.dgrid[1], r.dgrid[2]
@@ -419,6 +492,7 @@ cdef object _slow(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames, Py
         with cython.critical_section(self):
             self.records.insert(0, rec)
             del self.records[MAXE:]
+            self.mru = rec
     return _give_back(res, <object>_vals_tuple(self, vals))
 
 
@@ -543,9 +617,18 @@ cdef bint _can_direct(_Record r, Kernel k, object grid, object block, object sme
         if r.asrc[i] != A_CONST and not (bc_kind_is_pointer(k.params[i].kind) and k.params[i].size == 8):
             return False
     memset(r.block_bytes, 0, sizeof(r.block_bytes))
+    r.nptr = 0
+    r.argbytes = k.argbytes
     for i in range(r.nargs):
+        r.soff[i] = <unsigned short>k.params[i].offset
         if r.asrc[i] == A_CONST:
             pack_slot(k, i, <object>r.aconst[i], r.block_bytes + k.params[i].offset, NULL)
+        else:
+            r.pslot[r.nptr] = k.params[i].offset
+            r.psrc[r.nptr] = r.asrc[i]
+            r.pref[r.nptr] = r.aref[i]
+            r.poff[r.nptr] = r.aoff[i]
+            r.nptr += 1
     check_dims(k, grid, block, 0 if smem is None else smem, r.dgrid, r.dblock)
     r.dsmem = 0 if smem is None else smem
     return True

@@ -46,23 +46,24 @@ ctypedef struct pfact:       # one argument as read from a call (borrowed pointe
 
 
 ctypedef struct pkey:        # one argument as recorded (references held by the record's `keep`)
+    # (what a hit compares for None / values / DeviceBuffers first: one cache line a key)
     int kind
-    PyObject *type
+    int low                  # address & 15
+    int readonly
+    int device
+    int same_obj
+    int same_addr
     PyObject *dtype          # P_BUF: the buffer's dtype object; P_VAL: the value
     PyObject *shape
     PyObject *strides
-    int device
-    int low                  # address & 15
-    int readonly
-    int same_obj
-    int same_addr
-    int ndim                 # P_DLX
-    int dtcode
-    int64_t dims[MAXD]
-    int64_t strd[MAXD]
-    int has_strides
+    PyObject *type
     PyObject *qfmt           # P_QW
     PyObject *qshape
+    int ndim                 # P_DLX
+    int dtcode
+    int has_strides
+    int64_t dims[MAXD]
+    int64_t strd[MAXD]
 
 
 # _read_arg of anything but a DeviceBuffer, None or a keyed scalar: a tuple of exact ints
@@ -177,11 +178,38 @@ cdef inline bint _same_dtype(PyObject *a, PyObject *b) noexcept:
     return a == b or (PyUnicode_CheckExact(<object>a) and _val_eq(a, b))
 
 
-cdef inline bint keys_match(const pkey *keys, int n, const pfact *f) noexcept:
-    """The n arguments read into f are what keys[0..n) recorded."""
-    cdef int i, d
-    cdef const pkey *k
+cdef inline bint _key_eq(const pkey *k, const pfact *f) noexcept:
+    """Array argument f (kind already equal to k's) is what k recorded: alias pattern,
+    address mod 16, then its dtype/shape/strides/device/read-only (or the tensor's)."""
+    cdef int d
     cdef DeviceBuffer b
+    if k.same_obj != f.same_obj or k.same_addr != f.same_addr or k.low != <int>(f.addr & 15):
+        return False
+    if k.kind == P_BUF or k.kind == P_QW:
+        if k.kind == P_QW and not (_val_eq(k.qfmt, f.qfmt) and _tuples_eq(k.qshape, f.qshape)):
+            return False
+        b = <DeviceBuffer>f.buf
+        return (_same_dtype(<PyObject *>b._dtype, k.dtype) and b.device.ordinal == k.device
+                and b._readonly == k.readonly
+                and _tuples_eq(<PyObject *>b._shape, k.shape)
+                and _tuples_eq(<PyObject *>b._strides, k.strides))
+    # P_DLX
+    if (<PyObject *>Py_TYPE(<PyObject *>f.obj) != k.type or f.dl.ndim != k.ndim
+            or dlx_code(&f.dl) != k.dtcode
+            or f.dl.device.device_id != k.device or (f.dl.strides != NULL) != k.has_strides):
+        return False
+    for d in range(k.ndim):
+        if f.dl.shape[d] != k.dims[d]:
+            return False
+        if k.has_strides and f.dl.strides[d] != k.strd[d]:
+            return False
+    return True
+
+
+cdef inline bint keys_match(const pkey *keys, int n, const pfact *f) noexcept:
+    """The n arguments read into f (read_call) are what keys[0..n) recorded."""
+    cdef int i
+    cdef const pkey *k
     for i in range(n):
         k = &keys[i]
         if k.kind != f[i].kind:
@@ -192,26 +220,49 @@ cdef inline bint keys_match(const pkey *keys, int n, const pfact *f) noexcept:
             if not _val_eq(k.dtype, f[i].obj):
                 return False
             continue
-        if k.same_obj != f[i].same_obj or k.same_addr != f[i].same_addr or k.low != <int>(f[i].addr & 15):
+        if not _key_eq(k, &f[i]):
             return False
-        if k.kind == P_BUF or k.kind == P_QW:
-            if k.kind == P_QW and not (_val_eq(k.qfmt, f[i].qfmt) and _tuples_eq(k.qshape, f[i].qshape)):
-                return False
-            b = <DeviceBuffer>f[i].buf
-            if (not _same_dtype(<PyObject *>b._dtype, k.dtype) or b.device.ordinal != k.device
-                    or b._readonly != k.readonly
-                    or not _tuples_eq(<PyObject *>b._shape, k.shape)
-                    or not _tuples_eq(<PyObject *>b._strides, k.strides)):
+    return True
+
+
+cdef inline bint match_call(const pkey *keys, int n, int stream_at, PyObject **vals, pfact *f) noexcept:
+    """read_call and keys_match against one record in a single pass (the hit path's
+    check of the op's last record): True exactly when read_call(vals) would key the call
+    and keys_match(keys) would hold, with f filled as read_call fills it for the array
+    arguments (what the issue reads). False also where it does not decide (a keyed tuple
+    that is not the recorded object): the caller then runs read_call and keys_match."""
+    cdef int i, j, kind
+    cdef PyObject *o
+    cdef PyObject *t
+    for i in range(n):
+        kind = keys[i].kind
+        o = vals[i]
+        f[i].obj = o
+        f[i].addr = 0
+        if i == stream_at or kind == P_NONE:     # (the stream's key is P_NONE: not keyed)
+            f[i].kind = P_NONE
+            if i != stream_at and o != <PyObject *>None:
                 return False
             continue
-        # P_DLX
-        if (<PyObject *>Py_TYPE(<PyObject *>f[i].obj) != k.type or f[i].dl.ndim != k.ndim
-                or dlx_code(&f[i].dl) != k.dtcode
-                or f[i].dl.device.device_id != k.device or (f[i].dl.strides != NULL) != k.has_strides):
+        if kind == P_VAL:
+            f[i].kind = P_VAL
+            if o == keys[i].dtype:              # the recorded object (keyed values are immutable)
+                continue
+            t = <PyObject *>Py_TYPE(o)
+            if not (t == <PyObject *>float or t == <PyObject *>int or t == <PyObject *>bool
+                    or t == <PyObject *>str) or not _val_eq(keys[i].dtype, o):
+                return False
+            continue
+        if read_arg(o, &f[i]) != kind:
             return False
-        for d in range(k.ndim):
-            if f[i].dl.shape[d] != k.dims[d]:
-                return False
-            if k.has_strides and f[i].dl.strides[d] != k.strd[d]:
-                return False
+        f[i].same_obj = -1
+        f[i].same_addr = -1
+        for j in range(i):
+            if f[j].kind == P_BUF or f[j].kind == P_DLX or f[j].kind == P_QW:
+                if f[i].same_obj < 0 and f[j].obj == o:
+                    f[i].same_obj = j
+                if f[i].same_addr < 0 and f[j].addr == f[i].addr:
+                    f[i].same_addr = j
+        if not _key_eq(&keys[i], &f[i]):
+            return False
     return True
