@@ -430,9 +430,29 @@ def _raw_row(B, key, label, g, stream):
     return r
 
 
+def _launch_call(g, given, tensors):
+    """(names, statement) of ``Kernel.launch`` of what a prep returned, the arguments
+    spelled out (a c_float as its value, as the op's record packs it); with ``tensors``,
+    an argument buffer at the address of one of the caller's tensors (``given``) is that
+    tensor."""
+    k, grid, block, args = g[:4]
+    ns = {"KL": k, "G": grid, "BL": block}
+    names = []
+    for i, a in enumerate(args):
+        if type(a) is ctypes.c_float:
+            a = a.value
+        if tensors and hasattr(a, "ptr"):
+            a = next((t for t in given if hasattr(t, "data_ptr") and t.data_ptr() == a.ptr), a)
+        ns[f"a{i}"] = a
+        names.append(f"a{i}")
+    tail = ", stream=s" + (f", shared_mem={int(g[5])}" if len(g) > 5 and g[5] else "")
+    return ns, f"KL.launch(G, BL, {', '.join(names)}{tail})"
+
+
 def _family_rows(B, bc, s, torch, ts):
-    """For each op of _op_cases: raw C of its kernel on s, the op's hit with DeviceBuffers
-    on s, and (where torch is there and the op takes tensors) raw C on torch's stream and the
+    """For each op of _op_cases: raw C of its kernel on s, Kernel.launch and the plan of the
+    same launch, the op's hit with DeviceBuffers on s, and (where torch is there and the op
+    takes tensors) raw C on torch's stream, Kernel.launch with the caller's tensors and the
     hit with torch tensors on it. Returns (rows, raw_of, keep)."""
     from barecuda.bench.harness import na_row, py_row
     from barecuda.kernels import _dequant as KD
@@ -479,14 +499,27 @@ def _family_rows(B, bc, s, torch, ts):
             slow = py_row(f"slow_{name}{suf}", "  its Python checks + Kernel.launch (the path before the memo)",
                           f"g = OP.prep({', '.join(call)}); g[0].launch(g[1], g[2], *g[3], stream=s, "
                           f"shared_mem=g[5] if len(g) > 5 else 0)", ns, sync, ref=raw.key)
-            for r in (raw, op, slow):
+            # the floors of the same launch in the same run: Kernel.launch with the arguments
+            # spelled out (for torch tensors: the caller's tensors in the array slots, the
+            # floor any binding honouring torch's stream rule has) and, for DeviceBuffers, the
+            # plan of it (Kernel.bind)
+            lns, lcall = _launch_call(g, [a for a in list(args) + list(kw.values()) if not isinstance(a, int)],
+                                      bool(suf))
+            lns.update(s=st)
+            extra = [py_row(f"launch_{name}{suf}", "  Kernel.launch of the same kernel"
+                            + (", the caller's tensors" if suf else "") + f" ({len(g[3])} args)",
+                            lcall, lns, sync, ref=raw.key)]
+            if not suf:
+                pns = {"s": st, "P": g[0].bind(g[1], g[2], *g[3], stream=st, shared_mem=g[5] if len(g) > 5 else 0)}
+                extra.append(py_row(f"plan_{name}", "  its plan (Kernel.bind(...)())", "P()", pns, sync, ref=raw.key))
+            for r in [raw, op, slow] + extra:
                 raw_of[r.key] = raw.key
             if suf:
                 from barecuda.bench.peers import torch_stream_switch
                 setup, teardown = torch_stream_switch(torch, ts)
-                for r in (raw, op, slow):
+                for r in [raw, op, slow] + extra:
                     r.setup, r.teardown = setup, teardown
-            rows += [raw, op, slow]
+            rows += [raw] + extra + [op, slow]
             keep.append((args, kw, g))
     return rows, raw_of, keep
 
