@@ -37,6 +37,47 @@ def _dense_tuning(fmt, n, k, epi):
     return ()
 
 
+# Dense f16/bf16 weights with x of the same dtype on tensor cores (matvec_<x>_tc[_res|_glu] of
+# the F16 / BF16 modules, csrc/matvec_dense.cuh: a block a 16-row tile, its warps split K,
+# mma.sync m16n8k16 with the batch rows in the mma's 8 columns, weights straight from global
+# memory into the A fragments): taken at a batch of DENSE_TC_MIN_BATCH or more, on the 16-byte
+# path (vec), and at batch 1 where dense_tc1() says so. The block's warps are a launch choice
+# (dense_tc_warps). H200 06:1x / 06:2x (docs/kernels.md): batch 8 at 4096x4096 / 14336x4096 /
+# 4096x14336 / 28672x4096 10.57 / 31.54 / 31.14 / 60.06 us with MVW_L2=256 (the weight loads
+# prefetch 256 bytes into L2) against 11.12 / 33.53 / 33.86 / 65.23 without, same run and
+# warps; the CUDA-core entries took 32.2 / 65.9 / 103.5 us at batch 8 (06:1x).
+DENSE_TC = True
+DENSE_TC_MIN_BATCH = 2
+DENSE_TC_DEFINES = (("MVW_L2", 256),)     # over (("WFMT", t),): MVW_U / MVW_MB / MVW_PF / MVW_ORD / MVW_L2
+_DENSE_TC_MAX_WARPS = 16                  # MVW_MAXW
+
+
+def dense_tc1(n, k):
+    """Batch 1 on the dense tensor-core entries (else the CUDA-core row loops: 29.3 against
+    30.5 us at 14336x4096, the best TC build, H200 06:2x)."""
+    return False
+
+
+def dense_tc_warps(n, k, sms, epi=None):
+    """Warps a block of the dense tensor-core entries, by the ceil(N / 16) tiles: the best of
+    the H200 runs at 06:1x / 06:2x, where the waves of 25 warps a multiprocessor (80 registers)
+    decide. Up to 2 tiles a multiprocessor, 24 warps a multiprocessor's worth (4096 rows: 12;
+    06:1x, no L2 hint, batch 1: 11.0 us against 12.3 at 16 warps and 11.3 at 6); up to 8 tiles
+    a multiprocessor, 8 warps (14336 rows, MVW_L2=256, batch 8: 31.5 us against 35.3 at 4
+    warps, a 1.13-wave grid); more, 4 warps (28672 rows, MVW_L2=256, batch 8: 60.1 us; 06:1x
+    batch 1: 104 / 69 / 63 us at 1 / 2 / 4 warps). At most one a turn of MVW_U (4) runs of 32
+    weights of the row, and MVW_MAXW."""
+    tiles = -(-n // 16)
+    turns = -(-k // (32 * dict(DENSE_TC_DEFINES).get("MVW_U", 4)))
+    if tiles <= 2 * sms:
+        want = max(4, 24 * sms // tiles)
+    elif tiles <= 8 * sms:
+        want = 8
+    else:
+        want = 4
+    return max(1, min(_DENSE_TC_MAX_WARPS, turns, want))
+
+
 # Quantized weights with f16/bf16 activations take the tensor-core entries (matvec_<x>_tc*,
 # csrc/matvec.cu: a block of MVT_W warps a 16-row tile) at a batch of TC_MIN_BATCH or more
 # (the mma's 8 columns hold the batch rows, so a batch of 8 costs what a batch of 1 does),
@@ -78,8 +119,6 @@ TCD_PF1_MAXK = 8192
 def tcd_defines(fmt, k):
     """Defines over the module's own of the batch-1 direct entries (matvec_<x>_tcd*)."""
     return (("MVD_PF", 1),) if fmt == "q4_k" and k < TCD_PF1_MAXK else ()
-
-
 
 
 def tcd_warps(n, k, sms, epi=None):
@@ -140,11 +179,17 @@ def _prepare(weight, up, x, residual, out, stream, epi):
                 raise ValueError(f"{nm}: address 0x{b.ptr:x} is not aligned to {isz} bytes")
         vw = 16 // isz
         vec = int(k % vw == 0 and wb.ptr % 16 == 0 and xb.ptr % 16 == 0 and (ub is None or ub.ptr % 16 == 0))
-        tune = _dense_tuning(fmt, n, k, epi)
-        defines = (("WFMT", t),) + tune
-        rows_per_block = _WARPS * dict(tune).get("MV_R", 1)
-        threads = 32 * _WARPS
-        tc = ""
+        if DENSE_TC and vec and code == fmt != "f32" and (nb >= DENSE_TC_MIN_BATCH or dense_tc1(n, k)):
+            tc = "tc"
+            defines = (("WFMT", t),) + DENSE_TC_DEFINES
+            rows_per_block = 16
+            threads = 32 * dense_tc_warps(n, k, _args.sm_count(xb.device), epi)
+        else:
+            tune = _dense_tuning(fmt, n, k, epi)
+            defines = (("WFMT", t),) + tune
+            rows_per_block = _WARPS * dict(tune).get("MV_R", 1)
+            threads = 32 * _WARPS
+            tc = ""
     else:
         if xb.ptr % 16:
             raise ValueError(f"x: address 0x{xb.ptr:x} is not 16-byte aligned (needed with {fmt} weights)")
@@ -243,8 +288,12 @@ _args.attach_plan(matvec_silu_mul, plan_matvec_silu_mul)
 _NAMES = tuple(f"matvec_{c}_b{b}{s}" for c in ("f32", "f16", "bf16") for b in _BUCKETS for s in ("", "_res", "_glu"))
 _TC_NAMES = tuple(f"matvec_{c}_{t}{s}" for t in ("tc", "tcb") for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
 _TCD_NAMES = tuple(f"matvec_{c}_tcd{s}" for c in ("f16", "bf16") for s in ("", "_res", "_glu"))
-KERNELS = ([("matvec.cu", _NAMES + (() if k in DENSE else _TC_NAMES) + (_TCD_NAMES if k in ("q4_k", "q6_k") else ()),
+_DENSE_TC_NAMES = {c: tuple(f"matvec_{c}_tc{s}" for s in ("", "_res", "_glu")) for c in ("f16", "bf16")}
+KERNELS = ([("matvec.cu", _NAMES + (_DENSE_TC_NAMES.get(k, ()) if k in DENSE else _TC_NAMES)
+             + (_TCD_NAMES if k in ("q4_k", "q6_k") else ()),
              (("WFMT", v[0]),) + (() if k in DENSE else _quant_tuning(k)))
             for k, v in FORMATS.items()]
            + [("matvec.cu", _NAMES, (("WFMT", FORMATS[k][0]),) + tune) for k in ("f16", "bf16") for tune in (_WIDE, _TALL)]
+           + [("matvec.cu", _DENSE_TC_NAMES[k], (("WFMT", FORMATS[k][0]),) + DENSE_TC_DEFINES) for k in ("f16", "bf16")
+              if DENSE_TC_DEFINES]
            + [("matvec.cu", _TCD_NAMES, (("WFMT", FORMATS["q4_k"][0]),) + _quant_tuning("q4_k") + tcd_defines("q4_k", 256))])
