@@ -199,7 +199,27 @@ def test_decode_small_shared_memory_gpus_get_a_shallower_pipeline(fake, monkeypa
     assert A.decode_smem(128, 4) > 101376
     A.attention_decode(q, k, v, ln, n_splits=4)
     la = fake.last_launch()
-    assert la.name == "attn_decode_f16" and la.shared == A.decode_smem(128, 4, A.SMALL_DEC_STAGES) <= 101376
+    assert la.name == "attn_decode_f16" and la.shared == A.decode_smem(128, 4, A.SMALL_DEC_STAGES, 4) <= 101376
+    assert la.block == (4 * 32, 1, 1)
+
+
+def test_decode_pipeline_fallbacks_by_shared_memory(fake, monkeypatch):
+    """A default pipeline with more warps (8 warps x 3 stages: 209 KB at head dim 128) falls back
+    to 4 warps x 4 stages where a block gets 163 KB (sm_80) and to 4 warps x SMALL_DEC_STAGES at
+    99 KB (sm_86/89); the block size, shared memory and default splits follow the choice."""
+    from barecuda.kernels import _matmul as MM
+    monkeypatch.setattr(A, "DEC_WARPS", 8)
+    monkeypatch.setattr(A, "DEC_STAGES", 3)
+    A._sms.clear()
+    assert A._dec_configs() == [(8, 3), (4, 4), (4, A.SMALL_DEC_STAGES)]
+    q, k, v, ln = _bufs(fake, max_ctx=4096, n_kv=2, d=128, n_heads=8)
+    for optin, want in ((232448, (8, 3)), (166912, (4, 4)), (101376, (4, A.SMALL_DEC_STAGES))):
+        monkeypatch.setattr(MM, "_smem_optin", {0: optin})
+        A.attention_decode(q, k, v, ln, n_splits=4)
+        la = fake.last_launch()
+        w, st = want
+        assert la.block == (w * 32, 1, 1) and la.shared == A.decode_smem(128, 4, st, w) <= optin, (optin, la.shared)
+    A._sms.clear()
 
 
 def test_decode_pdl_plan_on_the_double(fake, monkeypatch):

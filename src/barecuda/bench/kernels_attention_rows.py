@@ -343,15 +343,29 @@ FLOOR_SHORT = ("default", "merge 2 (float4, 16 splits a round)", "sync 1 (thread
                "default again")
 
 
-def floor_probe_defines():
+# --floor-probe2: with the merge fixed (DEC_MERGE=2, DEC_SYNC=1 the defaults), the pipeline shape and the split cap
+FLOOR2_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (
+    ("default (merge 2, sync 1)", {}), ("old default (merge 0, sync 0)", {"DEC_MERGE": 0, "DEC_SYNC": 0}),
+    ("probe 1: no merge", {"DEC_PROBE": 1}),
+    ("8 warps, 3 stages", {"DEC_WARPS": 8, "DEC_STAGES": 3}), ("8 warps, 2 stages", {"DEC_WARPS": 8, "DEC_STAGES": 2}),
+    ("4 warps, 3 stages", {"DEC_STAGES": 3}), ("4 warps, 32 keys a warp, 3 stages", {"DEC_KPW": 32, "DEC_STAGES": 3}),
+    ("splits: 1 block a multiprocessor", {"SPLIT_OCC": 1}),
+    ("8 warps, 3 stages, 1 block a multiprocessor", {"DEC_WARPS": 8, "DEC_STAGES": 3, "SPLIT_OCC": 1}),
+    ("8 warps, 3 stages, probe 1", {"DEC_WARPS": 8, "DEC_STAGES": 3, "DEC_PROBE": 1}),
+    ("default again", {}), ("8 warps, 3 stages again", {"DEC_WARPS": 8, "DEC_STAGES": 3}),
+    ("old default again", {"DEC_MERGE": 0, "DEC_SYNC": 0}))
+FLOOR2_NAMES = tuple(label for label, _ in FLOOR2_VARIANTS)
+
+
+def floor_probe_defines(variants=None, d64_names=FLOOR_D64):
     """(head dim, _dec_defines) of every module --floor-probe loads (for a parallel warm-up)."""
     from barecuda.kernels import _attention as A
     out = []
-    for d, names in ((128, None), (64, FLOOR_D64)):
-        for label, st in FLOOR_VARIANTS:
+    for d, names in ((128, None), (64, d64_names)):
+        for label, st in variants or FLOOR_VARIANTS:
             if names is not None and label not in names:
                 continue
-            old = {k: getattr(A, k) for k in st if k != "n_splits"}
+            old = {k: getattr(A, k) for k in st if k not in ("n_splits", "SPLIT_OCC")}
             for k in old:
                 setattr(A, k, st[k])
             try:
@@ -365,7 +379,8 @@ def floor_probe_defines():
 
 
 def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768), (32, 8, 64, 8192)),
-                       short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=FLOOR_VARIANTS):
+                       short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=FLOOR_VARIANTS,
+                       d64_names=FLOOR_D64, short_names=FLOOR_SHORT):
     """Developer probe (``--floor-probe``): for each long context, the read floors of
     :func:`decode_floors` (first and last), then each variant's chained decode row (head-major,
     one node a cache, > 512 MB a round): the probe builds (``DEC_PROBE`` 1-4: no merge; no
@@ -406,7 +421,7 @@ def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 
                                                if k != "empty" and spec else "") for k, v in fl.items())
         print(f"  floor-probe floors h{nh}/{nkv} d{d} ctx {ctx} ({kv_bytes / 1e6:.1f} MB, grid {g}): {line}", flush=True)
         for label, settings in variants:
-            if d == 64 and label not in FLOOR_D64:
+            if d == 64 and label not in d64_names:
                 continue
             if "n_splits" in settings and not (d == 64 or (ctx == 4096 and label in FLOOR_SPLITS_D128)):
                 continue
@@ -431,7 +446,7 @@ def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 
         ln.copy_from(bytearray((ctx - 1).to_bytes(4, "little")), stream=s)
         k, v = caches[0]
         for label, settings in variants:
-            if label not in FLOOR_SHORT:
+            if label not in short_names:
                 continue
 
             def fn_short(ns, k=k, v=v, q=q, o=o, ln=ln):
@@ -625,6 +640,8 @@ if __name__ == "__main__":
         decode_pdl_probe()
     if "--floor-probe" in sys.argv:
         decode_floor_probe()
+    if "--floor-probe2" in sys.argv:
+        decode_floor_probe(variants=FLOOR2_VARIANTS, d64_names=FLOOR2_NAMES, short_names=FLOOR2_NAMES)
     if "--merge-probe" in sys.argv:
         decode_pdl_probe(variants=MERGE_VARIANTS)
     if "--probe-only" not in sys.argv:

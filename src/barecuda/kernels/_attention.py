@@ -29,10 +29,17 @@ __all__ = ["attention_decode", "plan_attention_decode", "attention_prefill", "pl
 SOURCE = "attention.cu"
 HEAD_DIMS = (64, 80, 96, 128)
 MAX_GROUP = 16      # query heads per KV head: a run-time argument of the decode kernel (one 16-row MMA tile)
-DEC_WARPS = 4
-DEC_STAGES = 4      # measured best on H200 (4 stages, 1 block/SM: 66% of spec at 32k vs 64% with 3)
+DEC_WARPS = 8       # 8 warps x 3 stages of 128 keys (209 KB at d128; sm_80/86/89 fall back, see _dec_configs).
+DEC_STAGES = 3      # H200 2026-11-27 06:26 UTC, same run, with DEC_MERGE=2 and SPLIT_OCC=1, us against 4 warps x 4
+                    # stages: 32/8 d128 4k 10.24 / 10.17-10.20, 16k 22.65 / 22.69, 32k 39.25 / 39.27-39.36, d64 8k
+                    # 9.34 / 10.02; the decode loop's node over 129 keys of a 4096-slot cache d128 5.17 / 5.69,
+                    # d64 3.74 / 4.11, 1024 keys d128 6.14 / 6.56
 DEC_L2PF = 0
 SPLIT_WAVES = 1     # default n_splits: this many waves of resident blocks over the KV heads
+SPLIT_OCC = 1       # default n_splits of plain plans: count at most this many blocks a multiprocessor (None: the
+                    # occupancy's; PDL plans take PDL_OCC). H200 06:26 UTC, d64 8k: 16 splits 9.34 us (8 warps) /
+                    # 10.02 (4 warps) against the occupancy's 33 / 49 splits 10.49 / 11.27; a short context in a
+                    # big cache launches fewer idle blocks (d64 129 keys 3.74 against 4.65 us, 8 warps)
 DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
 DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
 DEC_MINCHUNK = 128  # keys a split takes at least (attention.cu's default)
@@ -43,10 +50,14 @@ DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (
 # plainly: 32/8 d128 ctx 4096 12.4-12.6 / 13.8 / 13.7-14.0; 16k 25.2 / 26.0 / 26.2-26.4; 32k 41.6-41.8 /
 # 42.8 / 42.6-43.2; 1024 keys 7.6 / 8.2 / 8.1; 129 keys 5.72 / 5.47 / 6.01 (d64: 4.14 / 4.03 / 5.5). So plain
 # plans keep the build without griddepcontrol (DEC_PDL_PLAIN = 0), and PDL pays only at short contexts.
-DEC_MERGE = 0       # 1: the split merge with the weights in shared memory (attention.cu): correct, slower
-                    # (H200 02:40 UTC: +0.3-0.7 us a call at 4k-32k d128, +1.5 at 1024 keys, +1.7 at d64 8k)
-DEC_SYNC = 0        # 1: split blocks count themselves done by thread 0 alone (barrier, fence, atomic: the
-                    # cooperative-groups pattern) instead of a fence in every thread (attention.cu)
+DEC_MERGE = 2       # the last block's split merge (attention.cu): 2 = float4 partials, 16 splits a round; 0 = one
+                    # element a thread, 8 splits a round (the default before 2026-11-27 06:2x); 1 = the weights in
+                    # shared memory (correct, slower). H200 06:21 UTC, same run, us a call, 0 -> 2: 32/8 d128 4k
+                    # 12.66 -> 10.23, 16k 25.42 -> 23.06, 32k 41.87 -> 39.65, d64 8k 14.40 -> 11.42, 1024 keys
+                    # 7.86 -> 6.61; 129 keys (one split, no merge) unchanged; without any merge (probe) 4k 8.57
+DEC_SYNC = 1        # 1: split blocks count themselves done by thread 0 alone (barrier, fence, atomic: the
+                    # cooperative-groups pattern); 0: a fence in every thread first. With DEC_MERGE=2 on the same
+                    # run: 4k 10.18-10.21 vs 10.23, 16k 22.94-22.97 vs 23.06, 32k 39.41-39.52 vs 39.65 us
 DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first DEC_SPEC keys of each split
                     # before the length is read, placing the split as if the length were max_ctx (a hint)
 DEC_LENFIRST = 0    # 1: the kernel issues the length load before the Q loads
@@ -73,18 +84,29 @@ _DT = ("f16", "bf16")
 SMALL_DEC_STAGES = 2
 
 
-def _dec_defines(d, stages=None, pdl=False):
+def _dec_configs(stages=None):
+    """(warps, stages) of the decode pipeline, best first: DEC_WARPS with ``stages`` (or
+    DEC_STAGES), then, for devices whose per-block shared memory is smaller, 4 warps with 4
+    stages (when the default has more warps) and 4 warps with SMALL_DEC_STAGES."""
+    out = [(DEC_WARPS, stages or DEC_STAGES)]
+    if DEC_WARPS != 4:
+        out.append((4, 4))
+    out.append((4 if DEC_WARPS != 4 else DEC_WARPS, SMALL_DEC_STAGES))
+    return out
+
+
+def _dec_defines(d, stages=None, pdl=False, warps=None):
     extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
     extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
     extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
     extra += (("DEC_PDL", 1),) if pdl or DEC_PDL_PLAIN else ()
-    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE else ()
-    extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC else ()
+    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE != 2 else ()    # attention.cu's defaults: 2 and 1
+    extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC != 1 else ()
     extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
     extra += (("DEC_LENFIRST", 1),) if DEC_LENFIRST else ()
     extra += (("DEC_PROBE", DEC_PROBE),) if DEC_PROBE else ()
-    return (("HEAD_DIM", d), ("DEC_WARPS", DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
+    return (("HEAD_DIM", d), ("DEC_WARPS", warps or DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra
 
 
@@ -95,9 +117,10 @@ def _rs(d):
     return d * 2 + 16
 
 
-def decode_smem(d, group, stages=None):
-    pipe = (stages or DEC_STAGES) * 2 * DEC_KPW * DEC_WARPS * _rs(d)
-    merge = 4 * (2 * DEC_WARPS * 16 + DEC_WARPS * group * d)
+def decode_smem(d, group, stages=None, warps=None):
+    w = warps or DEC_WARPS
+    pipe = (stages or DEC_STAGES) * 2 * DEC_KPW * w * _rs(d)
+    merge = 4 * (2 * w * 16 + w * group * d)
     return max(pipe, merge)
 
 
@@ -111,7 +134,7 @@ def _pf_defines(d):
 
 
 KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT + ("f32",)),
-             _dec_defines(d, st)) for d in HEAD_DIMS for st in (None, SMALL_DEC_STAGES)]
+             _dec_defines(d, st, warps=w)) for d in HEAD_DIMS for w, st in _dec_configs()]
            + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
 
 
@@ -220,19 +243,20 @@ def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
     return 4 * (n_heads * n_splits * (head_dim + 1) + n_kv)
 
 
-def _default_splits(kernel, n_kv, max_ctx, smem, device, occ_max=None):
-    key = (int(device), smem, DEC_WARPS, DEC_STAGES, DEC_KPW, occ_max)
+def _default_splits(kernel, n_kv, max_ctx, smem, device, occ_max=None, warps=None):
+    warps = warps or DEC_WARPS
+    key = (int(device), smem, warps, DEC_STAGES, DEC_KPW, occ_max)
     per = _sms.get(key)
     if per is None:
         from barecuda._device import Device
         dev = device if isinstance(device, Device) else Device(int(device))
         sms = dev.attribute("multiprocessor_count")
-        occ = max(1, kernel.max_active_blocks_per_sm(DEC_WARPS * 32, smem))
+        occ = max(1, kernel.max_active_blocks_per_sm(warps * 32, smem))
         if occ_max:
             occ = min(occ, occ_max)
         per = _sms[key] = sms * occ
     # one wave: blocks resident at once, divided among the KV heads (rounded down)
-    bn = DEC_KPW * DEC_WARPS
+    bn = DEC_KPW * warps
     return max(1, min((max_ctx + bn - 1) // bn, (per * SPLIT_WAVES) // n_kv, MAX_SPLITS))
 
 
@@ -273,15 +297,15 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         args = (qb, kb, vb, ob, lb, len_offset, max_ctx, tok_st, head_st, q_st, d, 0 if tb is None else tb, page,
                 group, _args.f32(scale))
         return kern, (n_heads, 1), DEC_WARPS * 32, 0, args, ob, None
-    stages = (PDL_STAGES or DEC_STAGES) if pdl else DEC_STAGES
-    smem = decode_smem(d, group, stages)
-    if smem > smem_limit(device):      # sm_86/sm_89 (99 KB a block): a shallower pipeline
-        stages = SMALL_DEC_STAGES
-        smem = decode_smem(d, group, stages)
-    defines = _dec_defines(d, stages, pdl)
+    limit = smem_limit(device)
+    for warps, stages in _dec_configs(PDL_STAGES if pdl else None):   # sm_80 (163 KB a block), sm_86/89 (99 KB):
+        smem = decode_smem(d, group, stages, warps)                      # fewer warps or stages when needed
+        if smem <= limit:
+            break
+    defines = _dec_defines(d, stages, pdl, warps)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
-        n_splits = _default_splits(kern, n_kv, max_ctx, smem, device, PDL_OCC if pdl else None)
+        n_splits = _default_splits(kern, n_kv, max_ctx, smem, device, PDL_OCC if pdl else SPLIT_OCC, warps)
     n_splits = _args.int_arg(n_splits, "n_splits", 1, MAX_SPLITS)
     ws = None
     if n_splits > 1:
@@ -300,7 +324,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
             0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group,
             PDL_PF_KEYS if pdl and tb is None else 0)
-    return kern, (n_splits, n_kv), DEC_WARPS * 32, smem, args, ob, ws
+    return kern, (n_splits, n_kv), warps * 32, smem, args, ob, ws
 
 
 @op

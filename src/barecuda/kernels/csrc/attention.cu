@@ -37,17 +37,19 @@
                      // own DEC_STAGES-deep ring (no block-wide barrier per tile); 0 = one block-wide ring
 #endif
 #ifndef DEC_MERGE
-#define DEC_MERGE 0  // decode: the last block's split merge. 0 = one online log-sum-exp pass per output element
-                     // (8 splits a round: 2 x ceil(group * D / threads) dependent L2 round trips); 2 = the same
-                     // pass over 4 consecutive elements a thread (float4 partials) and 16 splits a round: one
-                     // round of 16 float4 + 16 log-sum-exp loads a thread at 32/8 d128 (16 splits); 1 = the
+#define DEC_MERGE 2  // decode: the last block's split merge. 2 (default since 2026-11-27) = one online log-sum-exp
+                     // pass over 4 consecutive elements a thread (float4 partials), 16 splits a round: one round
+                     // of 16 float4 + 16 log-sum-exp loads a thread at 32/8 d128 (16 splits); 0 = the pass one
+                     // element a thread, 8 splits a round (2 x ceil(group * D / threads) dependent L2 round
+                     // trips). H200 (06:21 UTC, same run, us a call, 0 -> 2): 4k 12.66 -> 10.23, 16k 25.42 ->
+                     // 23.06, 32k 41.87 -> 39.65, d64 8k 14.40 -> 11.42; no merge at all (probe) 4k 8.57; 1 = the
                      // splits' weights once into shared memory (one round), then every partial load of a
                      // thread independent (4 elements x 16 splits a round: one round at 32/8 d128). 1 is
                      // correct but slower on the H200 (2026-11-27 02:40 UTC, us a call: 4k 12.8-13.5 vs
                      // 12.4-12.8, 1024 keys 9.3 vs 7.7, d64 8k 16.1 vs 14.4): fewer round trips do not pay
 #endif
 #ifndef DEC_SYNC
-#define DEC_SYNC 0   // decode: how a split block signals it is done. 0 = every thread __threadfence(), barrier, one
+#define DEC_SYNC 1   // decode: how a split block signals it is done (default 1). 0 = every thread __threadfence(), barrier, one
                      // atomic (threadFenceReduction); 1 = barrier, then thread 0 alone fences and counts (the
                      // cooperative-groups grid-sync pattern: the barrier orders the block's partial writes before
                      // thread 0's fence, which is cumulative), the last block's thread 0 fences again before the
