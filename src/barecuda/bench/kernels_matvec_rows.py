@@ -63,10 +63,20 @@ def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
     return us
 
 
-def dense_rows(bc, s, torch=None, dtype="float16", shapes=DENSE, batches=(1,)):
+def dense_rows(bc, s, torch=None, dtype="float16", shapes=DENSE, batches=(1,), floor=False):
+    """Dense matvec rows (batch 1: the CUDA-core entries; 2..8: the tensor-core ones), torch's
+    beside each; ``floor``: first, per shape, the read-only stream (rd_floor, one pass) over the
+    same rotation of weights, chained the same way: what a pure read of those bytes reaches."""
     from barecuda.kernels import _matvec as M
     out = []
     for n, k in shapes:
+        if floor:
+            wbytes = n * k * 2
+            ws = _weights(bc, s, wbytes, lambda: bc.empty((n, k), dtype, stream=s))
+            n16, sink = wbytes // 16, bc.zeros((4,), "uint32", stream=s)
+            plans = [_floor_kernel().bind(-(-n16 // (256 * 4)), 256, w, n16, sink, stream=s) for w in ws]
+            out.append((f"floor read-only {dtype} {n}x{k} (the rotation's weights)", _time_plans(bc, s, plans), wbytes, None))
+            del plans, ws
         for batch in batches:
             wbytes = n * k * 2
             ws = _weights(bc, s, wbytes, lambda: bc.empty((n, k), dtype, stream=s))
@@ -432,13 +442,13 @@ def matvec_section(ctx=None, sweep=False, progress=False):
     if progress:
         print(f"  device copy: {cp:.0f} GB/s on {card}", flush=True)
     rows = []
-    groups = [lambda: dense_rows(bc, s, torch, "float16"),
+    groups = [lambda: dense_rows(bc, s, torch, "float16", floor=True),
               lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k")),
               lambda: dequant_rows(bc, s),
               lambda: dequant_floor_rows(bc, s),
               lambda: dense_rows(bc, s, torch, "bfloat16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)]),
               lambda: quant_rows(bc, s, fmts=("q8_0", "q4_0", "q4_1")),
-              lambda: dense_rows(bc, s, torch, "float16", shapes=[(4096, 4096), (14336, 4096)], batches=(4, 8)),
+              lambda: dense_rows(bc, s, torch, "float16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)], batches=(2, 8)),
               lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k"), shapes=[(14336, 4096)], xdtype="bfloat16"),
               lambda: quant_rows(bc, s, fmts=("q4_k",), shapes=[(14336, 4096)], batches=(4, 8))]
     if sweep:
@@ -598,14 +608,23 @@ extern "C" __global__ void __launch_bounds__(256) rd_floor(const uint4* __restri
 """
 
 
+_FLOOR_KERN = []
+
+
+def _floor_kernel():
+    """rd_floor, compiled once a process."""
+    if not _FLOOR_KERN:
+        from barecuda._program import compile_module
+        _FLOOR_KERN.append(compile_module(_FLOOR_SRC, name="rd_floor.cu")[0].get_kernel("rd_floor"))
+    return _FLOOR_KERN[0]
+
+
 def floor_rows(bc, s, sizes):
     """The read-only stream (rd_floor) over rotations of `sizes` (label, bytes): one pass
     (every thread 4 loads, as many blocks as that takes) and grid-stride over 8 blocks a
     multiprocessor (full occupancy)."""
-    from barecuda._program import compile_module
     from barecuda.kernels import _args as A
-    mod, _ = compile_module(_FLOOR_SRC, name="rd_floor.cu")
-    kern = mod.get_kernel("rd_floor")
+    kern = _floor_kernel()
     sink = bc.zeros((4,), "uint32", stream=s)
     out = []
     for label, nbytes in sizes:
