@@ -600,11 +600,20 @@ def issue_section(ctx=None, rounds=10):
         if key not in by or ref not in by:
             return None
         return round_ratio(by[key].samples["issue"], by[ref].samples["issue"])
+
+    def spread_of(key, ref):
+        """(lowest, highest) per-round ratio of key to ref (the median is x raw)."""
+        if key not in by or ref not in by or key == ref:
+            return None
+        a, b = by[key].samples["issue"], by[ref].samples["issue"]
+        rs = [x / y for x, y in zip(a, b) if y]
+        return (min(rs), max(rs)) if rs else None
     data = []
     sec = Section("kernels_issue", "op issue cost, CPU ns per call (rmsnorm f32 1x64, then each other family's op; "
-                  "x raw C of the same kernel on the same stream; x ref: the row's reference, the torch floor for "
+                  "x raw C of the same kernel on the same stream, the median of the per-round ratios; rounds: "
+                  "the lowest-highest per-round ratio; x ref: the row's reference, the torch floor for "
                   "rmsnorm's torch tensors)",
-                  [("issue", 9), ("x raw", 7), ("x ref", 7)], data=data,
+                  [("issue", 9), ("x raw", 7), ("rounds", 13), ("x ref", 7)], data=data,
                   notes=["target (issue 23): the op function <= 1.10x raw C; torch tensors: against the torch floor "
                          "(what reading 3 tensors and torch's stream in C costs)"])
     for r in rows:
@@ -612,9 +621,11 @@ def issue_section(ctx=None, rounds=10):
             sec.add(r.label, f"n/a ({r.na})")
             continue
         xr, xf = x_of(r.key, raw_of.get(r.key, "")), (x_of(r.key, r.ref) if r.ref else None)
-        sec.add(r.label + ("" if r.ref else " (ref)"), [fmt_ns(r.result()["issue"]), fmt_x(xr), fmt_x(xf)])
+        sp = spread_of(r.key, raw_of.get(r.key, ""))
+        sec.add(r.label + ("" if r.ref else " (ref)"),
+                [fmt_ns(r.result()["issue"]), fmt_x(xr), "-" if sp is None else f"{sp[0]:.3f}-{sp[1]:.3f}", fmt_x(xf)])
         data.append({"key": r.key, "label": r.label, "issue_ns": r.result()["issue"], "x_raw": xr, "x_ref": xf,
-                     "ref": r.ref})
+                     "x_raw_rounds": list(sp) if sp else None, "ref": r.ref})
     del keep, fkeep, lkeep
     return sec
 
