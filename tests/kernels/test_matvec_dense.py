@@ -55,7 +55,9 @@ def test_matvec_dense_tensor_core_dispatch(fake, monkeypatch):
     r = bc.empty((2, 40), "bfloat16")
     M.matvec(wb, xb, residual=r, out=r)
     assert fake.last_launch().name == "matvec_bf16_tc_res"
-    M.matvec_silu_mul(wb, wb, xb)
+    M.matvec_silu_mul(wb, wb, xb)                                   # gate/up: from DENSE_TC_MIN_BATCH_GLU
+    assert fake.last_launch().name == ("matvec_bf16_tc_glu" if M.DENSE_TC_MIN_BATCH_GLU <= 2 else "matvec_bf16_b2_glu")
+    M.matvec_silu_mul(wb, wb, bc.empty((4, 128), "bfloat16"))
     la = fake.last_launch()
     assert la.name == "matvec_bf16_tc_glu" and la.grid == (3, 1, 1)
     # batch 1: the CUDA-core rows unless dense_tc1 says otherwise
@@ -137,7 +139,8 @@ def test_matvec_dense_tc_entries(dtype, extra, warps):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_matvec_dense_tc_through_the_op(dtype, tc1, monkeypatch):
     """matvec / matvec_silu_mul at batches 1..8 on the op's choice (tensor cores from
-    DENSE_TC_MIN_BATCH; tc1: batch 1 too), residual in place, a 1-D x."""
+    DENSE_TC_MIN_BATCH, gate/up from DENSE_TC_MIN_BATCH_GLU; tc1: batch 1 too), residual in
+    place, a 1-D x."""
     monkeypatch.setattr(M, "dense_tc1", lambda n, k: tc1)
     rng = np.random.default_rng()
     for n, k in ((1000, 4096), (77, 520), (4100, 64)):

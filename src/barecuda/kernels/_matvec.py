@@ -48,6 +48,10 @@ def _dense_tuning(fmt, n, k, epi):
 # warps; the CUDA-core entries took 32.2 / 65.9 / 103.5 us at batch 8 (06:1x).
 DENSE_TC = True
 DENSE_TC_MIN_BATCH = 2
+# gate/up (_glu: two weights, 116 registers a thread) from batch 4: H200 06:2x, 14336x4096, the TC
+# build without the L2 hint at 4 warps, 66.0 / 66.6 / 67.9 us at batch 2 / 4 / 8 against 63.1 /
+# 73.1 / 120.2 us on the CUDA cores
+DENSE_TC_MIN_BATCH_GLU = 4
 DENSE_TC_DEFINES = (("MVW_L2", 256),)     # over (("WFMT", t),): MVW_U / MVW_MB / MVW_PF / MVW_ORD / MVW_L2
 _DENSE_TC_MAX_WARPS = 16                  # MVW_MAXW
 
@@ -179,7 +183,8 @@ def _prepare(weight, up, x, residual, out, stream, epi):
                 raise ValueError(f"{nm}: address 0x{b.ptr:x} is not aligned to {isz} bytes")
         vw = 16 // isz
         vec = int(k % vw == 0 and wb.ptr % 16 == 0 and xb.ptr % 16 == 0 and (ub is None or ub.ptr % 16 == 0))
-        if DENSE_TC and vec and code == fmt != "f32" and (nb >= DENSE_TC_MIN_BATCH or dense_tc1(n, k)):
+        tc_min = DENSE_TC_MIN_BATCH_GLU if epi == "glu" else DENSE_TC_MIN_BATCH
+        if DENSE_TC and vec and code == fmt != "f32" and (nb >= tc_min or dense_tc1(n, k)):
             tc = "tc"
             defines = (("WFMT", t),) + DENSE_TC_DEFINES
             rows_per_block = 16
