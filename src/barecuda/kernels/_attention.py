@@ -66,8 +66,9 @@ DEC_PROBE = 0       # PROBE BUILDS ONLY (bench --floor-probe; wrong answers for 
 DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
 PDL_PF_KEYS = 0     # pdl=True plans: keys of each split prefetched into L2 before griddepcontrol.wait
                     # (256 / 1024: within noise of 0 at every context on the H200 run; 1024 loses 4 us at 16k-32k)
-PDL_STAGES = None   # pdl=True plans: pipeline depth (None: DEC_STAGES); 3 (two grids' blocks on a
-                    # multiprocessor) lost 0.6-6 us a call at every context
+PDL_STAGES = None   # pdl=True plans: pipeline depth (None: DEC_STAGES); with the 4-warp pipeline of 02:29 UTC,
+                    # 3 (two grids' blocks on a multiprocessor) lost 0.6-6 us a call at every context (the PDL
+                    # measurements are of that pipeline and merge; the 8-warp default is not PDL-timed)
 PDL_OCC = 1         # pdl=True plans: the default n_splits counts this many blocks a multiprocessor at most
 PF_WARPS = 4
 PF_STAGES = 2
@@ -374,8 +375,8 @@ def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, 
     (optionally asking the L2 for the first ``PDL_PF_KEYS`` keys of each split) and waits
     for that kernel's results (``griddepcontrol.wait``) before it reads Q, the length or the
     cache, so the previous kernel may write any of them. Such plans keep the overlap in a
-    graph made by stream capture (``barecuda.graph.capture``); ``graph.add_plan`` refuses
-    them. Measured on the H200 it saves 0.1-0.25 us a node at ~129 keys and costs ~1 us at
+    graph made by stream capture (``barecuda.graph.capture``) or by
+    ``graph.add_plan(plan, depends_on=<the previous kernel node>)`` (a programmatic edge). Measured on the H200 it saves 0.1-0.25 us a node at ~129 keys and costs ~1 us at
     1k-32k keys against the plain plan (docs/kernels.md)."""
     kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
                                                         block_table, n_splits, workspace, stream, kv_layout, pdl)
