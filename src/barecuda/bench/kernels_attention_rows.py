@@ -5,7 +5,13 @@ Section ``kernels_attention`` (``--rows kernels_attention``). Decode rotates ove
 separate caches that the bytes touched per round exceed 512 MB (L2 is 50-60 MB), and the
 rotation is one CUDA graph (one node per call) so the CPU's issue cost is not measured.
 Torch's decode row is SDPA (GQA) on the same shapes, captured in a torch CUDA graph the same
-way. ``python -m barecuda.bench.kernels_attention_rows`` prints the table alone.
+way. Beside each decode row of the first group, its floors from the same run and the same
+chain: a ``cuMemcpyDtoD`` node of the KV bytes, a read-only streaming kernel of ours with the
+decode grid and with 4 blocks a multiprocessor, an empty node (``decode_floors``); the row's
+label carries its time over the read floor. ``python -m barecuda.bench.kernels_attention_rows``
+prints the table alone; ``--floor-probe`` / ``--floor-probe2`` (where the fixed cost goes:
+probe builds, merge and pipeline variants), ``--probe``, ``--pdl-probe``, ``--merge-probe`` are
+the developer probes (``--probe-only``: without the table).
 """
 import math
 from typing import Any, Dict, Tuple
