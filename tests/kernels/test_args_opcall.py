@@ -533,6 +533,26 @@ def test_quant_weight_is_keyed_by_format_shape_and_buffer(dblk, direct):
     assert c is not w and (c.data, c.format, c.shape, c.ggml_type) == (w.data, w.format, w.shape, w.ggml_type)
 
 
+
+def test_tuple_values_after_a_hit(dblk, direct):
+    """A tuple argument (dequantize's shape) is keyed by value as a tuple of exact ints: an
+    equal new tuple hits, one with a float or another value takes the checks (the last
+    record's one-pass check takes only the recorded tuple object itself)."""
+    raw, o = bc.zeros(64 * 144, "uint8"), e((64, 256))
+    KD.dequantize(raw, "q4_k", (64, 256), out=o)
+    h0 = O.stats()[0]
+    fast = outcome(dblk, lambda: KD.dequantize(raw, "q4_k", tuple([64, 256]), out=o))
+    assert O.stats()[0] == h0 + 1
+    for shape in ((64.0, 256), (32, 512), (64, 256, 1)):
+        h = O.stats()[0]
+        got = outcome(dblk, lambda: KD.dequantize(raw, "q4_k", shape, out=o))
+        assert O.stats()[0] == h
+        KD.dequantize.clear()
+        assert outcome(dblk, lambda: KD.dequantize(raw, "q4_k", shape, out=o)) == got
+        KD.dequantize(raw, "q4_k", (64, 256), out=o)
+    KD.dequantize.clear()
+    assert outcome(dblk, lambda: KD.dequantize(raw, "q4_k", (64, 256), out=o)) == fast
+
 def test_quant_weight_closed_data_takes_the_python_path(dblk):
     w, x = qw(64, 256), e(256)
     KM.matvec(w, x)
