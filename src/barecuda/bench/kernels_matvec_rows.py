@@ -572,11 +572,11 @@ def quick_section():
             print(f"  {label}: {us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}%", flush=True)
 
 
-# the direct loops' load variants (matvec_core.cuh): Q6_K's loads past L1 (MVD6_LD=0, the
-# default before 02:4x UTC), Q4_K's through L1 (MVD4_LD=1) and its nibbles as fp16 subnormals
-# (MVD4_SUB=1)
-Q6_EXTRAS = ((), (("MVD6_LD", 0),))
-FUSED_Q6_EXTRAS = ((), (("MVD6_LD", 0),))
+# the direct loops' variants (matvec_core.cuh): Q6_K's loads past L1 (MVD6_LD=0, the default
+# before 02:4x UTC) and its opt-in subnormal quants (MVD6_SUB=1); Q4_K's loads past L1
+# (MVD4_LD=0) and exponent-trick nibbles (MVD4_SUB=0), its defaults before 06:3x UTC
+Q6_EXTRAS = ((), (("MVD6_LD", 0),), (("MVD6_SUB", 1),))
+FUSED_Q6_EXTRAS = ((), (("MVD6_SUB", 1),))
 Q4_OLD = (("MVD4_LD", 0), ("MVD4_SUB", 0))           # Q4_K's loop before 2026-11-27 06:0x
 Q4_EXTRAS = ((), (("MVD4_LD", 0),), (("MVD4_SUB", 0),), Q4_OLD)
 # the fused Q4_K nodes' direct-loop rows: (label, defines over _fused._TCD_DEFINES,
