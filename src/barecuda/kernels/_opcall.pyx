@@ -13,7 +13,11 @@ with the same signature skips the Python function: it reads the signature in C,
 finds the record, and issues the recorded launch with this call's arrays (a few
 hundred ns on top of the raw launch) from the record's pre-packed parameter block
 (``_issue_direct``; through ``Kernel.launch``'s C entry while a capture runs or launches
-release the GIL).
+release the GIL). The record the last hit used is checked first, reading and comparing
+each argument in one pass (``_opkey.match_call``); the other records only when it
+differs (``read_call``, then ``keys_match`` per record). The binding of the arguments to
+the parameters is kept for the next call with the same keyword-name tuple and positional
+count (``_bind``).
 
 The signature (what every check of a family module reads; anything else is not
 cached and takes the Python path every time; read and compared by ``_opkey``, inline

@@ -2,8 +2,8 @@
 
 Owns the signature ``_opcall``'s memo is keyed on (its module docstring says what is in
 it): reading a call's arguments into facts (``pfact``: ``read_call``, ``read_arg``),
-comparing them with a record's keys (``keys_match``), both inline in ``_opkey.pxd`` for
-the hit path; and here, out of line, the tensor reader (``read_tensor``: tensors whose
+comparing them with a record's keys (``keys_match``), and both in one pass against one
+record (``match_call``: the op's last record), all inline in ``_opkey.pxd`` for the hit path; and here, out of line, the tensor reader (``read_tensor``: tensors whose
 class publishes DLPack's C exchange API, with the cache of those classes) and the making
 of a record's keys (``make_keys``, on a miss). ``Op``, its records and the launch they
 issue are ``_opcall``'s.
