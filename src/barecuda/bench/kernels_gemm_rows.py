@@ -169,6 +169,7 @@ def gemm_section(ctx=None):
                 for n, v in zip(names, old):
                     setattr(MM, n, v)
         MM.WG = wg
+        wst = MM.WG_STAGES
         for st, gm in ((3, 8), (4, 16)):           # the wgmma kernel's other depth and raster
             if not (wg and MM._cc(dev) == (9, 0)):
                 break
@@ -177,7 +178,7 @@ def gemm_section(ctx=None):
                 for label, us, tf, _ in gemm_rows(bc, s, None, shapes=(SHAPES[0], SHAPES[3])):
                     sec.add(label + f" [wgmma {st}st gm{gm}]", [f"{us:.0f}", f"{tf:.1f} TF/s", "", "", ""])
             finally:
-                MM.WG_STAGES, MM.GM = 4, old[-1]
+                MM.WG_STAGES, MM.GM = wst, old[-1]
         if lt:   # small shapes: which backend "auto" should pick (its threshold: 64^3 multiply-adds)
             small = (("bfloat16", 32, 32, 64, False, False), ("bfloat16", 64, 64, 64, False, False),
                      ("bfloat16", 128, 128, 128, False, False), ("bfloat16", 256, 256, 256, False, False),
