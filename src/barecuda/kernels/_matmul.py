@@ -246,7 +246,7 @@ def _auto_prefers_lt(code, m, n, k, nbat):
     """The "auto" decision table (H100/H200 same-run rows, docs/kernels.md): fp16/bf16 from
     64^3 multiply-adds (at 64^3 the two tie, launch-bound; from 128^3 up cuBLASLt wins: 7.2 vs
     8.8 us at 128^3, 10.5 vs 83 us at 16x4096x4096, 2.1-2.4x the builtin mma.sync TF/s at 4k-8k,
-    1.5-1.7x the wgmma kernel's on the H200);
+    1.45-1.64x the wgmma kernel's on the H200);
     fp32 from 128^3 (at 64^3 the builtin SIMT kernel issues faster, 9.4 vs 12.4 us; at 2048^3
     cuBLASLt is 3.2x faster; between the two not measured)."""
     return m * n * k * nbat >= ((1 << 21) if code == "f32" else (1 << 18))
