@@ -344,12 +344,12 @@ def _check_direct_entries(fmt, defines, shapes, warps, tag):
 @gpu
 @pytest.mark.parametrize("warps,pf,extra", [(1, 2, ()), (3, 2, ()), (16, 2, ()), (5, 3, ()), (3, 1, ()),
                                             (3, 2, (("MVD6_LD", 0),)), (16, 1, (("MVD6_LD", 0),)),
-                                            (3, 2, (("MVD6_SUB", 1),)), (16, 1, (("MVD6_SUB", 1),))])
+                                            (3, 2, (("MVD6_SUB", 0),)), (16, 1, (("MVD6_SUB", 0),))])
 def test_matvec_q6_k_direct_entries(warps, pf, extra):
     """The Q6_K batch-1 entries (matvec_<x>_tcd* of the Q6_K module: 13 aligned words a row
     and super-block, the odd super-blocks 2 bytes off a 4-byte boundary): any warps a block,
-    MVD_PF super-blocks ahead, MVD6_LD=0 (loads past L1), MVD6_SUB=1 (f16 x: subnormal
-    quants, the - 32 from sum(x); opt-in), 1 row, rows past N,
+    MVD_PF super-blocks ahead, MVD6_LD=0 (loads past L1), MVD6_SUB=0 (the exponent trick; 1, the
+    default: f16 x as subnormal quants, the - 32 from sum(x)), 1 row, rows past N,
     residual and silu*mul, f16 and bf16 x."""
     defines = (("WFMT", 14),) + M._quant_tuning("q6_k") + ((("MVD_PF", pf),) if pf != 2 else ()) + extra
     _check_direct_entries("q6_k", defines, ((37, 512 * 7), (16, 512), (1, 512 * 2), (5, 512 * 17)), warps,

@@ -573,10 +573,10 @@ def quick_section():
 
 
 # the direct loops' variants (matvec_core.cuh): Q6_K's loads past L1 (MVD6_LD=0, the default
-# before 02:4x UTC) and its opt-in subnormal quants (MVD6_SUB=1); Q4_K's loads past L1
-# (MVD4_LD=0) and exponent-trick nibbles (MVD4_SUB=0), its defaults before 06:3x UTC
-Q6_EXTRAS = ((), (("MVD6_LD", 0),), (("MVD6_SUB", 1),))
-FUSED_Q6_EXTRAS = ((), (("MVD6_SUB", 1),))
+# before 02:4x UTC) and exponent-trick quants (MVD6_SUB=0, the default before 06:4x UTC); Q4_K's
+# loads past L1 (MVD4_LD=0) and exponent-trick nibbles (MVD4_SUB=0), its defaults before 06:3x UTC
+Q6_EXTRAS = ((), (("MVD6_LD", 0),), (("MVD6_SUB", 0),))
+FUSED_Q6_EXTRAS = ((), (("MVD6_SUB", 0),))
 Q4_OLD = (("MVD4_LD", 0), ("MVD4_SUB", 0))           # Q4_K's loop before 2026-11-27 06:0x
 Q4_EXTRAS = ((), (("MVD4_LD", 0),), (("MVD4_SUB", 0),), Q4_OLD)
 # the fused Q4_K nodes' direct-loop rows: (label, defines over _fused._TCD_DEFINES,

@@ -518,12 +518,13 @@ BC_DEV u32 mvd_ld2(const u8* p) {
     asm volatile("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
     return v;
 }
-// MVD6_SUB: 1 mvc_tcd6 (f16 x) builds the 6-bit values as fp16 subnormals q * 2^-24 (no
-// exponent bits, no fma) and takes the - 32 out as 32 sum(x) of each (group, slice), by
-// shuffles once a super-block; 0 (default) the exponent trick. An opt-in variant, not
-// measured yet (written 2026-11-27 06:3x after Q4_K's MVD4_SUB gained 5-7%).
+// MVD6_SUB: 1 (default) mvc_tcd6 (f16 x) builds the 6-bit values as fp16 subnormals q * 2^-24
+// (no exponent bits, no fma) and takes the - 32 out as 32 sum(x) of each (group, slice), by
+// shuffles once a super-block; 0 the exponent trick (bf16 x always). H200 06:4x, same run,
+// MVD_PF=2: 4096x14336 21.22 against 23.49 us, 28672x4096 38.91 / 39.50, 14336x4096 22.80 /
+// 23.02, 4096x4096 9.58 / 9.21; the fused down+res node (4096x14336) 21.29 / 23.44.
 #ifndef MVD6_SUB
-#define MVD6_SUB 0
+#define MVD6_SUB 1
 #endif
 // thread t's 4 weights of slice sl of group gi (pairs: A[2 sl] even bytes, A[2 sl + 1] odd),
 // minus 32 (SUB: q * 2^-24, as they are); sel 0x3254 (t = 0, m = 2) or 0x3210 picks the
