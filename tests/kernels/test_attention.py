@@ -81,7 +81,8 @@ def test_decode_source_compiles_without_warnings(arch, d):
         assert oc.log.strip() == "" and len(oc.code) > 1000
         # the split-finish variants (vector merge, thread-0 sync, speculative L2 prefetch) and the
         # bench's probe builds: no warnings either
-        for extra in ((("DEC_MERGE", 2), ("DEC_SYNC", 1), ("DEC_SPEC", 64)), (("DEC_LENFIRST", 1),), (("DEC_PROBE", 2),),
+        for extra in ((("DEC_MERGE", 2), ("DEC_SYNC", 1), ("DEC_SPEC", 64)), (("DEC_LENFIRST", 1),), (("DEC_CLUSTER", 1),),
+                      (("DEC_PROBE", 2),),
                       (("DEC_PROBE", 3),)):
             oc = _registry.compile_code(A.SOURCE, A._dec_defines(d) + extra, target="cubin", arch=arch)
             assert oc.log.strip() == "" and len(oc.code) > 1000, extra
@@ -219,6 +220,38 @@ def test_decode_pipeline_fallbacks_by_shared_memory(fake, monkeypatch):
         la = fake.last_launch()
         w, st = want
         assert la.block == (w * 32, 1, 1) and la.shared == A.decode_smem(128, 4, st, w) <= optin, (optin, la.shared)
+    A._sms.clear()
+
+
+def test_decode_cluster_plan_on_the_double(fake, monkeypatch):
+    """DEC_CLUSTER=1 (written after the last GPU call of 2026-11-27: compiled, not GPU-run): on
+    sm_90 a plan with 2..16 splits launches the DEC_CLUSTER build with the splits of each KV
+    head as one cluster (non-portable above 8) and no workspace, and becomes a graph node with
+    its cluster; the op function, PDL plans, more than 16 splits and devices below 9.0 keep the
+    plain split launch."""
+    from barecuda.kernels import _matmul as MM
+    monkeypatch.setattr(A, "DEC_CLUSTER", 1)
+    monkeypatch.setattr(MM, "_ccs", {0: (9, 0)})
+    A._sms.clear()
+    q, k, v, ln = _bufs(fake, max_ctx=4096, n_kv=2, d=128, n_heads=8)
+    out = bc.empty((8, 128), "float16")
+    for ns in (16, 5):
+        plan = A.plan_attention_decode(q, k, v, ln, out=out, n_splits=ns)
+        plan()
+        la = fake.last_launch()
+        assert la.name == "attn_decode_f16" and la.cluster == (ns, 1, 1) and la.grid == (ns, 2, 1)
+        assert struct.unpack_from("<2Q", la.params, 32) == (0, 0)        # no partials, no counters
+        assert la.shared == A.decode_smem(128, 4, cluster=True)
+    assert bc.Graph().add_plan(plan).kind == "kernel"
+    plain = [lambda: A.plan_attention_decode(q, k, v, ln, out=out, n_splits=17)(),
+             lambda: A.plan_attention_decode(q, k, v, ln, out=out, n_splits=4, pdl=True)(),
+             lambda: A.attention_decode(q, k, v, ln, out=out, n_splits=4)]
+    for f in plain:
+        f()
+        assert fake.last_launch().cluster in ((0, 0, 0), (1, 1, 1))
+    monkeypatch.setattr(MM, "_ccs", {0: (8, 0)})
+    A.plan_attention_decode(q, k, v, ln, out=out, n_splits=4)()
+    assert fake.last_launch().cluster in ((0, 0, 0), (1, 1, 1))
     A._sms.clear()
 
 
@@ -550,6 +583,51 @@ def test_decode_split_finish_variants(merge, sync, spec, lenfirst, monkeypatch):
             tv = torch.tensor(v[:p + 1].transpose(1, 0, 2), dtype=torch.float32, device="cuda").to(torch.bfloat16)[None]
             tref = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, enable_gqa=True)[0, :, 0]
             assert np.abs(got - tref.float().cpu().numpy()).max() < 1e-2, ("sdpa", p)
+
+
+@gpu
+def test_decode_cluster_merge_matches_reference(monkeypatch):
+    """DEC_CLUSTER=1 plans on sm_90 (the splits of a KV head one cluster, merged through
+    distributed shared memory): 16 splits (non-portable cluster) and fewer, empty splits
+    (short lengths), GQA groups 1..16, one split used (the direct write), every plan launched
+    twice and once from a graph with the device-held length changed. Written after the last
+    GPU call of 2026-11-27: not run yet."""
+    from barecuda.kernels import _matmul as MM
+    if MM._cc(bc.Device()) < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    monkeypatch.setattr(A, "DEC_CLUSTER", 1)
+    A._sms.clear()
+    rng = np.random.default_rng(77)
+    s = bc.Stream()
+    for dtype, d, nh, nkv, max_ctx, length, splits in [("bfloat16", 128, 32, 8, 4096, 4096, 16),
+                                                       ("bfloat16", 128, 32, 8, 4096, 333, 16),
+                                                       ("float16", 64, 28, 4, 1000, 999, 7),
+                                                       ("bfloat16", 128, 16, 1, 3000, 2999, 12),
+                                                       ("float16", 96, 9, 3, 700, 513, 3),
+                                                       ("bfloat16", 128, 32, 8, 4096, 100, 16)]:
+        kd, k = to_dev(rng.standard_normal((nkv, max_ctx, d)).astype(np.float32), dtype, s)
+        vd, v = to_dev(rng.standard_normal((nkv, max_ctx, d)).astype(np.float32), dtype, s)
+        k, v = k.transpose(1, 0, 2).copy(), v.transpose(1, 0, 2).copy()
+        qd, q = to_dev(rng.standard_normal((nh, d)).astype(np.float32), dtype, s)
+        ln = bc.to_device(np.array([length], np.int32), stream=s)
+        out = bc.empty((nh, d), dtype, stream=s)
+        plan = A.plan_attention_decode(qd, kd, vd, ln, out=out, n_splits=splits, kv_layout="head_major", stream=s)
+        assert plan.config is not None and plan.config.cluster == (splits, 1, 1)
+        ref = ref_attention(q[None], k[:length], v[:length], 1 / math.sqrt(d))[0]
+        for _ in range(2):
+            plan()
+            s.synchronize()
+            assert np.abs(from_dev(out, dtype) - ref).max() < 1e-2, (dtype, d, nh, nkv, length, splits)
+        g = bc.Graph()
+        g.add_plan(plan)
+        g.keep_alive(plan)
+        exe = g.instantiate()
+        for n in (1, length // 2 + 1, length):
+            ln.copy_from(np.array([n], np.int32), stream=s)
+            exe.launch(s)
+            s.synchronize()
+            ref = ref_attention(q[None], k[:n], v[:n], 1 / math.sqrt(d))[0]
+            assert np.abs(from_dev(out, dtype) - ref).max() < 1e-2, ("graph", d, n)
 
 
 @gpu

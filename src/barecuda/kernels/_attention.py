@@ -61,6 +61,9 @@ DEC_SYNC = 1        # 1: split blocks count themselves done by thread 0 alone (b
 DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first DEC_SPEC keys of each split
                     # before the length is read, placing the split as if the length were max_ctx (a hint)
 DEC_LENFIRST = 0    # 1: the kernel issues the length load before the Q loads
+DEC_CLUSTER = 0     # 1: plan_attention_decode on sm_90 with <= 16 splits makes the splits of a KV head one
+                    # thread-block cluster that merges through distributed shared memory (attention.cu
+                    # DEC_CLUSTER; no workspace). Written after the last GPU call of 2026-11-27: NOT GPU-run
 DEC_PROBE = 0       # PROBE BUILDS ONLY (bench --floor-probe; wrong answers for 1-3): 1 no merge, 2 no merge and
                     # no softmax math, 3 = 2 without the Q and length loads, 4 the length taken as max_ctx
 DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
@@ -96,7 +99,7 @@ def _dec_configs(stages=None):
     return out
 
 
-def _dec_defines(d, stages=None, pdl=False, warps=None):
+def _dec_defines(d, stages=None, pdl=False, warps=None, cluster=False):
     extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
     extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
@@ -107,6 +110,7 @@ def _dec_defines(d, stages=None, pdl=False, warps=None):
     extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
     extra += (("DEC_LENFIRST", 1),) if DEC_LENFIRST else ()
     extra += (("DEC_PROBE", DEC_PROBE),) if DEC_PROBE else ()
+    extra += (("DEC_CLUSTER", 1),) if cluster else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", warps or DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),
             ("DEC_L2PF", DEC_L2PF)) + extra
 
@@ -118,10 +122,10 @@ def _rs(d):
     return d * 2 + 16
 
 
-def decode_smem(d, group, stages=None, warps=None):
+def decode_smem(d, group, stages=None, warps=None, cluster=False):
     w = warps or DEC_WARPS
     pipe = (stages or DEC_STAGES) * 2 * DEC_KPW * w * _rs(d)
-    merge = 4 * (2 * w * 16 + w * group * d)
+    merge = 4 * (2 * w * 16 + w * group * d) + (4 * group * (d + 1) if cluster else 0)
     return max(pipe, merge)
 
 
@@ -267,7 +271,9 @@ def _arrays(stream, **named):
 
 
 def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_table, n_splits, workspace, stream,
-                 kv_layout="token_major", pdl=False):
+                 kv_layout="token_major", pdl=False, cluster=False):
+    """(kernel, grid, block, smem, args, out, workspace) of a decode launch; with ``cluster``
+    (plans, DEC_CLUSTER) an 8th item: the cluster dims, or None when the launch is plain."""
     qb, kb, vb, lb, tb = _arrays(stream, q=q, k_cache=k_cache, v_cache=v_cache, length=length,
                                  block_table=block_table)
     code = "f32" if _dtname(qb) == "float32" else _half(qb, "q")
@@ -297,7 +303,7 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         kern = _kernel("attn_decode_f32", _dec_defines(d), 0, device)
         args = (qb, kb, vb, ob, lb, len_offset, max_ctx, tok_st, head_st, q_st, d, 0 if tb is None else tb, page,
                 group, _args.f32(scale))
-        return kern, (n_heads, 1), DEC_WARPS * 32, 0, args, ob, None
+        return (kern, (n_heads, 1), DEC_WARPS * 32, 0, args, ob, None) + ((None,) if cluster else ())
     limit = smem_limit(device)
     for warps, stages in _dec_configs(PDL_STAGES if pdl else None):   # sm_80 (163 KB a block), sm_86/89 (99 KB):
         smem = decode_smem(d, group, stages, warps)                      # fewer warps or stages when needed
@@ -308,6 +314,13 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     if n_splits is None:
         n_splits = _default_splits(kern, n_kv, max_ctx, smem, device, PDL_OCC if pdl else SPLIT_OCC, warps)
     n_splits = _args.int_arg(n_splits, "n_splits", 1, MAX_SPLITS)
+    if cluster:
+        cl = _cluster_launch(code, d, group, stages, warps, pdl, n_splits, n_kv, device)
+        if cl is not None:
+            kern, smem = cl
+            args = (qb, kb, vb, ob, 0, 0, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
+                    0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group, 0)
+            return kern, (n_splits, n_kv), warps * 32, smem, args, ob, None, (n_splits, 1, 1)
     ws = None
     if n_splits > 1:
         need = decode_workspace_size(n_heads, n_kv, d, n_splits)
@@ -325,7 +338,26 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
             0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group,
             PDL_PF_KEYS if pdl and tb is None else 0)
-    return kern, (n_splits, n_kv), warps * 32, smem, args, ob, ws
+    return (kern, (n_splits, n_kv), warps * 32, smem, args, ob, ws) + ((None,) if cluster else ())
+
+
+def _cluster_launch(code, d, group, stages, warps, pdl, n_splits, n_kv, device):
+    """(kernel, smem) of the DEC_CLUSTER build when a plan may take it (DEC_CLUSTER set, sm_90+,
+    no PDL, 2..16 splits, the device holding at least one such cluster at once), else None."""
+    from barecuda.kernels._matmul import _cc
+    if not DEC_CLUSTER or pdl or not 2 <= n_splits <= 16 or _cc(device) < (9, 0):
+        return None
+    smem = decode_smem(d, group, stages, warps, cluster=True)
+    if smem > smem_limit(device):
+        return None
+    kern = _kernel(f"attn_decode_{code}", _dec_defines(d, stages, False, warps, cluster=True), smem, device)
+    if n_splits > 8:
+        kern.set_attribute("non_portable_cluster_size_allowed", 1)
+    from barecuda import LaunchConfig
+    if kern.max_active_clusters(LaunchConfig((n_splits, n_kv), warps * 32, shared_mem=smem,
+                                             cluster=(n_splits, 1, 1))) < 1:
+        return None
+    return kern, smem
 
 
 @op
@@ -378,8 +410,12 @@ def plan_attention_decode(q, k_cache, v_cache, length, *, out=None, scale=None, 
     graph made by stream capture (``barecuda.graph.capture``) or by
     ``graph.add_plan(plan, depends_on=<the previous kernel node>)`` (a programmatic edge). Measured on the H200 it saves 0.1-0.25 us a node at ~129 keys and costs ~1 us at
     1k-32k keys against the plain plan (docs/kernels.md)."""
-    kern, grid, block, smem, args, ob, ws = _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset,
-                                                        block_table, n_splits, workspace, stream, kv_layout, pdl)
+    kern, grid, block, smem, args, ob, ws, cluster = _prep_decode(q, k_cache, v_cache, length, out, scale,
+                                                                  len_offset, block_table, n_splits, workspace,
+                                                                  stream, kv_layout, pdl, cluster=True)
+    if cluster is not None:      # DEC_CLUSTER: the splits of a KV head are one cluster (sm_90)
+        from barecuda import LaunchConfig
+        return kern.bind_config(LaunchConfig(grid, block, shared_mem=smem, stream=stream, cluster=cluster), *args)
     if pdl and kern.name != "attn_decode_f32":     # the f32 kernel has no griddepcontrol.wait: a plain launch
         from barecuda import LaunchConfig
         return kern.bind_config(LaunchConfig(grid, block, shared_mem=smem, stream=stream,

@@ -60,6 +60,15 @@
                      // DEC_SPEC keys of this block's split as if the length were max_ctx (a hint: nothing is read
                      // into the SM, so a wrong guess costs bandwidth only); 0 = no speculation
 #endif
+#ifndef DEC_CLUSTER
+#define DEC_CLUSTER 0    // decode, sm_90, plans only (plan_attention_decode with _attention.DEC_CLUSTER = 1): 1 = the
+                         // splits of a KV head form one thread-block cluster (grid.x = n_splits <= 16, cluster
+                         // (n_splits, 1, 1)); each block leaves its normalized partial and log-sum-exp in its own
+                         // shared memory and, after a cluster barrier, merges a slice of the output reading every
+                         // block's partial through distributed shared memory (no workspace, fence, counter or L2
+                         // round trip), then a second barrier keeps its memory alive until all have read it.
+                         // Written 2026-11-27 after the last GPU call: compiled, NOT GPU-run; off
+#endif
 #ifndef DEC_LENFIRST
 #define DEC_LENFIRST 0   // decode: 1 = the length load is issued before the Q loads (the first cp.async waits on
                          // the length alone); 0 = Q first
@@ -271,6 +280,43 @@ BC_DEV void dec_prefetch_rows(const bc_u16* base, long long tok_stride, int t0, 
 }
 #endif
 
+#if DEC_CLUSTER
+// thread-block clusters (sm_90): the barrier of all threads of the cluster (release/acquire:
+// shared-memory writes before it are visible to every block after it), this block's rank and
+// the cluster's size, and a float load from block `rank`'s shared memory at this block's
+// address `a` (the same layout in every block)
+BC_DEV void dec_cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+BC_DEV unsigned dec_cluster_rank() {
+    unsigned r = 0;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+BC_DEV unsigned dec_cluster_size() {
+    unsigned n = 1;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+#endif
+    return n;
+}
+BC_DEV float dec_dsmem_ld(bc_u32 a, unsigned rank) {
+    float v = 0.f;
+#if __CUDA_ARCH__ >= 900
+    bc_u32 ra;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+#endif
+    return v;
+}
+#endif
+
 template <int IS_BF16>
 BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restrict__ kc, const bc_u16* __restrict__ vc,
                              bc_u16* __restrict__ out, float* __restrict__ part, int* __restrict__ counters, const int* __restrict__ len_ptr,
@@ -343,7 +389,13 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
 #endif
     const int start = split * chunk;
     const int end = min(len, start + chunk);
+#if DEC_CLUSTER
+    // every block of a cluster that merges (more than one split used) stays for its barriers:
+    // an empty split leaves an empty partial (log-sum-exp -inf)
+    if (start >= end && split != 0 && (len > 0 ? (len + chunk - 1) / chunk : 1) == 1) return;
+#else
     if (start >= end && split != 0) return;   // empty split: not counted (split 0 runs even when len == 0)
+#endif
     float o[D / 8][4];
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
@@ -451,7 +503,13 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     // splits that hold tokens; with one (len <= chunk: short contexts) this block has the
     // whole answer and writes it straight out (no partials, no merge, counter untouched)
     const int used = len > 0 ? (len + chunk - 1) / chunk : 1;
+#if DEC_CLUSTER
+    const bool direct = used == 1;   // uniform over the cluster
+    float* cl_o = wo + DEC_WARPS * group * D;   // this block's partial [group][D], then its log-sum-exp [group]
+    float* cl_lse = cl_o + group * D;
+#else
     const bool direct = part == nullptr || used == 1;
+#endif
     for (int idx = tid; idx < group * D; idx += DEC_WARPS * 32) {
         const int r = idx / D, d = idx % D;
         float M = neg_inf();
@@ -470,6 +528,11 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         if (direct) {
             out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
         } else {
+#if DEC_CLUSTER
+            cl_o[r * D + d] = L > 0.f ? acc / L : 0.f;
+            if (d == 0) cl_lse[r] = L > 0.f ? M + __log2f(L) : neg_inf();
+            continue;
+#endif
             part[((long long)head * n_splits + split) * D + d] = L > 0.f ? acc / L : 0.f;
             if (d == 0) {
                 float* lse = part + (long long)n_heads * n_splits * D;
@@ -478,6 +541,38 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         }
     }
     if (direct) return;
+#if DEC_CLUSTER
+    dec_cluster_sync();   // every block's partial written (release) and visible (acquire)
+    {
+        const unsigned rank = dec_cluster_rank(), cs = dec_cluster_size();
+        const bc_u32 o_s = bc_smem_addr(cl_o), l_s = bc_smem_addr(cl_lse);
+        for (int e = (int)rank * (DEC_WARPS * 32) + tid; e < group * D; e += (int)cs * (DEC_WARPS * 32)) {
+            const int r = e / D, d = e % D;
+            float lv[16], pv[16];
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {   // every split's partial at once (used <= n_splits <= 16)
+                const bool in = u < used;
+                lv[u] = in ? dec_dsmem_ld(l_s + (bc_u32)(r * 4), (unsigned)u) : neg_inf();
+                pv[u] = in ? dec_dsmem_ld(o_s + (bc_u32)(e * 4), (unsigned)u) : 0.f;
+            }
+            float mx = neg_inf();
+#pragma unroll
+            for (int u = 0; u < 16; ++u) mx = fmaxf(mx, lv[u]);
+            float L = 0.f, acc = 0.f;
+            if (mx != neg_inf()) {
+#pragma unroll
+                for (int u = 0; u < 16; ++u) {
+                    const float w = bc_exp2(lv[u] - mx);   // -inf: 0
+                    L += w;
+                    acc += pv[u] * w;
+                }
+            }
+            out[(long long)(kvh * group + r) * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
+        }
+    }
+    dec_cluster_sync();   // no block leaves while another still reads its shared memory
+    return;
+#endif
 #if DEC_PROBE >= 1 && DEC_PROBE <= 3
     return;   // probe: no merge (the answer is not written)
 #endif
