@@ -608,7 +608,7 @@ extern "C" __global__ void __launch_bounds__(256) rd_floor(const uint4* __restri
 """
 
 
-_FLOOR_KERN = []
+_FLOOR_KERN: list = []          # the rd_floor Kernel, once compiled
 
 
 def _floor_kernel():
