@@ -68,7 +68,8 @@ from libc.string cimport memset, memcpy
 
 from barecuda._abi cimport CUstream, CUdeviceptr, bc_driver_t
 from barecuda._loader cimport driver_table
-from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED, note_use
+from barecuda._buffer cimport DeviceBuffer, KIND_CLOSED, note_use, new_buffer
+from barecuda._dtype cimport nbytes_of
 from barecuda._stream cimport Stream, stream_handle
 from barecuda._pack cimport bc_launch_rec, bc_store_int, BC_SMALL_ARGBYTES, BC_SMALL_NPARAMS
 from barecuda._signature cimport bc_kind_is_pointer, BC_K_F32
@@ -78,7 +79,6 @@ from barecuda.kernels._opkey cimport (pfact, pkey, P_NONE, P_BUF, P_DLX, P_VAL, 
                                       read_call, keys_match, match_call, make_keys)
 from barecuda._launch cimport capture_hook_t
 
-from barecuda._buffer import empty as _empty
 
 __all__ = ["Op", "op", "stats", "clear", "set_direct"]
 
@@ -125,7 +125,7 @@ cdef class _Record:
     cdef int rsrc[2]
     cdef int rref[2]
     cdef int nalloc
-    cdef object alloc        # tuple of (shape, dtype name, device ordinal)
+    cdef object alloc        # tuple of (nbytes, device ordinal, shape, dtype key, itemsize) (_new_like)
     cdef list keep
     # the direct issue (see _issue_direct): the constants packed once, the geometry parsed
     # once, and the slots a call writes listed (nptr entries: slot offset, source, argument,
@@ -299,6 +299,18 @@ cdef inline int _missing(Op self, PyObject **vals) noexcept:
     return 0
 
 
+cdef DeviceBuffer _new_like(tuple a, object stream):
+    """A new output (out=None) as ``_buffer.empty(shape, dtype, device=, stream=)`` made it
+    when the call was recorded: the same allocation call (``new_buffer``: the device's
+    default allocator, ordered on the stream), then the shape, dtype key and item size that
+    ``empty`` set (a = the record's (nbytes, device ordinal, shape, dtype key, itemsize))."""
+    cdef DeviceBuffer b = new_buffer(<size_t>a[0], a[1], stream, None)
+    b._shape = a[2]
+    b._dtype = a[3]
+    b._itemsize = <size_t>a[4]
+    return b
+
+
 cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject *kwnames):
     """Op's vectorcall: bind the arguments in C, look the signature up, launch."""
     cdef Op self = <Op>callable
@@ -351,9 +363,8 @@ cdef object _hit(Op self, _Record r, object k, PyObject **vals, const pfact *f):
     cdef PyObject *stream = vals[self.stream_at] if self.stream_at >= 0 else <PyObject *>None
     if r.nalloc:
         made = []
-        for shape, dtype, dev in r.alloc:
-            made.append(_empty(shape, dtype, device=dev) if stream == <PyObject *>None else
-                        _empty(shape, dtype, device=dev, stream=<object>stream))
+        for a in r.alloc:
+            made.append(_new_like(<tuple>a, <object>stream))
     if not (r.direct and _direct and _hook_slot[0] == NULL and not _gil_slot[0]
             and _issue_direct(r, <Kernel>k, vals, f, made, <object>stream) == 0):
         _issue_launch(r, k, vals, f, made, <object>stream)
@@ -581,8 +592,11 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
         r.rsrc[i] = src
         r.rref[i] = ref
     r.nalloc = len(allocs)
-    r.alloc = tuple([(tuple((<DeviceBuffer>a).shape), _dtype_name(a), (<DeviceBuffer>a).device.ordinal)
-                     for a in allocs])
+    for a in allocs:
+        if type((<DeviceBuffer>a)._shape) is not tuple:
+            return None
+    r.alloc = tuple([(nbytes_of((<DeviceBuffer>a)._shape, (<DeviceBuffer>a)._itemsize), (<DeviceBuffer>a).device.ordinal,
+                      (<DeviceBuffer>a)._shape, (<DeviceBuffer>a)._dtype, (<DeviceBuffer>a)._itemsize) for a in allocs])
     for i in range(n):
         x = args[i]
         for ref in range(len(allocs)):
@@ -680,11 +694,6 @@ cdef tuple _source(Op self, const pfact *f, object x):
 
 
 cdef object _c_float = ctypes.c_float
-
-
-cdef str _dtype_name(object b):
-    d = b.dtype
-    return d if type(d) is str else getattr(d, "name", str(d))
 
 
 # ------------------------------------------------------------------ module API
