@@ -383,6 +383,24 @@ def test_tensor_hit_reads_each_tensor_once_and_the_stream_rule_once(dbl):
     assert outcome(dbl, lambda: K.rmsnorm(x, wu, out=y, stream=s)) == fast
 
 
+
+def test_new_output_on_a_hit_is_the_buffer_empty_makes(dbl, direct):
+    """out=None: a hit's new output is what the Python path's bc.empty makes (shape, dtype,
+    item size, bytes, device, the stream it is ordered on), a new buffer each call."""
+    s = bc.Stream()
+    for dt in ("float32", "float16", "bfloat16"):
+        x, w = e((3, 1001), dt), e(1001, dt)
+        K.rmsnorm.clear()
+        ref = K.rmsnorm(x, w, stream=s)                       # the Python path
+        outs = [K.rmsnorm(x, w, stream=s) for _ in range(2)] + [K.rmsnorm(x, w)]
+        for i, b in enumerate(outs):
+            assert type(b) is bc.DeviceBuffer and b is not ref and b.ptr not in (ref.ptr, x.ptr)
+            assert (b.shape, b.dtype, b.itemsize, b.nbytes, b.device) == \
+                (ref.shape, ref.dtype, ref.itemsize, ref.nbytes, ref.device)
+            assert b.stream is (s if i < 2 else None)
+        assert outs[0].ptr != outs[1].ptr
+        assert str(outs[0].dtype) == dt
+
 def test_keyword_binding_is_reused_exactly(dbl):
     """A call with the keyword names (the same tuple: one call site's constant) and
     positional count of the last bound call reuses its binding; the same names with
