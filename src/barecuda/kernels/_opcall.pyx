@@ -40,7 +40,8 @@ memory; each launch argument as a constant (the packed scalars), "array argument
 (its address written into the slot, the buffer's use noted on the stream and a tensor's
 stream ordered before ours, as the launch packer does), "array i's address + c"
 (a derived pointer, e.g. silu_mul's up half) or "new output j" (an ``out=None``
-allocation, made again on each call with ``_buffer.empty``: heap work the caller
+allocation, made again on each call as ``_buffer.empty`` made it, by its allocation
+call ``new_buffer`` with the recorded shape and dtype (``_new_like``): heap work the caller
 asked for); the result the same way. A call whose arguments cannot be keyed, or
 whose prep result cannot be mapped unambiguously onto the arguments, is simply not
 recorded. The op returns the caller's own object for an output the caller gave
