@@ -4,6 +4,7 @@ import ctypes
 import gc
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import barecuda as bc
 from barecuda import LaunchConfig, Module
@@ -286,3 +287,32 @@ def test_pred_takes_only_0_and_1(fake, ptx):
     assert fake.launch_count() == n
     k.launch(1, 1, np.uint8(1))
     assert fake.last_launch().params == b"\x01"
+
+
+# ------------------------------------------------------------ the geometry fast path
+_DIM = st.one_of(st.integers(-2, 2**32 + 1), st.sampled_from([1, 2, 64, 65, 1024, 1025, 65535, 65536, 2**31 - 1, 2**31]))
+_GEOM = st.one_of(_DIM, st.tuples(_DIM), st.tuples(_DIM, _DIM), st.tuples(_DIM, _DIM, _DIM))
+
+
+def _outcome(fake, f):
+    n0 = fake.launch_count()
+    try:
+        f()
+    except (ValueError, TypeError, OverflowError) as e:
+        assert fake.launch_count() == n0
+        return type(e).__name__
+    rec = fake.last_launch()
+    return rec.grid, rec.block, rec.shared
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(grid=_GEOM, block=_GEOM, smem=st.sampled_from([0, 16, 48 * 1024, 48 * 1024 + 1, -1]))
+def test_int_and_tuple_geometry_fast_path_agrees_with_the_checked_path(fake, vadd, grid, block, smem):
+    """launch() takes ints and tuples of ints through a fast path (no parse_dims, no
+    check_limits); the same geometry given as lists goes through the checked path. Both
+    launch the same grid/block/shared memory, or raise the same exception type before any
+    launch, for any mix of valid and out-of-range dimensions."""
+    as_list = (lambda d: list(d) if isinstance(d, tuple) else [d])
+    fast = _outcome(fake, lambda: vadd.launch(grid, block, *ARGS, shared_mem=smem))
+    checked = _outcome(fake, lambda: vadd.launch(as_list(grid), as_list(block), *ARGS, shared_mem=smem))
+    assert fast == checked
