@@ -70,6 +70,19 @@ def copy_gbs(bc, s, nbytes=1 << 30):
     return 2 * nbytes / (_median(ts) * 1e-3) / 1e9
 
 
+def load_source(bc, source, name, options=()):
+    """The Module of one of the bench's own CUDA sources (the floor kernels), compiled for the
+    current device as ``Program.compile()`` chooses; when the driver refuses that cubin (the
+    driver double loads PTX only), PTX for the device's architecture, as the kernel registry
+    falls back."""
+    prog = bc.Program(source, name=name, options=list(options))
+    try:
+        return prog.compile().load()
+    except bc.CudaError:
+        major, minor = bc.Device().compute_capability
+        return prog.compile("ptx", arch=f"compute_{major}{minor}").load()
+
+
 def _torch():
     try:
         import torch

@@ -17,7 +17,7 @@ import math
 from typing import Any, Dict, Tuple
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import (SPEC_GBS, _chain, _time_exe, _time_graph, _torch, copy_gbs,
+from barecuda.bench._kernel_timing import (SPEC_GBS, _chain, _time_exe, _time_graph, _torch, copy_gbs, load_source,
                                           torch_graph_us)
 
 ORDER = 62
@@ -109,8 +109,8 @@ _read_kernels: Dict[int, Any] = {}
 def _read_kernel(bc, u):
     k = _read_kernels.get(u)
     if k is None:
-        oc = bc.Program(READ_FLOOR_SRC, name="read_floor.cu", options=[f"-DREAD_U={u}"]).compile()
-        k = _read_kernels[u] = oc.load().get_kernel("read_floor")
+        mod = load_source(bc, READ_FLOOR_SRC, "read_floor.cu", [f"-DREAD_U={u}"])
+        k = _read_kernels[u] = mod.get_kernel("read_floor")
     return k
 
 
@@ -264,6 +264,25 @@ MERGE_VARIANTS: Tuple[Tuple[str, bool, Dict[str, Any]], ...] = (   # the split m
     ("plain, merge 1 again", False, {"DEC_MERGE": 1}))
 
 
+def _with_settings(A, label, settings, call):
+    """call() with the attention module's tuning values set to `settings` (restored after it,
+    the multiprocessor-count memo cleared both times); None, the error printed, when it raises:
+    a probe reports a variant that fails and goes on."""
+    old = {k: getattr(A, k) for k in settings}
+    for k, v in settings.items():
+        setattr(A, k, v)
+    A._sms.clear()
+    try:
+        return call()
+    except Exception as exc:   # noqa: BLE001 -- a probe
+        print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
+        return None
+    finally:
+        for k, v in old.items():
+            setattr(A, k, v)
+        A._sms.clear()
+
+
 def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768), (32, 8, 64, 8192)),
                      short=((32, 8, 128, 129), (32, 8, 64, 129), (32, 8, 128, 1024)), variants=PDL_VARIANTS):
     """Developer probe (``--pdl-probe``; ``--merge-probe`` for MERGE_VARIANTS): the chained decode
@@ -279,19 +298,7 @@ def decode_pdl_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 12
     print(f"  pdl-probe on {bc.Device().name}", flush=True)
 
     def run(label, pdl, settings, fn):
-        old = {k: getattr(A, k) for k in settings}
-        for k, v in settings.items():
-            setattr(A, k, v)
-        A._sms.clear()
-        try:
-            return fn(pdl)
-        except Exception as exc:   # noqa: BLE001 -- a probe
-            print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
-            return None
-        finally:
-            for k, v in old.items():
-                setattr(A, k, v)
-            A._sms.clear()
+        return _with_settings(A, label, settings, lambda: fn(pdl))
 
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2
@@ -403,19 +410,7 @@ def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 
 
     def run(label, settings, fn):
         st = {k: v for k, v in settings.items() if k != "n_splits"}
-        old = {k: getattr(A, k) for k in st}
-        for k, v in st.items():
-            setattr(A, k, v)
-        A._sms.clear()
-        try:
-            return fn(settings.get("n_splits"))
-        except Exception as exc:   # noqa: BLE001 -- a probe
-            print(f"  {label}: {type(exc).__name__}: {exc}", flush=True)
-            return None
-        finally:
-            for k, v in old.items():
-                setattr(A, k, v)
-            A._sms.clear()
+        return _with_settings(A, label, st, lambda: fn(settings.get("n_splits")))
 
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2

@@ -13,7 +13,7 @@ import math
 import sys
 
 from barecuda.bench.report import Section
-from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs, torch_graph_us  # noqa: F401
+from barecuda.bench._kernel_timing import SPEC_GBS, _median, _spec, _time_plans, _torch, copy_gbs, load_source, torch_graph_us  # noqa: F401
 
 ORDER = 61
 COLUMNS = [("us", 9), ("GB/s", 8), ("% spec", 7), ("torch GB/s", 11), ("vs torch", 9)]
@@ -207,8 +207,7 @@ def dequant_floor_rows(bc, s, shape=(14336, 4096), mixes=_MIXES, extremes=True):
     """The mix kernel above at each format's -> f16 byte mix of an n x k tensor (rows labelled
     "floor: ..."), and (extremes) at read only, write only and read = write."""
     from barecuda.kernels import _args as A
-    mod, _ = bc.compile_module(_MIX_SRC, name="dequant_mix.cu")
-    kern = mod.get_kernel("mix")
+    kern = load_source(bc, _MIX_SRC, "dequant_mix.cu").get_kernel("mix")
     n, k = shape
     out = []
     cases = [(f"floor: no math, {f.upper()}'s read:write (-> f16)", bb / (qk * 2)) for f, bb, qk in mixes]
@@ -614,8 +613,8 @@ _FLOOR_KERN: list = []          # the rd_floor Kernel, once compiled
 def _floor_kernel():
     """rd_floor, compiled once a process."""
     if not _FLOOR_KERN:
-        from barecuda._program import compile_module
-        _FLOOR_KERN.append(compile_module(_FLOOR_SRC, name="rd_floor.cu")[0].get_kernel("rd_floor"))
+        import barecuda as bc
+        _FLOOR_KERN.append(load_source(bc, _FLOOR_SRC, "rd_floor.cu").get_kernel("rd_floor"))
     return _FLOOR_KERN[0]
 
 
