@@ -159,7 +159,7 @@ def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 1638
     plans made with ``pdl=True`` and the graph captured (programmatic edges between the nodes).
     ``floors``: each row gets a 5th item, :func:`decode_floors` of the same caches (head-major)."""
     from barecuda.kernels import _attention as A
-    out: list = []
+    out = []
     for nh, nkv, d, ctx in shapes:
         kv_bytes = 2 * ctx * nkv * d * 2
         n = max(2, math.ceil((512 << 20) / kv_bytes))
