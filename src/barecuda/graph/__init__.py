@@ -10,6 +10,9 @@ One module per part, each with its own ``__all__``, assembled here (in this orde
 - ``_capture``: ``capture``, ``Capture``, ``is_capturing``;
 - ``_host_node``: host-node callables' stored exceptions (``check_host_errors``).
 
+``_edges`` (no public names) holds the bodies of ``Graph.add_plan`` for plans bound
+with a ``LaunchConfig`` and of ``Graph.edges``; ``_graph`` imports it on first use.
+
 Every name is also re-exported by ``barecuda`` itself.
 """
 from barecuda.graph import _args, _capture, _exec, _graph, _host_node, _nodes

@@ -4,7 +4,6 @@ from barecuda._abi cimport (CUgraph, CUgraphExec, CUgraphNode, CUcontext, CUstre
                             CUDA_MEMSET_NODE_PARAMS, CUDA_HOST_NODE_PARAMS, CUgraphConditionalNodeType)
 from barecuda._device cimport Device
 from barecuda._launch cimport Kernel
-from barecuda._launch_config cimport LaunchConfig
 from barecuda.graph._nodes cimport GraphNode, KernelNode
 
 
@@ -44,7 +43,6 @@ cdef class Graph:
     cdef int _clear(self) except -1
     cdef int _adopt(self, object node) except -1
     cdef KernelNode _kernel_node(self, Kernel kernel, grid, block, tuple args, shared_mem, list keep)
-    cdef KernelNode _add_configured(self, plan, LaunchConfig cfg, depends_on, priority)
     cdef int _take_refs(self) except -1
     cdef list _snapshot(self)
     cdef GraphNode _add_simple(self, str kind, object depends_on, tuple refs, CUDA_MEMCPY3D *cp,
@@ -74,6 +72,10 @@ cdef class ConditionalNode(GraphNode):
     cdef readonly str type
     """``'if'``, ``'while'`` or ``'switch'``."""
 
+
+# In out, the CUgraphNode array for depends_on (a node or an iterable of nodes of g; NULL
+# when empty); the caller frees it with PyMem_Free.
+cdef int dep_array(Graph g, object depends_on, CUgraphNode **out, size_t *n) except -1
 
 # An empty Graph object without a handle, on dev (_capture fills it).
 cdef Graph graph_shell(Device dev)

@@ -10,7 +10,7 @@ The rest of the graph wing (``barecuda.graph``): the node classes in ``_nodes.py
 stream capture in ``_capture.pyx``, executable graphs in ``_exec.pyx``
 (``Graph.instantiate`` makes them there), kernel-node handles and batched argument
 updates in ``_args.pyx``, the host-node trampoline and its exception store in
-``_host_node.pyx``.
+``_host_node.pyx``, edges with data and configured-plan nodes in ``_edges.pyx``.
 
 Lifetimes: a Graph holds every object its nodes reference (buffers, kernels, callables,
 events, child graphs); a captured graph holds what barecuda launched into it (see
@@ -23,27 +23,23 @@ __all__ = ["Graph", "ConditionalNode", "ConditionalHandle"]
 
 cimport cython
 from libc.string cimport memcpy, memset
-from libc.stdint cimport uintptr_t
 from cpython cimport PyMem_Malloc, PyMem_Free, PyObject, PyList_GET_SIZE
 
 import os
 import weakref
-from operator import index as operator_index
 
 from barecuda._abi cimport *
 from barecuda._errors cimport check, bc_state_t, bc_driver_usable, CUDA_SUCCESS, warn_destroy_failed
-from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current, require
+from barecuda._loader cimport driver_table, runtime_state, ensure_driver, set_current
 from barecuda._device cimport Device, device_of
 from barecuda._stream cimport Event
 from barecuda._buffer cimport DeviceBuffer
 from barecuda._host cimport PinnedBuffer
 from barecuda._launch cimport Kernel, pack_arg, check_dims
-from barecuda._launch_config cimport LaunchConfig
 from barecuda.graph._host_node cimport _HostCall, host_trampoline
 from barecuda.graph._nodes cimport GraphNode, KernelNode, hold, need, new_kernel_node, node_token, \
     check_priority, set_node_priority
 from barecuda._lazy cimport lazy_module
-from barecuda._errors import make_error
 
 cdef bc_driver_t *D = driver_table()
 cdef bc_state_t *ST = runtime_state()
@@ -58,7 +54,7 @@ cdef object _kind_name(CUgraphNodeType t):
     return _KINDS[<int>t] if 0 <= <int>t < len(_KINDS) else f"type {<int>t}"
 
 
-cdef int _dep_array(Graph g, object depends_on, CUgraphNode **out, size_t *n) except -1:
+cdef int dep_array(Graph g, object depends_on, CUgraphNode **out, size_t *n) except -1:
     """In out, the CUgraphNode array for depends_on (a node or an iterable of nodes of g);
     NULL when empty. The caller frees it with PyMem_Free."""
     cdef GraphNode d
@@ -314,7 +310,7 @@ cdef class Graph:
         if priority is not None:
             need(<void *>D.cuGraphDestroyNode, "cuGraphDestroyNode")
         n = self._kernel_node(kernel, grid, block, args, shared_mem, keep)
-        _dep_array(self, depends_on, &deps, &nd)
+        dep_array(self, depends_on, &deps, &nd)
         try:
             set_current(self.ctx)
             check(D.cuGraphAddKernelNode(&h, self.handle, deps, nd, &n.p), b"cuGraphAddKernelNode")
@@ -383,94 +379,9 @@ cdef class Graph:
         if cfg is None:
             return self.add_kernel(plan.kernel, plan.grid, plan.block, *plan.args, shared_mem=plan.shared_mem,
                                    depends_on=depends_on, priority=priority)
-        return self._add_configured(plan, <LaunchConfig?>cfg, depends_on, priority)
-
-    cdef KernelNode _add_configured(self, plan, LaunchConfig cfg, depends_on, priority):
-        """add_plan of a plan bound with cfg: the node, then its attributes and programmatic
-        edges; a failure after the node is in the graph removes it again."""
-        cdef KernelNode n
-        cdef Kernel kernel = plan.kernel
-        cdef CUgraphNode *deps = NULL
-        cdef CUgraphNode *pfrom = NULL
-        cdef CUgraphNode *pto = NULL
-        cdef CUgraphEdgeData *edata = NULL
-        cdef size_t nd = 0, k
-        cdef CUgraphNode h = NULL
-        cdef CUlaunchAttributeValue v
-        cdef list keep = []
-        cdef int prio = 0
-        self._live()
-        need(<void *>D.cuGraphAddKernelNode, "cuGraphAddKernelNode")
-        if priority is not None and cfg.priority is not None and operator_index(priority) != cfg.priority:
-            raise ValueError(f"priority={priority} contradicts the plan's LaunchConfig priority {cfg.priority}; "
-                             f"give one of them")
-        if priority is None:
-            priority = cfg.priority
-        if priority is not None:
-            prio = check_priority(self.device, self.ctx, priority)
-        full, prog = [], []
-        if depends_on is not None:
-            for x in ((depends_on,) if isinstance(depends_on, GraphNode) else tuple(depends_on)):
-                (prog if cfg.programmatic_serialization and isinstance(x, GraphNode)
-                 and (<GraphNode>x).kind == "kernel" else full).append(x)
-        if priority is not None or cfg.has_cluster or cfg.cooperative:
-            need(<void *>D.cuGraphKernelNodeSetAttribute, "cuGraphKernelNodeSetAttribute")
-        if prog:
-            need(<void *>D.cuGraphAddDependencies, "cuGraphAddDependencies")
-        need(<void *>D.cuGraphDestroyNode, "cuGraphDestroyNode")
-        n = self._kernel_node(kernel, plan.grid, plan.block, tuple(plan.args), plan.shared_mem, keep)
-        _dep_array(self, prog, &pfrom, &nd)         # checks they belong to this graph
-        PyMem_Free(pfrom)
-        pfrom = NULL
-        _dep_array(self, full, &deps, &nd)
-        try:
-            set_current(self.ctx)
-            check(D.cuGraphAddKernelNode(&h, self.handle, deps, nd, &n.p), b"cuGraphAddKernelNode")
-        finally:
-            PyMem_Free(deps)
-        try:
-            memset(&v, 0, sizeof(v))
-            if cfg.has_cluster:
-                v.clusterDim.x = cfg.cluster_[0]
-                v.clusterDim.y = cfg.cluster_[1]
-                v.clusterDim.z = cfg.cluster_[2]
-                check(D.cuGraphKernelNodeSetAttribute(h, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v),
-                      b"cuGraphKernelNodeSetAttribute")
-            if cfg.cooperative:
-                memset(&v, 0, sizeof(v))
-                v.cooperative = 1
-                check(D.cuGraphKernelNodeSetAttribute(h, CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v),
-                      b"cuGraphKernelNodeSetAttribute")
-            if priority is not None:
-                set_node_priority(self.ctx, h, prio)
-            if prog:
-                nd = len(prog)
-                pfrom = <CUgraphNode *>PyMem_Malloc(nd * sizeof(CUgraphNode))
-                pto = <CUgraphNode *>PyMem_Malloc(nd * sizeof(CUgraphNode))
-                edata = <CUgraphEdgeData *>PyMem_Malloc(nd * sizeof(CUgraphEdgeData))
-                if pfrom == NULL or pto == NULL or edata == NULL:
-                    raise MemoryError()
-                memset(edata, 0, nd * sizeof(CUgraphEdgeData))
-                for k in range(nd):
-                    pfrom[k] = (<GraphNode>prog[k]).handle
-                    pto[k] = h
-                    edata[k].type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
-                    edata[k].from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
-                check(D.cuGraphAddDependencies(self.handle, pfrom, pto, edata, nd), b"cuGraphAddDependencies")
-        except BaseException:
-            D.cuGraphDestroyNode(h)             # never adopted: the graph is as it was
-            raise
-        finally:
-            PyMem_Free(pfrom)
-            PyMem_Free(pto)
-            PyMem_Free(edata)
-        n.handle = h
-        self._adopt(n)
-        self._keep.append(kernel)
-        hold(self._keep, tuple(plan.args))
-        if keep:
-            hold(self._keep, keep)
-        return n
+        # _edges cimports this module: imported on first use (_lazy.pxd)
+        return lazy_module(&_edges_mod, "barecuda.graph._edges").add_configured(self, plan, cfg, depends_on,
+                                                                                 priority)
 
     def add_memcpy(self, dst, src, nbytes=None, depends_on=None):
         """Add a copy node between DeviceBuffers and/or PinnedBuffers (``nbytes`` default:
@@ -588,7 +499,7 @@ cdef class Graph:
         cdef CUgraphNode *deps = NULL
         cdef CUgraphNode h = NULL
         cdef CUresult rc
-        _dep_array(self, depends_on, &deps, &nd)
+        dep_array(self, depends_on, &deps, &nd)
         cdef GraphNode n
         try:
             set_current(self.ctx)
@@ -673,7 +584,7 @@ cdef class Graph:
             # (valid for the node's lifetime) holding the body graphs; the caller passes none.
             p.conditional.phGraph_out = NULL
             p.conditional.ctx = self.ctx
-            _dep_array(self, depends_on, &deps, &nd)
+            dep_array(self, depends_on, &deps, &nd)
             set_current(self.ctx)
             check(D.cuGraphAddNode(&h, self.handle, deps, NULL, nd, &p), b"cuGraphAddNode")
         finally:
@@ -745,40 +656,9 @@ cdef class Graph:
         from the kernel's programmatic port, as :meth:`add_plan` of a plan with
         ``programmatic_serialization`` and stream capture of such launches make them) or
         ``"launch_order"`` (it starts once every block of the other kernel has started)."""
-        cdef size_t n = 0, i
-        cdef CUgraphNode *fr = NULL
-        cdef CUgraphNode *to = NULL
-        cdef CUgraphEdgeData *ed = NULL
         self._live()
-        need(<void *>D.cuGraphGetEdges, "cuGraphGetEdges")
-        nodes = {<size_t>(<GraphNode>x).handle: x for x in self._enumerate()}
-        set_current(self.ctx)
-        check(D.cuGraphGetEdges(self.handle, NULL, NULL, NULL, &n), b"cuGraphGetEdges")
-        if n == 0:
-            return []
-        fr = <CUgraphNode *>PyMem_Malloc(n * sizeof(CUgraphNode))
-        to = <CUgraphNode *>PyMem_Malloc(n * sizeof(CUgraphNode))
-        ed = <CUgraphEdgeData *>PyMem_Malloc(n * sizeof(CUgraphEdgeData))
-        out = []
-        try:
-            if fr == NULL or to == NULL or ed == NULL:
-                raise MemoryError()
-            check(D.cuGraphGetEdges(self.handle, fr, to, ed, &n), b"cuGraphGetEdges")
-            for i in range(n):
-                if ed[i].from_port == CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER:
-                    kind = "launch_order"
-                elif ed[i].type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC:
-                    kind = "programmatic"
-                elif ed[i].type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT and ed[i].from_port == 0:
-                    kind = "full"
-                else:
-                    kind = f"type {ed[i].type} port {ed[i].from_port}"
-                out.append((nodes[<size_t>fr[i]], nodes[<size_t>to[i]], kind))
-        finally:
-            PyMem_Free(fr)
-            PyMem_Free(to)
-            PyMem_Free(ed)
-        return out
+        return lazy_module(&_edges_mod, "barecuda.graph._edges").edges(self)
+
 
     cdef list _enumerate(self):
         """Node objects for every node in the driver's order; nodes not seen yet are
@@ -907,6 +787,7 @@ cdef class Graph:
 
 
 cdef PyObject *_exec_mod = NULL       # barecuda.graph._exec, once instantiate first ran
+cdef PyObject *_edges_mod = NULL      # barecuda.graph._edges, once add_plan of a configured plan or edges ran
 
 
 cdef Graph graph_shell(Device dev):
