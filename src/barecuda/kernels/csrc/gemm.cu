@@ -14,7 +14,7 @@
 // Defines: TRANS_A, TRANS_B (0/1, the tensor-core build); GEMM_STAGES; GEMM_BK (32 or 64); GEMM_BM,
 // GEMM_BN, GEMM_WARPS_M, GEMM_WARPS_N (the block and warp tiles); GEMM_DB (fragment double buffering);
 // GEMM_PF (L2 prefetch hint on the tile copies); GEMM_GM (the grouped raster's height).
-#include "mma.cuh"
+#include "gemm_store.cuh"
 
 #ifndef TRANS_A
 #define TRANS_A 0
@@ -218,24 +218,7 @@ BC_DEV void gemm_tc_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
             for (int nj = 0; nj < NJ; ++nj) {
                 const int col = n0 + wn * WTN + nj * 8 + 2 * t;
                 float v0 = alpha * acc[mi][nj][2 * h], v1 = alpha * acc[mi][nj][2 * h + 1];
-                if (pair && col + 1 < N) {
-                    if (beta != 0.f) {
-                        float c0, c1;
-                        bc_unpack2<IS_BF16>(*(const bc_u32*)(crow + col), c0, c1);
-                        v0 += beta * c0;
-                        v1 += beta * c1;
-                    }
-                    *(bc_u32*)(crow + col) = bc_pack2<IS_BF16>(v0, v1);
-                } else {
-                    if (col < N) {
-                        if (beta != 0.f) v0 += beta * bc_to_f<IS_BF16>(crow[col]);
-                        crow[col] = bc_from_f<IS_BF16>(v0);
-                    }
-                    if (col + 1 < N) {
-                        if (beta != 0.f) v1 += beta * bc_to_f<IS_BF16>(crow[col + 1]);
-                        crow[col + 1] = bc_from_f<IS_BF16>(v1);
-                    }
-                }
+                bc_store_c2<IS_BF16>(crow, col, N, v0, v1, beta, pair);
             }
         }
     }

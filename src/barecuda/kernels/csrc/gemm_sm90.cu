@@ -22,7 +22,7 @@
 //     transposes it (imm-trans 1).
 // Pipeline: tile kt+STAGES-2 is copied while tile kt multiplies and tile kt-1's wgmmas drain
 // (wgmma.wait_group 1): every slot is written only after all warpgroups waited for its last reader.
-#include "mma.cuh"
+#include "gemm_store.cuh"
 
 #ifndef TRANS_A
 #define TRANS_A 0
@@ -192,24 +192,7 @@ BC_DEV void gemm_wg_impl(const bc_u16* __restrict__ A, const bc_u16* __restrict_
         for (int j = 0; j < 32; ++j) {
             const int col = n0 + j * 8 + 2 * t;
             float v0 = alpha * d[j * 4 + 2 * h], v1 = alpha * d[j * 4 + 2 * h + 1];
-            if (pair && col + 1 < N) {
-                if (beta != 0.f) {
-                    float c0, c1;
-                    bc_unpack2<IS_BF16>(*(const bc_u32*)(crow + col), c0, c1);
-                    v0 += beta * c0;
-                    v1 += beta * c1;
-                }
-                *(bc_u32*)(crow + col) = bc_pack2<IS_BF16>(v0, v1);
-            } else {
-                if (col < N) {
-                    if (beta != 0.f) v0 += beta * bc_to_f<IS_BF16>(crow[col]);
-                    crow[col] = bc_from_f<IS_BF16>(v0);
-                }
-                if (col + 1 < N) {
-                    if (beta != 0.f) v1 += beta * bc_to_f<IS_BF16>(crow[col + 1]);
-                    crow[col + 1] = bc_from_f<IS_BF16>(v1);
-                }
-            }
+            bc_store_c2<IS_BF16>(crow, col, N, v0, v1, beta, pair);
         }
     }
 }
