@@ -292,23 +292,48 @@ LT_BACKENDS = ("builtin", "cublaslt") if _lt_available() else ("builtin",)
 needs_lt = pytest.mark.skipif(not _lt_available(), reason="libcublasLt not found (pip install nvidia-cublas)")
 
 
+def _random_operands(rng, m, n, k, ta, tb, dtype):
+    """Random a (m x k, stored k x m when ta) and b (k x n, stored n x k when tb) on the
+    device in dtype, and the float64 product of the values stored."""
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    ad, a64 = to_dev(a, dtype)
+    bd, b64 = to_dev(b, dtype)
+    return ad, bd, (a64.T if ta else a64) @ (b64.T if tb else b64)
+
+
+def _assert_matches_float64(backend, dtype, ta, tb, rng, shapes):
+    """matmul on `backend` against float64 for each (m, n, k): max error < 1e-3 in fp32,
+    2e-3 / 1e-2 of the largest |value| in fp16 / bf16."""
+    tol = {"float32": 1e-3, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    for m, n, k in shapes:
+        ad, bd, ref = _random_operands(rng, m, n, k, ta, tb, dtype)
+        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb, backend=backend), dtype)
+        scale = max(1.0, np.abs(ref).max()) if dtype != "float32" else 1.0
+        assert np.abs(got - ref).max() < tol * scale, (m, n, k)
+
+
+def _alpha_beta_batch(rng, bt, m, n, k, dtype):
+    """The builtin matmul with out=c, alpha=0.5, beta=-2 of a [bt, m, k] batch by a [k, n]
+    b broadcast over it: (the result read back, its float64 reference)."""
+    a = rng.standard_normal((bt, m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = rng.standard_normal((bt, m, n)).astype(np.float32)
+    ad, a64 = to_dev(a, dtype)
+    bd, b64 = to_dev(b, dtype)
+    cd, c64 = to_dev(c, dtype)
+    MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0, backend="builtin")
+    return from_dev(cd, dtype), 0.5 * (a64 @ b64) + -2.0 * c64
+
+
 @gpu
 @needs_lt
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
 def test_cublaslt_matches_float64(dtype, ta, tb):
-    rng = np.random.default_rng(11 + 2 * ta + tb)
-    tol = {"float32": 1e-3, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
-    for m, n, k in [(1, 1, 1), (1, 200, 64), (200, 1, 64), (37, 53, 29), (257, 129, 96), (512, 384, 1024)]:
-        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
-        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-        ad, a64 = to_dev(a, dtype)
-        bd, b64 = to_dev(b, dtype)
-        ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
-        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb, backend="cublaslt"), dtype)
-        scale = max(1.0, np.abs(ref).max()) if dtype != "float32" else 1.0
-        assert np.abs(got - ref).max() < tol * scale, (m, n, k)
+    _assert_matches_float64("cublaslt", dtype, ta, tb, np.random.default_rng(11 + 2 * ta + tb),
+                            [(1, 1, 1), (1, 200, 64), (200, 1, 64), (37, 53, 29), (257, 129, 96), (512, 384, 1024)])
 
 
 @gpu
@@ -413,18 +438,9 @@ def test_fp32_identity_times_matrix_is_the_matrix():
 @pytest.mark.parametrize("ta", [False, True])
 @pytest.mark.parametrize("tb", [False, True])
 def test_matmul_random_shapes_match_float64(dtype, ta, tb, tile):
-    rng = np.random.default_rng(7 + 2 * ta + tb)
-    tol = {"float32": 1e-3, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
-    for m, n, k in [(1, 1, 1), (1, 200, 64), (200, 1, 64), (128, 128, 32), (200, 136, 72), (257, 129, 96),
-                    (37, 53, 29), (512, 384, 1024)]:
-        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
-        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-        ad, a64 = to_dev(a, dtype)
-        bd, b64 = to_dev(b, dtype)
-        ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
-        got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb, backend="builtin"), dtype)
-        scale = max(1.0, np.abs(ref).max()) if dtype != "float32" else 1.0
-        assert np.abs(got - ref).max() < tol * scale, (m, n, k)
+    _assert_matches_float64("builtin", dtype, ta, tb, np.random.default_rng(7 + 2 * ta + tb),
+                            [(1, 1, 1), (1, 200, 64), (200, 1, 64), (128, 128, 32), (200, 136, 72), (257, 129, 96),
+                             (37, 53, 29), (512, 384, 1024)])
 
 
 @gpu
@@ -432,16 +448,7 @@ def test_matmul_random_shapes_match_float64(dtype, ta, tb, tile):
 def test_matmul_alpha_beta_and_batches(dtype, tile):
     rng = np.random.default_rng(3)
     tol = {"float32": 1e-3, "bfloat16": 1e-2}[dtype]
-    bt, m, n, k = 3, 136, 72, 80
-    a = rng.standard_normal((bt, m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)          # broadcast over the batch
-    c = rng.standard_normal((bt, m, n)).astype(np.float32)
-    ad, a64 = to_dev(a, dtype)
-    bd, b64 = to_dev(b, dtype)
-    cd, c64 = to_dev(c, dtype)
-    MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0, backend="builtin")
-    ref = 0.5 * (a64 @ b64) + -2.0 * c64
-    got = from_dev(cd, dtype)
+    got, ref = _alpha_beta_batch(rng, 3, 136, 72, 80, dtype)
     assert np.abs(got - ref).max() < tol * max(1.0, np.abs(ref).max() if dtype != "float32" else 1.0)
 
 
@@ -480,11 +487,7 @@ def test_wgmma_elementwise_against_float64(dtype, ta, tb, monkeypatch):
     rtol = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -10
     for m, n, k in [(1, 8, 8), (8, 1, 8), (64, 64, 64), (128, 256, 64), (129, 257, 72), (200, 136, 520),
                     (333, 520, 1000), (1024, 768, 2056)]:
-        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
-        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-        ad, a64 = to_dev(a, dtype)
-        bd, b64 = to_dev(b, dtype)
-        ref = (a64.T if ta else a64) @ (b64.T if tb else b64)
+        ad, bd, ref = _random_operands(rng, m, n, k, ta, tb, dtype)
         got = from_dev(MM.matmul(ad, bd, trans_a=ta, trans_b=tb, backend="builtin"), dtype)
         err = np.abs(got - ref) - rtol * np.abs(ref)
         assert err.max() < 1e-5 * np.sqrt(k) * 4, (m, n, k, float(err.max()))
@@ -507,15 +510,8 @@ def test_wgmma_alpha_beta_batches_and_views(dtype, monkeypatch):
     rng = np.random.default_rng(5)
     rtol = 2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -9
     bt, m, n, k = 3, 136, 264, 200
-    a = rng.standard_normal((bt, m, k)).astype(np.float32)
-    b = rng.standard_normal((k, n)).astype(np.float32)
-    c = rng.standard_normal((bt, m, n)).astype(np.float32)
-    ad, a64 = to_dev(a, dtype)
-    bd, b64 = to_dev(b, dtype)
-    cd, c64 = to_dev(c, dtype)
-    MM.matmul(ad, bd, out=cd, alpha=0.5, beta=-2.0, backend="builtin")
-    ref = 0.5 * (a64 @ b64) + -2.0 * c64
-    assert (np.abs(from_dev(cd, dtype) - ref) - rtol * np.abs(ref)).max() < 1e-3
+    got, ref = _alpha_beta_batch(rng, bt, m, n, k, dtype)
+    assert (np.abs(got - ref) - rtol * np.abs(ref)).max() < 1e-3
     # b batched too, a broadcast: trans_b over [bt, n, k]
     bb = rng.standard_normal((bt, n, k)).astype(np.float32)
     bbd, bb64 = to_dev(bb, dtype)
