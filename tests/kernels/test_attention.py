@@ -1,7 +1,7 @@
-"""Attention ops (csrc/attention.cu): decode over a KV cache (split-KV, device-held length,
+"""Attention ops (csrc/attention_decode.cu, attention_prefill.cu): decode over a KV cache (split-KV, device-held length,
 paged), prefill flash attention, KV append.
 
-CPU: the source compiles with real NVRTC for sm_80/sm_90 with no warnings; argument checks
+CPU: the sources compile with real NVRTC for sm_80/sm_90 with no warnings; argument checks
 raise before any launch on the driver double; a launch's grid/shared memory/parameters.
 GPU (--gpu): float64 numpy references on fresh random data (odd lengths, every head dim,
 GQA groups), torch SDPA where torch is installed, graph capture with the length changed
@@ -71,38 +71,43 @@ def test_decode_source_compiles_without_warnings(arch, d):
     defines = A._dec_defines(d)
     if d == 128:   # the L2-prefetch variant the bench compares
         defines = tuple((k, 1 if k == "DEC_L2PF" else v) for k, v in defines)
-    oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
+    oc = _registry.compile_code(A.DEC_SOURCE, defines, target="cubin", arch=arch)
     assert oc.log.strip() == ""
     assert len(oc.code) > 1000
     if d in (64, 128):   # the build of pdl=True plans (griddepcontrol; compiled out below sm_90), the merge variant
-        oc = _registry.compile_code(A.SOURCE, A._dec_defines(d, pdl=True), target="cubin", arch=arch)
+        oc = _registry.compile_code(A.DEC_SOURCE, A._dec_defines(d, pdl=True), target="cubin", arch=arch)
         assert oc.log.strip() == "" and len(oc.code) > 1000
-        oc = _registry.compile_code(A.SOURCE, A._dec_defines(d) + (("DEC_MERGE", 1),), target="cubin", arch=arch)
+        oc = _registry.compile_code(A.DEC_SOURCE, A._dec_defines(d) + (("DEC_MERGE", 1),), target="cubin", arch=arch)
         assert oc.log.strip() == "" and len(oc.code) > 1000
         # the split-finish variants (vector merge, thread-0 sync, speculative L2 prefetch) and the
         # bench's probe builds: no warnings either
         for extra in ((("DEC_MERGE", 2), ("DEC_SYNC", 1), ("DEC_SPEC", 64)), (("DEC_LENFIRST", 1),), (("DEC_CLUSTER", 1),),
                       (("DEC_PROBE", 2),),
                       (("DEC_PROBE", 3),)):
-            oc = _registry.compile_code(A.SOURCE, A._dec_defines(d) + extra, target="cubin", arch=arch)
+            oc = _registry.compile_code(A.DEC_SOURCE, A._dec_defines(d) + extra, target="cubin", arch=arch)
             assert oc.log.strip() == "" and len(oc.code) > 1000, extra
 
 
 @pytest.mark.parametrize("arch,d", [("sm_90", 64), ("sm_90", 80), ("sm_90", 96), ("sm_90", 128), ("sm_80", 128)])
 def test_prefill_source_compiles_without_warnings(arch, d):
-    oc = _registry.compile_code(A.SOURCE, A._pf_defines(d), target="cubin", arch=arch)
+    oc = _registry.compile_code(A.PF_SOURCE, A._pf_defines(d), target="cubin", arch=arch)
     assert oc.log.strip() == ""
     if d == 128:   # the Q-in-registers build the bench compares
         defines = tuple((k, {"PF_QREG": 1, "PF_MINB": 3}.get(k, v)) for k, v in A._pf_defines(d))
-        oc = _registry.compile_code(A.SOURCE, defines, target="cubin", arch=arch)
+        oc = _registry.compile_code(A.PF_SOURCE, defines, target="cubin", arch=arch)
         assert oc.log.strip() == ""
 
 
 def test_kernels_table_lists_every_head_dim():
-    dims = {dict(d)["HEAD_DIM"] for s, n, d in A.KERNELS if s == A.SOURCE}
-    assert dims == {64, 80, 96, 128}
-    assert any("attn_prefill_bf16" in n for s, n, d in A.KERNELS)
-    assert any("kv_append_f16" in n for s, n, d in A.KERNELS)
+    for src in (A.DEC_SOURCE, A.PF_SOURCE):
+        assert {dict(d)["HEAD_DIM"] for s, n, d in A.KERNELS if s == src} == {64, 80, 96, 128}
+    # decode: 3 (warps, stages) builds a head dim (the default and two smaller-smem fallbacks), each
+    # module holding decode + append for f16/bf16/f32; prefill: one module a head dim
+    assert len([1 for s, n, d in A.KERNELS if s == A.DEC_SOURCE]) == 12
+    assert len([1 for s, n, d in A.KERNELS if s == A.PF_SOURCE]) == 4
+    assert {s for s, n, d in A.KERNELS} == {A.DEC_SOURCE, A.PF_SOURCE}
+    assert all(n == ("attn_prefill_f16", "attn_prefill_bf16") for s, n, d in A.KERNELS if s == A.PF_SOURCE)
+    assert all("kv_append_f16" in n and "attn_decode_f32" in n for s, n, d in A.KERNELS if s == A.DEC_SOURCE)
 
 
 # ------------------------------------------------------------------ CPU: checks on the double

@@ -1,5 +1,6 @@
 """Attention ops: decode over a KV cache (split-KV, length read from device memory),
-causal/full prefill flash attention, and the KV-cache append (csrc/attention.cu).
+causal/full prefill flash attention, and the KV-cache append (csrc/attention_decode.cu: decode
+and the append; csrc/attention_prefill.cu: prefill; csrc/attention_tile.cuh: the tile both share).
 
 Layouts (elements; the last axis, the head dim D, is contiguous everywhere):
 
@@ -26,7 +27,8 @@ from barecuda.kernels._opcall import op
 __all__ = ["attention_decode", "plan_attention_decode", "attention_prefill", "plan_attention_prefill",
            "kv_append", "plan_kv_append", "decode_workspace_size"]
 
-SOURCE = "attention.cu"
+DEC_SOURCE = "attention_decode.cu"    # attn_decode_*, kv_append_* (and their f32 forms)
+PF_SOURCE = "attention_prefill.cu"    # attn_prefill_*
 HEAD_DIMS = (64, 80, 96, 128)
 MAX_GROUP = 16      # query heads per KV head: a run-time argument of the decode kernel (one 16-row MMA tile)
 DEC_WARPS = 8       # 8 warps x 3 stages of 128 keys (209 KB at d128; sm_80/86/89 fall back, see _dec_configs).
@@ -42,15 +44,15 @@ SPLIT_OCC = 1       # default n_splits of plain plans: count at most this many b
                     # big cache launches fewer idle blocks (d64 129 keys 3.74 against 4.65 us, 8 warps)
 DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
 DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
-DEC_MINCHUNK = 128  # keys a split takes at least (attention.cu's default)
-DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (attention.cu's default)
+DEC_MINCHUNK = 128  # keys a split takes at least (attention_decode.cu's default)
+DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (attention_decode.cu's default)
 # Programmatic dependent launch (plan_attention_decode(pdl=True)): those plans use the DEC_PDL=1 build
 # (griddepcontrol; Q and the length read through L2 after the wait). H200, 2026-11-27 02:29 UTC, chained
 # graphs, us a call, the plain build / pdl plans (4 stages, no prefetch) / the DEC_PDL=1 build launched
 # plainly: 32/8 d128 ctx 4096 12.4-12.6 / 13.8 / 13.7-14.0; 16k 25.2 / 26.0 / 26.2-26.4; 32k 41.6-41.8 /
 # 42.8 / 42.6-43.2; 1024 keys 7.6 / 8.2 / 8.1; 129 keys 5.72 / 5.47 / 6.01 (d64: 4.14 / 4.03 / 5.5). So plain
 # plans keep the build without griddepcontrol (DEC_PDL_PLAIN = 0), and PDL pays only at short contexts.
-DEC_MERGE = 2       # the last block's split merge (attention.cu): 2 = float4 partials, 16 splits a round; 0 = one
+DEC_MERGE = 2       # the last block's split merge (attention_decode.cu): 2 = float4 partials, 16 splits a round; 0 = one
                     # element a thread, 8 splits a round (the default before 2026-11-27 06:2x); 1 = the weights in
                     # shared memory (correct, slower). H200 06:21 UTC, same run, us a call, 0 -> 2: 32/8 d128 4k
                     # 12.66 -> 10.23, 16k 25.42 -> 23.06, 32k 41.87 -> 39.65, d64 8k 14.40 -> 11.42, 1024 keys
@@ -62,7 +64,7 @@ DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first D
                     # before the length is read, placing the split as if the length were max_ctx (a hint)
 DEC_LENFIRST = 0    # 1: the kernel issues the length load before the Q loads
 DEC_CLUSTER = 0     # 1: plan_attention_decode on sm_90 with <= 16 splits makes the splits of a KV head one
-                    # thread-block cluster that merges through distributed shared memory (attention.cu
+                    # thread-block cluster that merges through distributed shared memory (attention_decode.cu
                     # DEC_CLUSTER; no workspace). Written after the last GPU call of 2026-11-27: NOT GPU-run
 DEC_PROBE = 0       # PROBE BUILDS ONLY (bench --floor-probe; wrong answers for 1-3): 1 no merge, 2 no merge and
                     # no softmax math, 3 = 2 without the Q and length loads, 4 the length taken as max_ctx
@@ -105,7 +107,7 @@ def _dec_defines(d, stages=None, pdl=False, warps=None, cluster=False):
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
     extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
     extra += (("DEC_PDL", 1),) if pdl or DEC_PDL_PLAIN else ()
-    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE != 2 else ()    # attention.cu's defaults: 2 and 1
+    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE != 2 else ()    # attention_decode.cu's defaults: 2, 1
     extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC != 1 else ()
     extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
     extra += (("DEC_LENFIRST", 1),) if DEC_LENFIRST else ()
@@ -135,16 +137,16 @@ def prefill_smem(d, warps=None):
 
 
 def _pf_defines(d):
-    return (("ATTN_PREFILL", 1), ("HEAD_DIM", d), ("PF_WARPS", PF_WARPS), ("PF_QREG", PF_QREG), ("PF_MINB", PF_MINB))
+    return (("HEAD_DIM", d), ("PF_WARPS", PF_WARPS), ("PF_QREG", PF_QREG), ("PF_MINB", PF_MINB))
 
 
-KERNELS = ([(SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT + ("f32",)),
+KERNELS = ([(DEC_SOURCE, tuple(f"{op}_{dt}" for op in ("attn_decode", "kv_append") for dt in _DT + ("f32",)),
              _dec_defines(d, st, warps=w)) for d in HEAD_DIMS for w, st in _dec_configs()]
-           + [(SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
+           + [(PF_SOURCE, tuple(f"attn_prefill_{dt}" for dt in _DT), _pf_defines(d)) for d in HEAD_DIMS])
 
 
-def _kernel(name, defines, smem, device):
-    k = _registry.get(SOURCE, name, defines, device)
+def _kernel(name, defines, smem, device, source=DEC_SOURCE):
+    k = _registry.get(source, name, defines, device)
     if smem > 48 * 1024 and k.max_dynamic_shared_memory < smem:
         k.set_max_dynamic_shared_memory(smem)
     return k
@@ -517,7 +519,7 @@ def _prep_prefill(q, k, v, out, causal, scale, causal_offset, stream):
         scale = 1.0 / math.sqrt(d)
     scale = _args.scalar_f32(scale, "scale")
     smem = prefill_smem(d)
-    kern = _kernel(f"attn_prefill_{code}", _pf_defines(d), smem, qb.device)
+    kern = _kernel(f"attn_prefill_{code}", _pf_defines(d), smem, qb.device, PF_SOURCE)
     bm = 16 * PF_WARPS
     grid = ((sq + bm - 1) // bm, nh, bsz)
     args = (qb, kb, vb, ob, sq, skv, nh // nkv, qs[1], qs[2], qs[0], ks[1], ks[2], ks[0], vs[1], vs[2], vs[0],

@@ -1,4 +1,4 @@
-// mma.cuh -- tensor-core building blocks shared by gemm.cu and attention.cu (owner: K3).
+// mma.cuh -- tensor-core building blocks shared by gemm.cu and attention_tile.cuh (decode and prefill attention; owner: K3).
 //
 // NVRTC compiles these sources with no CUDA headers, so everything below is inline PTX on
 // plain integer storage (common.cuh's conversions): a half or bfloat16 value is an unsigned short, a pair of them an

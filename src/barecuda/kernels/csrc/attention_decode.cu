@@ -1,25 +1,17 @@
-// attention.cu -- flash attention on tensor cores (mma.sync m16n8k16), owner: K3.
+// attention_decode.cu -- decode attention on tensor cores (mma.sync m16n8k16) and the KV-cache append.
 //
 // Entry points (IS_BF16 0/1 -> f16/bf16; the head dim is a -D define, the GQA group a run-time argument):
 //   attn_decode_<dt>          one query token per head over a contiguous or paged KV cache,
 //                             split-KV (flash-decoding); the length is read from device memory
-//   attn_prefill_<dt>         causal or full flash attention, online softmax, GQA
 //   kv_append_<dt>            writes one token's K and V into the cache at a device-held position
 //   attn_decode_f32, kv_append_f32   the same for a float32 cache (a plain SIMT kernel, no split:
 //                             the models' fp32 reference mode)
 //
-// Defines: ATTN_PREFILL (0: decode + append, 1: prefill), HEAD_DIM (64, 80, 96, 128; any multiple of 16 up to 256 compiles),
-//          DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL, DEC_MERGE, DEC_SYNC, DEC_SPEC, DEC_LENFIRST,
-//          DEC_PROBE (probe builds only), PF_WARPS,
-//          PF_STAGES, PF_QREG, PF_MINB.
-//
-// Shared-memory tiles hold rows of HEAD_DIM elements padded by 16 bytes, which makes every
-// ldmatrix phase (8 rows x 16 bytes) hit 8 distinct bank groups for all head dims above.
-#include "mma.cuh"
+// Defines: HEAD_DIM (attention_tile.cuh), DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL,
+//          DEC_MERGE, DEC_SYNC, DEC_SPEC, DEC_CLUSTER, DEC_LENFIRST, DEC_MINCHUNK, DEC_ONESPLIT,
+//          DEC_PROBE (probe builds only).
+#include "attention_tile.cuh"
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
 #ifndef DEC_WARPS
 #define DEC_WARPS 4
 #endif
@@ -85,116 +77,9 @@
                      // the optional pre-wait L2 prefetch, Q and the length read through L2. Plain plans keep 0:
                      // the same build launched without PDL costs 1.0-1.5 us more a call (H200, see _attention.py)
 #endif
-#ifndef PF_WARPS
-#define PF_WARPS 4
-#endif
-#ifndef ATTN_PREFILL
-#define ATTN_PREFILL 0   // 1: this build holds attn_prefill_*, else attn_decode_* and kv_append_*
-#endif
-#ifndef PF_QREG
-#define PF_QREG 1    // 1: prefill reads Q straight into registers (no shared Q tile)
-#endif
-#ifndef PF_MINB
-#define PF_MINB 2    // prefill __launch_bounds__ minimum blocks per SM
-#endif
-#ifndef PF_STAGES
-#define PF_STAGES 2
-#endif
-
-
-static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "HEAD_DIM: a multiple of 16 up to 256");
 
 namespace {
 
-constexpr int D = HEAD_DIM;
-constexpr int RS = D * 2 + 16;       // bytes per shared row (padded)
-constexpr int CPR = D / 8;           // 16-byte chunks per row
-
-BC_DEV float neg_inf() { return __int_as_float(0xff800000); }
-
-// One warp: 16 query rows (A fragments qf) against NT keys held in shared memory at k_s/v_s
-// (row r at +r*RS). Updates the running max m (log2 domain), the per-lane partial row sums l
-// and the unnormalized output o. Keys >= kv_end, and with causal keys > row + causal_off, are masked.
-template <int IS_BF16, int NT, bool MASK>
-BC_DEV void attn_tile(const bc_u32 (&qf)[D / 16][4], bc_u32 k_s, bc_u32 v_s, float (&o)[D / 8][4], float (&m)[2],
-                      float (&l)[2], float scale_log2, int lane, int row0, int col0, int kv_end, bool causal,
-                      int causal_off) {
-    float s[NT / 8][4];
-#pragma unroll
-    for (int j = 0; j < NT / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-    const bc_u32 k_lane = k_s + (bc_u32)(((lane & 7) + ((lane >> 4) << 3)) * RS + (((lane >> 3) & 1) << 4));
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-        for (int j = 0; j < NT / 8; j += 2) {
-            bc_u32 b0, b1, b2, b3;
-            bc_ldsm_x4(k_lane + (bc_u32)(j * 8 * RS + kk * 32), b0, b1, b2, b3);
-            bc_mma16816<IS_BF16>(s[j], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b0, b1);
-            bc_mma16816<IS_BF16>(s[j + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], b2, b3);
-        }
-    }
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int j = 0; j < NT / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float x = s[j][e] * scale_log2;
-            if (MASK) {
-                int key = col0 + j * 8 + 2 * (lane & 3) + (e & 1);
-                int row = row0 + (e >> 1) * 8;
-                if (key >= kv_end || (causal && key > row + causal_off)) x = neg_inf();
-            }
-            s[j][e] = x;
-            mx[e >> 1] = fmaxf(mx[e >> 1], x);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    float base[2], alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        base[r] = (mx[r] == neg_inf()) ? 0.f : mx[r];
-        alpha[r] = bc_exp2(m[r] - base[r]);
-        m[r] = mx[r];
-        l[r] *= alpha[r];
-    }
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
-    }
-#pragma unroll
-    for (int j = 0; j < NT / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            float p = bc_exp2(s[j][e] - base[e >> 1]);
-            s[j][e] = p;
-            l[e >> 1] += p;
-        }
-    }
-    const bc_u32 v_lane = v_s + (bc_u32)(((lane & 7) + (((lane >> 3) & 1) << 3)) * RS + ((lane >> 4) << 4));
-#pragma unroll
-    for (int kk = 0; kk < NT / 16; ++kk) {
-        bc_u32 a0 = bc_pack2<IS_BF16>(s[2 * kk][0], s[2 * kk][1]);
-        bc_u32 a1 = bc_pack2<IS_BF16>(s[2 * kk][2], s[2 * kk][3]);
-        bc_u32 a2 = bc_pack2<IS_BF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        bc_u32 a3 = bc_pack2<IS_BF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-#pragma unroll
-        for (int j = 0; j < D / 8; j += 2) {
-            bc_u32 b0, b1, b2, b3;
-            bc_ldsm_x4_t(v_lane + (bc_u32)(kk * 16 * RS + j * 16), b0, b1, b2, b3);
-            bc_mma16816<IS_BF16>(o[j], a0, a1, a2, a3, b0, b1);
-            bc_mma16816<IS_BF16>(o[j + 1], a0, a1, a2, a3, b2, b3);
-        }
-    }
-}
-
-#if !ATTN_PREFILL
 // ------------------------------------------------------------------------------------------
 // decode
 // ------------------------------------------------------------------------------------------
@@ -282,9 +167,9 @@ BC_DEV void dec_prefetch_rows(const bc_u16* base, long long tok_stride, int t0, 
 
 #if DEC_CLUSTER
 // thread-block clusters (sm_90): the barrier of all threads of the cluster (release/acquire:
-// shared-memory writes before it are visible to every block after it), this block's rank and
-// the cluster's size, and a float load from block `rank`'s shared memory at this block's
-// address `a` (the same layout in every block)
+// shared-memory writes before it are visible to every block after it), this block's rank in
+// the cluster and the cluster's size (0 and 1 below sm_90), and a float load from block
+// `rank`'s shared memory at this block's address `a` (the same layout in every block)
 BC_DEV void dec_cluster_sync() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -292,19 +177,13 @@ BC_DEV void dec_cluster_sync() {
     __trap();
 #endif
 }
-BC_DEV unsigned dec_cluster_rank() {
-    unsigned r = 0;
+BC_DEV void dec_cluster_place(unsigned& rank, unsigned& size) {
+    rank = 0;
+    size = 1;
 #if __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
 #endif
-    return r;
-}
-BC_DEV unsigned dec_cluster_size() {
-    unsigned n = 1;
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-#endif
-    return n;
 }
 BC_DEV float dec_dsmem_ld(bc_u32 a, unsigned rank) {
     float v = 0.f;
@@ -544,7 +423,8 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
 #if DEC_CLUSTER
     dec_cluster_sync();   // every block's partial written (release) and visible (acquire)
     {
-        const unsigned rank = dec_cluster_rank(), cs = dec_cluster_size();
+        unsigned rank, cs;
+        dec_cluster_place(rank, cs);
         const bc_u32 o_s = bc_smem_addr(cl_o), l_s = bc_smem_addr(cl_lse);
         for (int e = (int)rank * (DEC_WARPS * 32) + tid; e < group * D; e += (int)cs * (DEC_WARPS * 32)) {
             const int r = e / D, d = e % D;
@@ -743,115 +623,6 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     if (tid == 0) counters[kvh] = 0;
 }
 
-#endif  // !ATTN_PREFILL
-
-#if ATTN_PREFILL
-// ------------------------------------------------------------------------------------------
-// prefill
-// ------------------------------------------------------------------------------------------
-constexpr int PF_BM = 16 * PF_WARPS;
-constexpr int PF_BN = 64;
-
-template <int IS_BF16>
-BC_DEV void attn_prefill_impl(const bc_u16* __restrict__ q, const bc_u16* __restrict__ k, const bc_u16* __restrict__ v,
-                              bc_u16* __restrict__ out, int sq, int skv, int group, long long q_tok, long long q_head,
-                              long long q_batch, long long k_tok, long long k_head, long long k_batch, long long v_tok,
-                              long long v_head, long long v_batch, long long o_tok, long long o_head, long long o_batch,
-                              int causal, int causal_off, float scale_log2) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    const int mb = gridDim.x - 1 - blockIdx.x;   // heavy (late, causal) blocks first
-    const int head = blockIdx.y, b = blockIdx.z, kvh = head / group;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bc_u16* qb = q + b * q_batch + head * q_head;
-    const bc_u16* kb = k + b * k_batch + kvh * k_head;
-    const bc_u16* vb = v + b * v_batch + kvh * v_head;
-    const bc_u32 sq_s = bc_smem_addr(smem);
-    const bc_u32 skv_s = sq_s + (PF_QREG ? 0 : PF_BM * RS);
-    constexpr int STAGE_BYTES = 2 * PF_BN * RS;
-    const int m0 = mb * PF_BM;
-    bc_u32 qf[D / 16][4];
-
-    if (PF_QREG) {
-        const int r0 = m0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-        const bc_u16* q0 = qb + (long long)r0 * q_tok + 2 * (lane & 3);
-        const bc_u16* q1 = qb + (long long)r1 * q_tok + 2 * (lane & 3);
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-            qf[kk][0] = r0 < sq ? *(const bc_u32*)(q0 + kk * 16) : 0u;
-            qf[kk][1] = r1 < sq ? *(const bc_u32*)(q1 + kk * 16) : 0u;
-            qf[kk][2] = r0 < sq ? *(const bc_u32*)(q0 + kk * 16 + 8) : 0u;
-            qf[kk][3] = r1 < sq ? *(const bc_u32*)(q1 + kk * 16 + 8) : 0u;
-        }
-    } else {
-        for (int c = tid; c < PF_BM * CPR; c += PF_WARPS * 32) {
-            const int row = c / CPR, col = c % CPR;
-            const bool ok = m0 + row < sq;
-            bc_cp_async16(sq_s + (bc_u32)(row * RS + col * 16), ok ? qb + (m0 + row) * q_tok + col * 8 : q, ok);
-        }
-    }
-    bc_cp_async_commit();
-
-    int kv_lim = skv;
-    if (causal) kv_lim = min(skv, max(0, m0 + PF_BM + causal_off));
-    const int ntile = (kv_lim + PF_BN - 1) / PF_BN;
-    auto load = [&](int it) {
-        const bc_u32 ks = skv_s + (bc_u32)((it % PF_STAGES) * STAGE_BYTES);
-        const bc_u32 vs = ks + PF_BN * RS;
-        for (int c = tid; c < PF_BN * CPR; c += PF_WARPS * 32) {
-            const int row = c / CPR, col = c % CPR;
-            const int tok = it * PF_BN + row;
-            const bool ok = tok < skv;
-            bc_cp_async16(ks + (bc_u32)(row * RS + col * 16), ok ? kb + tok * k_tok + col * 8 : k, ok);
-            bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), ok ? vb + tok * v_tok + col * 8 : v, ok);
-        }
-    };
-#pragma unroll
-    for (int s = 0; s < PF_STAGES - 1; ++s) {
-        if (s < ntile) load(s);
-        bc_cp_async_commit();
-    }
-    float o[D / 8][4];
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-    const int row0 = m0 + warp * 16 + (lane >> 2);
-    for (int it = 0; it < ntile; ++it) {
-        bc_cp_async_wait<PF_STAGES - 2>();
-        __syncthreads();
-        if (!PF_QREG && it == 0) {
-            const bc_u32 a = sq_s + (bc_u32)((warp * 16 + (lane & 15)) * RS + ((lane >> 4) << 4));
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) bc_ldsm_x4(a + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
-        }
-        if (it + PF_STAGES - 1 < ntile) load(it + PF_STAGES - 1);
-        bc_cp_async_commit();
-        const bc_u32 ks = skv_s + (bc_u32)((it % PF_STAGES) * STAGE_BYTES);
-        const bc_u32 vs = ks + PF_BN * RS;
-        const int col0 = it * PF_BN;
-        const bool need_mask = (col0 + PF_BN > skv) || (causal && col0 + PF_BN - 1 > m0 + warp * 16 + causal_off);
-        if (need_mask)
-            attn_tile<IS_BF16, PF_BN, true>(qf, ks, vs, o, m, l, scale_log2, lane, row0, col0, skv, causal != 0, causal_off);
-        else
-            attn_tile<IS_BF16, PF_BN, false>(qf, ks, vs, o, m, l, scale_log2, lane, row0, col0, skv, false, 0);
-    }
-    bc_cp_async_wait<0>();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    const float inv0 = l[0] > 0.f ? 1.f / l[0] : 0.f, inv1 = l[1] > 0.f ? 1.f / l[1] : 0.f;
-    bc_u16* ob = out + b * o_batch + head * o_head;
-    const int t = lane & 3;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-        if (row0 < sq) *(bc_u32*)(ob + row0 * o_tok + j * 8 + 2 * t) = bc_pack2<IS_BF16>(o[j][0] * inv0, o[j][1] * inv0);
-        if (row0 + 8 < sq)
-            *(bc_u32*)(ob + (row0 + 8) * o_tok + j * 8 + 2 * t) = bc_pack2<IS_BF16>(o[j][2] * inv1, o[j][3] * inv1);
-    }
-}
-
-#else
 // ------------------------------------------------------------------------------------------
 // KV append: one token's K and V ([n_kv, D] each, rows src_head_stride apart) into the cache at
 // position *pos_ptr + pos_offset (contiguous, or paged through block_table). One thread per
@@ -944,21 +715,9 @@ BC_DEV void attn_decode_f32_impl(const float* __restrict__ q, const float* __res
         out[(long long)head * o_head_stride + d] = L > 0.f ? acc / L : 0.f;
     }
 }
-#endif  // ATTN_PREFILL
 
 }  // namespace
 
-#if ATTN_PREFILL
-#define BC_ATTN_ENTRIES(DT, B)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(PF_WARPS * 32, PF_MINB) attn_prefill_##DT(                     \
-        const bc_u16* q, const bc_u16* k, const bc_u16* v, bc_u16* out, int sq, int skv, int group,             \
-        long long q_tok, long long q_head, long long q_batch, long long k_tok, long long k_head,                \
-        long long k_batch, long long v_tok, long long v_head, long long v_batch, long long o_tok,               \
-        long long o_head, long long o_batch, int causal, int causal_off, float scale_log2) {                    \
-        attn_prefill_impl<B>(q, k, v, out, sq, skv, group, q_tok, q_head, q_batch, k_tok, k_head, k_batch,      \
-                             v_tok, v_head, v_batch, o_tok, o_head, o_batch, causal, causal_off, scale_log2);   \
-    }
-#else
 #define BC_ATTN_ENTRIES(DT, B)                                                                                   \
     extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_##DT(                               \
         const bc_u16* q, const bc_u16* kc, const bc_u16* vc, bc_u16* out, float* part, int* counters,            \
@@ -976,12 +735,10 @@ BC_DEV void attn_decode_f32_impl(const float* __restrict__ q, const float* __res
         kv_append_impl<CPR>(kn, vn, kc, vc, pos_ptr, pos_offset, max_ctx, tok_stride, head_stride,              \
                             src_head_stride, block_table, page_size, n_kv);                                      \
     }
-#endif
 
 BC_ATTN_ENTRIES(f16, 0)
 BC_ATTN_ENTRIES(bf16, 1)
 
-#if !ATTN_PREFILL
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32(
     const float* q, const float* kc, const float* vc, float* out, const int* len_ptr, int len_offset, int max_ctx,
     long long tok_stride, long long head_stride, int q_head_stride, int o_head_stride, const int* block_table,
@@ -997,4 +754,3 @@ extern "C" __global__ void kv_append_f32(const float* kn, const float* vn, float
                             max_ctx, 2 * tok_stride, 2 * head_stride, 2 * src_head_stride, block_table, page_size,
                             n_kv);
 }
-#endif
