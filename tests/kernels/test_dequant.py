@@ -189,10 +189,11 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_dequant_source_compiles_without_warnings(arch):
-    (src, names, defines), = [e for e in D.KERNELS]
-    oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
-    assert oc.log.strip() == ""
-    assert len(names) == 15
+    assert [d for _, _, d in D.KERNELS] == [(), D.PDL_DEFINES]     # the op's build, pdl=True plans' (DQ_PDL)
+    for src, names, defines in D.KERNELS:
+        oc = _registry.compile_code(src, defines, target="cubin", arch=arch, cache=True)   # shared with test_kernels_build
+        assert oc.log.strip() == ""
+        assert len(names) == 15
 
 
 # ------------------------------------------------------------------ CPU: checks on the double
@@ -260,6 +261,25 @@ def test_dequantize_launch_on_the_double(fake):
     assert fake.last_launch().name == "dequant_q4_k_f32"
 
 
+def test_dequantize_pdl_plan_on_the_double(fake):
+    """plan_dequantize(pdl=True): the DQ_PDL build launched once with programmatic stream
+    serialization (cuLaunchKernelEx), the plain plan without it; graph.add_plan takes it."""
+    n_blocks = 8 * 5 + 3
+    buf = bc.zeros((34 * n_blocks * 8,), "uint8")
+    out = bc.empty((n_blocks, 256), "float16")
+    plan = D.plan_dequantize(buf, "q8_0", (n_blocks, 256), out=out, pdl=True)
+    plain = D.plan_dequantize(buf, "q8_0", (n_blocks, 256), out=out)
+    assert plan.kernel.name == plain.kernel.name == "dequant_q8_0_f16" and plan.grid == plain.grid
+    plan()
+    la = fake.last_launch()
+    assert la.name == "dequant_q8_0_f16" and la.programmatic_serialization
+    assert struct.unpack_from("<QQq", la.params, 0) == (buf.ptr, out.ptr, n_blocks * 8)
+    plain()
+    assert not fake.last_launch().programmatic_serialization
+    g = bc.Graph()
+    assert g.add_plan(plan, depends_on=g.add_plan(plain)).kind == "kernel"
+
+
 # ------------------------------------------------------------------ GPU
 SHAPES = {  # (rows, cols) per block size: partial segments, odd block counts, 1 row
     32: [(1, 32), (3, 96), (7, 32 * 77), (129, 32 * 9), (64, 4096)],
@@ -283,6 +303,49 @@ def test_dequantize_matches_gguf(fmt, dtype):
         assert err <= tol, (fmt, dtype, shape, err)
         if dtype == "float32" and fmt == "q4_k":
             assert err < 1e-4
+
+
+@gpu
+@pytest.mark.parametrize("fmt", QFORMATS)
+def test_dequantize_pdl_plans_in_a_chain(fmt):
+    """plan_dequantize(pdl=True) plans chained in a graph (programmatic edges) and in a stream
+    capture: each may start before the previous one ends, so two plans writing the same out
+    must still leave the second's values (its stores wait for the first grid), and a plan whose
+    input a plain kernel has just written must read the new bytes."""
+    rng = np.random.default_rng()
+    qk, nb = D.format_info(fmt)[2:]
+    shape = (67, qk * 9)
+    raws = [random_blocks(rng, fmt, shape[0] * shape[1]) for _ in range(3)]
+    s = bc.Stream()
+    qa, qb = bc.to_device(raws[0], stream=s), bc.to_device(raws[1], stream=s)
+    qc = bc.zeros((raws[2].size,), "uint8", stream=s)
+    src = bc.to_device(raws[2], stream=s)
+    out, out2 = bc.empty(shape, "float32", stream=s), bc.empty(shape, "float32", stream=s)
+    mod, _ = bc.compile_module('extern "C" __global__ void cp(const unsigned char* a, unsigned char* b, long long n) '
+                               '{ long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; if (i < n) b[i] = a[i]; }')
+    cp = mod.get_kernel("cp").bind(-(-raws[2].size // 256), 256, src, qc, raws[2].size, stream=s)
+    pa = D.plan_dequantize(qa, fmt, shape, dtype="float32", out=out, pdl=True, stream=s)
+    pb = D.plan_dequantize(qb, fmt, shape, dtype="float32", out=out, pdl=True, stream=s)
+    pc = D.plan_dequantize(qc, fmt, shape, dtype="float32", out=out2, pdl=True, stream=s)
+    g = bc.Graph()
+    g.add_plan(pc, depends_on=g.add_plan(cp, depends_on=g.add_plan(pb, depends_on=g.add_plan(pa))))
+    s.synchronize()
+    exe = g.instantiate()
+    for _ in range(2):
+        out.memset(0, stream=s)
+        out2.memset(0, stream=s)
+        exe.launch(s)
+        s.synchronize()
+        assert np.abs(from_dev(out, "float32") - reference(raws[1], fmt, shape)).max() < 1e-4
+        assert np.abs(from_dev(out2, "float32") - reference(raws[2], fmt, shape)).max() < 1e-4
+        qc.memset(0, stream=s)
+    with s.capture() as g2:
+        pb()
+        pa()
+    exe2 = g2.instantiate()
+    exe2.launch(s)
+    s.synchronize()
+    assert np.abs(from_dev(out, "float32") - reference(raws[0], fmt, shape)).max() < 1e-4
 
 
 @gpu
@@ -374,6 +437,28 @@ DIRECT_VARIANTS = [  # fmt, defines, warps a block, grid (0: the host's)
     ("q4_k", (("DQ_WARPS", 8),), 8, 3),
     ("q8_0", (("DQ_TMA", 1),), 4, 0), ("q8_0", (("DQ_TMA", 1), ("DQ_WARPS", 8)), 8, 2), ("q8_0", (("DQ_WARPS", 8),), 8, 0),
     ("q4_1", (("DQ_TMA", 1),), 4, 3), ("q4_0", (("DQ_TMA", 1), ("DQ_DIRECT_ALL", 1), ("DQ_U", 6)), 4, 0),
+    # the pipelined grid-stride loop (DQ_PIPE: the next run's loads before this run's stores), store
+    # cache policies (DQ_ST 2/3), Q4_K's load hints (DQ_LDH 1/2)
+    ("q4_k", (("DQ_PIPE", 1),), 4, 3), ("q4_k", (("DQ_PIPE", 1),), 4, 0),
+    ("q4_k", (("DQ_PIPE", 1), ("DQ_K4U", 4), ("DQ_ST", 2)), 4, 2), ("q4_k", (("DQ_PIPE", 1), ("DQ_K4U", 4), ("DQ_LDH", 1)), 4, 1),
+    ("q4_k", (("DQ_LDH", 2), ("DQ_ST", 3)), 4, 0), ("q4_k", (("DQ_PIPE", 1), ("DQ_TMA", 1)), 4, 2),
+    ("q8_0", (("DQ_PIPE", 1),), 4, 1), ("q8_0", (("DQ_PIPE", 1), ("DQ_U", 4), ("DQ_ST", 2)), 4, 1), ("q8_0", (("DQ_ST", 3),), 4, 0),
+    ("q6_k", (("DQ_PIPE", 1),), 4, 3), ("q6_k", (("DQ_PIPE", 1), ("DQ_ST", 2)), 4, 0),
+    ("q4_1", (("DQ_PIPE", 1),), 4, 1), ("q4_1", (("DQ_PIPE", 1), ("DQ_U", 4), ("DQ_TMA", 0), ("DQ_ST", 2)), 4, 2),
+    ("q4_0", (("DQ_DIRECT_ALL", 1), ("DQ_PIPE", 1), ("DQ_U", 4)), 4, 2),
+    ("q4_0", (("DQ_DIRECT_ALL", 1), ("DQ_PIPE", 1), ("DQ_U", 4), ("DQ_ST", 2)), 4, 1),
+    # bulk-copy reads into a ring of shared-memory stages (DQ_BULK, sm_90; the default kernels below),
+    # full tiles and the blocks after them (tiles of 16 / 128 GGUF blocks: 333 blocks here)
+    ("q4_k", (("DQ_BULK", 1),), 4, 3), ("q4_k", (("DQ_BULK", 1), ("DQ_BNS", 4), ("DQ_ST", 2)), 4, 0),
+    ("q6_k", (("DQ_BULK", 1),), 4, 2), ("q6_k", (("DQ_BULK", 1), ("DQ_BNS", 4)), 4, 1),
+    ("q8_0", (("DQ_BULK", 1),), 4, 1), ("q8_0", (("DQ_BULK", 1), ("DQ_BNS", 4), ("DQ_ST", 2)), 4, 2),
+    ("q4_0", (("DQ_BULK", 1),), 4, 2), ("q4_1", (("DQ_BULK", 1),), 4, 3), ("q4_1", (("DQ_BULK", 1), ("DQ_BNS", 4)), 4, 0),
+    # f32 outputs written in whole 32-byte sectors (DQ_F32P: lane pairs swap halves; f16 unchanged)
+    ("q4_k", (("DQ_F32P", 1),), 4, 0), ("q4_k", (("DQ_F32P", 1),), 4, 3), ("q6_k", (("DQ_F32P", 1),), 4, 0),
+    ("q6_k", (("DQ_F32P", 1), ("DQ_DIRECT_ALL", 1), ("DQ_U", 3)), 4, 2), ("q8_0", (("DQ_F32P", 1),), 4, 1),
+    ("q8_0", (("DQ_F32P", 1),), 4, 0), ("q4_1", (("DQ_F32P", 1),), 4, 0), ("q4_1", (("DQ_F32P", 1), ("DQ_TMA", 0)), 4, 2),
+    ("q4_0", (("DQ_F32P", 1),), 4, 0), ("q4_0", (("DQ_F32P", 1), ("DQ_DIRECT_ALL", 1)), 4, 3),
+    ("q4_k", (("DQ_F32P", 1), ("DQ_PDL", 1)), 4, 0), ("q8_0", (("DQ_F32P", 1), ("DQ_BULK", 1)), 4, 2),
 ]
 
 
@@ -406,9 +491,14 @@ def test_dequantize_direct_variants(fmt, defs, warps, grid, dtype):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_dequant_sweep_builds_compile_without_warnings(arch):
     """The sweep's builds compile cleanly for both architectures (DQ_TMA is sm_90 code, the
-    plain stores below it; DQ_FLOOR is the bench's no-math floor, not a dequantize)."""
+    plain stores below it; DQ_FLOOR is the bench's no-math floor, not a dequantize; DQ_PIPE,
+    DQ_ST and DQ_LDH the pipelined loop, store and load cache hints; DQ_BULK bulk-copy reads,
+    sm_90, the default kernels below)."""
     for defs in ((("DQ_TMA", 1), ("DQ6_Q", 2)), (("DQ_FLOOR", 1), ("DQ_DIRECT_ALL", 1), ("DQ_TMA", 1)),
-                 (("DQ_WARPS", 8), ("DQ_TMA", 1), ("DQ_DIRECT_ALL", 1))):
+                 (("DQ_WARPS", 8), ("DQ_TMA", 1), ("DQ_DIRECT_ALL", 1)),
+                 (("DQ_PIPE", 1), ("DQ_ST", 2), ("DQ_LDH", 2), ("DQ_DIRECT_ALL", 1)),
+                 (("DQ_PIPE", 1), ("DQ_FLOOR", 1), ("DQ_TMA", 1), ("DQ_LDH", 1), ("DQ_ST", 3)),
+                 (("DQ_BULK", 1), ("DQ_BNS", 4), ("DQ_ST", 2))):
         oc = _registry.compile_code("dequant.cu", defs, target="cubin", arch=arch)
         assert oc.log.strip() == "", defs
 

@@ -167,6 +167,11 @@ def weight_facts(w, name, stream=None):
     return fmt, FORMATS[fmt][0], b, n, k
 
 
+# plan_dequantize(pdl=True): the build with griddepcontrol (dequant.cu's DQ_PDL; sm_90 and newer,
+# a plain launch of the default build below)
+PDL_DEFINES = (("DQ_PDL", 1),)
+
+
 def _prepare(buffer, format, shape, dtype, out, stream):
     if isinstance(buffer, QuantWeight):
         if format is not None or shape is not None:
@@ -220,15 +225,32 @@ def dequantize(buffer, format=None, shape=None, *, dtype="float16", out=None, st
     return kern, grid, 32 * _WARPS, (qw.data, y, nblocks), y
 
 
-def plan_dequantize(buffer, format=None, shape=None, *, dtype="float16", out, stream=None):
+def plan_dequantize(buffer, format=None, shape=None, *, dtype="float16", out, pdl=False, stream=None):
     """The launch of :func:`dequantize` packed once (``plan()`` replays it; ``graph.add_plan``).
-    ``out`` is required: a plan writes into memory you name."""
+    ``out`` is required: a plan writes into memory you name.
+
+    ``pdl=True`` (compute capability 9.0 and newer; a plain launch elsewhere) launches it with
+    programmatic stream serialization (``cuLaunchKernelEx``): it may start while the previous
+    kernel on the stream finishes, asks the L2 for its first input bytes meanwhile, and waits
+    for that kernel's results (``griddepcontrol.wait``) before it reads or writes anything, so
+    the previous kernel may write the input or read ``out``. The overlap is kept in a graph
+    made by stream capture or by ``graph.add_plan(plan, depends_on=<the previous kernel node>)``
+    (a programmatic edge): a chain of such plans hides most of each launch's start and end."""
     if out is None:
         raise ValueError("plan_dequantize: out= is required")
     kern, grid, qw, y, nblocks = _prepare(buffer, format, shape, dtype, out, stream)
+    if pdl:
+        from barecuda.kernels._matmul import _cc
+        pdl = _cc(qw.data.device) >= (9, 0)
+    if pdl:
+        from barecuda import LaunchConfig
+        kern = _registry.get("dequant.cu", kern.name, PDL_DEFINES, int(qw.data.device))
+        return kern.bind_config(LaunchConfig(grid, 32 * _WARPS, stream=stream, programmatic_serialization=True),
+                                qw.data, y, nblocks)
     return kern.bind(grid, 32 * _WARPS, qw.data, y, nblocks, stream=stream)
 
 
 _args.attach_plan(dequantize, plan_dequantize)
 
-KERNELS = [("dequant.cu", tuple(f"dequant_{f}_{c}" for f in FORMATS if f not in DENSE for c in ("f32", "f16", "bf16")), ())]
+_NAMES = tuple(f"dequant_{f}_{c}" for f in FORMATS if f not in DENSE for c in ("f32", "f16", "bf16"))
+KERNELS = [("dequant.cu", _NAMES, ()), ("dequant.cu", _NAMES, PDL_DEFINES)]

@@ -38,18 +38,64 @@ template <typename OT> BC_DEV void dq_store32(OT* y, const float* w) {
 #ifndef DQ_CS
 #define DQ_CS 2
 #endif
-template <bool CS = false, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
+// DQ_ST (sweeps): the direct kernels' store instruction where DQ_CS leaves them plain: 0 as DQ_CS
+// says, 2 st.global with an L2 evict_first cache policy, 3 with an L2 evict_last policy
+// (dq_st16's OP: 0 plain, 1 .cs, 2 / 3 those policies)
+#ifndef DQ_ST
+#define DQ_ST 0
+#endif
+#define DQ_STOP (DQ_ST ? DQ_ST : (DQ_CS == 1 ? 1 : 0))
+template <int OP> BC_DEV void dq_st16(void* p, uint4 v) {
+    if constexpr (OP == 1) {
+        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    } else if constexpr (OP == 2 || OP == 3) {
+        u64 pol;
+        if constexpr (OP == 2) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+        else asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+                     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(pol) : "memory");
+    } else {
+        *reinterpret_cast<uint4*>(p) = v;
+    }
+}
+// DQ_F32P=1 (f32 outputs): a part's 8 floats are 32 bytes = one L2 sector, written by two 16-byte
+// stores; from one thread (the plain form) each store instruction covers half of every sector it
+// touches, and the L2 fills each sector from memory before merging (measured 2026-11-27 09:4x:
+// f32 outputs ran at 42-45% of spec counting 4-byte outputs, as if the output were read as
+// well). With it, the two threads of a lane pair (consecutive parts in every kernel here, both
+// present or both past the end) swap halves (one shuffle of 16 bytes), so each store
+// instruction writes whole sectors.
+#ifndef DQ_F32P
+#define DQ_F32P 0
+#endif
+template <int OP = 0, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
+#if DQ_F32P
+    if constexpr (sizeof(OT) == 4) {
+        // lanes 2k, 2k+1 hold parts P, P+1; the first store writes P's sector (the even lane its
+        // first half, the odd lane P's second half, received), the second P+1's
+        const uint4 v0 = make_uint4(__float_as_uint(q[0]), __float_as_uint(q[1]), __float_as_uint(q[2]), __float_as_uint(q[3]));
+        const uint4 v1 = make_uint4(__float_as_uint(q[4]), __float_as_uint(q[5]), __float_as_uint(q[6]), __float_as_uint(q[7]));
+        const bool odd = (threadIdx.x & 1) != 0;
+        const uint4 snd = odd ? v0 : v1;
+        const unsigned m = __activemask();
+        const uint4 r = make_uint4(__shfl_xor_sync(m, snd.x, 1), __shfl_xor_sync(m, snd.y, 1),
+                                   __shfl_xor_sync(m, snd.z, 1), __shfl_xor_sync(m, snd.w, 1));
+        dq_st16<OP>(odd ? yp - 4 : yp, odd ? r : v0);
+        dq_st16<OP>(odd ? yp + 4 : yp + 8, odd ? v1 : r);
+    } else
+#endif
+    {
 #pragma unroll
-    for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
-        BcVec<OT> v;
-        bc_vpack(v, q + i * BcVec<OT>::N);
-        if (CS)
-            asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(yp + i * BcVec<OT>::N),
-                     "r"(v.raw.x), "r"(v.raw.y), "r"(v.raw.z), "r"(v.raw.w) : "memory");
-        else
-            bc_vstore(yp + i * BcVec<OT>::N, v);
+        for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
+            BcVec<OT> v;
+            bc_vpack(v, q + i * BcVec<OT>::N);
+            if constexpr (OP == 0)
+                bc_vstore(yp + i * BcVec<OT>::N, v);
+            else
+                dq_st16<OP>(yp + i * BcVec<OT>::N, v.raw);
+        }
     }
 }
 
@@ -59,12 +105,15 @@ template <bool CS = false, typename OT> BC_DEV void dq_store8(OT* yp, float* q, 
 #ifndef DQ_FLOOR
 #define DQ_FLOOR 0
 #endif
-template <typename OT> BC_DEV void dq_store_raw8(OT* yp, uint4 v) {
+template <int OP = 0, typename OT> BC_DEV void dq_store_raw8(OT* yp, uint4 v) {
 #pragma unroll
     for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
         BcVec<OT> o;
         o.raw = make_uint4(v.x, v.y, v.z, v.w ^ (u32)i);
-        bc_vstore(yp + i * BcVec<OT>::N, o);
+        if constexpr (OP == 0)
+            bc_vstore(yp + i * BcVec<OT>::N, o);
+        else
+            dq_st16<OP>(yp + i * BcVec<OT>::N, o.raw);
     }
 }
 
@@ -97,7 +146,7 @@ template <typename OT, int NP> struct DqRunOut<OT, NP, true> {
         if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         __syncthreads();
     }
-    BC_DEV void put(OT*, long long j, float* q, float a, float c) const { dq_store8<false>(s + j * 8, q, a, c); }
+    BC_DEV void put(OT*, long long j, float* q, float a, float c) const { dq_store8<0>(s + j * 8, q, a, c); }
     BC_DEV void put_raw(OT*, long long j, uint4 v) const { dq_store_raw8(s + j * 8, v); }
     BC_DEV void flush(OT* y, int n) const {
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -118,8 +167,8 @@ template <typename OT, int NP> struct DqRunOut<OT, NP, false> {
     static constexpr bool ON = false;
     BC_DEV explicit DqRunOut(OT*) {}
     BC_DEV void begin() const {}
-    BC_DEV void put(OT* yp, long long, float* q, float a, float c) const { dq_store8<DQ_CS == 1>(yp, q, a, c); }
-    BC_DEV void put_raw(OT* yp, long long, uint4 v) const { dq_store_raw8(yp, v); }
+    BC_DEV void put(OT* yp, long long, float* q, float a, float c) const { dq_store8<DQ_STOP>(yp, q, a, c); }
+    BC_DEV void put_raw(OT* yp, long long, uint4 v) const { dq_store_raw8<DQ_STOP>(yp, v); }
     BC_DEV void flush(OT*, int) const {}
     BC_DEV void end() const {}
 };
@@ -167,7 +216,7 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
             const int blk = gp / P, pi = gp % P;
             float q[8], a, c;
             Q::part(s0 + blk * Q::BYTES, pi, q, a, c);
-            dq_store8<DQ_CS != 0>(y + ((sg * SEGB + blk) * Q::QK + pi * 8), q, a, c);
+            dq_store8<DQ_CS != 0 ? 1 : 0>(y + ((sg * SEGB + blk) * Q::QK + pi * 8), q, a, c);
         }
 #else
         for (int u = lane; u < nbk * Q::UNITS; u += 32) {
@@ -195,22 +244,87 @@ BC_DEV void dequant(const u8* __restrict__ qb, OT* __restrict__ y, long long nbl
 #define DQ_K4U 6        // parts a thread of the Q4_K direct kernel (H200 2026-11-27 02:2x, same run:
 #endif                  // 6: 77.5% of spec, 56 registers; 4: 76.5; 8: 75.8, 68; 12: 71.5, 128; 02:3x:
                         // 6: 76.9-77.4, 8: 75.6-75.8, 4: 76.3-76.4)
+// DQ_LDH (sweeps): Q4_K's loads with 0 no hint, 1 an L2 prefetch size of 256 bytes (.L2::256B),
+// 2 its quant bytes with an L2 evict_first cache policy
+#ifndef DQ_LDH
+#define DQ_LDH 0
+#endif
 BC_DEV uint4 dq_ld16(const u8* p) {
     uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    if (DQ_LDH == 1)
+        asm volatile("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    else
+        asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 BC_DEV uint2 dq_ld8(const u8* p) {
     uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    if (DQ_LDH == 1) {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    } else if (DQ_LDH == 2) {
+        u64 pol;
+        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+        asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(pol));
+    } else {
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    }
     return v;
 }
+
+// DQ_PIPE=1 (sweeps; a grid smaller than the tensor's runs, e.g. a few blocks a multiprocessor):
+// the direct kernels' grid-stride loop pipelined in registers: a block's next run's loads are
+// issued before its current run is decoded and stored, so each thread keeps loads in flight
+// while it stores (two runs' raw words a thread)
+#ifndef DQ_PIPE
+#define DQ_PIPE 0
+#endif
 template <typename OT>
 BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
     using Q = BcQ<BC_Q4_K>;
     constexpr int U = DQ_K4U, T = 32 * DQ_WARPS;
     const long long nparts = nblocks * 32;
     DQ_RUN_SMEM(BC_Q4_K, OT, U * T);
+#if DQ_PIPE
+    const long long stride = (long long)gridDim.x * (U * T);
+    uint4 h[U], hn[U];
+    uint2 w[U], wn[U];
+    auto load = [&](long long base, uint4* hh, uint2* ww) {
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nparts) {
+                const u8* b = qb + (i >> 5) * 144;
+                const int p = (int)(i & 31);
+                hh[j] = dq_ld16(b);
+                ww[j] = dq_ld8(b + 16 + 32 * (p >> 3) + 8 * (p & 3));
+            }
+        }
+    };
+    if ((long long)blockIdx.x * (U * T) < nparts) load((long long)blockIdx.x * (U * T), h, w);
+    for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += stride) {
+        if (base + stride < nparts) load(base + stride, hn, wn);
+        out.begin();
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i >= nparts) break;
+#if DQ_FLOOR
+            out.put_raw(y + i * 8, threadIdx.x + j * T, make_uint4(h[j].x ^ w[j].x, h[j].y ^ w[j].y, h[j].z, h[j].w));
+#else
+            float q[8], a, c;
+            Q::part_r(h[j], w[j], (int)(i & 31), q, a, c);
+            out.put(y + i * 8, threadIdx.x + j * T, q, a, c);
+#endif
+        }
+        out.flush(y + base * 8, (int)min((long long)(U * T), nparts - base));
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            h[j] = hn[j];
+            w[j] = wn[j];
+        }
+    }
+    out.end();
+#else
     for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
         uint4 h[U];
         uint2 w[U];
@@ -240,6 +354,7 @@ BC_DEV void dequant_q4k_direct(const u8* __restrict__ qb, OT* __restrict__ y, lo
         out.flush(y + base * 8, (int)min((long long)(U * T), nparts - base));
     }
     out.end();
+#endif
 }
 
 // The other formats straight from global memory too (DQ_DIRECT_ALL=1): thread i of a block
@@ -275,6 +390,38 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
     constexpr int P = Q::QK / 8, U = DQ_U, T = 32 * DQ_WARPS;
     const long long nparts = nblocks * P;
     DQ_RUN_SMEM(F, OT, U * T);
+#if DQ_PIPE && DQ_RAW
+    const long long stride = (long long)gridDim.x * (U * T);
+    DqRaw<F> r[U], rn[U];
+    auto load = [&](long long base, DqRaw<F>* rr) {
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nparts) rr[j].load(qb + (i / P) * Q::BYTES, (int)(i % P));
+        }
+    };
+    if ((long long)blockIdx.x * (U * T) < nparts) load((long long)blockIdx.x * (U * T), r);
+    for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += stride) {
+        if (base + stride < nparts) load(base + stride, rn);
+        out.begin();
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i >= nparts) break;
+#if DQ_FLOOR
+            out.put_raw(y + i * 8, threadIdx.x + j * T, r[j].fold());
+#else
+            float q[8], a, c;
+            r[j].decode((int)(i % P), q, a, c);
+            out.put(y + i * 8, threadIdx.x + j * T, q, a, c);
+#endif
+        }
+        out.flush(y + base * 8, (int)min((long long)(U * T), nparts - base));
+#pragma unroll
+        for (int j = 0; j < U; ++j) r[j] = rn[j];
+    }
+    out.end();
+#else
     for (long long base = (long long)blockIdx.x * (U * T); base < nparts; base += (long long)gridDim.x * (U * T)) {
 #if DQ_RAW
         // the U parts' raw words loaded first, each decoded and stored after (dequant_direct.cuh)
@@ -309,11 +456,12 @@ BC_DEV void dequant_direct(const u8* __restrict__ qb, OT* __restrict__ y, long l
         for (int j = 0; j < U; ++j) {
             const long long i = base + threadIdx.x + j * T;
             if (i >= nparts) break;
-            dq_store8<DQ_CS == 1>(y + i * 8, q[j], a[j], c[j]);
+            dq_store8<DQ_CS == 1 ? 1 : 0>(y + i * 8, q[j], a[j], c[j]);
         }
 #endif
     }
     out.end();
+#endif
 }
 
 // Q6_K by quads (DQ6_Q > 0: quads a thread, with DQ_DIRECT_ALL=2, the default: 0 and 1 keep Q6_K
@@ -331,6 +479,20 @@ BC_DEV void dequant_q6k_quads(const u8* __restrict__ qb, OT* __restrict__ y, lon
     constexpr int U = DQ6_Q > 0 ? DQ6_Q : 1, T = 32 * DQ_WARPS;
     const long long nq = nblocks * 8;
     DQ_RUN_SMEM(BC_Q6_K, OT, 4 * U * T);
+#if DQ_PIPE
+    const long long stride = (long long)gridDim.x * (U * T);
+    DqQ6Quad r[U], rn[U];
+    auto load = [&](long long base, DqQ6Quad* rr) {
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+            const long long i = base + threadIdx.x + j * T;
+            if (i < nq) rr[j].load(qb + (i >> 3) * 210, (int)(i >> 2) & 1, (int)i & 3);
+        }
+    };
+    if ((long long)blockIdx.x * (U * T) < nq) load((long long)blockIdx.x * (U * T), r);
+    for (long long base = (long long)blockIdx.x * (U * T); base < nq; base += stride) {
+        if (base + stride < nq) load(base + stride, rn);
+#else
     for (long long base = (long long)blockIdx.x * (U * T); base < nq; base += (long long)gridDim.x * (U * T)) {
         DqQ6Quad r[U];
 #pragma unroll
@@ -338,6 +500,7 @@ BC_DEV void dequant_q6k_quads(const u8* __restrict__ qb, OT* __restrict__ y, lon
             const long long i = base + threadIdx.x + j * T;
             if (i < nq) r[j].load(qb + (i >> 3) * 210, (int)(i >> 2) & 1, (int)i & 3);
         }
+#endif
         out.begin();
 #pragma unroll
         for (int j = 0; j < U; ++j) {
@@ -357,12 +520,148 @@ BC_DEV void dequant_q6k_quads(const u8* __restrict__ qb, OT* __restrict__ y, lon
             }
         }
         out.flush(y + base * 32, (int)min((long long)(4 * U * T), 4 * (nq - base)));
+#if DQ_PIPE
+#pragma unroll
+        for (int j = 0; j < U; ++j) r[j] = rn[j];
+#endif
     }
     out.end();
 }
 
+// DQ_BULK=1 (sweeps; sm_90, ignored below): a block reads tiles of RB GGUF blocks (Q4_K/Q6_K 16,
+// the 32-weight formats 128: 2.3-4.4 KB in, 8 KB of f16 out) with bulk copies (cp.async.bulk,
+// thread 0) into a ring of DQ_BNS shared-memory stages completing on mbarriers, DQ_BNS - 1 tiles
+// ahead, and decodes each from shared memory (quant.cuh's part(); Q6_K by quads) into plain
+// 16-byte stores; the reads are the copy engine's, the threads only decode and store. Grid: a
+// persistent one (tiles grid-stride); the blocks past the last full tile: parts straight from
+// global memory (dq_part).
+#ifndef DQ_BULK
+#define DQ_BULK 0
+#endif
+#ifndef DQ_BNS
+#define DQ_BNS 3
+#endif
+#if DQ_BULK && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DQ_BULK_ON 1
+#else
+#define DQ_BULK_ON 0
+#endif
+BC_DEV u32 dq_sa(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+template <int F, typename OT>
+BC_DEV void dequant_bulk(const u8* __restrict__ qb, OT* __restrict__ y, long long nblocks) {
+#if DQ_BULK_ON
+    using Q = BcQ<F>;
+    constexpr int RB = Q::QK == 256 ? 16 : 128, TB = RB * Q::BYTES, T = 32 * DQ_WARPS, P = Q::QK / 8;
+    static_assert(TB % 16 == 0, "a tile's bytes: a multiple of 16 (bulk copies)");
+    __shared__ __align__(128) u8 st[DQ_BNS][TB + 16];     // + 16: part() may read a word past a block
+    __shared__ __align__(8) u64 bar[DQ_BNS];
+    const int tid = threadIdx.x;
+    const long long ntiles = nblocks / RB;
+    if (tid == 0) {
+#pragma unroll
+        for (int i = 0; i < DQ_BNS; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(dq_sa(&bar[i])) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](long long t, int sg) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(dq_sa(&bar[sg])), "r"((u32)TB) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     :: "r"(dq_sa(st[sg])), "l"(qb + t * TB), "r"((u32)TB), "r"(dq_sa(&bar[sg])) : "memory");
+    };
+    if (tid == 0) {
+#pragma unroll
+        for (int i = 0; i < DQ_BNS; ++i) {
+            const long long t = blockIdx.x + (long long)i * gridDim.x;
+            if (t < ntiles) issue(t, i);
+        }
+    }
+    long long k = 0;
+    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x, ++k) {
+        const int sg = (int)(k % DQ_BNS);
+        const u32 ph = (u32)((k / DQ_BNS) & 1);
+        u32 done = 0;
+        while (!done)
+            asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                         : "=r"(done) : "r"(dq_sa(&bar[sg])), "r"(ph) : "memory");
+        const u8* s0 = st[sg];
+        OT* yt = y + t * (long long)(RB * Q::QK);
+        if constexpr (F == BC_Q6_K) {
+#pragma unroll
+            for (int j = 0; j < RB * 8 / T; ++j) {          // quads: 8 a block
+                const int i = tid + j * T;
+                DqQ6Quad r;
+                r.load(s0 + (i >> 3) * 210, (i >> 2) & 1, i & 3);
+                const int p0 = (i >> 3) * 32 + ((i >> 2) & 1) * 16 + (i & 3);
+#pragma unroll
+                for (int qt = 0; qt < 4; ++qt) {
+                    float q[8], a, c;
+                    r.decode(qt, q, a, c);
+                    dq_store8<DQ_STOP>(yt + (p0 + 4 * qt) * 8, q, a, c);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < RB * P / T; ++j) {
+                const int i = tid + j * T;
+                float q[8], a, c;
+                Q::part(s0 + (i / P) * Q::BYTES, i % P, q, a, c);
+                dq_store8<DQ_STOP>(yt + i * 8, q, a, c);
+            }
+        }
+        __syncthreads();                                   // stage sg read by every thread
+        if (tid == 0) {
+            const long long tn = t + (long long)DQ_BNS * gridDim.x;
+            if (tn < ntiles) issue(tn, sg);
+        }
+    }
+    // the blocks after the last full tile: parts from global memory
+    for (long long i = ntiles * RB * P + (long long)blockIdx.x * T + tid; i < nblocks * P; i += (long long)gridDim.x * T) {
+        float q[8], a, c;
+        dq_part<F>(qb + (i / P) * Q::BYTES, (int)(i % P), q, a, c);
+        dq_store8<DQ_STOP>(y + i * 8, q, a, c);
+    }
+#endif
+}
+
+// DQ_PDL=1: the build of plan_dequantize(pdl=True) plans (programmatic dependent launch; sm_90,
+// compiled out below). Such a launch may start while the previous kernel on the stream still runs
+// (in a chain of dequantizes: while its last blocks finish), so before griddepcontrol.wait (that
+// kernel's completion and memory flush) a block reads and writes nothing: thread 0 asks the L2
+// for the input bytes of the block's first run (cp.async.bulk.prefetch.L2: a hint, never a read
+// into the SM, so correct whatever the previous kernel writes), and launch_dependents lets the
+// next PDL grid start as soon as every block of this one has (its blocks then take the slots this
+// grid's last blocks leave). DqRun<F>: the GGUF blocks of a CUDA block's first run in F's kernel.
+#ifndef DQ_PDL
+#define DQ_PDL 0
+#endif
+template <int F> struct DqRun {
+    static constexpr long long value =
+        (F == BC_Q6_K && DQ6_Q > 0 && DQ_DIRECT_ALL == 2) ? DQ6_Q * 32 * DQ_WARPS / 8
+        : (F == BC_Q4_K && DQ_DIRECT) ? DQ_K4U * DQ_WARPS
+        : (F != BC_Q4_K && DqDirect<F>::value) ? DQ_U * 32 * DQ_WARPS / (BcQ<F>::QK / 8)
+        : (BcQ<F>::QK == 256 ? 8 : 64) * DQ_WARPS;
+};
+template <int F> BC_DEV void dq_pdl_begin(const u8* qb, long long nblocks) {
+#if DQ_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+        const long long b0 = (long long)blockIdx.x * DqRun<F>::value;
+        if (b0 < nblocks) {
+            const long long b1 = min(b0 + DqRun<F>::value, nblocks);
+            const u64 lo = (reinterpret_cast<u64>(qb + b0 * BcQ<F>::BYTES) + 15) & ~(u64)15;   // inside the tensor
+            const u64 hi = reinterpret_cast<u64>(qb + b1 * BcQ<F>::BYTES) & ~(u64)15;
+            if (hi > lo)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(lo), "r"((u32)(hi - lo)) : "memory");
+        }
+    }
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <int F, typename OT> BC_DEV void dequant_entry(const u8* q, OT* y, long long nblocks) {
-    if constexpr (F == BC_Q6_K && DQ6_Q > 0 && DQ_DIRECT_ALL == 2) dequant_q6k_quads<OT>(q, y, nblocks);
+    dq_pdl_begin<F>(q, nblocks);
+    if constexpr (DQ_BULK_ON) dequant_bulk<F, OT>(q, y, nblocks);
+    else if constexpr (F == BC_Q6_K && DQ6_Q > 0 && DQ_DIRECT_ALL == 2) dequant_q6k_quads<OT>(q, y, nblocks);
     else if constexpr (F == BC_Q4_K && DQ_DIRECT) dequant_q4k_direct<OT>(q, y, nblocks);
     else if constexpr (F != BC_Q4_K && DqDirect<F>::value) dequant_direct<F, OT>(q, y, nblocks);
     else dequant<F, OT>(q, y, nblocks);
