@@ -464,7 +464,8 @@ DIRECT_VARIANTS = [  # fmt, defines, warps a block, grid (0: the host's)
 
 @gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("fmt,defs,warps,grid", DIRECT_VARIANTS)
+@pytest.mark.parametrize("fmt,defs,warps,grid", DIRECT_VARIANTS,
+                         ids=[f"{f}-{'-'.join(f'{k}{v}' for k, v in d)}-w{w}-g{g}" for f, d, w, g in DIRECT_VARIANTS])
 def test_dequantize_direct_variants(fmt, defs, warps, grid, dtype):
     """The sweep's direct-kernel builds: Q6_K by quads (DQ6_Q: a thread the 4 parts of a
     half-block that share bytes), a block's run written by one bulk copy from shared memory
