@@ -79,7 +79,7 @@ template <int OP = 0, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float
         const uint4 v1 = make_uint4(__float_as_uint(q[4]), __float_as_uint(q[5]), __float_as_uint(q[6]), __float_as_uint(q[7]));
         const bool odd = (threadIdx.x & 1) != 0;
         const uint4 snd = odd ? v0 : v1;
-        const unsigned m = __activemask();
+        const unsigned m = 3u << (threadIdx.x & 30);       // the pair: both present or both past the end
         const uint4 r = make_uint4(__shfl_xor_sync(m, snd.x, 1), __shfl_xor_sync(m, snd.y, 1),
                                    __shfl_xor_sync(m, snd.z, 1), __shfl_xor_sync(m, snd.w, 1));
         dq_st16<OP>(odd ? yp - 4 : yp, odd ? r : v0);
