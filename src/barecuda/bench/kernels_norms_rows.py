@@ -233,6 +233,18 @@ def row_sweep(shape=(32768, 4096)):
         bsets = [make_bufs(bc, s, dtype, shape, "norm") for _ in range(n)]
         base = [make(b) for b in bsets]
         name, block = base[0].kernel.name, base[0].block[0]
+
+        def sweep_row(kern, grid, occ, regs, label):
+            """Time kern over this op's buffers (one wave of looping blocks, or a block a
+            row) and print its line."""
+            g = rows if grid == "rows" else min(rows, max(1, occ) * sms)
+            plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
+            us = _time_plans(bc, s, plans)
+            gbs = nbytes / (us * 1e-6) / 1e9
+            print(f"  sweep {op} {dtype} {rows}x{cols} {label} grid={grid}({g}) [{regs} regs, {occ} blk/SM]: "
+                  f"{us:.1f} us {gbs:.0f} GB/s {100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})",
+                  flush=True)
+
         for pv in (0, 1, 2) if pipe == "SOFTMAX_PIPE" else (0, 1):
             for pf in (0, 1, 2):
                 # softmax's register caps (SOFTMAX_MINB/SOFTMAX_MINB32) belong to its default
@@ -249,14 +261,7 @@ def row_sweep(shape=(32768, 4096)):
                         continue            # a block a row: nothing to prefetch
                     if grid == "wave" and pipe in ("RMS_PIPE", "LN_PIPE") and not pv:
                         continue            # the load-at-use builds do not loop over rows (LN_LOOP=0)
-                    g = rows if grid == "rows" else min(rows, max(1, occ) * sms)
-                    plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
-                    us = _time_plans(bc, s, plans)
-                    gbs = nbytes / (us * 1e-6) / 1e9
-                    print(f"  sweep {op} {dtype} {rows}x{cols} {pipe}={pv} ROW_PF={pf} grid={grid}({g}) "
-                          f"[{regs} regs, {occ} blk/SM]: {us:.1f} us {gbs:.0f} GB/s "
-                          f"{100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
-                    del plans
+                    sweep_row(kern, grid, occ, regs, f"{pipe}={pv} ROW_PF={pf}")
         if pipe == "LN_PIPE":
             # layernorm's load-at-use path: a block a row prefetching LN_PFD x multiprocessors rows
             # ahead (the default 4), and the looping wave with ROW_PF's next row (the default before)
@@ -264,14 +269,7 @@ def row_sweep(shape=(32768, 4096)):
                     [((("LN_LOOP", 1), ("LN_MINB", 0)), "wave")]:
                 kern = _registry.get(src, name, defs)
                 occ, regs = kern.max_active_blocks_per_sm(block), kern.attribute("num_regs")
-                g = rows if grid == "rows" else min(rows, max(1, occ) * sms)
-                plans = [kern.bind(g, block, *p.args, stream=s) for p in base]
-                us = _time_plans(bc, s, plans)
-                gbs = nbytes / (us * 1e-6) / 1e9
-                print(f"  sweep {op} {dtype} {rows}x{cols} {' '.join(f'{k}={v}' for k, v in defs)} grid={grid}({g}) "
-                      f"[{regs} regs, {occ} blk/SM]: {us:.1f} us {gbs:.0f} GB/s "
-                      f"{100 * gbs / spec if spec else 0:.1f}% ({name}, block {block})", flush=True)
-                del plans
+                sweep_row(kern, grid, occ, regs, " ".join(f"{k}={v}" for k, v in defs))
         del base, bsets
 
 
