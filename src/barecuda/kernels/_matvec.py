@@ -9,6 +9,7 @@ Accumulation is fp32. Fused epilogues: ``residual=`` (``y = x @ W.T + r``) and
 """
 from barecuda.kernels import _args, _registry
 from barecuda.kernels._dequant import DENSE, FORMATS, weight_facts as _weight
+from barecuda.kernels._matmul import _cc, smem_limit
 from barecuda.kernels._opcall import op
 
 __all__ = ["matvec", "plan_matvec", "matvec_silu_mul", "plan_matvec_silu_mul"]
@@ -56,30 +57,83 @@ DENSE_TC_DEFINES = (("MVW_L2", 256),)     # over (("WFMT", t),): MVW_U / MVW_MB 
 _DENSE_TC_MAX_WARPS = 16                  # MVW_MAXW
 
 
-def dense_tc1(n, k):
-    """Batch 1 on the dense tensor-core entries (else the CUDA-core row loops: 29.3 against
-    30.5 us at 14336x4096, the best TC build, H200 06:2x)."""
-    return False
+def dense_tc1(n, k, sms):
+    """Batch 1 (not gate/up) on the dense tensor-core entries: weights of more than one and at
+    most two 16-row tiles a multiprocessor, rows of at most 4096 weights (H200 09:4x / 09:5x,
+    4096x4096 f16 at 8 warps 10.54 / 10.47 / 10.44 us against 10.94 / 10.88 / 10.83 on the CUDA
+    cores, torch.matmul 13.66 / 13.49 / 13.57; bf16 10.45 against 10.99). Elsewhere the CUDA-core
+    row loops (14336x4096 29.1 against 31.2 us at 8 warps, 4096x14336 30.3 against 30.6 at 12,
+    28672x4096 ~56 against 58.0). Only 4096x4096 was measured inside the rule."""
+    tiles = -(-n // 16)
+    return sms < tiles <= 2 * sms and k <= 4096
 
 
-def dense_tc_warps(n, k, sms, epi=None):
+def dense_tc_warps(n, k, sms, epi=None, nb=8):
     """Warps a block of the dense tensor-core entries, by the ceil(N / 16) tiles: the best of
     the H200 runs at 06:1x / 06:2x, where the waves of 25 warps a multiprocessor (80 registers)
     decide. Up to 2 tiles a multiprocessor, 24 warps a multiprocessor's worth (4096 rows: 12;
     06:1x, no L2 hint, batch 1: 11.0 us against 12.3 at 16 warps and 11.3 at 6); up to 8 tiles
     a multiprocessor, 8 warps (14336 rows, MVW_L2=256, batch 8: 31.5 us against 35.3 at 4
     warps, a 1.13-wave grid); more, 4 warps (28672 rows, MVW_L2=256, batch 8: 60.1 us; 06:1x
-    batch 1: 104 / 69 / 63 us at 1 / 2 / 4 warps). At most one a turn of MVW_U (4) runs of 32
-    weights of the row, and MVW_MAXW."""
+    batch 1: 104 / 69 / 63 us at 1 / 2 / 4 warps). Batch 1 (``nb``, dense_tc1's shapes): 8
+    warps (4096x4096, H200 09:5x: 10.47 us against 10.58 / 11.03 / 11.33 / 12.23 at 12 / 10 / 6
+    / 4). At most one a turn of MVW_U (4) runs of 32 weights of the row, and MVW_MAXW."""
     tiles = -(-n // 16)
     turns = -(-k // (32 * dict(DENSE_TC_DEFINES).get("MVW_U", 4)))
-    if tiles <= 2 * sms:
+    if nb == 1 and tiles <= 2 * sms:
+        want = 8
+    elif tiles <= 2 * sms:
         want = max(4, 24 * sms // tiles)
     elif tiles <= 8 * sms:
         want = 8
     else:
         want = 4
     return max(1, min(_DENSE_TC_MAX_WARPS, turns, want))
+
+
+# Dense f16/bf16 weights at batch 1 through the bulk copy engine (matvec_<x>_bk[_res|_glu], an
+# opt-in build of the F16 / BF16 modules: BULK_DEFINES; csrc/matvec_dense.cuh, sm_90 and later): a
+# block a multiprocessor, whole rows streamed into a ring of shared-memory slots by
+# cp.async.bulk, a warp a row. Off: on the H200 (09:4x / 09:5x, docs/kernels.md) no shape ran
+# faster than the CUDA-core rows (4096x4096 12.1 against 10.9 us: the copies' ramp; its no-math
+# probe 10.2 against a read floor of 9.1; 28672x4096 / 128256x4096 at 16 warps 56.8 / 235.4
+# against 55.8-56.5 / 230.4-232.9). DENSE_BULK = True takes it at batch 1 wherever a row fits.
+DENSE_BULK = False
+BULK_DEFINES = (("MVW_BK", 1),)           # over (("WFMT", t),)
+_BULK_MAX_WARPS = 16                      # MVW_MAXW
+
+
+def dense_bulk1(n, k, epi=None):
+    """Batch 1 on the bulk-copy entries (shape rule: DENSE_BULK)."""
+    return DENSE_BULK
+
+
+def bulk_smem(k, ns, slots):
+    """Shared memory (bytes) of a bulk-copy block: the barriers, x, ``slots`` x ``ns`` rows
+    (mv_dense_bulk's layout, each part 128-byte aligned)."""
+    rb = 2 * k
+    return ((8 * (slots + 1) + 127) & ~127) + ((rb + 127) & ~127) + slots * ns * rb
+
+
+def bulk_geometry(k, ns, limit, warps=None, spw=None):
+    """(warps a block, slots a warp, shared bytes) for rows of ``k`` 16-bit weights (``ns`` = 2
+    for gate/up) under the opt-in shared-memory ``limit``: the most warps (a warp a row at a
+    time), then the most slots that fit (slots = warps x slots a warp), or the given ``warps``
+    / ``spw`` with as many of the other as fit. None when not even one slot fits. H200 09:5x:
+    16 warps x 1 slot against 9 x 3 (4096-wide rows) 28672x4096 56.8 / 60.9 us, 128256x4096
+    235.4 / 247.7, 14336x4096 29.7 / 32.6."""
+    best = None
+    for s in range(1, 257):
+        if bulk_smem(k, ns, s) > limit:
+            break
+        for w in range(1, _BULK_MAX_WARPS + 1):
+            if s % w or (warps and w != warps) or (spw and s // w != spw):
+                continue
+            if best is None or (w, s) > (best[0], best[0] * best[1]):
+                best = (w, s // w)
+    if best is None:
+        return None
+    return best[0], best[1], bulk_smem(k, ns, best[0] * best[1])
 
 
 # Quantized weights with f16/bf16 activations take the tensor-core entries (matvec_<x>_tc*,
@@ -184,11 +238,21 @@ def _prepare(weight, up, x, residual, out, stream, epi):
         vw = 16 // isz
         vec = int(k % vw == 0 and wb.ptr % 16 == 0 and xb.ptr % 16 == 0 and (ub is None or ub.ptr % 16 == 0))
         tc_min = DENSE_TC_MIN_BATCH_GLU if epi == "glu" else DENSE_TC_MIN_BATCH
-        if DENSE_TC and vec and code == fmt != "f32" and (nb >= tc_min or dense_tc1(n, k)):
+        bulk = None
+        if (nb == 1 and vec and code == fmt != "f32" and dense_bulk1(n, k, epi)
+                and _cc(xb.device) >= (9, 0)):
+            bulk = bulk_geometry(k, 2 if epi == "glu" else 1, smem_limit(xb.device))
+        if bulk is not None:
+            tc = "bk"
+            defines = (("WFMT", t),) + BULK_DEFINES
+            threads, vec, smem = 32 * bulk[0], bulk[1], bulk[2]
+            grid = min(n, _args.sm_count(xb.device))
+        elif DENSE_TC and vec and code == fmt != "f32" and (
+                nb >= tc_min or epi != "glu" and dense_tc1(n, k, _args.sm_count(xb.device))):
             tc = "tc"
             defines = (("WFMT", t),) + DENSE_TC_DEFINES
             rows_per_block = 16
-            threads = 32 * dense_tc_warps(n, k, _args.sm_count(xb.device), epi)
+            threads = 32 * dense_tc_warps(n, k, _args.sm_count(xb.device), epi, nb)
         else:
             tune = _dense_tuning(fmt, n, k, epi)
             defines = (("WFMT", t),) + tune
@@ -231,9 +295,12 @@ def _prepare(weight, up, x, residual, out, stream, epi):
     bucket = next(b for b in _BUCKETS if b >= nb)
     entry = f"matvec_{code}_{tc}{_EPI[epi]}" if tc else f"matvec_{code}_b{bucket}{_EPI[epi]}"
     kern = _registry.get("matvec.cu", entry, defines, int(xb.device))
-    grid = -(-n // rows_per_block)
     args = (wb, ub if ub is not None else 0, xb, y, rb if rb is not None else 0, n, k, nb, vec)
-    return kern, grid, threads, args, y
+    if tc == "bk":
+        if kern.max_dynamic_shared_memory < smem:
+            kern.set_max_dynamic_shared_memory(smem)
+        return kern, grid, threads, args, y, smem
+    return kern, -(-n // rows_per_block), threads, args, y
 
 
 @op
@@ -275,16 +342,16 @@ def plan_matvec(weight, x, *, residual=None, out, stream=None):
     adds it to a graph. ``out`` is required (a plan writes into memory you name)."""
     if out is None:
         raise ValueError("plan_matvec: out= is required")
-    kern, grid, threads, args, y = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
-    return kern.bind(grid, threads, *args, stream=stream)
+    r = _prepare(weight, None, x, residual, out, stream, "res" if residual is not None else None)
+    return r[0].bind(r[1], r[2], *r[3], stream=stream, shared_mem=r[5] if len(r) == 6 else 0)
 
 
 def plan_matvec_silu_mul(gate, up, x, *, out, stream=None):
     """:func:`matvec_silu_mul` as a plan (see :func:`plan_matvec`)."""
     if out is None:
         raise ValueError("plan_matvec_silu_mul: out= is required")
-    kern, grid, threads, args, y = _prepare(gate, up, x, None, out, stream, "glu")
-    return kern.bind(grid, threads, *args, stream=stream)
+    r = _prepare(gate, up, x, None, out, stream, "glu")
+    return r[0].bind(r[1], r[2], *r[3], stream=stream, shared_mem=r[5] if len(r) == 6 else 0)
 
 
 _args.attach_plan(matvec, plan_matvec)

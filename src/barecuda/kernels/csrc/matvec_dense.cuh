@@ -218,4 +218,142 @@ MVW_TC_ENTRY(bf16, bc_bf16, , EPI_NONE)
 MVW_TC_ENTRY(bf16, bc_bf16, _res, EPI_RES)
 MVW_TC_ENTRY(bf16, bc_bf16, _glu, EPI_GLU)
 #endif
+// ------------------------------------------------------------------ batch 1 through the bulk copy engine (sm_90)
+// Entries matvec_<w>_bk[_res|_glu] of the F16 / BF16 modules: x of the weights' dtype, batch 1,
+// the 16-byte path. One block a multiprocessor (the host's grid: at most one block each, about
+// 220 KB of shared memory), a block owns rows [b N / grid, (b + 1) N / grid). Whole rows (of W
+// and, for _glu, W2) come into a ring of S = warps x `spw` slots of shared memory by
+// cp.async.bulk, each slot with its mbarrier (transaction count); x comes in once the same
+// way. At the start every slot's copy is issued, so nearly all of the block's bytes are in
+// flight before the first one lands. Row j of the block lives in slot j % S and is reduced
+// by warp j % warps (a warp a row: lanes over 16-byte vectors, shuffles, lane 0 stores y);
+// S is a multiple of the warps, so the warp that finishes a slot is the one that reads it
+// next, and its lane 0 refills it with row j + S at once (its reads are done: __syncwarp,
+// then a proxy fence). `spw` (slots a warp) arrives in the `vec` argument; the shared memory
+// is _matvec.bulk_smem's (barriers, x, slots). Other architectures: an empty body (the host
+// takes these entries only on 9.0 and later).
+// Opt-in (MVW_BK=1: the shipped modules do not contain these entries): at batch 1 no faster
+// than the CUDA-core rows on the H200 (docs/kernels.md, 2026-11-27 09:4x-09:5x).
+#ifndef MVW_BK
+#define MVW_BK 0        // 1 = build the bulk-copy entries matvec_<w>_bk[_res|_glu]
+#endif
+#if MVW_BK
+#ifndef MVB_PROBE
+#define MVB_PROBE 0     // bulk copies: 1 = no dot products (the copies, waits and refills alone: a floor probe)
+#endif
+BC_DEV u32 mvb_sa(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+BC_DEV void mvb_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+#endif
+}
+BC_DEV void mvb_expect(u32 bar, u32 bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+#endif
+}
+BC_DEV void mvb_wait(u32 bar, u32 parity) {
+#if __CUDA_ARCH__ >= 900
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#endif
+}
+
+template <typename XT, int EPI>
+BC_DEV void mv_dense_bulk(const u8* __restrict__ W, const u8* __restrict__ W2, const XT* __restrict__ x,
+                          XT* __restrict__ y, const XT* __restrict__ r, int N, int K, int spw) {
+#if __CUDA_ARCH__ >= 900
+    constexpr int NS = EPI == EPI_GLU ? 2 : 1;
+    extern __shared__ __align__(128) u8 mvb_sm[];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int S = nw * spw;
+    const u32 rb = (u32)K * 2u;                                        // bytes a row (K % 8 == 0)
+    const int r0 = (int)((long long)blockIdx.x * N / gridDim.x);
+    const int nr = (int)((long long)(blockIdx.x + 1) * N / gridDim.x) - r0;
+    // barriers (x's, then one a slot), x, the slots: each part 128-byte aligned
+    const u32 bar0 = mvb_sa(mvb_sm), xs = bar0 + ((8u * (S + 1) + 127u) & ~127u);
+    const u32 slots = xs + ((rb + 127u) & ~127u), sb = NS * rb;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i <= S; ++i) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8u * i) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int j) {                                          // row r0 + j into slot j % S
+        const int s = j % S;
+        const u32 bar = bar0 + 8u * (s + 1), dst = slots + (u32)s * sb;
+        mvb_expect(bar, sb);
+        mvb_copy(dst, W + (long long)(r0 + j) * rb, rb, bar);
+        if (NS == 2) mvb_copy(dst + rb, W2 + (long long)(r0 + j) * rb, rb, bar);
+    };
+    if (lane == 0) {
+        if (wi == 0) {
+            mvb_expect(bar0, rb);
+            mvb_copy(xs, x, rb, bar0);
+        }
+        for (int j = wi; j < S && j < nr; j += nw) issue(j);
+    }
+    mvb_wait(bar0, 0);
+    const int kv = K >> 3;
+    const uint4* xv = reinterpret_cast<const uint4*>(mvb_sm + (xs - bar0));
+    for (int j = wi; j < nr; j += nw) {
+        const int s = j % S;
+        mvb_wait(bar0 + 8u * (s + 1), (u32)(j / S) & 1u);
+        const uint4* wv = reinterpret_cast<const uint4*>(mvb_sm + (slots - bar0) + (u32)s * sb);
+        float acc[2] = {0.f, 0.f};
+#pragma unroll 4
+        for (int v = lane; v < (MVB_PROBE ? 0 : kv); v += 32) {
+            BcVec<XT> xb;
+            xb.raw = xv[v];
+            float xf[8];
+            bc_vunpack(xb, xf);
+#pragma unroll
+            for (int t = 0; t < NS; ++t) {
+                BcVec<mv_w_t> wb;
+                wb.raw = wv[t * kv + v];
+                float wf[8];
+                bc_vunpack(wb, wf);
+                float a = acc[t];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) a = fmaf(wf[e], xf[e], a);
+                acc[t] = a;
+            }
+        }
+        __syncwarp();
+        if (lane == 0 && j + S < nr) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the slot's reads before the copy's writes
+            issue(j + S);
+        }
+        float v = bc_warp_sum(acc[0]);
+        if constexpr (EPI == EPI_GLU) v = mv_silu<float>(v) * bc_warp_sum(acc[1]);
+        if (lane == 0) {
+            const int n = r0 + j;
+            if constexpr (EPI == EPI_RES) v += bc_load(r + n);
+            bc_store(y + n, v);
+        }
+    }
+#else
+    (void)W; (void)W2; (void)x; (void)y; (void)r; (void)N; (void)K; (void)spw;
+#endif
+}
+
+#define MVW_BK_ENTRY(code, XT, SUF, EPI)                                                                 \
+    extern "C" __global__ void __launch_bounds__(32 * MVW_MAXW, 1)                                      \
+    matvec_##code##_bk##SUF(const void* W, const void* W2, const XT* x, XT* y, const XT* r, int N,     \
+                            int K, int nb, int vec) {                                                   \
+        (void)nb;                                                                                       \
+        mv_dense_bulk<XT, EPI>((const u8*)W, (const u8*)W2, x, y, r, N, K, vec);                        \
+    }
+#if WFMT == 1
+MVW_BK_ENTRY(f16, bc_half, , EPI_NONE)
+MVW_BK_ENTRY(f16, bc_half, _res, EPI_RES)
+MVW_BK_ENTRY(f16, bc_half, _glu, EPI_GLU)
+#else
+MVW_BK_ENTRY(bf16, bc_bf16, , EPI_NONE)
+MVW_BK_ENTRY(bf16, bc_bf16, _res, EPI_RES)
+MVW_BK_ENTRY(bf16, bc_bf16, _glu, EPI_GLU)
+#endif
+#endif  // MVW_BK
 #endif  // WFMT == 1 || WFMT == 30
