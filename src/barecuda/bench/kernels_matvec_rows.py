@@ -66,7 +66,8 @@ def _torch_linear_us(torch, n, k, batch, dtype, count, reps=15):
 
 
 def dense_rows(bc, s, torch=None, dtype="float16", shapes=DENSE, batches=(1,), floor=False):
-    """Dense matvec rows (batch 1: the CUDA-core entries; 2..8: the tensor-core ones), torch's
+    """Dense matvec rows (batch 1: the CUDA-core entries, or the tensor-core ones where
+    _matvec.dense_tc1 says so (4096x4096); 2..8: the tensor-core ones), torch's
     beside each; ``floor``: first, per shape, the read-only stream (rd_floor, one pass) over the
     same rotation of weights, chained the same way: what a pure read of those bytes reaches."""
     from barecuda.kernels import _matvec as M
