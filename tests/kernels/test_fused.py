@@ -189,7 +189,8 @@ def test_res_accumulates_norm_inputs(fmt):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt,tcd", [("q4_k", True), ("q4_k", False), ("q4_k", 2), ("q4_k", 3), ("q4_k", 4),
-                                     ("q6_k", True), ("q6_k", False)])
+                                     ("q4_k", 5), ("q4_k", 6), ("q4_k", 7), ("q4_k", 8),
+                                     ("q6_k", True), ("q6_k", False), ("q6_k", 6), ("q6_k", 7), ("q6_k", 9)])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_q4_k_direct_loop_epilogues(fmt, tcd, dtype, monkeypatch):
     """Q4_K and Q6_K nodes on the direct tensor-core loops (and on the CUDA-core one): K of
@@ -197,7 +198,10 @@ def test_q4_k_direct_loop_epilogues(fmt, tcd, dtype, monkeypatch):
     unevenly, 37 rows (the last tile partly used), every epilogue, launched plainly and as
     programmatic-launch plans; tcd 2: the direct loop's first variant FM_V=1; tcd 3: its loads
     past L1 and the exponent-trick nibbles (MVD4_LD=0, MVD4_SUB=0: the defaults before 06:0x
-    2026-11-27); tcd 4: two super-blocks in flight a warp (FM_PF=2; K here takes FM_PF=1)."""
+    2026-11-27); tcd 4: two super-blocks in flight a warp (FM_PF=2; K here takes FM_PF=1); tcd 5:
+    registers reloaded part by part (MVD4_ROLL=1); tcd 6 / 7: the loads' L2 prefetch-size hint
+    (MVD4_L2 / MVD6_L2) 256 / 0 (the loads before 09:5x; 128 is the default); tcd 8: 256 with
+    FM_PF=2; tcd 9 (Q6_K): one super-block in flight (FM_PF=1)."""
     pytest.importorskip("gguf")
     import barecuda as bc
     monkeypatch.setattr(F, "TCD", bool(tcd))
@@ -209,6 +213,17 @@ def test_q4_k_direct_loop_epilogues(fmt, tcd, dtype, monkeypatch):
     if tcd == 4:
         from barecuda.kernels import _matvec as M
         monkeypatch.setattr(M, "TCD_PF1_MAXK", 0)
+    if tcd == 5:
+        monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("MVD4_ROLL", 1),))
+    if tcd in (6, 7, 8):
+        hint = 0 if tcd == 7 else 256
+        monkeypatch.setattr(F, "_TCD_DEFINES", F._TCD_DEFINES + (("MVD4_L2", hint),))
+        monkeypatch.setattr(F, "_TCD6_DEFINES", F._TCD6_DEFINES + (("MVD6_L2", hint),))
+    if tcd == 8:
+        from barecuda.kernels import _matvec as M
+        monkeypatch.setattr(M, "TCD_PF1_MAXK", 0)
+    if tcd == 9:
+        monkeypatch.setattr(F, "_TCD6_DEFINES", F._TCD6_DEFINES + (("FM_PF", 1),))
     rng = np.random.default_rng(5)
     n, k = 37, 256 * (19 if fmt == "q4_k" else 18)
     w, wr = _weight(bc, rng, fmt, n, k)

@@ -303,14 +303,23 @@ def test_matvec_tensor_core_path(fmt, monkeypatch):
                                               (1, 2, 2, (("MVD4_LD", 0), ("MVD4_SUB", 0))),
                                               (16, 2, 2, (("MVD4_LD", 0), ("MVD4_SUB", 0))),
                                               (5, 3, 2, (("MVD4_LD", 0), ("MVD4_SUB", 0))),
-                                              (16, 1, 2, (("MVD_MINB", 2),))])
+                                              (16, 1, 2, (("MVD_MINB", 2),)),
+                                              (3, 1, 2, (("MVD4_ROLL", 1),)), (5, 2, 2, (("MVD4_ROLL", 1),)),
+                                              (16, 2, 1, (("MVD4_ROLL", 1),)), (2, 3, 2, (("MVD4_ROLL", 1),)),
+                                              (3, 1, 2, (("MVD4_L2", 256),)), (5, 2, 2, (("MVD4_L2", 256),)),
+                                              (16, 1, 1, (("MVD4_L2", 128),)), (2, 3, 2, (("MVD4_L2", 128),)),
+                                              (16, 1, 2, (("MVD4_L2", 256), ("MVD4_ROLL", 1))),
+                                              (3, 2, 2, (("MVD4_L2", 256), ("MVD4_LD", 0))),
+                                              (3, 1, 2, (("MVD4_L2", 0),)), (5, 2, 2, (("MVD4_L2", 0),))])
 def test_matvec_q4_k_direct_entries(warps, pf, v, extra):
     """The Q4_K batch-1 entries (matvec_<x>_tcd*, weights straight into registers) with any
     warps a block (the K split, a launch choice; gate/up at most 8) and MVD_PF super-blocks
     ahead: warps with no super-block, rows past N, residual and silu*mul epilogues, f16 and
     bf16 x; MVD_V: the loop's variants (2, the default: sum(x) by shuffles, two mma chains; 1: by mma);
     MVD4_LD (1, the default: loads through L1; 0 past it), MVD4_SUB (1, the default: f16 x, nibbles
-    as fp16 subnormals; 0 and bf16 x: the exponent trick), MVD_MINB=2 (the register cap)."""
+    as fp16 subnormals; 0 and bf16 x: the exponent trick), MVD_MINB=2 (the register cap), MVD4_ROLL=1
+    (each part of a super-block's registers reloaded once used), MVD4_L2 (the loads' L2
+    prefetch-size hint: 128, the default; 256; 0, the loads before 2026-11-27 09:5x)."""
     defines = ((("WFMT", 12),) + M._quant_tuning("q4_k") + ((("MVD_PF", pf),) if pf != 2 else ())
                + ((("MVD_V", v),) if v != 2 else ()) + extra)
     _check_direct_entries("q4_k", defines, ((37, 256 * 7), (16, 256 * 2), (5, 256 * 33)), warps, (warps, pf))
@@ -344,12 +353,16 @@ def _check_direct_entries(fmt, defines, shapes, warps, tag):
 @gpu
 @pytest.mark.parametrize("warps,pf,extra", [(1, 2, ()), (3, 2, ()), (16, 2, ()), (5, 3, ()), (3, 1, ()),
                                             (3, 2, (("MVD6_LD", 0),)), (16, 1, (("MVD6_LD", 0),)),
-                                            (3, 2, (("MVD6_SUB", 0),)), (16, 1, (("MVD6_SUB", 0),))])
+                                            (3, 2, (("MVD6_SUB", 0),)), (16, 1, (("MVD6_SUB", 0),)),
+                                            (3, 2, (("MVD6_L2", 256),)), (16, 1, (("MVD6_L2", 256),)),
+                                            (5, 2, (("MVD6_L2", 128),)), (1, 1, (("MVD6_L2", 128),)),
+                                            (3, 2, (("MVD6_L2", 0),))])
 def test_matvec_q6_k_direct_entries(warps, pf, extra):
     """The Q6_K batch-1 entries (matvec_<x>_tcd* of the Q6_K module: 13 aligned words a row
     and super-block, the odd super-blocks 2 bytes off a 4-byte boundary): any warps a block,
     MVD_PF super-blocks ahead, MVD6_LD=0 (loads past L1), MVD6_SUB=0 (the exponent trick; 1, the
-    default: f16 x as subnormal quants, the - 32 from sum(x)), 1 row, rows past N,
+    default: f16 x as subnormal quants, the - 32 from sum(x)), MVD6_L2 (the loads' L2 prefetch-size
+    hint: 128, the default; 256; 0, the loads before 2026-11-27 09:5x), 1 row, rows past N,
     residual and silu*mul, f16 and bf16 x."""
     defines = (("WFMT", 14),) + M._quant_tuning("q6_k") + ((("MVD_PF", pf),) if pf != 2 else ()) + extra
     _check_direct_entries("q6_k", defines, ((37, 512 * 7), (16, 512), (1, 512 * 2), (5, 512 * 17)), warps,

@@ -326,10 +326,29 @@ struct MvdRegs {
 #ifndef MVD4_SUB
 #define MVD4_SUB 1
 #endif
-#if MVD4_LD
-#define MVD4_LDQ "ld.global.nc"
+// MVD4_L2: 128 (default), 64 or 256: mvc_tcd's weight loads carry the L2 prefetch-size hint
+// (.L2::<n>B: the L2 fetches the aligned n bytes around the sector asked for; a block's warps
+// read a row's super-blocks c, c + 1, ... at about the same time); 0 plain loads (the default
+// before 2026-11-27 09:5x). H200 09:5x, same run, 0 / 128 / 256: 4096x4096 6.20 / 6.10 / 6.11 us,
+// 14336x4096 13.04 / 13.19 / 13.37, 4096x14336 (MVD_PF=2) 13.42 / 12.89 / 12.98, 28672x4096
+// 23.19 / 22.96 / 23.32; fused gate/up 14336x4096 24.32 / 23.27 / 23.29, down+res 13.59 / 13.10
+// / 13.14, qkv 9.17 / 8.88 / 8.71, wo+res 6.35 / 6.20 / 6.25.
+#ifndef MVD4_L2
+#define MVD4_L2 128
+#endif
+#if MVD4_L2 == 256
+#define MVD4_L2Q ".L2::256B"
+#elif MVD4_L2 == 128
+#define MVD4_L2Q ".L2::128B"
+#elif MVD4_L2 == 64
+#define MVD4_L2Q ".L2::64B"
 #else
-#define MVD4_LDQ "ld.global.nc.L1::no_allocate"
+#define MVD4_L2Q ""
+#endif
+#if MVD4_LD
+#define MVD4_LDQ "ld.global.nc" MVD4_L2Q
+#else
+#define MVD4_LDQ "ld.global.nc.L1::no_allocate" MVD4_L2Q
 #endif
 BC_DEV uint4 mvd_ld16(const u8* p) {
     uint4 v;
@@ -342,6 +361,15 @@ BC_DEV uint2 mvd_ld8(const u8* p) {
     asm volatile(MVD4_LDQ ".v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
     return v;
 }
+
+
+// MVD4_ROLL: 1 mvc_tcd (register path) reloads each part of a super-block's registers for the
+// super-block PF turns ahead as soon as its last use is issued (the head after the scales, quant
+// run j after group 2j + 1's mma), not after the whole super-block: the next loads are in flight
+// during this one's mmas with no more registers. 0 (default): after the super-block.
+#ifndef MVD4_ROLL
+#define MVD4_ROLL 0
+#endif
 
 
 // Q4_K at batch 1, weights straight into registers (matvec.cu's column layout, COL = 1): a
@@ -372,6 +400,21 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
         rows[s][0] = (s ? W2 : W) + (long long)min(n0 + g, N - 1) * rb;
         rows[s][1] = (s ? W2 : W) + (long long)min(n0 + g + 8, N - 1) * rb;
     }
+#if MVD4_ROLL
+    // part 0: the heads, 1 + j: quant run j
+    auto load_part = [&](int c, MvdRegs (&R)[NS], int part) {
+        if (c < nblk) {
+#pragma unroll
+            for (int s = 0; s < NS; ++s)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u8* b = rows[s][h] + (long long)c * 144;
+                    if (part == 0) R[s].h[h] = mvd_ld16(b);
+                    else R[s].q[h][part - 1] = mvd_ld8(b + 16 + 32 * (part - 1) + 8 * t);
+                }
+        }
+    };
+#endif
     auto load = [&](int c, MvdRegs (&R)[NS]) {
         if (c < nblk) {
 #pragma unroll
@@ -433,6 +476,9 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
             for (int s = 0; s < NS; ++s)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) Q::scales_pair(buf[p][s].h[h], t, sv[s][h], dq);
+#if MVD4_ROLL
+            load_part(c + PF * nw, buf[p], 0);
+#endif
             float D[NS][4], D1[NS][4];          // V 2: the two slices in two chains
 #pragma unroll
             for (int s = 0; s < NS; ++s)
@@ -456,8 +502,13 @@ BC_DEV void mvc_tcd(const u8* __restrict__ W, const u8* __restrict__ W2, const X
                     if constexpr (V == 2) mvt_dot<BF>(D[s], D1[s], Ag, Ah, b);
                     else mvt_dot<BF>(D[s], D[s], Ag, Ah, b);
                 }
+#if MVD4_ROLL
+                if (gi & 1) load_part(c + PF * nw, buf[p], 1 + (gi >> 1));
+#endif
             }
+#if !MVD4_ROLL
             load(c + PF * nw, buf[p]);
+#endif
 #pragma unroll
             for (int s = 0; s < NS; ++s)
 #pragma unroll
@@ -504,12 +555,29 @@ struct Mvd6Regs {
 #ifndef MVD6_LD
 #define MVD6_LD 1
 #endif
+// MVD6_L2: 128 (default), 64 or 256: the quant words' loads carry the L2 prefetch-size hint (as
+// MVD4_L2); 0 plain loads (the default before 2026-11-27 09:5x). H200 09:5x, same run, 0 / 128 /
+// 256: 4096x4096 9.61 / 9.39 / 9.79 us, 14336x4096 22.87 / 22.41 / 23.14, 4096x14336 21.37 /
+// 21.17 / 21.51, 28672x4096 39.18 / 38.69 / 39.60; fused down+res 21.41 / 21.13 / 21.49, head
+// 128256x4096 145.04 / 143.78 / 144.66.
+#ifndef MVD6_L2
+#define MVD6_L2 128
+#endif
+#if MVD6_L2 == 256
+#define MVD6_L2Q ".L2::256B"
+#elif MVD6_L2 == 128
+#define MVD6_L2Q ".L2::128B"
+#elif MVD6_L2 == 64
+#define MVD6_L2Q ".L2::64B"
+#else
+#define MVD6_L2Q ""
+#endif
 BC_DEV u32 mvd_ld4(const u8* p) {
     u32 v;
 #if MVD6_LD
-    asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    asm volatile("ld.global.nc" MVD6_L2Q ".u32 %0, [%1];" : "=r"(v) : "l"(p));
 #else
-    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    asm volatile("ld.global.nc.L1::no_allocate" MVD6_L2Q ".u32 %0, [%1];" : "=r"(v) : "l"(p));
 #endif
     return v;
 }
