@@ -278,6 +278,10 @@ def test_dequantize_pdl_plan_on_the_double(fake):
     assert not fake.last_launch().programmatic_serialization
     g = bc.Graph()
     assert g.add_plan(plan, depends_on=g.add_plan(plain)).kind == "kernel"
+    k4 = bc.zeros((144 * 100,), "uint8")                  # Q4_K pdl plans: a block a run of 24 GGUF blocks
+    o4 = bc.empty((100, 256), "float16")
+    assert D.plan_dequantize(k4, "q4_k", (100, 256), out=o4, pdl=True).grid[0] == -(-100 // D._PDL_CTA_BLOCKS["q4_k"])
+    assert D.plan_dequantize(k4, "q4_k", (100, 256), out=o4).grid[0] == -(-100 // 32)
 
 
 # ------------------------------------------------------------------ GPU
@@ -453,12 +457,13 @@ DIRECT_VARIANTS = [  # fmt, defines, warps a block, grid (0: the host's)
     ("q6_k", (("DQ_BULK", 1),), 4, 2), ("q6_k", (("DQ_BULK", 1), ("DQ_BNS", 4)), 4, 1),
     ("q8_0", (("DQ_BULK", 1),), 4, 1), ("q8_0", (("DQ_BULK", 1), ("DQ_BNS", 4), ("DQ_ST", 2)), 4, 2),
     ("q4_0", (("DQ_BULK", 1),), 4, 2), ("q4_1", (("DQ_BULK", 1),), 4, 3), ("q4_1", (("DQ_BULK", 1), ("DQ_BNS", 4)), 4, 0),
-    # f32 outputs written in whole 32-byte sectors (DQ_F32P: lane pairs swap halves; f16 unchanged)
+    # f32 outputs written in whole 32-byte sectors (DQ_F32P=1, the default: lane pairs swap halves; f16 unchanged)
     ("q4_k", (("DQ_F32P", 1),), 4, 0), ("q4_k", (("DQ_F32P", 1),), 4, 3), ("q6_k", (("DQ_F32P", 1),), 4, 0),
     ("q6_k", (("DQ_F32P", 1), ("DQ_DIRECT_ALL", 1), ("DQ_U", 3)), 4, 2), ("q8_0", (("DQ_F32P", 1),), 4, 1),
     ("q8_0", (("DQ_F32P", 1),), 4, 0), ("q4_1", (("DQ_F32P", 1),), 4, 0), ("q4_1", (("DQ_F32P", 1), ("DQ_TMA", 0)), 4, 2),
     ("q4_0", (("DQ_F32P", 1),), 4, 0), ("q4_0", (("DQ_F32P", 1), ("DQ_DIRECT_ALL", 1)), 4, 3),
     ("q4_k", (("DQ_F32P", 1), ("DQ_PDL", 1)), 4, 0), ("q8_0", (("DQ_F32P", 1), ("DQ_BULK", 1)), 4, 2),
+    ("q8_0", (("DQ_F32P", 0),), 4, 0), ("q6_k", (("DQ_F32P", 0),), 4, 2),     # the plain form (the default before)
 ]
 
 

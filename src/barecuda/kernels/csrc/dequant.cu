@@ -65,14 +65,17 @@ template <int OP> BC_DEV void dq_st16(void* p, uint4 v) {
 // well). With it, the two threads of a lane pair (consecutive parts in every kernel here, both
 // present or both past the end) swap halves (one shuffle of 16 bytes), so each store
 // instruction writes whole sectors.
+// DQ_F32P: 1 (the default since 2026-11-27 10:1x: H200 14336x4096 -> f32, three rounds, same run:
+// Q4_K 78.6-78.8% of spec against 41.8-42.2, Q6_K 78.0-78.1 / 44.7, Q8_0 79.9-80.3 / 45.0-45.1, Q4_0
+// 78.1 / 42.0), 0 the plain form; runs written through shared memory (DQ_TMA: Q4_1) keep the plain
+// form (PAIR = false: Q4_1 78.6-79.0 so, 76.6-77.0 with the pairs)
 #ifndef DQ_F32P
-#define DQ_F32P 0
+#define DQ_F32P 1
 #endif
-template <int OP = 0, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
+template <int OP = 0, bool PAIR = DQ_F32P != 0, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float a, float c) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[i] = fmaf(a, q[i], c);
-#if DQ_F32P
-    if constexpr (sizeof(OT) == 4) {
+    if constexpr (PAIR && sizeof(OT) == 4) {
         // lanes 2k, 2k+1 hold parts P, P+1; the first store writes P's sector (the even lane its
         // first half, the odd lane P's second half, received), the second P+1's
         const uint4 v0 = make_uint4(__float_as_uint(q[0]), __float_as_uint(q[1]), __float_as_uint(q[2]), __float_as_uint(q[3]));
@@ -84,9 +87,7 @@ template <int OP = 0, typename OT> BC_DEV void dq_store8(OT* yp, float* q, float
                                    __shfl_xor_sync(m, snd.z, 1), __shfl_xor_sync(m, snd.w, 1));
         dq_st16<OP>(odd ? yp - 4 : yp, odd ? r : v0);
         dq_st16<OP>(odd ? yp + 4 : yp + 8, odd ? v1 : r);
-    } else
-#endif
-    {
+    } else {
 #pragma unroll
         for (int i = 0; i < 8 / BcVec<OT>::N; ++i) {
             BcVec<OT> v;
@@ -146,7 +147,7 @@ template <typename OT, int NP> struct DqRunOut<OT, NP, true> {
         if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         __syncthreads();
     }
-    BC_DEV void put(OT*, long long j, float* q, float a, float c) const { dq_store8<0>(s + j * 8, q, a, c); }
+    BC_DEV void put(OT*, long long j, float* q, float a, float c) const { dq_store8<0, false>(s + j * 8, q, a, c); }
     BC_DEV void put_raw(OT*, long long j, uint4 v) const { dq_store_raw8(s + j * 8, v); }
     BC_DEV void flush(OT* y, int n) const {
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
