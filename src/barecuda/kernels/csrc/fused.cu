@@ -2,14 +2,14 @@
 //
 // A Llama layer in five graph nodes (six when V has another type than Q/K, as in Q4_K_M):
 //     fmv_qkv   h = rmsnorm(x); qkv = h Wqkv^T; RoPE on q, k; k, v -> KV cache at pos
-//     attention_decode (attention.cu)
+//     attention_decode (attention_decode.cu)
 //     fmv_res   x += o Wo^T;  ss_ffn += sum(x^2);  xg = x * g_ffn
 //     fmv_glu   a = silu(s Wg xg) * (s Wu xg)                (s = rsqrt(ss_ffn / dim + eps))
 //     fmv_res   x += a Wd^T;  ss_next += sum(x^2); xg = x * g_next
 // and fembed (embedding + the first norm's inputs) / fmv_scale (the output head).
 //
 // The RMSNorm is split between producer and consumer: the residual matvec that writes x
-// also accumulates sum(x^2) (one atomic add per warp) and writes xg = x * g (the norm's
+// also accumulates sum(x^2) (one atomic add per block) and writes xg = x * g (the norm's
 // weight, elementwise); the consumer matvec reads xg and multiplies its dot products by
 // s = rsqrt(sum / dim + eps), which is linear: rmsnorm(x) W^T = s * (x * g) W^T. So no
 // node of its own and no grid-wide reduction. fembed zeroes the token's accumulators.
