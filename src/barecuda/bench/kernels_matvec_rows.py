@@ -387,6 +387,7 @@ def matvec_section(ctx=None, sweep=False, progress=False):
               lambda: quant_rows(bc, s, fmts=("q4_k", "q6_k")),
               lambda: dequant_rows(bc, s),
               lambda: dequant_rows(bc, s, pdl=True),
+              lambda: dequant_rows(bc, s, fmts=("q4_k", "q8_0"), dtype="float32"),
               lambda: dequant_floor_rows(bc, s),
               lambda: dequant_shape_floor_rows(bc, s, mixes=(), shapes=[], rw=False),
               lambda: dense_rows(bc, s, torch, "bfloat16", shapes=[(4096, 4096), (14336, 4096), (4096, 14336)]),
