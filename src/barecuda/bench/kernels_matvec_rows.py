@@ -518,15 +518,17 @@ def quick_section():
 
 # the direct loops' variants (matvec_core.cuh): Q6_K's loads past L1 (MVD6_LD=0, the default
 # before 02:4x UTC) and exponent-trick quants (MVD6_SUB=0, the default before 06:4x UTC); Q4_K's
-# loads past L1 (MVD4_LD=0) and exponent-trick nibbles (MVD4_SUB=0), its defaults before 06:3x UTC
-Q6_EXTRAS = ((), (("MVD6_LD", 0),), (("MVD6_SUB", 0),))
-FUSED_Q6_EXTRAS = ((), (("MVD6_SUB", 0),))
-Q4_OLD = (("MVD4_LD", 0), ("MVD4_SUB", 0))           # Q4_K's loop before 2026-11-27 06:0x
-Q4_EXTRAS = ((), (("MVD4_LD", 0),), (("MVD4_SUB", 0),), Q4_OLD)
+# loads past L1 (MVD4_LD=0) and exponent-trick nibbles (MVD4_SUB=0), its defaults before 06:3x UTC;
+# both formats' loads without the L2 prefetch-size hint (MVD4_L2=0 / MVD6_L2=0: before 09:5x UTC)
+Q6_EXTRAS = ((), (("MVD6_LD", 0),), (("MVD6_SUB", 0),), (("MVD6_L2", 0),))
+FUSED_Q6_EXTRAS = ((), (("MVD6_SUB", 0),), (("MVD6_L2", 0),))
+Q4_OLD = (("MVD4_LD", 0), ("MVD4_SUB", 0), ("MVD4_L2", 0))     # Q4_K's loop before 2026-11-27 06:0x
+Q4_EXTRAS = ((), (("MVD4_LD", 0),), (("MVD4_SUB", 0),), (("MVD4_L2", 0),), Q4_OLD)
 # the fused Q4_K nodes' direct-loop rows: (label, defines over _fused._TCD_DEFINES,
 # _matvec.TCD_PF1_MAXK for the row or None: the default FM_PF choice)
 FUSED_Q4_LOOPS = (("direct tensor cores", (), None), ("direct tensor cores FM_PF=2", (), 0),
-                  ("direct tensor cores FM_PF=2 MVD4_LD=0 MVD4_SUB=0 (before)", Q4_OLD, 0))
+                  ("direct tensor cores MVD4_L2=0 (before 09:5x)", (("MVD4_L2", 0),), None),
+                  ("direct tensor cores FM_PF=2 MVD4_LD=0 MVD4_SUB=0 MVD4_L2=0 (before 06:0x)", Q4_OLD, 0))
 
 # a read-only stream over a weight's bytes (the floor of a batch-1 matvec at that size): each
 # thread XORs U 16-byte loads (L1::no_allocate) a turn; grid-stride over a grid of `blocks`
