@@ -278,6 +278,141 @@ def test_cublaslt_argument_checks(fake, no_cublaslt):
     a.close()
 
 
+# The recorded cuBLASLt call, on the driver double with the cuBLASLt double
+# (tests/kernels/fake_cublaslt.c: cublasLtMatmul records its arguments), in a child
+# interpreter: a library this process opened stays loaded, and the other tests need none.
+_LT_RECORD_CHILD = r"""
+import ctypes, gc, os, sys
+import barecuda as bc
+from barecuda.kernels import _matmul as MM, _opcall as O, _cublaslt
+lt = ctypes.CDLL(os.environ["BARECUDA_CUBLASLT"])
+last = (ctypes.c_uint64 * 8)()
+ab = (ctypes.c_float * 2)()
+
+
+def issued():
+    lt.fake_lt_last(last, ab)
+    return list(last[:7]), (ab[0], ab[1])
+
+
+def buf(shape):
+    return bc.zeros(shape, "float16", stream=s)
+
+
+s, s2 = bc.Stream(), bc.Stream()
+m, n, k = 96, 80, 64
+a, b, o = buf((m, k)), buf((k, n)), buf((m, n))
+h0, m0, r0 = O.stats()
+assert MM.matmul(a, b, out=o, backend="cublaslt", stream=s) is o
+assert O.stats() == (h0, m0 + 1, r0 + 1) and MM.matmul.memo_size == 1 and lt.fake_lt_calls() == 1
+ws = MM._lt_ws[(0, s.handle_int)]
+# cuBLAS's A is our b, its B our a; C = D = out; the stream's workspace
+want = [b.ptr, a.ptr, o.ptr, o.ptr, ws.ptr, ws.nbytes, s.handle_int]
+assert issued() == (want, (1.0, 0.0)), (issued(), want)
+# a hit: new arrays of the same signature, issued from C with their addresses
+a2, b2, o2 = buf((m, k)), buf((k, n)), buf((m, n))
+assert MM.matmul(a2, b2, out=o2, backend="cublaslt", stream=s) is o2
+assert O.stats()[:2] == (h0 + 1, m0 + 1) and lt.fake_lt_calls() == 2
+assert issued() == ([b2.ptr, a2.ptr, o2.ptr, o2.ptr, ws.ptr, ws.nbytes, s.handle_int], (1.0, 0.0))
+# alpha/beta by value: another record, issued with its values
+assert MM.matmul(a, b, out=o, alpha=0.5, beta=-2.0, backend="cublaslt", stream=s) is o
+assert MM.matmul(a2, b2, out=o2, alpha=0.5, beta=-2.0, backend="cublaslt", stream=s) is o2
+assert O.stats()[:2] == (h0 + 2, m0 + 2) and issued()[1] == (0.5, -2.0) and issued()[0][0] == b2.ptr
+# another stream: a miss (its own workspace, made by the Python path), then hits there;
+# the record is that stream's now (one record per signature), the first stream misses once
+h, mi = O.stats()[:2]
+MM.matmul(a, b, out=o, backend="cublaslt", stream=s2)
+ws2 = MM._lt_ws[(0, s2.handle_int)]
+assert ws2.ptr != ws.ptr and issued()[0][4:] == [ws2.ptr, ws2.nbytes, s2.handle_int]
+MM.matmul(a2, b2, out=o2, backend="cublaslt", stream=s2)
+assert O.stats()[:2] == (h + 1, mi + 1) and issued()[0][:1] + issued()[0][4:] == [b2.ptr, ws2.ptr, ws2.nbytes,
+                                                                                   s2.handle_int]
+MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+assert O.stats()[:2] == (h + 2, mi + 2) and issued()[0][4:] == [ws.ptr, ws.nbytes, s.handle_int]
+assert MM.matmul.memo_size == 2
+# out=None: a new output each hit, made as the Python path makes it
+h, mi = O.stats()[:2]
+r1 = MM.matmul(a, b, backend="cublaslt", stream=s)
+r2 = MM.matmul(a2, b2, backend="cublaslt", stream=s)
+assert O.stats()[:2] == (h + 1, mi + 1)
+assert type(r2) is bc.DeviceBuffer and r2 is not r1 and r2.ptr != r1.ptr and tuple(r2.shape) == (m, n)
+assert str(r2.dtype) == "float16" and issued()[0][:4] == [b2.ptr, a2.ptr, r2.ptr, r2.ptr]
+# a changed geometry, and "auto" (which takes cuBLASLt here): misses, then hits
+h, mi = O.stats()[:2]
+for _ in range(2):
+    MM.matmul(a, buf((k, n + 8)), out=buf((m, n + 8)), backend="cublaslt", stream=s)
+    MM.matmul(a, b, out=o, stream=s)
+assert O.stats()[:2] == (h + 2, mi + 2) and issued()[0][0] == b.ptr
+# the launch switch: released GIL, the same call
+bc.set_launch_releases_gil(True)
+try:
+    MM.matmul(a2, b2, out=o2, backend="cublaslt", stream=s)
+finally:
+    bc.set_launch_releases_gil(False)
+assert O.stats()[0] == h + 3 and issued()[0][0] == b2.ptr
+# a cuBLASLt status: CublasLtError on a hit, as Matmul.run raises it
+lt.fake_lt_fail(13)
+try:
+    MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+except _cublaslt.CublasLtError as e:
+    assert (e.status, e.call, e.name) == (13, "cublasLtMatmul", "CUBLAS_STATUS_EXECUTION_FAILED"), e
+else:
+    raise SystemExit("no CublasLtError")
+lt.fake_lt_fail(0)
+# the caches own the Matmul and the workspace: once dropped, the next call takes the
+# Python path (which makes them again) and is recorded again
+del ws, ws2
+for clear in (MM._lt_cache.clear, MM._lt_ws.clear):
+    clear()
+    gc.collect()
+    h, mi = O.stats()[:2]
+    MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+    MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+    assert O.stats()[:2] == (h + 1, mi + 1), clear
+# under stream capture: the Python path, every call (as before the record); hits after
+h, mi = O.stats()[:2]
+n0 = lt.fake_lt_calls()
+with s.capture() as g:
+    MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+    MM.matmul(a2, b2, out=o2, backend="cublaslt", stream=s)
+assert O.stats()[:2] == (h, mi + 2) and lt.fake_lt_calls() == n0 + 2 and issued()[0][6] == s.handle_int
+MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
+assert O.stats()[:2] == (h + 1, mi + 2)
+# a closed buffer: the Python path's error
+a2.close()
+try:
+    MM.matmul(a2, b2, out=o2, backend="cublaslt", stream=s)
+except ValueError as e:
+    assert "closed" in str(e)
+else:
+    raise SystemExit("a closed buffer was accepted")
+print("ok")
+"""
+
+
+def test_cublaslt_call_is_recorded_and_reissued(fake, tmp_path):
+    """matmul(backend="cublaslt"/"auto") is an op hit: the record's pointers (new arrays,
+    out=None), alpha/beta by value, a miss on another stream (its own workspace) and on a
+    new geometry, the Matmul and workspace held weakly, CublasLtError from a hit, the
+    Python path under capture; on the drivers' doubles."""
+    import os
+    import subprocess
+    import sys
+    from conftest import _compiler, FAKE_LIB
+    lib = tmp_path / "libcublasLt.so.13"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run(_compiler() + ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-std=gnu11", "-I",
+                                      os.path.join(root, "include"), os.path.join(os.path.dirname(__file__),
+                                                                                  "fake_cublaslt.c"),
+                                      "-o", str(lib)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, BARECUDA_CUBLASLT=str(lib), BARECUDA_LIBCUDA=FAKE_LIB)
+    r = subprocess.run([sys.executable, "-c", _LT_RECORD_CHILD], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
 # ------------------------------------------------------------------ GPU
 def _lt_available():
     try:
@@ -390,6 +525,88 @@ def test_cublaslt_auto_plan_and_graph_capture():
     s.synchronize()
     ref2 = a264 @ b64.T
     assert np.abs(from_dev(out, "bfloat16") - ref2).max() < 1e-2 * np.abs(ref2).max()
+
+
+@gpu
+@needs_lt
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cublaslt_hits_match_float64(dtype):
+    """A repeated cuBLASLt call is an op hit (issued from the record, _oplt): each call on
+    new data against float64, on two streams (the first call on each a miss: its own
+    workspace), with out=None, and with alpha/beta reading out; under stream capture the
+    Python path runs (captured, replayed on new input), hits again after it."""
+    from barecuda.kernels import _opcall as O
+    rng = np.random.default_rng(21)
+    tol = {"float32": 1e-3, "bfloat16": 1e-2}[dtype]
+    m, n, k = 136, 72, 80
+
+    def close(got, ref):
+        return np.abs(got - ref).max() < tol * max(1.0, np.abs(ref).max() if dtype != "float32" else 1.0)
+    s, s2 = bc.Stream(), bc.Stream()
+    hits = O.stats()[0]
+    for st in (s, s2, s):
+        for _ in range(3):
+            ad, bd, ref = _random_operands(rng, m, n, k, False, True, dtype)
+            out = bc.empty((m, n), dtype, stream=st)
+            assert MM.matmul(ad, bd, trans_b=True, out=out, backend="cublaslt", stream=st) is out
+            st.synchronize()
+            assert close(from_dev(out, dtype), ref)
+    assert O.stats()[0] - hits >= 6                    # (the first call on each stream may miss)
+    for _ in range(3):                                  # out=None, "auto" (cuBLASLt at this size)
+        ad, bd, ref = _random_operands(rng, m, n, k, False, True, dtype)
+        got = MM.matmul(ad, bd, trans_b=True, stream=s)
+        s.synchronize()
+        assert close(from_dev(got, dtype), ref)
+    for _ in range(3):
+        ad, bd, ref = _random_operands(rng, m, n, k, True, False, dtype)
+        cd, c64 = to_dev(rng.standard_normal((m, n)).astype(np.float32), dtype)
+        MM.matmul(ad, bd, trans_a=True, out=cd, alpha=0.5, beta=-2.0, backend="cublaslt", stream=s)
+        s.synchronize()
+        assert close(from_dev(cd, dtype), 0.5 * ref - 2.0 * c64)
+    # stream capture: the Python path (as before the record), captured and replayed
+    ad, bd, ref = _random_operands(rng, m, n, k, False, True, dtype)
+    out = bc.empty((m, n), dtype, stream=s)
+    MM.matmul(ad, bd, trans_b=True, out=out, backend="cublaslt", stream=s)
+    h, mi = O.stats()[:2]
+    with s.capture() as g:
+        MM.matmul(ad, bd, trans_b=True, out=out, backend="cublaslt", stream=s)
+    assert O.stats()[:2] == (h, mi + 1)
+    exe = g.instantiate()
+    a2, a264 = to_dev(rng.standard_normal((m, k)).astype(np.float32), dtype)
+    ad.copy_from(a2, stream=s)
+    exe.launch(s)
+    s.synchronize()
+    b64 = from_dev(bd, dtype)
+    assert close(from_dev(out, dtype), a264 @ b64.T)
+    MM.matmul(ad, bd, trans_b=True, out=out, backend="cublaslt", stream=s)
+    s.synchronize()
+    assert O.stats()[0] == h + 1 and close(from_dev(out, dtype), a264 @ b64.T)
+
+
+@gpu
+@needs_lt
+def test_cublaslt_hits_with_torch_tensors():
+    """Torch tensors in and out (on torch's current stream): hits return the caller's
+    tensor, each call on new tensors matches torch's float64 product; out=None gives a
+    DeviceBuffer."""
+    torch = pytest.importorskip("torch")
+    from barecuda.kernels import _opcall as O
+    m, n, k = 192, 136, 96
+    g = torch.Generator(device="cuda").manual_seed(5)
+    hits = O.stats()[0]
+    for _ in range(4):
+        ta = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        tb = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+        to = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        assert MM.matmul(ta, tb, trans_b=True, out=to, backend="cublaslt") is to
+        ref = ta.double() @ tb.double().T
+        assert (to.double() - ref).abs().max().item() < 1e-2 * ref.abs().max().item()
+        got = MM.matmul(ta, tb, trans_b=True, backend="cublaslt")
+        assert type(got) is bc.DeviceBuffer and tuple(got.shape) == (m, n)
+        torch.cuda.synchronize()
+        assert np.abs(from_dev(got, "bfloat16") - ref.cpu().numpy()).max() < 1e-2 * ref.abs().max().item()
+    if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):        # keyed tensors (PyTorch 2.10+)
+        assert O.stats()[0] - hits >= 6
 
 
 TILES = {"128x256w8": (128, 256, 2, 4, 32, 4, 0), "128x128w4": MM.SMALL_TILE,

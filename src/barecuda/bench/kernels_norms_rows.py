@@ -522,9 +522,12 @@ def _family_rows(B, bc, s, torch, ts):
     return rows, raw_of, keep
 
 
-def _lt_rows(B, bc, s):
+def _lt_rows(B, bc, s, torch=None, ts=None):
     """matmul(backend='cublaslt'): a cuBLASLt call, not a kernel launch: its floor is
-    cublasLtMatmul itself (Matmul.run with the pointers), the op runs its checks each call."""
+    cublasLtMatmul itself (Matmul.run with the pointers read beforehand, on the same stream);
+    the op's hit issues the recorded call (kernels/_oplt.pyx), its Python path runs the
+    checks and Matmul.run each call (``K.matmul.prep``). With torch: the same with torch
+    tensors on torch's stream (the floor: Matmul.run with their pointers read beforehand)."""
     from barecuda.bench.harness import na_row, py_row
     from barecuda.kernels import _matmul as KMM
     a, b, o = (bc.zeros((256, 256), "float16", stream=s) for _ in range(3))
@@ -535,11 +538,41 @@ def _lt_rows(B, bc, s):
     except Exception as exc:   # noqa: BLE001
         return [na_row("lt_floor", "cuBLASLt matmul", None, f"{type(exc).__name__}: {exc}")], {}, None
     ns = {"K": KMM, "a": a, "b": b, "o": o, "s": s, "mm": mm, "ws": ws}
+    sync = "s.synchronize()"
     rows = [py_row("lt_floor", "cublasLtMatmul f16 256^3 (Matmul.run, pointers pre-read)",
-                   "mm.run(a.ptr, b.ptr, o.ptr, 1.0, 0.0, ws.ptr, ws.nbytes, s)", ns, "s.synchronize()"),
-            py_row("op_lt", "matmul(a, b, out=o, backend='cublaslt', stream=s): checks + call (not recorded)",
-                   "K.matmul(a, b, out=o, backend='cublaslt', stream=s)", ns, "s.synchronize()", ref="lt_floor")]
-    return rows, {"lt_floor": "lt_floor", "op_lt": "lt_floor"}, (a, b, o, ws)
+                   "mm.run(a.ptr, b.ptr, o.ptr, 1.0, 0.0, ws.ptr, ws.nbytes, s)", ns, sync),
+            py_row("op_lt", "matmul(a, b, out=o, backend='cublaslt', stream=s), DeviceBuffers: op hit",
+                   "K.matmul(a, b, out=o, backend='cublaslt', stream=s)", ns, sync, ref="lt_floor"),
+            py_row("slow_lt", "  its Python path (checks + Matmul.run: every call before the record)",
+                   "K.matmul.prep(a, b, out=o, backend='cublaslt', stream=s)", ns, sync, ref="lt_floor"),
+            py_row("op_lt_new", "  matmul(a, b, backend='cublaslt', stream=s), a new output each call",
+                   "K.matmul(a, b, backend='cublaslt', stream=s)", ns, sync, ref="lt_floor")]
+    raw_of = {r.key: "lt_floor" for r in rows}
+    keep = [a, b, o, ws]
+    if torch is not None:
+        from barecuda.bench.peers import torch_stream_switch
+        with torch.cuda.stream(ts):
+            ta, tb, to = (torch.zeros(256, 256, device="cuda:0", dtype=torch.float16) for _ in range(3))
+        ts.synchronize()
+        KMM.matmul(ta, tb, out=to, backend="cublaslt", stream=ts)
+        wst = KMM._lt_workspace(a.device, ts, mm.workspace_size)
+        tns = {"K": KMM, "ta": ta, "tb": tb, "to": to, "s": ts, "mm": mm, "ws": wst, "h": ts.cuda_stream,
+               "pa": ta.data_ptr(), "pb": tb.data_ptr(), "po": to.data_ptr()}
+        trows = [py_row("lt_floor_ts", "cublasLtMatmul f16 256^3 on torch's stream (Matmul.run, pointers pre-read)",
+                        "mm.run(pa, pb, po, 1.0, 0.0, ws.ptr, ws.nbytes, h)", tns, sync),
+                 py_row("op_lt_torch", "matmul(ta, tb, out=to, backend='cublaslt', stream=ts), torch tensors: "
+                        "op hit", "K.matmul(ta, tb, out=to, backend='cublaslt', stream=s)", tns, sync,
+                        ref="lt_floor_ts"),
+                 py_row("slow_lt_torch", "  its Python path (checks + Matmul.run)",
+                        "K.matmul.prep(ta, tb, out=to, backend='cublaslt', stream=s)", tns, sync,
+                        ref="lt_floor_ts")]
+        setup, teardown = torch_stream_switch(torch, ts)
+        for r in trows:
+            r.setup, r.teardown = setup, teardown
+            raw_of[r.key] = "lt_floor_ts"
+        rows += trows
+        keep += [ta, tb, to, wst]
+    return rows, raw_of, keep
 
 
 def issue_section(ctx=None, rounds=10):
@@ -586,7 +619,7 @@ def issue_section(ctx=None, rounds=10):
               for r in rows}
     ts = torch.cuda.Stream(device=0) if torch is not None else None
     frows, fraw, fkeep = _family_rows(B, bc, s, torch, ts)
-    lrows, lraw, lkeep = _lt_rows(B, bc, s)
+    lrows, lraw, lkeep = _lt_rows(B, bc, s, torch, ts)
     rows += frows + lrows
     raw_of.update(fraw)
     raw_of.update(lraw)

@@ -2,8 +2,10 @@
 
 Owns: finding and loading ``libcublasLt`` (``load``, ``is_available``, ``library_path``,
 ``version``), one cuBLASLt handle per device, ``Matmul`` (the descriptors and the
-heuristic's algorithm for one geometry, row-major terms) and ``MatmulPlan`` (one matmul
-bound to its buffers, replayed by ``launch``). The ABI is declared in
+heuristic's algorithm for one geometry, row-major terms), ``MatmulPlan`` (one matmul
+bound to its buffers, replayed by ``launch``) and ``issue`` (one ``cublasLtMatmul`` from
+C, declared in _cublaslt.pxd: ``Matmul.run``, the plan and the op's recorded call,
+``_oplt``, all go through it). The ABI is declared in
 include/barecuda/cublaslt_abi.h: no cuBLAS header or import library is needed to build,
 and nothing here loads the library at import.
 
@@ -20,70 +22,14 @@ import threading
 cimport cython
 from libc.stdint cimport uint64_t, int64_t, int32_t, uintptr_t
 
-from barecuda._abi cimport CUstream, bc_symbol_info
+from barecuda._abi cimport CUstream
 from barecuda._libopen cimport OpenedLibrary, opened_library
 from barecuda._loader cimport forget_current
-from barecuda._device cimport Device, device_of
+from barecuda._device cimport Device, device_of, make_current
 from barecuda._stream cimport stream_handle
 
 from barecuda._errors import BarecudaError, _LibraryNotFoundError
 from barecuda import _libfind
-
-cdef extern from "barecuda/cublaslt_abi.h" nogil:
-    ctypedef int cublasStatus_t
-    ctypedef void *cublasLtHandle_t
-    ctypedef void *cublasLtMatmulDesc_t
-    ctypedef void *cublasLtMatrixLayout_t
-    ctypedef void *cublasLtMatmulPreference_t
-    ctypedef CUstream bc_lt_stream_t
-    ctypedef struct cublasLtMatmulAlgo_t:
-        uint64_t data[8]
-    ctypedef struct cublasLtMatmulHeuristicResult_t:
-        cublasLtMatmulAlgo_t algo
-        size_t workspaceSize
-        cublasStatus_t state
-        float wavesCount
-    enum:
-        BC_CUDA_R_32F
-        BC_CUDA_R_16F
-        BC_CUDA_R_16BF
-        BC_CUBLAS_COMPUTE_32F
-        BC_CUBLAS_OP_N
-        BC_CUBLAS_OP_T
-        BC_LT_DESC_TRANSA
-        BC_LT_DESC_TRANSB
-        BC_LT_LAYOUT_BATCH_COUNT
-        BC_LT_LAYOUT_STRIDED_BATCH_OFFSET
-        BC_LT_PREF_MAX_WORKSPACE_BYTES
-    ctypedef struct bc_cublaslt_t:
-        size_t (*cublasLtGetVersion)() nogil
-        cublasStatus_t (*cublasLtCreate)(cublasLtHandle_t *handle) nogil
-        cublasStatus_t (*cublasLtDestroy)(cublasLtHandle_t handle) nogil
-        const char *(*cublasLtGetStatusString)(cublasStatus_t status) nogil
-        cublasStatus_t (*cublasLtMatmulDescCreate)(cublasLtMatmulDesc_t *desc, int computeType, int scaleType) nogil
-        cublasStatus_t (*cublasLtMatmulDescDestroy)(cublasLtMatmulDesc_t desc) nogil
-        cublasStatus_t (*cublasLtMatmulDescSetAttribute)(cublasLtMatmulDesc_t desc, int attr, const void *buf,
-                                                         size_t size) nogil
-        cublasStatus_t (*cublasLtMatrixLayoutCreate)(cublasLtMatrixLayout_t *layout, int type, uint64_t rows,
-                                                     uint64_t cols, int64_t ld) nogil
-        cublasStatus_t (*cublasLtMatrixLayoutDestroy)(cublasLtMatrixLayout_t layout) nogil
-        cublasStatus_t (*cublasLtMatrixLayoutSetAttribute)(cublasLtMatrixLayout_t layout, int attr, const void *buf,
-                                                           size_t size) nogil
-        cublasStatus_t (*cublasLtMatmulPreferenceCreate)(cublasLtMatmulPreference_t *pref) nogil
-        cublasStatus_t (*cublasLtMatmulPreferenceDestroy)(cublasLtMatmulPreference_t pref) nogil
-        cublasStatus_t (*cublasLtMatmulPreferenceSetAttribute)(cublasLtMatmulPreference_t pref, int attr,
-                                                               const void *buf, size_t size) nogil
-        cublasStatus_t (*cublasLtMatmulAlgoGetHeuristic)(
-            cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-            cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested,
-            cublasLtMatmulHeuristicResult_t *results, int *returned) nogil
-        cublasStatus_t (*cublasLtMatmul)(
-            cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
-            cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta, const void *C,
-            cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t *algo,
-            void *workspace, size_t workspaceSize, bc_lt_stream_t stream) nogil
-    size_t BC_CUBLASLT_NSYMBOLS
-    const bc_symbol_info bc_cublaslt_symbols[]
 
 cdef bc_cublaslt_t LT
 _load_lock = threading.RLock()   # _handles
@@ -171,14 +117,6 @@ cdef class Matmul:
     choice for a workspace of at most ``max_workspace`` bytes; ``workspace_size`` is what
     it needs (give at least that much to ``run``).
     """
-    cdef cublasLtHandle_t lt
-    cdef cublasLtMatmulDesc_t desc
-    cdef cublasLtMatrixLayout_t la, lb, lc
-    cdef cublasLtMatmulAlgo_t algo
-    cdef readonly size_t workspace_size
-    cdef readonly Device device
-    cdef readonly tuple key
-
     def __cinit__(self):
         self.desc = NULL
         self.la = self.lb = self.lc = NULL
@@ -250,14 +188,7 @@ cdef class Matmul:
 
     cdef int run_c(self, const void *a, const void *b, void *c, float alpha, float beta, void *ws,
                    size_t ws_bytes, CUstream s) except -1:
-        cdef cublasStatus_t st
-        self.device.activate()
-        with nogil:
-            st = LT.cublasLtMatmul(self.lt, self.desc, &alpha, b, self.la, a, self.lb, &beta, c, self.lc, c,
-                                   self.lc, &self.algo, ws, ws_bytes, s)
-        if st != 0:
-            _ck(st, "cublasLtMatmul")
-        return 0
+        return issue(self, a, b, c, alpha, beta, ws, ws_bytes, s, True)
 
     def run(self, uintptr_t a, uintptr_t b, uintptr_t c, float alpha=1.0, float beta=0.0, uintptr_t workspace=0,
             size_t workspace_bytes=0, stream=None):
@@ -281,6 +212,23 @@ cdef class Matmul:
             LT.cublasLtMatrixLayoutDestroy(self.lc)
         if self.desc != NULL:
             LT.cublasLtMatmulDescDestroy(self.desc)
+
+
+cdef int issue(Matmul mm, const void *a, const void *b, void *c, float alpha, float beta, void *ws,
+               size_t ws_bytes, CUstream s, bint release_gil) except -1:
+    """See _cublaslt.pxd. cuBLAS's "A" is our B and its "B" our A (Matmul.__init__)."""
+    cdef cublasStatus_t st
+    make_current(mm.device)
+    if release_gil:
+        with nogil:
+            st = LT.cublasLtMatmul(mm.lt, mm.desc, &alpha, b, mm.la, a, mm.lb, &beta, c, mm.lc, c, mm.lc, &mm.algo,
+                                   ws, ws_bytes, s)
+    else:
+        st = LT.cublasLtMatmul(mm.lt, mm.desc, &alpha, b, mm.la, a, mm.lb, &beta, c, mm.lc, c, mm.lc, &mm.algo,
+                               ws, ws_bytes, s)
+    if st != 0:
+        _ck(st, "cublasLtMatmul")
+    return 0
 
 
 @cython.auto_pickle(False)      # raw device pointers: a pickled plan would be meaningless

@@ -321,9 +321,11 @@ def _lt_workspace(device, stream, need):
 
 
 def _lt_run(mm, ops, stream):
+    """Run the cuBLASLt call (the op's Python path); the workspace it used."""
     ab, bb, ob, alpha, beta = ops
     ws = _lt_workspace(ab.device, stream, mm.workspace_size)
     mm.run(ab.ptr, bb.ptr, ob.ptr, alpha, beta, ws.ptr, ws.nbytes, stream)
+    return ws
 
 
 @op
@@ -342,7 +344,9 @@ def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
         library is missing, ``ValueError`` for a layout it cannot read (no unit stride);
         ``'auto'`` never needs it (module docstring). The cuBLASLt path uses a 32 MiB
         workspace per (device, stream), allocated on first use: under stream capture,
-        call once on that stream before capturing, or use :func:`plan_matmul`.
+        call once on that stream before capturing, or use :func:`plan_matmul`. A
+        repeated call (same signature and stream) is an op hit there too: one
+        ``cublasLtMatmul`` from C (``_oplt``).
     stream : stream-like, optional
 
     Returns
@@ -350,9 +354,9 @@ def matmul(a, b, *, out=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
     DeviceBuffer or ``out``
     """
     kern, grid, block, smem, args, ob = _prep(a, b, out, trans_a, trans_b, alpha, beta, backend, stream)
-    if kern == "lt":        # a cuBLASLt call, not a kernel launch: run here (no launch for @op to record)
-        _lt_run(grid, block, stream)
-        return None, 0, 0, (), ob
+    if kern == "lt":        # a cuBLASLt call, not a kernel launch: run here; @op records it (_oplt)
+        ws = _lt_run(grid, block, stream)
+        return grid, None, None, block + (ws,), ob
     return kern, grid, block, args, ob, smem
 
 

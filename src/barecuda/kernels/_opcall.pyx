@@ -4,8 +4,9 @@ Owns ``Op`` (what ``@op`` turns a family module's prep function into) and its me
 A family module writes each op as a Python function that checks its arguments and
 returns the launch it wants, ``(kernel, grid, block, args, result)`` (optionally a
 sixth item, the dynamic shared memory; ``result`` may be None: nothing to return), without
-launching (a falsy ``grid``: the function did its work itself, nothing to launch or record,
-e.g. a cuBLASLt call); ``@op`` makes the public
+launching (a falsy ``grid``: the function did its work itself, nothing to launch or record;
+a ``_cublaslt.Matmul`` as ``kernel``: the function ran that cuBLASLt call, recorded and
+reissued by ``_oplt``); ``@op`` makes the public
 op of it. The first call with a given *signature* runs that function (every check,
 every error, exactly as written), launches, and records in a small per-op memo what
 the checks depended on and how the launch was built from the arguments. A later call
@@ -78,6 +79,8 @@ from barecuda._launch cimport Kernel, check_dims, pack_slot, issue, capture_hook
 from barecuda._interop cimport tensor_pointer, bc_stream_memo
 from barecuda.kernels._opkey cimport (pfact, pkey, P_NONE, P_BUF, P_DLX, P_VAL, P_NOKEY, P_QW, read_arg,
                                       read_call, keys_match, match_call, make_keys)
+from barecuda.kernels._oplt cimport LtCall, lt_call, lt_hit, lt_noted
+from barecuda.kernels._cublaslt cimport Matmul as LtMatmul
 from barecuda._launch cimport capture_hook_t
 
 
@@ -143,6 +146,7 @@ cdef class _Record:
     cdef int64_t poff[MAXA]
     cdef unsigned short soff[MAXA]                 # every parameter's offset in the block
     cdef char block_bytes[BC_SMALL_ARGBYTES]
+    cdef LtCall lt                                 # a cuBLASLt call (_oplt), else None: kernel unused
 
 
 # ------------------------------------------------------------------ the op object
@@ -155,6 +159,7 @@ cdef bint _direct = True           # set_direct(False): every hit through Kernel
 cdef Py_ssize_t _hits = 0
 cdef Py_ssize_t _misses = 0
 cdef Py_ssize_t _records = 0
+cdef object _MISS = object()         # _lt_hit: the recorded cuBLASLt call cannot be issued here
 cdef object _ops = weakref.WeakSet()   # every Op made (clear(), _FamilyModule)
 cdef capture_hook_t *_hook_slot = capture_hook_slot()    # _launch's switches, read on each hit
 cdef bint *_gil_slot = releases_gil_slot()
@@ -329,9 +334,14 @@ cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject 
     if bound:
         return _slow(self, argv, nargsf, kwnames, NULL, NULL)
     if r is not None and match_call(r.keys, self.nparams, self.stream_at, vals, f):
-        k = <object>PyWeakref_GetObject(r.kernel)
-        if k is not None and (<Kernel>k).func != NULL:
-            return _hit(self, r, k, vals, f)
+        if r.lt is None:
+            k = <object>PyWeakref_GetObject(r.kernel)
+            if k is not None and (<Kernel>k).func != NULL:
+                return _hit(self, r, k, vals, f)
+        else:
+            k = _lt_hit(self, r, vals, f)
+            if k is not _MISS:
+                return k
     r = None
     keyed = read_call(vals, self.nparams, self.stream_at, f) == 0
     if keyed:
@@ -346,7 +356,10 @@ cdef object _op_vcall(object callable, PyObject **argv, size_t nargsf, PyObject 
                     break
             else:
                 r = None
-        if r is not None:
+        k = _lt_hit(self, r, vals, f) if r is not None and r.lt is not None else _MISS
+        if k is not _MISS:
+            return k
+        if r is not None and r.lt is None:
             k = <object>PyWeakref_GetObject(r.kernel)
             if k is not None and (<Kernel>k).func != NULL:
                 return _hit(self, r, k, vals, f)
@@ -376,6 +389,19 @@ cdef object _hit(Op self, _Record r, object k, PyObject **vals, const pfact *f):
     if r.nres == 0:
         return None
     return (_res(r, 0, vals, made), _res(r, 1, vals, made))
+
+
+cdef object _lt_hit(Op self, _Record r, PyObject **vals, const pfact *f):
+    """A recorded cuBLASLt call issued with this call's arrays (_oplt.lt_hit); _MISS when
+    it cannot be here (another stream, ...: the caller runs the Python path)."""
+    global _hits
+    cdef list made = [] if r.nalloc else None
+    if not lt_hit(r.lt, vals, f, <object>vals[self.stream_at] if self.stream_at >= 0 else None, r.alloc, made,
+                  _new_like):
+        return _MISS
+    _hits += 1
+    self.misses_in_row = 0
+    return _res(r, 0, vals, made)
 
 
 cdef int _issue_direct(_Record r, Kernel k, PyObject **vals, const pfact *f, list made, object stream) except -1:
@@ -494,18 +520,24 @@ cdef object _slow(Op self, PyObject **argv, size_t nargsf, PyObject *kwnames, Py
             k.launch(grid, block, *args, stream=stream)
         else:
             k.launch(grid, block, *args, stream=stream, shared_mem=smem)
+    lt = not grid and type(k) is LtMatmul       # a cuBLASLt call the function ran (_oplt)
+    if lt:
+        lt_noted(tuple(args), stream)
     if vals == NULL:
         return _give_back(res, None)
     self.misses_in_row += 1
     rec = None
-    if f != NULL and grid and type(k) is Kernel and (self.misses_in_row <= 32 or self.misses_in_row % 32 == 0):
+    if f != NULL and (lt or grid and type(k) is Kernel) and \
+            (self.misses_in_row <= 32 or self.misses_in_row % 32 == 0):
         try:
-            rec = _record(self, f, k, grid, block, tuple(args), res, smem)
+            rec = _record(self, f, k, stream if lt else grid, block, tuple(args), res, smem)
         except Exception:           # (an argument the recorder cannot read: not recorded)
             rec = None
     if rec is not None:
         _records += 1
         with cython.critical_section(self):
+            if lt:                  # a record of this signature that could not issue (another stream...)
+                self.records = [x for x in self.records if not keys_match((<_Record>x).keys, self.nparams, f)]
             self.records.insert(0, rec)
             del self.records[MAXE:]
             self.mru = rec
@@ -563,6 +595,9 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
     cdef Py_ssize_t i, n
     cdef int src, ref
     cdef int64_t off
+    cdef bint lt = type(k) is LtMatmul          # args: (a, b, c, alpha, beta, workspace); grid: the stream
+    if lt:
+        ws, args = args[5], args[:5]
     n = len(args)
     if n > MAXA:
         return None
@@ -617,6 +652,12 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
                 r.aconst[i] = <PyObject *>x
                 r.keep.append(x)
     r.nargs = n
+    if lt:                          # A, B, C: array argument i or new output j (-1 - j), at its address
+        if r.nres != 1 or any([r.asrc[i] not in (A_PARAM, A_ALLOC) or r.aoff[i] for i in range(3)]):
+            return None
+        s3 = [r.aref[i] if r.asrc[i] == A_PARAM else -1 - r.aref[i] for i in range(3)]
+        r.lt = lt_call(k, ws, grid, s3[0], s3[1], s3[2], args[3], args[4])
+        return r if r.lt is not None else None
     r.direct = _can_direct(r, <Kernel>k, grid, block, smem)
     r.kernel = PyWeakref_NewRef(k, None)
     r.grid = grid
