@@ -10,7 +10,8 @@ chain: a ``cuMemcpyDtoD`` node of the KV bytes, a read-only streaming kernel of 
 decode grid and with 4 blocks a multiprocessor, an empty node (``decode_floors``); the row's
 label carries its time over the read floor. ``python -m barecuda.bench.kernels_attention_rows``
 prints the table alone; ``--floor-probe`` / ``--floor-probe2`` (where the fixed cost goes:
-probe builds, merge and pipeline variants), ``--probe``, ``--pdl-probe``, ``--merge-probe`` are
+probe builds, merge and pipeline variants; ``--floor-probe3``: the split finish, per-warp waits, the cluster
+merge; ``--floor-probe4``: the new default, bulk copies), ``--probe``, ``--pdl-probe``, ``--merge-probe`` are
 the developer probes (``--probe-only``: without the table).
 """
 import math
@@ -258,10 +259,10 @@ PDL_VARIANTS: Tuple[Tuple[str, bool, Dict[str, Any]], ...] = (   # (label, pdl p
     ("pdl 3 stages, prefetch 1024", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 1024}),
     ("pdl 3 stages, prefetch 256, 2 blocks/SM of splits", True, {"PDL_STAGES": 3, "PDL_PF_KEYS": 256, "PDL_OCC": 2}),
     ("plain again", False, {}), ("griddepcontrol build, plain launch again", False, {"DEC_PDL_PLAIN": 1}))
-MERGE_VARIANTS: Tuple[Tuple[str, bool, Dict[str, Any]], ...] = (   # the split merge: DEC_MERGE 0 (online log-sum-exp, 8 splits a round) or 1 (weights in shared memory)
-    ("plain, merge 0", False, {}), ("plain, merge 1", False, {"DEC_MERGE": 1}),
-    ("pdl, merge 1", True, {"DEC_MERGE": 1}), ("plain, merge 0 again", False, {}),
-    ("plain, merge 1 again", False, {"DEC_MERGE": 1}))
+MERGE_VARIANTS: Tuple[Tuple[str, bool, Dict[str, Any]], ...] = (   # the split merge: DEC_MERGE 2 (float4, 16 splits a round; default) or 0 (8 splits a round)
+    ("plain, merge 2", False, {}), ("plain, merge 0", False, {"DEC_MERGE": 0}),
+    ("pdl, merge 2", True, {}), ("plain, merge 2 again", False, {}),
+    ("plain, merge 0 again", False, {"DEC_MERGE": 0}))
 
 
 def _with_settings(A, label, settings, call):
@@ -369,6 +370,27 @@ FLOOR2_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (
     ("default again", {}), ("8 warps, 3 stages again", {"DEC_WARPS": 8, "DEC_STAGES": 3}),
     ("old default again", {"DEC_MERGE": 0, "DEC_SYNC": 0}))
 FLOOR2_NAMES = tuple(label for label, _ in FLOOR2_VARIANTS)
+# --floor-probe3 (H200 2026-11-27 09:51, docs/kernels.md): on the 8-warp 3-stage block ring of the time (DEC_WPIPE=0,
+# DEC_SYNC=1, set explicitly below), the split finish without fence.sc (DEC_SYNC=2), per-warp copies and waits in the
+# block's stages (DEC_WPIPE=2, 3), the cluster merge's first GPU run (DEC_CLUSTER)
+FLOOR3_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = tuple((label, {"DEC_WPIPE": 0, "DEC_SYNC": 1, **st}) for label, st in (
+    ("default", {}), ("probe 1: no merge", {"DEC_PROBE": 1}), ("sync 2 (one atom.acq_rel)", {"DEC_SYNC": 2}),
+    ("wpipe 2 (per-warp copies and waits)", {"DEC_WPIPE": 2}),
+    ("wpipe 2 + sync 2", {"DEC_WPIPE": 2, "DEC_SYNC": 2}), ("wpipe 1 (per-warp contiguous rings)", {"DEC_WPIPE": 1}),
+    ("wpipe 3 (2 + refill after reading)", {"DEC_WPIPE": 3}), ("wpipe 3 + sync 2", {"DEC_WPIPE": 3, "DEC_SYNC": 2}),
+    ("cluster merge", {"DEC_CLUSTER": 1}), ("cluster merge + wpipe 3", {"DEC_CLUSTER": 1, "DEC_WPIPE": 3}),
+    ("wpipe 3 + probe 1", {"DEC_WPIPE": 3, "DEC_PROBE": 1}),
+    ("default again", {}), ("sync 2 again", {"DEC_SYNC": 2}), ("wpipe 3 + sync 2 again", {"DEC_WPIPE": 3, "DEC_SYNC": 2}),
+    ("wpipe 2 + sync 2 again", {"DEC_WPIPE": 2, "DEC_SYNC": 2}), ("cluster merge again", {"DEC_CLUSTER": 1})))
+FLOOR3_NAMES = tuple(label for label, _ in FLOOR3_VARIANTS)
+# --floor-probe4 (H200 2026-11-27 10:08, docs/kernels.md): the new default (DEC_WPIPE=3, DEC_SYNC=2) against the old one, bulk copies (DEC_TMA)
+FLOOR4_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (
+    ("default (wpipe 3, sync 2)", {}), ("old default (wpipe 0, sync 1)", {"DEC_WPIPE": 0, "DEC_SYNC": 1}),
+    ("bulk copies (tma)", {"DEC_TMA": 1}), ("tma + probe 1 (no merge)", {"DEC_TMA": 1, "DEC_PROBE": 1}),
+    ("probe 1: no merge", {"DEC_PROBE": 1}), ("probe 2: no merge, no softmax math", {"DEC_PROBE": 2}),
+    ("tma + probe 2", {"DEC_TMA": 1, "DEC_PROBE": 2}), ("wpipe 2", {"DEC_WPIPE": 2}),
+    ("default again", {}), ("tma again", {"DEC_TMA": 1}), ("old default again", {"DEC_WPIPE": 0, "DEC_SYNC": 1}))
+FLOOR4_NAMES = tuple(label for label, _ in FLOOR4_VARIANTS)
 
 
 def floor_probe_defines(variants=None, d64_names=FLOOR_D64):
@@ -644,6 +666,10 @@ if __name__ == "__main__":
         decode_floor_probe()
     if "--floor-probe2" in sys.argv:
         decode_floor_probe(variants=FLOOR2_VARIANTS, d64_names=FLOOR2_NAMES, short_names=FLOOR2_NAMES)
+    if "--floor-probe3" in sys.argv:
+        decode_floor_probe(variants=FLOOR3_VARIANTS, d64_names=FLOOR3_NAMES, short_names=FLOOR3_NAMES)
+    if "--floor-probe4" in sys.argv:
+        decode_floor_probe(variants=FLOOR4_VARIANTS, d64_names=FLOOR4_NAMES, short_names=FLOOR4_NAMES)
     if "--merge-probe" in sys.argv:
         decode_pdl_probe(variants=MERGE_VARIANTS)
     if "--probe-only" not in sys.argv:

@@ -43,7 +43,20 @@ SPLIT_OCC = 1       # default n_splits of plain plans: count at most this many b
                     # 10.02 (4 warps) against the occupancy's 33 / 49 splits 10.49 / 11.27; a short context in a
                     # big cache launches fewer idle blocks (d64 129 keys 3.74 against 4.65 us, 8 warps)
 DEC_KPW = 16        # keys per warp per pipeline stage (16 or 32)
-DEC_WPIPE = 0       # 1: each warp streams its own share of the split (no block barrier per tile)
+DEC_WPIPE = 3       # 3 (default since 2026-11-27 10:1x): the block's stages and key order, each warp copying,
+                    # waiting for and reading its own keys of a stage (no block barrier per tile) and refilling a
+                    # stage as soon as it has read it (DEC_STAGES tiles in flight); 2: the same, refilled at the
+                    # next tile's start (DEC_STAGES - 1); 1: each warp streams its own contiguous share of the
+                    # split; 0: one block-wide ring (the default before). H200 10:08 UTC, same run, us a call,
+                    # the old default (wpipe 0, sync 1) -> this one (wpipe 3, sync 2): 32/8 d128 4k 10.30 -> 9.64,
+                    # 16k 22.88 -> 22.06, 32k 39.37 -> 38.41, d64 8k 9.46 -> 9.02; the decode loop's node over 129
+                    # keys d128 5.20 -> 4.77, d64 3.78 -> 3.44; 1024 keys 6.18 -> 5.69 (09:51: wpipe 2 within 0.1-0.4
+                    # of 3; wpipe 1 32k 40.8, but 129 keys d128 4.47)
+DEC_TMA = 0         # 1 (sm_90, with DEC_WPIPE 3): the warps' rows come by bulk copy (cp.async.bulk, one row a
+                    # lane, an mbarrier a stage and warp) instead of 16-byte cp.async. Correct (the decode GPU tests
+                    # passed on it, H200 10:08) but slower: 4k 9.76, 16k 23.76, 32k 40.34, d64 8k 10.29, 129 keys
+                    # d128 5.40 us; without the softmax math (probe 2) faster than cp.async at 16k/32k (19.19 /
+                    # 35.00 against 20.25 / 36.47): the waits, not the copies, cost (not pursued)
 DEC_MINCHUNK = 128  # keys a split takes at least (attention_decode.cu's default)
 DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (attention_decode.cu's default)
 # Programmatic dependent launch (plan_attention_decode(pdl=True)): those plans use the DEC_PDL=1 build
@@ -53,19 +66,23 @@ DEC_ONESPLIT = 256  # contexts up to this many keys run in one split: no merge (
 # 42.8 / 42.6-43.2; 1024 keys 7.6 / 8.2 / 8.1; 129 keys 5.72 / 5.47 / 6.01 (d64: 4.14 / 4.03 / 5.5). So plain
 # plans keep the build without griddepcontrol (DEC_PDL_PLAIN = 0), and PDL pays only at short contexts.
 DEC_MERGE = 2       # the last block's split merge (attention_decode.cu): 2 = float4 partials, 16 splits a round; 0 = one
-                    # element a thread, 8 splits a round (the default before 2026-11-27 06:2x); 1 = the weights in
-                    # shared memory (correct, slower). H200 06:21 UTC, same run, us a call, 0 -> 2: 32/8 d128 4k
-                    # 12.66 -> 10.23, 16k 25.42 -> 23.06, 32k 41.87 -> 39.65, d64 8k 14.40 -> 11.42, 1024 keys
+                    # element a thread, 8 splits a round (the default before 2026-11-27 06:2x); (1, the weights
+                    # in shared memory: slower, removed 2026-11-27 10:1x). H200 06:21 UTC, same run, us a call,
+                    # 0 -> 2: 32/8 d128 4k 12.66 -> 10.23, 16k 25.42 -> 23.06, 32k 41.87 -> 39.65, d64 8k 14.40 -> 11.42, 1024 keys
                     # 7.86 -> 6.61; 129 keys (one split, no merge) unchanged; without any merge (probe) 4k 8.57
-DEC_SYNC = 1        # 1: split blocks count themselves done by thread 0 alone (barrier, fence, atomic: the
-                    # cooperative-groups pattern); 0: a fence in every thread first. With DEC_MERGE=2 on the same
-                    # run: 4k 10.18-10.21 vs 10.23, 16k 22.94-22.97 vs 23.06, 32k 39.41-39.52 vs 39.65 us
+DEC_SYNC = 2        # 2 (default since 2026-11-27 10:1x): split blocks count themselves done by thread 0 alone
+                    # with one atom.acq_rel.gpu after a block barrier (no fence.sc); 1: thread 0 fences
+                    # (__threadfence), counts, and the last fences again; 0: a fence in every thread first. H200
+                    # 09:51 UTC, 1 -> 2 (block ring): 4k 10.20 -> 9.97, 16k 22.57 -> 22.32, 32k 39.07 -> 38.86, d64
+                    # 8k 9.41 -> 9.13, 1024 keys 6.21 -> 5.88 us (06:2x, 0 -> 1: 4k 10.23 -> 10.18-10.21)
 DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first DEC_SPEC keys of each split
                     # before the length is read, placing the split as if the length were max_ctx (a hint)
 DEC_LENFIRST = 0    # 1: the kernel issues the length load before the Q loads
 DEC_CLUSTER = 0     # 1: plan_attention_decode on sm_90 with <= 16 splits makes the splits of a KV head one
                     # thread-block cluster that merges through distributed shared memory (attention_decode.cu
-                    # DEC_CLUSTER; no workspace). Written after the last GPU call of 2026-11-27: NOT GPU-run
+                    # DEC_CLUSTER; no workspace). Correct (H200 tests, 2026-11-27 09:51) and slower everywhere (4k
+                    # 15.9 us against 10.2, 32k 60.4 against 39.1): at 1 block a multiprocessor the H200 holds only 7
+                    # clusters of 12-16 blocks at once (8 of them need two waves); at d64 (2 blocks/SM) 11.5 vs 9.4
 DEC_PROBE = 0       # PROBE BUILDS ONLY (bench --floor-probe; wrong answers for 1-3): 1 no merge, 2 no merge and
                     # no softmax math, 3 = 2 without the Q and length loads, 4 the length taken as max_ctx
 DEC_PDL_PLAIN = 0   # 1: plain plans use the griddepcontrol build too (the bench probe's comparison)
@@ -103,12 +120,13 @@ def _dec_configs(stages=None):
 
 def _dec_defines(d, stages=None, pdl=False, warps=None, cluster=False):
     extra = (("DEC_KPW", DEC_KPW),) if DEC_KPW != 16 else ()
-    extra += (("DEC_WPIPE", 1),) if DEC_WPIPE else ()
+    extra += (("DEC_WPIPE", DEC_WPIPE),) if DEC_WPIPE != 3 else ()   # attention_decode.cu's defaults: 3, 2, 2
+    extra += (("DEC_TMA", 1),) if DEC_TMA and DEC_WPIPE == 3 else ()
     extra += (("DEC_MINCHUNK", DEC_MINCHUNK),) if DEC_MINCHUNK != 128 else ()
     extra += (("DEC_ONESPLIT", DEC_ONESPLIT),) if DEC_ONESPLIT != 256 else ()
     extra += (("DEC_PDL", 1),) if pdl or DEC_PDL_PLAIN else ()
-    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE != 2 else ()    # attention_decode.cu's defaults: 2, 1
-    extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC != 1 else ()
+    extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE != 2 else ()
+    extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC != 2 else ()
     extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
     extra += (("DEC_LENFIRST", 1),) if DEC_LENFIRST else ()
     extra += (("DEC_PROBE", DEC_PROBE),) if DEC_PROBE else ()
@@ -127,6 +145,7 @@ def _rs(d):
 def decode_smem(d, group, stages=None, warps=None, cluster=False):
     w = warps or DEC_WARPS
     pipe = (stages or DEC_STAGES) * 2 * DEC_KPW * w * _rs(d)
+    pipe += 8 * w * (stages or DEC_STAGES) if DEC_TMA and DEC_WPIPE == 3 else 0   # the bulk-copy ring's mbarriers
     merge = 4 * (2 * w * 16 + w * group * d) + (4 * group * (d + 1) if cluster else 0)
     return max(pipe, merge)
 

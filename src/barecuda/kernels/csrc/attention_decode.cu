@@ -25,41 +25,38 @@
 #define DEC_KPW 16   // decode: keys per warp per pipeline stage (16 or 32)
 #endif
 #ifndef DEC_WPIPE
-#define DEC_WPIPE 0  // decode: 1 = each warp streams its own contiguous share of the split through its
-                     // own DEC_STAGES-deep ring (no block-wide barrier per tile); 0 = one block-wide ring
+#define DEC_WPIPE 3  // decode (default 3): 1 = each warp streams its own contiguous share of the split through its
+                     // own DEC_STAGES-deep ring (no block-wide barrier per tile); 2 = the block's ring and key
+                     // order, but each warp copies and waits for its own DEC_KPW keys of a stage alone (no
+                     // block-wide barrier per tile: a warp runs ahead of the others); 3 = 2, and a warp refills a
+                     // stage right after reading it (DEC_STAGES tiles in flight while it waits, not
+                     // DEC_STAGES - 1); 0 = one block-wide ring
 #endif
 #ifndef DEC_MERGE
-#define DEC_MERGE 2  // decode: the last block's split merge. 2 (default since 2026-11-27) = one online log-sum-exp
-                     // pass over 4 consecutive elements a thread (float4 partials), 16 splits a round: one round
-                     // of 16 float4 + 16 log-sum-exp loads a thread at 32/8 d128 (16 splits); 0 = the pass one
-                     // element a thread, 8 splits a round (2 x ceil(group * D / threads) dependent L2 round
-                     // trips). H200 (06:21 UTC, same run, us a call, 0 -> 2): 4k 12.66 -> 10.23, 16k 25.42 ->
-                     // 23.06, 32k 41.87 -> 39.65, d64 8k 14.40 -> 11.42; no merge at all (probe) 4k 8.57; 1 = the
-                     // splits' weights once into shared memory (one round), then every partial load of a
-                     // thread independent (4 elements x 16 splits a round: one round at 32/8 d128). 1 is
-                     // correct but slower on the H200 (2026-11-27 02:40 UTC, us a call: 4k 12.8-13.5 vs
-                     // 12.4-12.8, 1024 keys 9.3 vs 7.7, d64 8k 16.1 vs 14.4): fewer round trips do not pay
+#define DEC_MERGE 2  // decode: the last block's split merge. 2 (default) = one online log-sum-exp pass over 4
+                     // consecutive elements a thread (float4 partials), 16 splits a round; 0 = one element a
+                     // thread, 8 splits a round (1, the weights in shared memory first, was slower on the H200
+                     // and is gone since 2026-11-27 10:1x). H200 timings: docs/kernels.md
 #endif
+static_assert(DEC_MERGE == 0 || DEC_MERGE == 2, "DEC_MERGE: 0 or 2");
 #ifndef DEC_SYNC
-#define DEC_SYNC 1   // decode: how a split block signals it is done (default 1). 0 = every thread __threadfence(), barrier, one
+#define DEC_SYNC 2   // decode: how a split block signals it is done (default 2). 0 = every thread __threadfence(), barrier, one
                      // atomic (threadFenceReduction); 1 = barrier, then thread 0 alone fences and counts (the
                      // cooperative-groups grid-sync pattern: the barrier orders the block's partial writes before
                      // thread 0's fence, which is cumulative), the last block's thread 0 fences again before the
-                     // barrier that releases its merge
+                     // barrier that releases its merge; 2 = barrier, then thread 0 counts with one
+                     // atom.acq_rel.gpu (release: the block's partials, ordered before it by the barrier;
+                     // acquire: every other block's, for the merge) instead of two fence.sc (__threadfence)
 #endif
 #ifndef DEC_SPEC
 #define DEC_SPEC 0   // decode, contiguous caches, sm_90: > 0 = before the length is read, ask the L2 for the first
-                     // DEC_SPEC keys of this block's split as if the length were max_ctx (a hint: nothing is read
-                     // into the SM, so a wrong guess costs bandwidth only); 0 = no speculation
+                     // DEC_SPEC keys of this block's split as if the length were max_ctx (a hint); 0 = none
 #endif
 #ifndef DEC_CLUSTER
-#define DEC_CLUSTER 0    // decode, sm_90, plans only (plan_attention_decode with _attention.DEC_CLUSTER = 1): 1 = the
-                         // splits of a KV head form one thread-block cluster (grid.x = n_splits <= 16, cluster
-                         // (n_splits, 1, 1)); each block leaves its normalized partial and log-sum-exp in its own
-                         // shared memory and, after a cluster barrier, merges a slice of the output reading every
-                         // block's partial through distributed shared memory (no workspace, fence, counter or L2
-                         // round trip), then a second barrier keeps its memory alive until all have read it.
-                         // Written 2026-11-27 after the last GPU call: compiled, NOT GPU-run; off
+#define DEC_CLUSTER 0    // decode, sm_90, plans only (_attention.DEC_CLUSTER = 1): 1 = the splits of a KV head form one
+                         // thread-block cluster (grid.x = n_splits <= 16) that merges through distributed shared
+                         // memory (no workspace, fence, counter or L2 round trip). Correct (H200 tests, 2026-11-27
+                         // 09:51) but slower everywhere: at 1 block/SM only 7 clusters of 12-16 fit the H200 at once
 #endif
 #ifndef DEC_LENFIRST
 #define DEC_LENFIRST 0   // decode: 1 = the length load is issued before the Q loads (the first cp.async waits on
@@ -72,10 +69,19 @@
                      // 3 = 2 and no Q load, the length taken as max_ctx (no load before the first cp.async);
                      // 4 = the length taken as max_ctx (correct only when length == max_ctx)
 #endif
+#ifndef DEC_TMA
+#define DEC_TMA 0    // decode, DEC_WPIPE 3, sm_90 (cp.async elsewhere): 1 = a warp's rows of a stage come by bulk copy,
+                     // one cp.async.bulk of a K or V row a lane counted on an mbarrier (one a stage and warp); rows
+                     // past the length are zeroed by their lane
+#endif
+#if DEC_TMA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define DEC_BULK 1
+#else
+#define DEC_BULK 0
+#endif
 #ifndef DEC_PDL
 #define DEC_PDL 0    // decode: 1 = the build of pdl=True plans: griddepcontrol (programmatic dependent launch),
-                     // the optional pre-wait L2 prefetch, Q and the length read through L2. Plain plans keep 0:
-                     // the same build launched without PDL costs 1.0-1.5 us more a call (H200, see _attention.py)
+                     // the optional pre-wait L2 prefetch, Q and the length read through L2 (plain plans keep 0)
 #endif
 
 namespace {
@@ -89,10 +95,7 @@ constexpr int DEC_BN = DEC_KPW * DEC_WARPS;   // keys per pipeline stage (DEC_KP
 // How the length read from the device is cut into splits (the grid is sized for the cache's
 // capacity; splits past the length exit at once). A context of <= DEC_ONESPLIT keys runs in one
 // split, which writes its answer directly (no partials, no threadfence/atomic merge); longer
-// ones in splits of >= DEC_MINCHUNK keys. H200, 32/8 heads, a graph of 16 nodes, us a node
-// (2026-11-26 22:58 UTC; the old rule was splits of >= 64 keys): d64 129 keys 4.87 -> 4.40,
-// d128 129 keys 6.55 -> 5.83, d128 1024 keys 8.29 -> 7.65 (256-key splits: 9.69); 4k and up
-// unchanged (their splits are >= 256 keys).
+// ones in splits of >= DEC_MINCHUNK keys (H200 timings of the choice: docs/kernels.md).
 #ifndef DEC_MINCHUNK
 #define DEC_MINCHUNK 128
 #endif
@@ -162,6 +165,34 @@ BC_DEV void dec_prefetch_rows(const bc_u16* base, long long tok_stride, int t0, 
                          "r"((unsigned)(D * 2)) : "memory");
     }
 #endif
+}
+#endif
+
+#if DEC_BULK
+static_assert(DEC_WPIPE == 3, "DEC_TMA: with DEC_WPIPE 3 (a warp fills and reads its own rows)");
+// the mbarriers of the bulk-copy ring: init (+ the fences that make it visible to the copy engine),
+// one row's copy with its bytes expected first, a row of zeros with a plain arrival, the wait for a phase
+BC_DEV void dec_mbar_init(bc_u32 bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+BC_DEV void dec_mbar_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+}
+BC_DEV void dec_row_bulk(bc_u32 dst, const bc_u16* src, bc_u32 bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(D * 2) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(dst), "l"(src), "r"(D * 2), "r"(bar) : "memory");
+}
+BC_DEV void dec_row_zero(bc_u32 dst, bc_u32 bar) {
+#pragma unroll
+    for (int c = 0; c < CPR; ++c) asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(dst + c * 16), "r"(0) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+BC_DEV void dec_mbar_wait(bc_u32 bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
 }
 #endif
 
@@ -281,6 +312,14 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const bc_u32 sbase = bc_smem_addr(smem);
+#if DEC_BULK
+    // this warp's mbarriers, one a stage, after the pipeline memory; 2 * DEC_KPW arrivals a phase (a row each)
+    const bc_u32 bars = sbase + (bc_u32)(DEC_STAGES * 2 * DEC_BN * RS + warp * DEC_STAGES * 8);
+    if (lane == 0)
+        for (int s = 0; s < DEC_STAGES; ++s) dec_mbar_init(bars + 8 * s, 2 * DEC_KPW);
+    dec_mbar_fence();
+    __syncwarp();
+#endif
     const long long head_off = (long long)kvh * head_stride;
     // one 16-byte chunk of token tok (row `row` of the stage at ks/vs)
     auto copy_chunk = [&](bc_u32 ks, bc_u32 vs, int row, int col, int tok, bool ok) {
@@ -295,22 +334,78 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             bc_cp_async16(vs + (bc_u32)(row * RS + col * 16), vc + off, ok);
         }
     };
-    // The cp.async ring: tiles of `tile` keys (K rows, then V rows, RS bytes each) from token
-    // `first` up to `last`, copied by threads t, t + ts, ...; each tile's stage is made
-    // visible by a block barrier (block_sync) or a warp one, then this warp reads its
-    // DEC_KPW keys at key offset `wofs` of the tile (the last tile masked at `last`).
-    // (A plain lambda: NVRTC 13.0 rejects generic ones in device code.)
+    // The ring: tiles of `tile` keys (K rows, then V rows, RS bytes each) from token `first` up to `last`,
+    // copied by threads t, t + ts, ... (DEC_WPIPE >= 2: this warp's rows alone); each stage is made visible by a
+    // block barrier (block_sync) or a warp one, then this warp reads its DEC_KPW keys at key offset `wofs` of
+    // the tile (the last tile masked at `last`). (A plain lambda: NVRTC 13.0 rejects generic ones.)
     auto ring = [&](bc_u32 base, int tile, int first, int last, int t, int ts, int wofs, bool block_sync) {
         const int stage = 2 * tile * RS;
         const int ntile = last > first ? (last - first + tile - 1) / tile : 0;
+#if DEC_BULK
+        auto load = [&](int it) {   // a K or V row of this warp's keys a lane (none past the length)
+            if (first + it * tile + wofs >= last) return;
+            const bc_u32 ks = base + (bc_u32)((it % DEC_STAGES) * stage), bar = bars + (bc_u32)(8 * (it % DEC_STAGES));
+            for (int r = t; r < 2 * DEC_KPW; r += ts) {
+                const int row = wofs + r % DEC_KPW, tok = first + it * tile + row;
+                const bc_u32 dst = ks + (bc_u32)((r < DEC_KPW ? 0 : tile * RS) + row * RS);
+                if (tok < last) {
+                    long long phys = tok;
+                    if (block_table != nullptr) phys = (long long)__ldg(block_table + tok / page_size) * page_size + tok % page_size;
+                    dec_row_bulk(dst, (r < DEC_KPW ? kc : vc) + phys * tok_stride + head_off, bar);
+                } else {
+                    dec_row_zero(dst, bar);
+                }
+            }
+        };
+#else
         auto load = [&](int it) {
             const bc_u32 ks = base + (bc_u32)((it % DEC_STAGES) * stage);
+#if DEC_WPIPE >= 2
+            if (first + it * tile + wofs >= last) return;   // this warp's keys of the tile lie past the length
+            for (int c = t; c < DEC_KPW * CPR; c += ts) {   // this warp's own DEC_KPW rows of the stage
+                const int row = wofs + c / CPR, col = c % CPR;
+#else
             for (int c = t; c < tile * CPR; c += ts) {
                 const int row = c / CPR, col = c % CPR;
+#endif
                 const int tok = first + it * tile + row;
                 copy_chunk(ks, ks + tile * RS, row, col, tok, tok < last);
             }
         };
+#endif
+#if DEC_WPIPE == 3
+        // a warp refills a stage as soon as it has read it: DEC_STAGES tiles in flight while it waits
+#pragma unroll
+        for (int s = 0; s < DEC_STAGES; ++s) {
+            if (s < ntile) load(s);
+            bc_cp_async_commit();
+        }
+        for (int it = 0; it < ntile; ++it) {
+            const int col0 = first + it * tile + wofs;
+            if (col0 >= last) break;   // this warp's keys of this tile (and of every later one) lie past the length
+#if DEC_BULK
+            dec_mbar_wait(bars + (bc_u32)(8 * (it % DEC_STAGES)), (unsigned)(it / DEC_STAGES) & 1u);
+#else
+            bc_cp_async_wait<DEC_STAGES - 1>();
+#endif
+            __syncwarp();
+#if DEC_PROBE != 2 && DEC_PROBE != 3   // (probe builds 2-3: the ring alone, no softmax math)
+            const bc_u32 ks = base + (bc_u32)((it % DEC_STAGES) * stage + wofs * RS);
+            const bc_u32 vs = ks + (bc_u32)(tile * RS);
+            if (col0 + DEC_KPW <= last)
+                attn_tile<IS_BF16, DEC_KPW, false>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
+            else
+                attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
+#endif
+            __syncwarp();   // every lane's reads of the stage done before it is refilled
+#if DEC_BULK
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // ... and ordered before the copy engine's writes
+#endif
+            if (it + DEC_STAGES < ntile) load(it + DEC_STAGES);
+            bc_cp_async_commit();
+        }
+        (void)block_sync;
+#else
 #pragma unroll
         for (int s = 0; s < DEC_STAGES - 1; ++s) {
             if (s < ntile) load(s);
@@ -336,8 +431,12 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
             else
                 attn_tile<IS_BF16, DEC_KPW, true>(qf, ks, vs, o, m, l, scale_log2, lane, 0, col0, last, false, 0);
         }
+#endif
     };
-#if DEC_WPIPE
+#if DEC_WPIPE >= 2
+    // the block's stages and key order; warp w copies, waits for and reads its own DEC_KPW keys of each
+    ring(sbase, DEC_BN, start, end, lane, 32, warp * DEC_KPW, false);
+#elif DEC_WPIPE
     // warp w streams keys [wstart, wend) (a DEC_KPW multiple of the split) through its own ring
     const int wchunk = chunk / DEC_WARPS;
     const int wstart = start + warp * wchunk, wend = min(end, wstart + wchunk);
@@ -459,7 +558,16 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     // The last block of this KV head to finish merges the splits (threadFenceReduction
     // pattern) and re-arms the counter for the next launch or graph replay.
     __shared__ int s_last;
-#if DEC_SYNC
+#if DEC_SYNC == 2
+    __syncthreads();
+    if (tid == 0) {
+        int done;
+        asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(done) : "l"(counters + kvh) : "memory");
+        s_last = done == used - 1;
+    }
+    __syncthreads();
+    if (!s_last) return;
+#elif DEC_SYNC
     __syncthreads();
     if (tid == 0) {
         __threadfence();
@@ -526,71 +634,7 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         o[3] = bc_from_f<IS_BF16>(a3 * inv);
     }
     if (tid == 0) counters[kvh] = 0;
-    return;
-#endif
-#if DEC_MERGE
-    // weights w[r][s] = 2^(lse - max) / sum, one warp a row, into the (now free) pipeline memory
-    constexpr int PIPE_FLOATS = DEC_STAGES * 2 * DEC_BN * RS / 4;
-    if (group * used <= PIPE_FLOATS) {
-        float* w_s = (float*)smem;
-        for (int r = warp; r < group; r += DEC_WARPS) {
-            const float* lse = lse_all + (long long)(kvh * group + r) * n_splits;
-            float mx = neg_inf();
-            for (int s0 = lane; s0 < used; s0 += 32) {   // each lane keeps its own entries: no warp barrier
-                const float lv = __ldcg(lse + s0);
-                w_s[r * used + s0] = lv;
-                mx = fmaxf(mx, lv);
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            float sum = 0.f;
-            for (int s0 = lane; s0 < used; s0 += 32) {
-                const float w = mx == neg_inf() ? 0.f : bc_exp2(w_s[r * used + s0] - mx);
-                w_s[r * used + s0] = w;
-                sum += w;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
-            for (int s0 = lane; s0 < used; s0 += 32) w_s[r * used + s0] *= inv;
-        }
-        __syncthreads();
-        constexpr int NT = DEC_WARPS * 32, MU = 4, SU = 16;
-        const int total = group * D;
-        for (int base = tid; base < total; base += MU * NT) {
-            float acc[MU];
-#pragma unroll
-            for (int u = 0; u < MU; ++u) acc[u] = 0.f;
-            for (int s0 = 0; s0 < used; s0 += SU) {
-                float pv[MU][SU];
-#pragma unroll
-                for (int u = 0; u < MU; ++u) {
-                    const int idx = base + u * NT;
-                    const int r = idx / D, d = idx % D;
-                    const float* po = part + (long long)(kvh * group + r) * n_splits * D + d;
-#pragma unroll
-                    for (int v = 0; v < SU; ++v)
-                        pv[u][v] = (idx < total && s0 + v < used) ? __ldcg(po + (long long)(s0 + v) * D) : 0.f;
-                }
-#pragma unroll
-                for (int u = 0; u < MU; ++u) {
-                    const int r = min(base + u * NT, total - 1) / D;
-#pragma unroll
-                    for (int v = 0; v < SU; ++v)
-                        if (s0 + v < used) acc[u] += pv[u][v] * w_s[r * used + s0 + v];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < MU; ++u) {
-                const int idx = base + u * NT;
-                if (idx < total)
-                    out[(long long)(kvh * group + idx / D) * o_head_stride + idx % D] = bc_from_f<IS_BF16>(acc[u]);
-            }
-        }
-        if (tid == 0) counters[kvh] = 0;
-        return;
-    }
-#endif
+#else
     // one pass per output element: every split's log-sum-exp and partial output are loaded
     // together (8 splits at a time, independent loads: one L2 round trip per 8 splits) and
     // folded with an online log-sum-exp (no block-wide reduction, no second pass)
@@ -621,15 +665,14 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
         out[(long long)head * o_head_stride + d] = bc_from_f<IS_BF16>(L > 0.f ? acc / L : 0.f);
     }
     if (tid == 0) counters[kvh] = 0;
+#endif
 }
 
 // ------------------------------------------------------------------------------------------
 // KV append: one token's K and V ([n_kv, D] each, rows src_head_stride apart) into the cache at
 // position *pos_ptr + pos_offset (contiguous, or paged through block_table). One thread per
-// 16-byte chunk; grid.x * blockDim.x >= n_kv * D / 8.
+// 16-byte chunk, CH chunks a row (pointers and strides in 16-bit units: an f32 row is 2 * CPR chunks).
 // ------------------------------------------------------------------------------------------
-// One token's K and V rows into the cache, one 16-byte chunk a thread; CH chunks a row
-// (pointers and strides in 16-bit units: an f32 row is 2 * CPR chunks).
 template <int CH>
 BC_DEV void kv_append_impl(const bc_u16* __restrict__ kn, const bc_u16* __restrict__ vn, bc_u16* __restrict__ kc,
                            bc_u16* __restrict__ vc, const int* __restrict__ pos_ptr, int pos_offset, int max_ctx,
