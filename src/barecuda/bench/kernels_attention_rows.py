@@ -366,7 +366,7 @@ FLOOR2_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (
     ("splits: 1 block a multiprocessor", {"SPLIT_OCC": 1}),
     ("8 warps, 3 stages, 1 block a multiprocessor", {"DEC_WARPS": 8, "DEC_STAGES": 3, "SPLIT_OCC": 1}),
     ("8 warps, 3 stages, probe 1", {"DEC_WARPS": 8, "DEC_STAGES": 3, "DEC_PROBE": 1}),
-    ("cluster merge (DEC_CLUSTER, not GPU-run yet)", {"DEC_CLUSTER": 1}),
+    ("cluster merge (DEC_CLUSTER)", {"DEC_CLUSTER": 1}),
     ("default again", {}), ("8 warps, 3 stages again", {"DEC_WARPS": 8, "DEC_STAGES": 3}),
     ("old default again", {"DEC_MERGE": 0, "DEC_SYNC": 0}))
 FLOOR2_NAMES = tuple(label for label, _ in FLOOR2_VARIANTS)
