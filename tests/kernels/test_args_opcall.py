@@ -406,6 +406,23 @@ def test_new_output_on_a_hit_is_the_buffer_empty_makes(dbl, direct):
         assert outs[0].ptr != outs[1].ptr
         assert str(outs[0].dtype) == dt
 
+def test_misses_in_a_row_thin_out_recording_until_clear(dbl):
+    """After 32 misses in a row an op records only every 32nd miss (a call site whose
+    signature changes every call makes no record churn); Op.clear() starts the count again."""
+    w = bc.zeros(64, "float32")
+    for i in range(40):
+        K.rmsnorm(bc.zeros((1 + i, 64), "float32"), w)
+    x = bc.zeros((100, 64), "float32")
+    h0, m0, _ = O.stats()
+    K.rmsnorm(x, w)
+    K.rmsnorm(x, w)
+    assert O.stats()[:2] == (h0, m0 + 2)
+    K.rmsnorm.clear()
+    K.rmsnorm(x, w)
+    K.rmsnorm(x, w)
+    assert O.stats()[:2] == (h0 + 1, m0 + 3)
+
+
 def test_keyword_binding_is_reused_exactly(dbl):
     """A call with the keyword names (the same tuple: one call site's constant) and
     positional count of the last bound call reuses its binding; the same names with

@@ -536,6 +536,7 @@ def test_cublaslt_hits_match_float64(dtype):
     workspace), with out=None, and with alpha/beta reading out; under stream capture the
     Python path runs (captured, replayed on new input), hits again after it."""
     from barecuda.kernels import _opcall as O
+    MM.matmul.clear()           # (the earlier tests' misses in a row would thin out recording)
     rng = np.random.default_rng(21)
     tol = {"float32": 1e-3, "bfloat16": 1e-2}[dtype]
     m, n, k = 136, 72, 80
@@ -591,6 +592,7 @@ def test_cublaslt_hits_with_torch_tensors():
     DeviceBuffer."""
     torch = pytest.importorskip("torch")
     from barecuda.kernels import _opcall as O
+    MM.matmul.clear()
     m, n, k = 192, 136, 96
     g = torch.Generator(device="cuda").manual_seed(5)
     hits = O.stats()[0]

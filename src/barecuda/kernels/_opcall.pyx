@@ -240,10 +240,10 @@ cdef class Op:
         return self.__qualname__
 
     def clear(self):
-        """Forget every recorded signature (the next call of each runs the checks)."""
+        """Forget every recorded signature (the next call of each runs the checks, and is
+        recorded: the count of misses in a row, which thins out recording, starts again)."""
         with cython.critical_section(self):
-            self.records = []
-            self.mru = None
+            self.records, self.mru, self.misses_in_row = [], None, 0
 
     @property
     def memo_size(self):
@@ -396,8 +396,7 @@ cdef object _lt_hit(Op self, _Record r, PyObject **vals, const pfact *f):
     it cannot be here (another stream, ...: the caller runs the Python path)."""
     global _hits
     cdef list made = [] if r.nalloc else None
-    if not lt_hit(r.lt, vals, f, <object>vals[self.stream_at] if self.stream_at >= 0 else None, r.alloc, made,
-                  _new_like):
+    if not lt_hit(r.lt, vals, f, <object>vals[self.stream_at], r.alloc, made, _new_like):
         return _MISS
     _hits += 1
     self.misses_in_row = 0
@@ -653,7 +652,8 @@ cdef _Record _record(Op self, const pfact *f, object k, object grid, object bloc
                 r.keep.append(x)
     r.nargs = n
     if lt:                          # A, B, C: array argument i or new output j (-1 - j), at its address
-        if r.nres != 1 or any([r.asrc[i] not in (A_PARAM, A_ALLOC) or r.aoff[i] for i in range(3)]):
+        if r.nres != 1 or self.stream_at < 0 or \
+                [i for i in range(3) if r.asrc[i] not in (A_PARAM, A_ALLOC) or r.aoff[i]]:
             return None
         s3 = [r.aref[i] if r.asrc[i] == A_PARAM else -1 - r.aref[i] for i in range(3)]
         r.lt = lt_call(k, ws, grid, s3[0], s3[1], s3[2], args[3], args[4])
