@@ -379,6 +379,18 @@ with s.capture() as g:
 assert O.stats()[:2] == (h, mi + 2) and lt.fake_lt_calls() == n0 + 2 and issued()[0][6] == s.handle_int
 MM.matmul(a, b, out=o, backend="cublaslt", stream=s)
 assert O.stats()[:2] == (h + 1, mi + 2)
+# a closed stream after hits on it: the Python path's error
+s3 = bc.Stream()
+MM.matmul(a, b, out=o, backend="cublaslt", stream=s3)
+MM.matmul(a, b, out=o, backend="cublaslt", stream=s3)
+s3.close()
+n0 = lt.fake_lt_calls()
+try:
+    MM.matmul(a, b, out=o, backend="cublaslt", stream=s3)
+except ValueError as e:
+    assert "closed" in str(e) and lt.fake_lt_calls() == n0, e
+else:
+    raise SystemExit("a closed stream was accepted")
 # a closed buffer: the Python path's error
 a2.close()
 try:
