@@ -662,6 +662,10 @@ if __name__ == "__main__":
     if "--q6" in sys.argv:           # Q6_K batch 1: direct entries against the CUDA cores / staged
         q6_main()
         sys.exit(0)
+    if "--q4-floors" in sys.argv:    # Q4_K batch 1: the op's access pattern vs a repacked one, no math
+        from barecuda.bench._q4k_floors import q4_floors_main
+        q4_floors_main()
+        sys.exit(0)
     if "--q4" in sys.argv:           # Q4_K batch 1: direct-loop variants, the read-only floor
         q4_main()
         sys.exit(0)
