@@ -52,6 +52,24 @@ BC_DEV void mv_store(float (&acc)[2][B], XT* __restrict__ y, const XT* __restric
     }
 }
 
+// the 16-row tile's stores after mma m16n8 accumulation (mv_tc, mv_dense_tc): thread (g, t) holds
+// rows g, g + 8 of batch rows 2t, 2t + 1 in acc[s][0..3] (s: the weight; gate, up for EPI_GLU)
+template <typename XT, int EPI, int NS>
+BC_DEV void mvt_store(const float (&acc)[NS][4], XT* __restrict__ y, const XT* __restrict__ r, int N, int n0,
+                      int g, int t, int nb) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int n = n0 + g + 8 * (i >> 1), b = 2 * t + (i & 1);
+        if (n < N && b < nb) {
+            float v = acc[0][i];
+            if constexpr (EPI == EPI_GLU) v = mv_silu<float>(v) * acc[NS - 1][i];
+            const long long o = (long long)b * N + n;
+            if constexpr (EPI == EPI_RES) v += bc_load(r + o);
+            bc_store(y + o, v);
+        }
+    }
+}
+
 // ------------------------------------------------------------------ dense weights
 // (the template, its tuning defines MV_R / MV_U and the entry points: matvec_dense.cuh)
 #if WFMT == 0 || WFMT == 1 || WFMT == 30
@@ -416,17 +434,7 @@ BC_DEV void mv_tc(u8* __restrict__ smem, const u8* __restrict__ W, const u8* __r
             for (int w = 0; w < MVT_W; ++w) v += red[((w * NS + s) * 4 + i) * 32 + lane];
             acc[s][i] = v;
         }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int n = n0 + g + 8 * (i >> 1), b = 2 * t + (i & 1);
-        if (n < N && b < nb) {
-            float v = acc[0][i];
-            if constexpr (EPI == EPI_GLU) v = mv_silu<float>(v) * acc[NS - 1][i];
-            const long long o = (long long)b * N + n;
-            if constexpr (EPI == EPI_RES) v += bc_load(r + o);
-            bc_store(y + o, v);
-        }
-    }
+    mvt_store<XT, EPI, NS>(acc, y, r, N, n0, g, t, nb);
 }
 
 // ONLY_BATCH: the batch layout alone (the _tcb entries: the column layout's registers

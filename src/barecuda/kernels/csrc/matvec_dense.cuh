@@ -1,7 +1,7 @@
 // matvec_dense.cuh -- the dense-weight (F32, F16, BF16: WFMT 0, 1, 30) part of matvec.cu: the
 // template and the entry points matvec_<x>_b<B>[_res|_glu] of the dense modules. Included
 // by matvec.cu for those WFMT only, after its shared prelude (MV_WARPS, EPI_*, mv_silu,
-// mv_store); the parameters and the entry naming are matvec.cu's (see its head comment).
+// mv_store, mvt_store); the parameters and the entry naming are matvec.cu's (see its head comment).
 //
 // A warp per MV_R rows; each lane streams 16-byte vectors of the rows (MV_U independent
 // loads per row in flight, no L1 allocation; the row loop is mvc_dense of matvec_core.cuh,
@@ -189,17 +189,7 @@ BC_DEV void mv_dense_tc(const uint4* __restrict__ W, const uint4* __restrict__ W
 #pragma unroll
                 for (int i = 0; i < 4; ++i) acc[s][i] += red[((w * NS + s) * 4 + i) * 32 + lane];
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int n = n0 + g + 8 * (i >> 1), bi = 2 * t + (i & 1);
-        if (n < N && bi < nb) {
-            float v = acc[0][i];
-            if constexpr (EPI == EPI_GLU) v = mv_silu<float>(v) * acc[NS - 1][i];
-            const long long o = (long long)bi * N + n;
-            if constexpr (EPI == EPI_RES) v += bc_load(r + o);
-            bc_store(y + o, v);
-        }
-    }
+    mvt_store<XT, EPI, NS>(acc, y, r, N, n0, g, t, nb);
 }
 
 #define MVW_TC_ENTRY(code, XT, SUF, EPI)                                                                 \
