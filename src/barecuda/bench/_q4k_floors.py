@@ -251,7 +251,7 @@ def _match_blocks(kern, threads, target):
         smem = 0
         for kb in range(1, 228):
             smem = kb * 1024
-            if smem > 48 * 1024:
+            if smem > kern.max_dynamic_shared_memory:      # 48 KB less the kernel's static bytes
                 kern.set_max_dynamic_shared_memory(smem)
             if kern.max_active_blocks_per_sm(threads, smem) <= target:
                 return smem
