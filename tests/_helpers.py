@@ -20,6 +20,8 @@ time: child interpreters started by the tests import this module too.
 - ``ref_pack`` (with ``FMT``, ``INT_RANGES``, ``STRICT_RANGES``, ``struct_type``): the
   reference packer of a kernel's parameter block; ``no_launch``: a call that raises
   and launches nothing (tests/launch/).
+- ``lowered_ptx_get``: barecuda.kernels' ``_registry.get`` for the driver double (PTX with
+  its ISA line lowered; tests/kernels/, tests/models/).
 """
 import ctypes
 import json
@@ -559,3 +561,21 @@ def no_launch(fake, fn, exc, *needles):
     for n in needles:
         assert n in str(info.value), (n, str(info.value))
     return info.value
+
+
+_LOWERED_PTX = {}
+
+
+def lowered_ptx_get(source, name, defines=(), device=None):
+    """barecuda.kernels' ``_registry.get`` for the driver double: the specialization's PTX
+    for compute_80 (real NVRTC, through Program's cache) with its ISA line lowered to what
+    the double (CUDA 13.0) accepts; the double cannot load a cubin and only reads the entry
+    points and their parameters. Memoized per process."""
+    from barecuda._program import ObjectCode
+    from barecuda.kernels import _registry
+    key = (source, defines)
+    if key not in _LOWERED_PTX:
+        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80", cache=True).code
+        code = code.decode() if isinstance(code, bytes) else code
+        _LOWERED_PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
+    return ObjectCode.from_ptx(_LOWERED_PTX[key]).get_kernel(name)

@@ -33,23 +33,12 @@ def from_dev(b, dtype):
     return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-_PTX: dict = {}
-
-
 @pytest.fixture
 def fake(fake, monkeypatch):
-    """The double loads PTX (ISA line lowered to its driver); see test_attention.py."""
-    import re
-    from barecuda._program import ObjectCode
-
-    def get(source, name, defines=(), device=None):
-        key = (source, defines)
-        if key not in _PTX:
-            code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
-            code = code.decode() if isinstance(code, bytes) else code
-            _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
-        return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
-    monkeypatch.setattr(_registry, "get", get)
+    """The driver double, with kernels loaded from PTX whose ISA line is lowered to the
+    double's driver (_helpers.lowered_ptx_get)."""
+    from _helpers import lowered_ptx_get
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
     return fake
 
 

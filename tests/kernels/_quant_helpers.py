@@ -7,7 +7,6 @@ import numpy as np
 import gguf
 from gguf import quants as gq
 from barecuda.kernels import _dequant as D
-from barecuda.kernels import _registry
 
 QFORMATS = ["q4_0", "q4_1", "q8_0", "q4_k", "q6_k"]
 GT = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
@@ -48,20 +47,6 @@ def rounding(dtype):
     return {"float32": 0.0, "float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]
 
 
-_PTX = {}
-
-
-def lowered_ptx_get(source, name, defines=(), device=None):
-    """_registry.get for the driver double: PTX with its ISA line lowered to what the double's
-    driver (CUDA 13.0) accepts; the double cannot load cubins and only reads entry points
-    and parameters."""
-    import re
-    from barecuda._program import ObjectCode
-    key = (source, defines)
-    if key not in _PTX:
-        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80", cache=True).code
-        code = code.decode() if isinstance(code, bytes) else code
-        _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
-    return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
+from _helpers import lowered_ptx_get  # noqa: E402,F401  (re-exported: the kernel tests import it from here)
 
 

@@ -113,25 +113,12 @@ def test_kernels_table_lists_every_head_dim():
 
 
 # ------------------------------------------------------------------ CPU: checks on the double
-_PTX = {}
-
-
 @pytest.fixture
 def fake(fake, monkeypatch):
     """The driver double, with kernels loaded from PTX whose ISA line is lowered to the
-    double's driver (it cannot load a real cubin and reports CUDA 13.0, older than the
-    venv NVRTC's PTX); the double only reads the entry points and their parameters."""
-    import re
-    from barecuda._program import ObjectCode
-
-    def get(source, name, defines=(), device=None):
-        key = (source, defines)
-        if key not in _PTX:
-            code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
-            code = code.decode() if isinstance(code, bytes) else code
-            _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
-        return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
-    monkeypatch.setattr(_registry, "get", get)
+    double's driver (_helpers.lowered_ptx_get)."""
+    from _helpers import lowered_ptx_get
+    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
     return fake
 
 

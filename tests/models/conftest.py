@@ -51,22 +51,7 @@ def tiny_ggufs(tmp_path_factory):
             for i, t in enumerate(["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])}
 
 
-_PTX = {}
-
-
-def lowered_ptx_get(source, name, defines=(), device=None):
-    """barecuda.kernels' _registry.get for the driver double: PTX of compute_80 with its ISA
-    line lowered to what the double (CUDA 13.0) accepts; the double only reads entry points
-    and parameters (the same helper as tests/kernels/test_dequant.py)."""
-    import re
-    from barecuda._program import ObjectCode
-    from barecuda.kernels import _registry
-    key = (source, defines)
-    if key not in _PTX:
-        code = _registry.compile_code(source, defines, target="ptx", arch="compute_80").code
-        code = code.decode() if isinstance(code, bytes) else code
-        _PTX[key] = re.sub(r"^\.version \d+\.\d+", ".version 8.0", code, count=1, flags=re.M)
-    return ObjectCode.from_ptx(_PTX[key]).get_kernel(name)
+from _helpers import lowered_ptx_get  # noqa: E402  (barecuda.kernels' _registry.get for the driver double)
 
 
 @pytest.fixture
