@@ -11,6 +11,7 @@ from barecuda.kernels import _registry
 
 
 def to_dev(x, dtype):
+    """(device buffer of dtype holding x rounded, the rounded values as float64)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if dtype == "float32":
         return bc.to_device(x), x.astype(np.float64)

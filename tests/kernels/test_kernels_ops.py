@@ -22,6 +22,9 @@ from barecuda.kernels import _registry as R
 from barecuda.kernels import _prebuild as PB
 
 gpu = pytest.mark.gpu
+
+from _matmul_helpers import to_dev  # noqa: E402  (the matmul tests' device copy with float64 values)
+
 DTYPES = ["float32", "float16", "bfloat16"]
 K1_SOURCES = ("norms.cu", "softmax.cu", "rope.cu", "elementwise.cu", "sampling.cu")
 
@@ -29,20 +32,6 @@ K1_SOURCES = ("norms.cu", "softmax.cu", "rope.cu", "elementwise.cu", "sampling.c
 # ------------------------------------------------------------------ helpers
 def rnd(shape, seed=None, scale=1.0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * scale
-
-
-def to_dev(x, dtype):
-    """(device buffer of dtype holding x rounded, the rounded values as float64)."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if dtype == "float32":
-        return bc.to_device(x), x.astype(np.float64)
-    if dtype == "float16":
-        h = x.astype(np.float16)
-        return bc.to_device(h), h.astype(np.float64)
-    u = x.view(np.uint32).astype(np.uint64)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return bc.to_device(bits).view("bfloat16", bits.shape), back
 
 
 def from_dev(b, dtype):
