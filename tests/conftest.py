@@ -31,6 +31,7 @@ FAKE_LIB_NOGPA = os.path.join(FAKE_BUILD, "libfakecuda_nogpa.so")
 FAKE_SRCS = sorted(glob.glob(os.path.join(FAKE_DIR, "*.c")))
 FAKE_DEPS = (*FAKE_SRCS, *glob.glob(os.path.join(FAKE_DIR, "*.h")),
              os.path.join(REPO, "include", "barecuda", "cuda_abi.h"),
+             os.path.join(REPO, "include", "barecuda", "cuda_graph_abi.h"),
              os.path.join(REPO, "include", "barecuda", "cuda_errors.h"))
 CFLAGS = ["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-std=gnu11", "-pthread"]
 
