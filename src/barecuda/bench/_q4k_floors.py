@@ -18,7 +18,9 @@ to a sink):
             op's (its registers' limit), so the floor has no more warps resident than the op.
 Beside them: the read-only linear stream (rd_floor) and the op's row, and a prototype of the
 real Q4_K math over the repacked layout (rep_mv: mvc_tcd's V 2 / subnormal loop, f16 x, with
-the loads above), checked against the op on random blocks before it is timed.
+the loads above; on sm_90 also rep_bk_mv_sS, the same math fed by cp.async.bulk through a
+ring of S shared-memory slots a warp), checked against the op on random blocks before it is
+timed. H200 rows of 2026-11-27: docs/kernels.md, "Measured: Q4_K access-pattern floors".
 """
 from barecuda.bench._kernel_timing import _time_plans, load_source
 
@@ -120,6 +122,68 @@ _PROTO_SRC = r"""
 #include "common.cuh"
 #include "quant.cuh"
 #include "matvec_core.cuh"
+// one super-block of rows g, g + 8 (R, lane's share in the repacked order) into acc: mvc_tcd's V 2 math
+__device__ __forceinline__ void rep_sb(const MvdRegs& R, const bc_half* __restrict__ x, int c, float dq, float (&acc)[4]) {
+    using Q = MvtQ<BC_Q4_K>;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const bc_half* xp = x + (long long)c * 256 + 32 * ((g >> 1) + 4 * (g & 1));
+    const uint4 xv = *reinterpret_cast<const uint4*>(xp + 8 * t);
+    const u32 X[4] = {xv.x, xv.y, xv.z, xv.w};
+    float sx = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float lo, hi;
+        bc_unpack2<0>(X[i], lo, hi);
+        sx += lo + hi;
+    }
+    sx += __shfl_xor_sync(BC_FULL_MASK, sx, 1);
+    sx += __shfl_xor_sync(BC_FULL_MASK, sx, 2);
+    float Dx[4];
+    Dx[0] = Dx[2] = __shfl_sync(BC_FULL_MASK, sx, 8 * t);
+    Dx[1] = Dx[3] = __shfl_sync(BC_FULL_MASK, sx, 8 * t + 4);
+    u32 B[2][2];
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+        B[sl][0] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x5410u);
+        B[sl][1] = mvt_prmt(X[2 * sl], X[2 * sl + 1], 0x7632u);
+    }
+    float sv[2][2][3];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) Q::scales_pair(R.h[h], t, sv[h], dq);
+    float D[4] = {0.f, 0.f, 0.f, 0.f}, D1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int gi = 0; gi < 8; ++gi) {
+        u32 b[2][2];
+        mvt_mask(B, g == (gi < 4 ? 2 * gi : 2 * gi - 7), b);
+        u32 Ag[4], Ah[4];
+        Q::quants_sub(R.q[0][gi >> 1], gi, Ag);
+        Q::quants_sub(R.q[1][gi >> 1], gi, Ah);
+        mvt_dot<0>(D, D1, Ag, Ah, b);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float* sc = sv[i >> 1][i & 1];
+        acc[i] = fmaf(sc[2], Dx[i], fmaf(sc[0], D[i] + D1[i], acc[i]));
+    }
+}
+// the warp's rows g, g + 8 reduced over the block's warps and stored
+__device__ __forceinline__ void rep_store(float* red, const float (&acc)[4], bc_half* __restrict__ y, int N) {
+    const int lane = threadIdx.x & 31;
+    float v[1][2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float a = acc[2 * h] + acc[2 * h + 1];
+        a += __shfl_xor_sync(BC_FULL_MASK, a, 1);
+        a += __shfl_xor_sync(BC_FULL_MASK, a, 2);
+        v[0][h] = a;
+    }
+    if (!mvc_tcd_sum<1>(red, v) || (lane & 3)) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int n = blockIdx.x * 16 + (lane >> 2) + 8 * h;
+        if (n < N) bc_store(y + n, v[0][h]);
+    }
+}
 template <int PF>
 __device__ void rep_mv(const u8* __restrict__ W, const bc_half* __restrict__ x, bc_half* __restrict__ y, int N, int K) {
     using Q = MvtQ<BC_Q4_K>;
@@ -208,12 +272,91 @@ __device__ void rep_mv(const u8* __restrict__ W, const bc_half* __restrict__ x, 
         if (n < N) bc_store(y + n, v[0][h]);
     }
 }
+// The same math with the super-blocks brought into shared memory by the bulk copy engine (sm_90):
+// each warp owns a ring of S slots of 2304 bytes (dynamic shared memory: 1024 bytes of mbarriers,
+// then warp wi's slots at 1024 + wi * S * 2304), lane 0 issues one cp.async.bulk a super-block
+// (the repacked order: a tile's super-block is 2304 contiguous bytes), every lane waits on the
+// slot's mbarrier, reads its 6 vectors into registers, the warp syncs and lane 0 refills the slot
+// with the super-block S turns ahead before the math: S copies in flight a warp, no registers held.
+__device__ __forceinline__ u32 bk_sa(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void bk_issue(u32 dst, const u8* src, u32 bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(2304u) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(2304u), "r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void bk_wait(u32 bar, u32 parity) {
+#if __CUDA_ARCH__ >= 900
+    u32 done = 0;
+    while (!done)
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+#endif
+}
+template <int S>
+__device__ void rep_bk_mv(const u8* __restrict__ W, const bc_half* __restrict__ x, bc_half* __restrict__ y, int N, int K) {
+#if __CUDA_ARCH__ >= 900
+    __shared__ float red[16 * 2 * 32];
+    extern __shared__ __align__(128) u8 bk_sm[];
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float dq = (t & 1) ? 1048576.f : 16777216.f;
+    const int nblk = K / 256;
+    const u8* tile = W + (long long)blockIdx.x * nblk * 2304;
+    const u32 bar0 = bk_sa(bk_sm) + 8u * (u32)(wi * S);
+    u8* ring = bk_sm + 1024 + wi * S * 2304;
+    const u32 ring_sa = bk_sa(ring);
+    if (lane == 0) {
+#pragma unroll
+        for (int s = 0; s < S; ++s) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(bar0 + 8u * s) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < S; ++s) {
+            const int c = wi + s * nw;
+            if (c < nblk) bk_issue(ring_sa + 2304u * s, tile + (long long)c * 2304, bar0 + 8u * s);
+        }
+    }
+    __syncwarp();
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    int s = 0;
+    u32 par = 0;
+    for (int c = wi; c < nblk; c += nw) {
+        bk_wait(bar0 + 8u * s, par);
+        const u8* b = ring + 2304 * s;
+        MvdRegs R;
+        R.h[0] = *reinterpret_cast<const uint4*>(b + 16 * g);
+        R.h[1] = *reinterpret_cast<const uint4*>(b + 16 * (g + 8));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint4 u = *reinterpret_cast<const uint4*>(b + 256 + 512 * j + 16 * lane);
+            R.q[0][j] = make_uint2(u.x, u.y);
+            R.q[1][j] = make_uint2(u.z, u.w);
+        }
+        __syncwarp();
+        if (lane == 0 && c + S * nw < nblk) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            bk_issue(ring_sa + 2304u * s, tile + (long long)(c + S * nw) * 2304, bar0 + 8u * s);
+        }
+        rep_sb(R, x, c, dq, acc);
+        if (++s == S) { s = 0; par ^= 1u; }
+    }
+    rep_store(red, acc, y, N);
+#endif
+}
 extern "C" __global__ void __launch_bounds__(512) rep_mv_pf1(const u8* W, const bc_half* x, bc_half* y, int N, int K) {
     rep_mv<1>(W, x, y, N, K);
 }
 extern "C" __global__ void __launch_bounds__(512) rep_mv_pf2(const u8* W, const bc_half* x, bc_half* y, int N, int K) {
     rep_mv<2>(W, x, y, N, K);
 }
+#define REP_BK(S)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(512) rep_bk_mv_s##S(const u8* W, const bc_half* x, bc_half* y, \
+                                                                     int N, int K) {                          \
+        rep_bk_mv<S>(W, x, y, N, K);                                                                          \
+    }
+REP_BK(2)
+REP_BK(3)
+REP_BK(4)
 """
 
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (28672, 4096))
@@ -336,20 +479,26 @@ def _proto_rows(bc, s, pmod, n, k, nw, pf, bufs, x, y, nbytes, tag):
     y1 = bc.empty((1, n), "float16", stream=s)
     M.matvec(D.QuantWeight(wd, "q4_k", (n, k)), xd, out=y0, stream=s)
     out = []
-    for p in sorted({pf, 1, 2}):
-        kern = pmod.get_kernel(f"rep_mv_pf{p}")
+    major = bc.Device().compute_capability[0]
+    variants = [(f"rep_mv_pf{p}", f"PF={p}", 0) for p in sorted({pf, 1, 2})]
+    if major >= 9:       # the bulk-copy rings (cp.async.bulk): S slots of 2304 bytes a warp
+        variants += [(f"rep_bk_mv_s{S}", f"bulk ring S={S}", 1024 + nw * S * 2304) for S in (2, 3, 4)]
+    for name, what, smem in variants:
+        kern = pmod.get_kernel(name)
+        if smem > kern.max_dynamic_shared_memory:
+            kern.set_max_dynamic_shared_memory(smem)
         y1.memset(0, stream=s)
-        kern.launch(-(-n // 16), 32 * nw, wr, xd, y1, n, k, stream=s)
+        kern.launch(-(-n // 16), 32 * nw, wr, xd, y1, n, k, stream=s, shared_mem=smem)
         s.synchronize()
         a = y0.view("uint16", (1, n)).to_numpy().view(np.float16).astype(np.float64)
         b = y1.view("uint16", (1, n)).to_numpy().view(np.float16).astype(np.float64)
         err = float(np.max(np.abs(a - b)) / max(1e-30, float(np.max(np.abs(a)))))
-        plans = [kern.bind(-(-n // 16), 32 * nw, w, x, y, n, k, stream=s) for w in bufs]
+        plans = [kern.bind(-(-n // 16), 32 * nw, w, x, y, n, k, stream=s, shared_mem=smem) for w in bufs]
         try:
-            regs = f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(32 * nw)} blk/SM]"
+            regs = f" [{kern.attribute('num_regs')} regs, {kern.max_active_blocks_per_sm(32 * nw, smem)} blk/SM]"
         except Exception:   # noqa: BLE001
             regs = ""
-        out.append((f"q4f {tag} PROTOTYPE rep_mv repacked {nw} warps PF={p}{regs} max|err|/max|y| vs op {err:.1e}",
+        out.append((f"q4f {tag} PROTOTYPE {name} repacked {nw} warps {what}{regs} max|err|/max|y| vs op {err:.1e}",
                     _time_plans(bc, s, plans), nbytes, None))
         del plans
     return out
