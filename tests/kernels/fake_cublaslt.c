@@ -9,12 +9,14 @@
 static long calls;
 static uint64_t last[8];         /* A, B, C, D, workspace, size, stream, layout a's rows */
 static float last_ab[2];         /* alpha, beta */
+static uint64_t last_algo;       /* data[0] of the last call's algorithm (its rank + 1) */
 static int fail_status;
 
 struct bc_lt_layout_opaque { uint64_t rows, cols; };
 
 long fake_lt_calls(void) { return calls; }
 void fake_lt_last(uint64_t *out, float *ab) { memcpy(out, last, sizeof(last)); ab[0] = last_ab[0]; ab[1] = last_ab[1]; }
+uint64_t fake_lt_last_algo(void) { return last_algo; }
 void fake_lt_fail(int status) { fail_status = status; }
 
 size_t cublasLtGetVersion(void) { return 130100; }
@@ -50,20 +52,30 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p, int req,
                                               cublasLtMatmulHeuristicResult_t *res, int *ret) {
-    (void)h; (void)d; (void)a; (void)b; (void)c; (void)dd; (void)p; (void)req;
-    memset(res, 0, sizeof(*res));
-    res->workspaceSize = 1 << 20;
-    *ret = 1;
+    (void)h; (void)d; (void)a; (void)b; (void)c; (void)dd; (void)p;
+    /* FAKE_LT_ALGOS algorithms (4 unless set), ranked: rank i's algo carries i + 1 in data[0]
+       and needs (i + 1) MiB of workspace, so a test can tell which rank a Matmul took */
+    const char *env = getenv("FAKE_LT_ALGOS");
+    int n = env ? atoi(env) : 4;
+    if (req < n)
+        n = req;
+    for (int i = 0; i < n; ++i) {
+        memset(&res[i], 0, sizeof(res[i]));
+        res[i].algo.data[0] = (uint64_t)(i + 1);
+        res[i].workspaceSize = (size_t)(i + 1) << 20;
+    }
+    *ret = n;
     return 0;
 }
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t la, const void *B, cublasLtMatrixLayout_t lb, const void *beta,
                               const void *C, cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
                               const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsn, bc_lt_stream_t s) {
-    (void)h; (void)d; (void)lb; (void)lc; (void)ld; (void)algo;
+    (void)h; (void)d; (void)lb; (void)lc; (void)ld;
     if (fail_status)
         return fail_status;
     calls++;
+    last_algo = algo->data[0];
     last[0] = (uint64_t)(uintptr_t)A;
     last[1] = (uint64_t)(uintptr_t)B;
     last[2] = (uint64_t)(uintptr_t)C;

@@ -217,6 +217,31 @@ except ValueError as e:
     assert "closed" in str(e)
 else:
     raise SystemExit("a closed buffer was accepted")
+# Matmul(heuristic=i) takes the heuristic's rank i (the double ranks 4: rank i needs (i + 1) MiB)
+lt.fake_lt_last_algo.restype = ctypes.c_uint64
+dev = bc.Device(0)
+geo = (dev, "float16", m, n, k, False, k, False, n, n)
+assert _cublaslt.Matmul(*geo).heuristic == 0 and _cublaslt.Matmul(*geo).workspace_size == 1 << 20
+mm3 = _cublaslt.Matmul(*geo, heuristic=3)
+assert (mm3.heuristic, mm3.workspace_size) == (3, 4 << 20)
+wsb = bc.empty((4 << 20,), "uint8")
+mm3.run(a.ptr, b.ptr, o.ptr, workspace=wsb.ptr, workspace_bytes=wsb.nbytes, stream=s)
+assert lt.fake_lt_last_algo() == 4, lt.fake_lt_last_algo()
+try:
+    mm3.run(a.ptr, b.ptr, o.ptr, workspace=wsb.ptr, workspace_bytes=3 << 20, stream=s)
+except ValueError as e:
+    assert "4194304" in str(e), e
+else:
+    raise SystemExit("a workspace under the rank's need was accepted")
+for bad, says in ((4, "offers 4 algorithms for this geometry (ranks 0 to 3)"), (-1, "a rank from 0 to 15"),
+                  (16, "a rank from 0 to 15")):
+    try:
+        _cublaslt.Matmul(*geo, heuristic=bad)
+    except ValueError as e:
+        assert says in str(e), e
+    else:
+        raise SystemExit(f"heuristic={bad} was accepted")
+assert _cublaslt.MAX_HEURISTIC == 15
 print("ok")
 """
 

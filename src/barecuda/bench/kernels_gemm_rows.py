@@ -113,6 +113,45 @@ def issue_rows(bc, s, torch=None, n=500):
     return rows
 
 
+def lt_rank_rows(bc, s, shapes=SHAPES, ranks=8):
+    """Developer probe (``--lt-ranks``): each shape's cuBLASLt algorithms by the heuristic's
+    rank (``Matmul(heuristic=i)``, i < ranks), each timed alone as ``gemm_rows`` times a plan:
+    does the heuristic's first choice (what the backend runs) leave speed behind?"""
+    from barecuda.kernels import _cublaslt
+    dev = bc.Device()
+    rows = []
+    for dt, m, n, k, ta, tb in shapes:
+        a = bc.empty((k, m) if ta else (m, k), dt, stream=s)
+        b = bc.empty((n, k) if tb else (k, n), dt, stream=s)
+        a.memset(0x3c, stream=s)
+        b.memset(0x3c, stream=s)
+        o = bc.empty((m, n), dt, stream=s)
+        reps = 10 if dt != "float32" else 3
+        for r in range(ranks):
+            try:
+                mm = _cublaslt.Matmul(dev, dt, m, n, k, ta, m if ta else k, tb, k if tb else n, n, heuristic=r)
+            except ValueError:
+                break
+            ws = bc.empty((max(1, mm.workspace_size),), "uint8", stream=s)
+            run = lambda: mm.run(a.ptr, b.ptr, o.ptr, workspace=ws.ptr, workspace_bytes=ws.nbytes, stream=s)
+            for _ in range(2):
+                run()
+            e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+            ts = []
+            for _ in range(5):
+                e0.record(s)
+                for _ in range(reps):
+                    run()
+                e1.record(s)
+                e1.synchronize()
+                ts.append(e1.elapsed_ms(e0) / reps)
+            ms = _median(ts)
+            label = f"matmul {dt} {m}x{n}x{k}{' ta' if ta else ''}{' tb' if tb else ''} [cublaslt rank {r}]"
+            rows.append((label, ms * 1e3, 2.0 * m * n * k / (ms * 1e-3) / 1e12, mm.workspace_size))
+            del ws
+    return rows
+
+
 def gemm_section(ctx=None):
     import barecuda as bc
     from barecuda.bench.kernels_attention_rows import _torch
@@ -192,5 +231,17 @@ def gemm_section(ctx=None):
 
 SECTIONS = {"kernels_gemm": gemm_section}
 
+def _lt_ranks_main():
+    import barecuda as bc
+    st = bc.Stream()
+    print(f"  {bc.Device().name}", flush=True)
+    for label, us, tf, wsz in lt_rank_rows(bc, st):
+        print(f"  {label}: {us:.0f} us {tf:.1f} TF/s (workspace {wsz >> 10} KiB)", flush=True)
+
+
 if __name__ == "__main__":
-    print(gemm_section().format())
+    import sys
+    if "--lt-ranks" in sys.argv:
+        _lt_ranks_main()
+    else:
+        print(gemm_section().format())

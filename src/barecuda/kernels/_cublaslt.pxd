@@ -69,6 +69,7 @@ cdef class Matmul:
     cdef cublasLtMatrixLayout_t la, lb, lc
     cdef cublasLtMatmulAlgo_t algo
     cdef readonly size_t workspace_size
+    cdef readonly int heuristic     # the algorithm's rank in the heuristic's list (0: its first choice)
     cdef readonly Device device
     cdef readonly tuple key
     cdef object __weakref__         # the op's records hold it weakly (_matmul._lt_cache owns it)

@@ -3,6 +3,7 @@ from barecuda._device import Device
 from barecuda._errors import BarecudaError, _LibraryNotFoundError
 
 DEFAULT_WORKSPACE: int
+MAX_HEURISTIC: int
 DTYPE_CODES: Dict[str, int]
 
 class CublasLtError(BarecudaError, RuntimeError):
@@ -23,12 +24,14 @@ class Matmul:
     @property
     def workspace_size(self) -> int: ...
     @property
+    def heuristic(self) -> int: ...
+    @property
     def device(self) -> Device: ...
     @property
     def key(self) -> Tuple[Any, ...]: ...
     def __init__(self, device: Any, dtype: str, m: int, n: int, k: int, trans_a: bool, lda: int, trans_b: bool,
                  ldb: int, ldc: int, batch: int = ..., sa: int = ..., sb: int = ..., sc: int = ...,
-                 max_workspace: int = ...) -> None: ...
+                 max_workspace: int = ..., heuristic: int = ...) -> None: ...
     def run(self, a: int, b: int, c: int, alpha: float = ..., beta: float = ..., workspace: int = ...,
             workspace_bytes: int = ..., stream: Optional[Any] = ...) -> None: ...
 

@@ -37,6 +37,10 @@ _handles = {}                # device ordinal -> cublasLtHandle_t (as int), neve
 
 # cuBLASLt's own recommendation for Hopper and newer; the heuristic is told this much.
 DEFAULT_WORKSPACE = 32 << 20
+# the highest rank Matmul(heuristic=) takes (the heuristic is asked for rank + 1 entries)
+cdef enum:
+    _MAX_RANK = 15
+MAX_HEURISTIC = _MAX_RANK
 
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 
@@ -113,9 +117,11 @@ cdef class Matmul:
     ``K x N`` (``N x K`` with ``trans_b``), ``C`` is ``M x N`` with row stride ``ldc``;
     ``batch`` matrices ``sa``/``sb``/``sc`` elements apart (0 broadcasts one operand).
     ``dtype``: ``"float32"``, ``"float16"`` or ``"bfloat16"`` (fp32 accumulation and
-    scaling; float32 computes in full fp32, no TF32). The algorithm is the heuristic's first
-    choice for a workspace of at most ``max_workspace`` bytes; ``workspace_size`` is what
-    it needs (give at least that much to ``run``).
+    scaling; float32 computes in full fp32, no TF32). The algorithm is the heuristic's choice
+    of rank ``heuristic`` (0, the default: its first) for a workspace of at most
+    ``max_workspace`` bytes; ``workspace_size`` is what it needs (give at least that much to
+    ``run``). A rank the heuristic does not reach for this geometry (it offers at most
+    ``MAX_HEURISTIC`` + 1) raises ``ValueError``: try ranks from 0 up to time them.
     """
     def __cinit__(self):
         self.desc = NULL
@@ -123,18 +129,20 @@ cdef class Matmul:
 
     def __init__(self, device, str dtype, int m, int n, int k, bint trans_a, long long lda, bint trans_b,
                  long long ldb, long long ldc, int batch=1, long long sa=0, long long sb=0, long long sc=0,
-                 size_t max_workspace=DEFAULT_WORKSPACE):
+                 size_t max_workspace=DEFAULT_WORKSPACE, int heuristic=0):
         cdef int dt, opa, opb
         cdef int32_t op32, nb = batch
         cdef int64_t s64
         cdef uint64_t ws = max_workspace
         cdef cublasLtMatmulPreference_t pref = NULL
-        cdef cublasLtMatmulHeuristicResult_t res
+        cdef cublasLtMatmulHeuristicResult_t res[_MAX_RANK + 1]
         cdef int returned = 0
         if dtype not in DTYPE_CODES:
             raise TypeError(f"dtype {dtype}: cuBLASLt matmul takes float32, float16 or bfloat16")
         if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
             raise ValueError(f"empty matmul (m={m}, n={n}, k={k}, batch={batch})")
+        if heuristic < 0 or heuristic > _MAX_RANK:
+            raise ValueError(f"heuristic={heuristic}: a rank from 0 to {_MAX_RANK}")
         dt = (BC_CUDA_R_32F, BC_CUDA_R_16F, BC_CUDA_R_16BF)[DTYPE_CODES[dtype]]
         self.device = device_of(device)
         self.key = (dtype, m, n, k, trans_a, lda, trans_b, ldb, ldc, batch, sa, sb, sc)
@@ -174,14 +182,18 @@ cdef class Matmul:
             _ck(LT.cublasLtMatmulPreferenceSetAttribute(pref, BC_LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                 "cublasLtMatmulPreferenceSetAttribute")
             self.device.activate()
-            _ck(LT.cublasLtMatmulAlgoGetHeuristic(self.lt, self.desc, self.la, self.lb, self.lc, self.lc, pref, 1,
-                                                  &res, &returned), "cublasLtMatmulAlgoGetHeuristic")
+            _ck(LT.cublasLtMatmulAlgoGetHeuristic(self.lt, self.desc, self.la, self.lb, self.lc, self.lc, pref,
+                                                  heuristic + 1, res, &returned), "cublasLtMatmulAlgoGetHeuristic")
         finally:
             LT.cublasLtMatmulPreferenceDestroy(pref)
         if returned < 1:
             raise CublasLtError(15, "cublasLtMatmulAlgoGetHeuristic (no algorithm for this geometry)")
-        self.algo = res.algo
-        self.workspace_size = res.workspaceSize
+        if returned <= heuristic:
+            raise ValueError(f"heuristic={heuristic}: cuBLASLt's heuristic offers {returned} algorithm"
+                             f"{'s' if returned > 1 else ''} for this geometry (ranks 0 to {returned - 1})")
+        self.heuristic = heuristic
+        self.algo = res[heuristic].algo
+        self.workspace_size = res[heuristic].workspaceSize
 
     cdef cublasLtMatrixLayout_t _layout(self, int i):
         return self.la if i == 0 else (self.lb if i == 1 else self.lc)
