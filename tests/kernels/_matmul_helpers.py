@@ -10,18 +10,19 @@ from barecuda.kernels import _matmul as MM
 from barecuda.kernels import _registry
 
 
-def to_dev(x, dtype):
-    """(device buffer of dtype holding x rounded, the rounded values as float64)."""
+def to_dev(x, dtype, stream=None):
+    """(device buffer of dtype holding x rounded, the rounded values as float64); the copy is
+    ordered on ``stream`` when one is given."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if dtype == "float32":
-        return bc.to_device(x), x.astype(np.float64)
+        return bc.to_device(x, stream=stream), x.astype(np.float64)
     if dtype == "float16":
         h = x.astype(np.float16)
-        return bc.to_device(h), h.astype(np.float64)
+        return bc.to_device(h, stream=stream), h.astype(np.float64).reshape(x.shape)
     u = x.view(np.uint32).astype(np.uint64)
     bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return bc.to_device(bits).view("bfloat16", x.shape), back.reshape(x.shape)
+    return bc.to_device(bits, stream=stream).view("bfloat16", x.shape), back.reshape(x.shape)
 
 
 def from_dev(b, dtype):

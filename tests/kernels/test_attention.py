@@ -17,51 +17,10 @@ import barecuda as bc
 from barecuda.kernels import _attention as A
 from barecuda.kernels import _registry
 
+from _attention_helpers import ref_attention
+from _matmul_helpers import fake, from_dev, to_dev  # noqa: F401 (fake: a fixture)
+
 gpu = pytest.mark.gpu
-
-
-# ------------------------------------------------------------------ helpers
-def to_dev(x, dtype, stream=None):
-    """(device buffer of ``dtype`` holding x rounded, the rounded values as float64)."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if dtype == "float32":
-        return bc.to_device(x, stream=stream), x.astype(np.float64)
-    if dtype == "float16":
-        h = x.astype(np.float16)
-        return bc.to_device(h, stream=stream), h.astype(np.float64).reshape(x.shape)
-    u = x.view(np.uint32).astype(np.uint64)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    back = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-    return bc.to_device(bits, stream=stream).view("bfloat16", x.shape), back.reshape(x.shape)
-
-
-def from_dev(b, dtype):
-    if dtype == "float32":
-        return b.to_numpy().reshape(tuple(b.shape)).astype(np.float64)
-    u = b.view("uint16", tuple(b.shape)).to_numpy().reshape(tuple(b.shape))
-    if dtype == "float16":
-        return u.view(np.float16).astype(np.float64)
-    return (u.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def ref_attention(q, k, v, scale, causal=False, causal_offset=0):
-    """q [Sq, H, D], k/v [Skv, Hkv, D] float64 -> [Sq, H, D]."""
-    sq, h, d = q.shape
-    skv, hkv, _ = k.shape
-    g = h // hkv
-    out = np.zeros_like(q)
-    for hh in range(h):
-        s = q[:, hh, :] @ k[:, hh // g, :].T * scale
-        if causal:
-            i = np.arange(sq)[:, None]
-            j = np.arange(skv)[None, :]
-            s = np.where(j > i + causal_offset, -np.inf, s)
-        m = s.max(axis=1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0)
-        p = np.exp(s - m)
-        den = p.sum(axis=1, keepdims=True)
-        out[:, hh, :] = np.where(den > 0, (p @ v[:, hh // g, :]) / np.where(den > 0, den, 1), 0)
-    return out
 
 
 # ------------------------------------------------------------------ CPU: compile
@@ -113,15 +72,6 @@ def test_kernels_table_lists_every_head_dim():
 
 
 # ------------------------------------------------------------------ CPU: checks on the double
-@pytest.fixture
-def fake(fake, monkeypatch):
-    """The driver double, with kernels loaded from PTX whose ISA line is lowered to the
-    double's driver (_helpers.lowered_ptx_get)."""
-    from _helpers import lowered_ptx_get
-    monkeypatch.setattr(_registry, "get", lowered_ptx_get)
-    return fake
-
-
 def _bufs(fake, max_ctx=64, n_kv=2, d=64, n_heads=8, dtype="float16"):
     q = bc.empty((n_heads, d), dtype)
     k = bc.empty((max_ctx, n_kv, d), dtype)
@@ -177,7 +127,9 @@ def test_decode_launch_geometry_on_the_double(fake):
     assert ptrs[5] - ptrs[4] == 4 * 8 * 5 * 65
     # the GQA group is a run-time argument (one module per head dim serves every group), then
     # pf_keys (0: no pre-wait prefetch outside pdl plans)
-    assert struct.unpack_from("<2i", la.params, len(la.params) - 8) == (4, 0)
+    assert struct.unpack_from("<2i", la.params, 112) == (4, 0)
+    # then the batch's strides (q, out, cache, table, workspace): a single sequence moves nothing
+    assert len(la.params) == 160 and struct.unpack_from("<3qi4xq", la.params, 120) == (0, 0, 0, 0, 0)
     assert not la.programmatic_serialization
     # one split: no workspace, null partial pointers
     A.attention_decode(q, k, v, ln, out=out, n_splits=1)
@@ -263,7 +215,7 @@ def test_decode_pdl_plan_on_the_double(fake, monkeypatch):
     la = fake.last_launch()
     assert la.name == "attn_decode_f16" and la.programmatic_serialization
     assert la.grid == (4, 2, 1) and la.shared == A.decode_smem(64, 4, A.PDL_STAGES)
-    assert struct.unpack_from("<i", la.params, len(la.params) - 4)[0] == A.PDL_PF_KEYS
+    assert struct.unpack_from("<i", la.params, 116)[0] == A.PDL_PF_KEYS     # pf_keys, before the batch strides
     plain = A.plan_attention_decode(q, k, v, ln, out=out, n_splits=4)
     plain()
     assert not fake.last_launch().programmatic_serialization
@@ -273,7 +225,7 @@ def test_decode_pdl_plan_on_the_double(fake, monkeypatch):
     pk = bc.empty((8, 128, 2, 64), "float16")
     A.plan_attention_decode(q, pk, pk, ln, out=out, block_table=tab, n_splits=2, pdl=True)()
     la = fake.last_launch()
-    assert la.programmatic_serialization and struct.unpack_from("<i", la.params, len(la.params) - 4)[0] == 0
+    assert la.programmatic_serialization and struct.unpack_from("<i", la.params, 116)[0] == 0
     f32 = A.plan_attention_decode(bc.empty((8, 64), "float32"), bc.empty((64, 2, 64), "float32"),
                                   bc.empty((64, 2, 64), "float32"), ln, pdl=True)
     f32()
@@ -342,7 +294,7 @@ def test_float32_decode_and_append_dispatch(fake):
     assert la.name == "attn_decode_f32" and la.grid == (6, 1, 1) and la.block == (A.DEC_WARPS * 32, 1, 1)
     ptrs = struct.unpack_from("<5Q", la.params, 0)
     assert ptrs == (q.ptr, k.ptr, v.ptr, out.ptr, ln.ptr)
-    assert struct.unpack_from("<i", la.params, len(la.params) - 8)[0] == 3       # the GQA group
+    assert struct.unpack_from("<i", la.params, 84)[0] == 3       # the GQA group (then scale, the batch strides)
     plan = A.plan_attention_decode(q, k, v, ln, out=out, kv_layout="token_major")
     n0 = fake.launch_count()
     plan()

@@ -34,8 +34,12 @@ def _spec(bc):
     return name, None, None
 
 
-def _decode_bufs(bc, s, shape, nh, d, ctx, n):
-    """n bf16 (k, v) caches of `shape`, q and o (nh, d) and the int32 length ctx, on stream s."""
+def _decode_bufs(bc, s, shape, nh, d, ctx, n, batch=1):
+    """n bf16 (k, v) caches of `shape`, q and o (nh, d) and the int32 length ctx, on stream s;
+    ``batch`` > 1: a batch of sequences (the caches, q and o with a leading batch axis, one
+    length ctx a sequence)."""
+    if batch > 1:
+        shape = (batch,) + tuple(shape)
     caches = []
     for _ in range(n):
         k = bc.empty(shape, "bfloat16", stream=s)
@@ -43,11 +47,12 @@ def _decode_bufs(bc, s, shape, nh, d, ctx, n):
         k.memset(0x3c, stream=s)
         v.memset(0x3c, stream=s)
         caches.append((k, v))
-    q = bc.empty((nh, d), "bfloat16", stream=s)
+    qs = (batch, nh, d) if batch > 1 else (nh, d)
+    q = bc.empty(qs, "bfloat16", stream=s)
     q.memset(0x3c, stream=s)
-    o = bc.empty((nh, d), "bfloat16", stream=s)
-    ln = bc.empty((1,), "int32", stream=s)
-    ln.copy_from(bytearray(ctx.to_bytes(4, "little")), stream=s)
+    o = bc.empty(qs, "bfloat16", stream=s)
+    ln = bc.empty((batch,), "int32", stream=s)
+    ln.copy_from(bytearray(ctx.to_bytes(4, "little") * batch), stream=s)
     return caches, q, o, ln
 
 
@@ -155,31 +160,34 @@ def decode_floors(bc, s, caches, kv_bytes, grid_blocks, reps=20, smem=0):
 
 
 def decode_rows(bc, s, torch=None, shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 128, 32768),
-                                           (32, 8, 64, 8192)), layout="head_major", pdl=False, floors=False):
+                                           (32, 8, 64, 8192)), layout="head_major", pdl=False, floors=False, batch=1):
     """One row a shape: the chained graph's us a call and GB/s on the KV bytes; ``pdl``: the
     plans made with ``pdl=True`` and the graph captured (programmatic edges between the nodes).
-    ``floors``: each row gets a 5th item, :func:`decode_floors` of the same caches (head-major)."""
+    ``floors``: each row gets a 5th item, :func:`decode_floors` of the same caches (head-major).
+    ``batch`` > 1: each call a batch of that many sequences of length ctx (one launch; the KV
+    bytes are the batch's)."""
     from barecuda.kernels import _attention as A
     out = []
     for nh, nkv, d, ctx in shapes:
-        kv_bytes = 2 * ctx * nkv * d * 2
+        kv_bytes = 2 * ctx * nkv * d * 2 * batch
         n = max(2, math.ceil((512 << 20) / kv_bytes))
         shape = (nkv, ctx, d) if layout == "head_major" else (ctx, nkv, d)
-        caches, q, o, ln = _decode_bufs(bc, s, shape, nh, d, ctx, n)
+        caches, q, o, ln = _decode_bufs(bc, s, shape, nh, d, ctx, n, batch)
         plans = [A.plan_attention_decode(q, k, v, ln, out=o, kv_layout=layout, pdl=pdl, stream=s) for k, v in caches]
         ms = _time_chain(bc, s, plans, pdl) / n
         gbs = kv_bytes / (ms * 1e-3) / 1e9
         tgbs = None
         if torch is not None:
             try:
-                tgbs = _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes)
+                tgbs = _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes, batch)
             except Exception as exc:   # noqa: BLE001 -- a bench row, not a test
                 tgbs = f"n/a ({type(exc).__name__})"
         tag = "hm" if layout == "head_major" else "tm"
-        row = (f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}{' pdl' if pdl else ''}", ms * 1e3, gbs, tgbs)
+        row = (f"decode bf16 {tag} h{nh}/{nkv} d{d} ctx {ctx}{' pdl' if pdl else ''}"
+               + (f" x{batch} seqs" if batch > 1 else ""), ms * 1e3, gbs, tgbs)
         if floors:
             g = plans[0].grid
-            row += (decode_floors(bc, s, caches, kv_bytes, g[0] * g[1]),)
+            row += (decode_floors(bc, s, caches, kv_bytes, g[0] * g[1] * g[2]),)
         out.append(row)
         del plans, caches
     return out
@@ -484,11 +492,11 @@ def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 
         del caches
 
 
-def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes):
+def _torch_decode(torch, nh, nkv, d, ctx, n, kv_bytes, batch=1):
     F = torch.nn.functional
-    ks = [torch.ones(1, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-    vs = [torch.ones(1, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
-    q = torch.ones(1, nh, 1, d, device="cuda", dtype=torch.bfloat16)
+    ks = [torch.ones(batch, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    vs = [torch.ones(batch, nkv, ctx, d, device="cuda", dtype=torch.bfloat16) for _ in range(n)]
+    q = torch.ones(batch, nh, 1, d, device="cuda", dtype=torch.bfloat16)
 
     def body():
         for k, v in zip(ks, vs):
@@ -608,7 +616,9 @@ def attention_section(ctx=None):
     cp = copy_gbs(bc, s)
     sec.add("device copy 1 GiB (read+write)", ["", f"{cp:.0f} GB/s", f"{100 * cp / spec:.0f}%" if spec else "", "", ""])
     drows = (decode_rows(bc, s, torch, floors=True) + decode_rows(bc, s, None, pdl=True)
-             + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major"))
+             + decode_rows(bc, s, None, shapes=((32, 8, 128, 32768),), layout="token_major")
+             + decode_rows(bc, s, torch, shapes=((32, 8, 128, 4096), (32, 8, 64, 8192)), floors=True, batch=4)
+             + decode_rows(bc, s, torch, shapes=((32, 8, 128, 4096),), floors=True, batch=8))
     add_decode_rows(sec, drows, spec)
     for label, us, tf, tt in prefill_rows(bc, s, torch):
         tcell = f"{tt:.0f} TF/s" if isinstance(tt, float) else (tt or "")

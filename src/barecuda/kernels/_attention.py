@@ -11,6 +11,12 @@ Layouts (elements; the last axis, the head dim D, is contiguous everywhere):
   indices (logical page ``i`` of the sequence is ``block_table[i]``); ``length``: an int32
   device scalar (the number of cached tokens, plus ``len_offset``), read by the kernel, so a
   captured graph replays unchanged while the caller advances it.
+- batched decode (B sequences of their own lengths, one launch): ``q`` ``[B, n_heads, D]``,
+  ``length`` int32 ``[B]``, ``out`` ``[B, n_heads, D]``, and either contiguous caches
+  ``[B, max_ctx, n_kv, D]`` (``[B, n_kv, max_ctx, D]`` head-major) or the shared pages with a
+  ``[B, pages_per_sequence]`` table; ``kv_append`` takes ``k_new``/``v_new`` ``[B, n_kv, D]``
+  and ``pos`` ``[B]`` the same way. A 3-D ``q`` is a batch only beside a batched cache (a 4-D
+  contiguous cache, or a 2-D table); otherwise its leading axes are rows, as before.
 - prefill ``q``: ``[S, n_heads, D]`` or ``[B, S, n_heads, D]``; ``k``/``v``:
   ``[S_kv, n_kv, D]`` / ``[B, S_kv, n_kv, D]``; causal masks key ``j`` for query ``i`` when
   ``j > i + causal_offset`` (0: PyTorch's ``is_causal``, top-left aligned).
@@ -264,9 +270,58 @@ def _cache_geometry(kb, vb, table, layout="token_major", name_k="k_cache"):
     return max_ctx, n_kv, d, st[0], st[1], page
 
 
-def decode_workspace_size(n_heads, n_kv, head_dim, n_splits):
-    """Bytes of the decode workspace: partial outputs, their log-sum-exp, one counter per KV head."""
-    return 4 * (n_heads * n_splits * (head_dim + 1) + n_kv)
+def decode_workspace_size(n_heads, n_kv, head_dim, n_splits, batch=1):
+    """Bytes of the decode workspace: partial outputs, their log-sum-exp, one counter per KV
+    head, for each of ``batch`` sequences."""
+    return 4 * batch * (n_heads * n_splits * (head_dim + 1) + n_kv)
+
+
+class _Seq0:
+    """Sequence 0 of a batched array: its address, dtype and device, its shape and strides
+    without the leading (sequence) axis, and that axis' stride (``seq_stride``, elements)."""
+    __slots__ = ("ptr", "dtype", "device", "shape", "strides", "seq_stride", "readonly")
+
+    def __init__(self, b):
+        st = _strides(b)
+        self.ptr, self.dtype, self.device, self.readonly = b.ptr, b.dtype, b.device, getattr(b, "readonly", False)
+        self.shape, self.strides, self.seq_stride = tuple(b.shape[1:]), tuple(st[1:]), st[0] if b.shape[0] > 1 else 0
+
+
+def _batch(xb, kb, vb, tb, cnt, name_x, name_cnt):
+    """``(nb, x, k, v, t, seq_stride, bt_stride)``: a batch of ``nb`` sequences when ``xb`` (q or
+    k_new) is 3-D beside a batched cache (a 4-D contiguous cache, or a 2-D block table) -- the
+    arrays then stand for sequence 0 (``_Seq0``) -- else ``(1, xb, kb, vb, tb, 0, 0)``."""
+    batched = len(xb.shape) == 3 and (len(tb.shape) == 2 if tb is not None else len(kb.shape) == 4)
+    if not batched:
+        return 1, xb, kb, vb, tb, 0, 0
+    nb = xb.shape[0]
+    if nb < 1:
+        raise ValueError(f"{name_x}: an empty batch")
+    n = 1
+    for e in cnt.shape:
+        n *= e
+    if n != nb:
+        raise ValueError(f"{name_cnt}: {n} entries for a batch of {nb} sequences (one int32 a sequence)")
+    if cnt.strides is not None and nb > 1 and (len(cnt.shape) != 1 or cnt.strides[0] != 1):
+        raise ValueError(f"{name_cnt}: must be contiguous")
+    seq = bt = 0
+    if tb is None:
+        if kb.shape[0] != nb or vb.shape[0] != nb:
+            raise ValueError(f"k_cache/v_cache: {kb.shape[0]}/{vb.shape[0]} sequences for a batch of {nb}")
+        kb, vb = _Seq0(kb), _Seq0(vb)
+        if kb.seq_stride != vb.seq_stride:
+            raise ValueError("k_cache/v_cache: the sequence strides must be equal")
+        if kb.seq_stride % 8:
+            raise ValueError(f"k_cache: sequence stride {kb.seq_stride} is not a multiple of 8 elements (16 bytes)")
+        seq = kb.seq_stride
+    else:
+        if tb.shape[0] != nb:
+            raise ValueError(f"block_table: {tb.shape[0]} rows for a batch of {nb} sequences")
+        tb = _Seq0(tb)
+        if tb.strides and tb.strides[0] != 1 and tb.shape[0] > 1:
+            raise ValueError("block_table: each sequence's row must be contiguous")
+        bt = tb.seq_stride
+    return nb, _Seq0(xb), kb, vb, tb, seq, bt
 
 
 def _default_splits(kernel, n_kv, max_ctx, smem, device, occ_max=None, warps=None):
@@ -297,11 +352,15 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     (plans, DEC_CLUSTER) an 8th item: the cluster dims, or None when the launch is plain."""
     qb, kb, vb, lb, tb = _arrays(stream, q=q, k_cache=k_cache, v_cache=v_cache, length=length,
                                  block_table=block_table)
+    ta = tb
     code = "f32" if _dtname(qb) == "float32" else _half(qb, "q")
     if kb.dtype != qb.dtype or vb.dtype != qb.dtype:
         raise TypeError(f"k_cache/v_cache: dtypes {kb.dtype}/{vb.dtype} differ from q's {qb.dtype}")
     _scalar_i32(lb, "length")
+    qa, ka, va = qb, kb, vb       # the arrays (launch arguments); qb, kb, vb, tb: sequence 0's geometry
+    nb, qb, kb, vb, tb, seq_st, bt_st = _batch(qb, kb, vb, tb, lb, "q", "length")
     max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
+    q_seq = qb.seq_stride if nb > 1 else 0
     n_heads, dq, q_st = _args.rows(qb, "q")
     if dq != d:
         raise ValueError(f"q: head dim {dq} differs from the cache's {d}")
@@ -312,9 +371,12 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
         raise ValueError(f"GQA group {group} > {MAX_GROUP} query heads per KV head is not supported")
     if qb.ptr % 16 or q_st % 8:
         raise ValueError("q: rows must be 16-byte aligned (address and row stride)")
+    if nb > 1 and q_seq % 8:
+        raise ValueError(f"q: sequence stride {q_seq} is not a multiple of 8 elements (16 bytes)")
     _args.same_device(("q", qb), ("k_cache", kb), ("v_cache", vb), ("length", lb), ("block_table", tb))
-    ob = _args.out_array(out, tuple(qb.shape), qb.dtype, qb, stream)
+    ob = _args.out_array(out, tuple(qa.shape), qa.dtype, qa, stream)
     _args.check_align(ob, "out", 4)
+    o_seq = n_heads * d if nb > 1 else 0
     len_offset = _args.int_arg(len_offset, "len_offset", -(1 << 31), (1 << 31) - 1)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
@@ -322,9 +384,9 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     device = qb.device
     if code == "f32":       # the plain kernel: one block per query head, no split, no workspace
         kern = _kernel("attn_decode_f32", _dec_defines(d), 0, device)
-        args = (qb, kb, vb, ob, lb, len_offset, max_ctx, tok_st, head_st, q_st, d, 0 if tb is None else tb, page,
-                group, _args.f32(scale))
-        return (kern, (n_heads, 1), DEC_WARPS * 32, 0, args, ob, None) + ((None,) if cluster else ())
+        args = (qa, ka, va, ob, lb, len_offset, max_ctx, tok_st, head_st, q_st, d, 0 if ta is None else ta, page,
+                group, _args.f32(scale), q_seq, o_seq, seq_st, bt_st)
+        return (kern, (n_heads, 1, nb), DEC_WARPS * 32, 0, args, ob, None) + ((None,) if cluster else ())
     limit = smem_limit(device)
     for warps, stages in _dec_configs(PDL_STAGES if pdl else None):   # sm_80 (163 KB a block), sm_86/89 (99 KB):
         smem = decode_smem(d, group, stages, warps)                      # fewer warps or stages when needed
@@ -333,18 +395,19 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
     defines = _dec_defines(d, stages, pdl, warps)
     kern = _kernel(f"attn_decode_{code}", defines, smem, device)
     if n_splits is None:
-        n_splits = _default_splits(kern, n_kv, max_ctx, smem, device, PDL_OCC if pdl else SPLIT_OCC, warps)
+        n_splits = _default_splits(kern, n_kv * nb, max_ctx, smem, device, PDL_OCC if pdl else SPLIT_OCC, warps)
     n_splits = _args.int_arg(n_splits, "n_splits", 1, MAX_SPLITS)
     if cluster:
         cl = _cluster_launch(code, d, group, stages, warps, pdl, n_splits, n_kv, device)
         if cl is not None:
             kern, smem = cl
-            args = (qb, kb, vb, ob, 0, 0, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
-                    0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group, 0)
-            return kern, (n_splits, n_kv), warps * 32, smem, args, ob, None, (n_splits, 1, 1)
+            args = (qa, ka, va, ob, 0, 0, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
+                    0 if ta is None else ta, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group, 0,
+                    q_seq, o_seq, seq_st, bt_st, 0)
+            return kern, (n_splits, n_kv, nb), warps * 32, smem, args, ob, None, (n_splits, 1, 1)
     ws = None
     if n_splits > 1:
-        need = decode_workspace_size(n_heads, n_kv, d, n_splits)
+        need = decode_workspace_size(n_heads, n_kv, d, n_splits, nb)
         if workspace is None:
             from barecuda._buffer import zeros
             ws = zeros((need,), "uint8", device=device, stream=stream)
@@ -356,10 +419,11 @@ def _prep_decode(q, k_cache, v_cache, length, out, scale, len_offset, block_tabl
             _args.check_align(ws, "workspace", 16)
     part = 0 if ws is None else ws        # a buffer argument keeps the workspace alive in plans
     counters = 0 if ws is None else ws.ptr + 4 * n_heads * n_splits * (d + 1)
-    args = (qb, kb, vb, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
-            0 if tb is None else tb, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group,
-            PDL_PF_KEYS if pdl and tb is None else 0)
-    return (kern, (n_splits, n_kv), warps * 32, smem, args, ob, ws) + ((None,) if cluster else ())
+    args = (qa, ka, va, ob, part, counters, lb, len_offset, max_ctx, tok_st, head_st, q_st, d,
+            0 if ta is None else ta, page, n_heads, n_splits, _args.f32(scale * _LOG2E), group,
+            PDL_PF_KEYS if pdl and ta is None else 0, q_seq, o_seq, seq_st, bt_st,
+            decode_workspace_size(n_heads, n_kv, d, n_splits) // 4 if nb > 1 else 0)
+    return (kern, (n_splits, n_kv, nb), warps * 32, smem, args, ob, ws) + ((None,) if cluster else ())
 
 
 def _cluster_launch(code, d, group, stages, warps, pdl, n_splits, n_kv, device):
@@ -453,6 +517,18 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
         if b.dtype != kb.dtype:
             raise TypeError(f"{n}: dtype {b.dtype} differs from k_cache's {kb.dtype}")
     _scalar_i32(pb, "pos")
+    kna, vna, ka, va, ta = knb, vnb, kb, vb, tb   # the arrays (launch arguments); the rest: sequence 0's geometry
+    nb, knb, kb, vb, tb, seq_st, bt_st = _batch(knb, kb, vb, tb, pb, "k_new", "pos")
+    src_seq = 0
+    if knb is not kna:            # a batch: v_new must be one too, with the same sequence stride
+        if tuple(vna.shape) != tuple(kna.shape):
+            raise ValueError(f"v_new: shape {tuple(vna.shape)} differs from k_new's {tuple(kna.shape)}")
+        vnb = _Seq0(vna)
+        src_seq = knb.seq_stride
+        if vnb.seq_stride != src_seq:
+            raise ValueError("k_new/v_new: the sequence strides must be equal")
+        if src_seq % 8:
+            raise ValueError(f"k_new: sequence stride {src_seq} is not a multiple of 8 elements (16 bytes)")
     max_ctx, n_kv, d, tok_st, head_st, page = _cache_geometry(kb, vb, tb, kv_layout)
     rk = _args.rows(knb, "k_new")
     rv = _args.rows(vnb, "v_new")
@@ -472,8 +548,9 @@ def _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, s
     kern = _kernel(f"kv_append_{code}", _dec_defines(d), 0, kb.device)
     n = n_kv * d // (4 if code == "f32" else 8)      # 16-byte chunks
     block = 128 if n >= 128 else ((n + 31) // 32) * 32
-    grid = (n + block - 1) // block
-    args = (knb, vnb, kb, vb, pb, pos_offset, max_ctx, tok_st, head_st, rk[2], 0 if tb is None else tb, page, n_kv)
+    grid = ((n + block - 1) // block, nb)
+    args = (kna, vna, ka, va, pb, pos_offset, max_ctx, tok_st, head_st, rk[2], 0 if ta is None else ta, page, n_kv,
+            src_seq, seq_st, bt_st)
     return kern, grid, block, args
 
 
@@ -482,7 +559,9 @@ def kv_append(k_new, v_new, k_cache, v_cache, pos, *, pos_offset=0, block_table=
               stream=None):
     """Write one token's K and V (``[n_kv, D]`` each) into the cache at token
     ``pos[0] + pos_offset``, read from device memory at run time (nothing is written when it
-    falls outside the cache). With ``block_table`` the cache is paged (see the module doc)."""
+    falls outside the cache). With ``block_table`` the cache is paged (see the module doc).
+    A batch (``[B, n_kv, D]`` beside a batched cache, ``pos`` ``[B]``) writes each sequence's
+    token at its own position, in one launch."""
     kern, grid, block, args = _prep_append(k_new, v_new, k_cache, v_cache, pos, pos_offset, block_table, stream,
                                            kv_layout)
     return kern, grid, block, args, None

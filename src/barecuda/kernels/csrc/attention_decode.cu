@@ -761,22 +761,38 @@ BC_DEV void attn_decode_f32_impl(const float* __restrict__ q, const float* __res
 
 }  // namespace
 
+// Batches of sequences: grid.z (decode) / grid.y (append) is the sequence b, and every entry
+// first moves its pointers to sequence b's -- q, out and the new K/V rows by their sequence
+// strides, the length / position by b, a contiguous cache by seq_stride (0 for a paged pool,
+// which the sequences share), the block table by bt_stride entries, the decode workspace (its
+// partials, log-sum-exps and counters) by ws_stride 4-byte words -- so one launch serves B
+// sequences of their own lengths, and the body is the single sequence's (b = 0 moves nothing).
 #define BC_ATTN_ENTRIES(DT, B)                                                                                   \
     extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_##DT(                               \
         const bc_u16* q, const bc_u16* kc, const bc_u16* vc, bc_u16* out, float* part, int* counters,            \
         const int* len_ptr, int len_offset, int max_ctx, long long tok_stride, long long head_stride,           \
         int q_head_stride, int o_head_stride, const int* block_table, int page_size, int n_heads, int n_splits, \
-        float scale_log2, int group, int pf_keys) {                                                              \
-        attn_decode_impl<B>(q, kc, vc, out, part, counters, len_ptr, len_offset, max_ctx, tok_stride,           \
-                            head_stride, q_head_stride, o_head_stride, block_table, page_size, n_heads,         \
-                            n_splits, scale_log2, group, pf_keys);                                               \
+        float scale_log2, int group, int pf_keys, long long q_seq, long long o_seq, long long seq_stride,        \
+        int bt_stride, long long ws_stride) {                                                                    \
+        const int b = blockIdx.z;                                                                                \
+        if (block_table != nullptr) block_table += (long long)b * bt_stride;                                     \
+        if (part != nullptr) part += b * ws_stride;                                                              \
+        if (counters != nullptr) counters += b * ws_stride;                                                      \
+        attn_decode_impl<B>(q + b * q_seq, kc + b * seq_stride, vc + b * seq_stride, out + b * o_seq, part,     \
+                            counters, len_ptr + b, len_offset, max_ctx, tok_stride, head_stride, q_head_stride,  \
+                            o_head_stride, block_table, page_size, n_heads, n_splits, scale_log2, group,        \
+                            pf_keys);                                                                            \
     }                                                                                                            \
     extern "C" __global__ void kv_append_##DT(const bc_u16* kn, const bc_u16* vn, bc_u16* kc, bc_u16* vc,       \
                                               const int* pos_ptr, int pos_offset, int max_ctx,                  \
                                               long long tok_stride, long long head_stride, int src_head_stride, \
-                                              const int* block_table, int page_size, int n_kv) {                \
-        kv_append_impl<CPR>(kn, vn, kc, vc, pos_ptr, pos_offset, max_ctx, tok_stride, head_stride,              \
-                            src_head_stride, block_table, page_size, n_kv);                                      \
+                                              const int* block_table, int page_size, int n_kv, long long src_seq,\
+                                              long long seq_stride, int bt_stride) {                             \
+        const int b = blockIdx.y;                                                                                \
+        if (block_table != nullptr) block_table += (long long)b * bt_stride;                                     \
+        kv_append_impl<CPR>(kn + b * src_seq, vn + b * src_seq, kc + b * seq_stride, vc + b * seq_stride,       \
+                            pos_ptr + b, pos_offset, max_ctx, tok_stride, head_stride, src_head_stride,          \
+                            block_table, page_size, n_kv);                                                       \
     }
 
 BC_ATTN_ENTRIES(f16, 0)
@@ -785,15 +801,22 @@ BC_ATTN_ENTRIES(bf16, 1)
 extern "C" __global__ void __launch_bounds__(DEC_WARPS * 32) attn_decode_f32(
     const float* q, const float* kc, const float* vc, float* out, const int* len_ptr, int len_offset, int max_ctx,
     long long tok_stride, long long head_stride, int q_head_stride, int o_head_stride, const int* block_table,
-    int page_size, int group, float scale) {
-    attn_decode_f32_impl(q, kc, vc, out, len_ptr, len_offset, max_ctx, tok_stride, head_stride, q_head_stride,
-                         o_head_stride, block_table, page_size, group, scale);
+    int page_size, int group, float scale, long long q_seq, long long o_seq, long long seq_stride, int bt_stride) {
+    const int b = blockIdx.z;   // the sequence (see BC_ATTN_ENTRIES)
+    if (block_table != nullptr) block_table += (long long)b * bt_stride;
+    attn_decode_f32_impl(q + b * q_seq, kc + b * seq_stride, vc + b * seq_stride, out + b * o_seq, len_ptr + b,
+                         len_offset, max_ctx, tok_stride, head_stride, q_head_stride, o_head_stride, block_table,
+                         page_size, group, scale);
 }
 // strides in float32 elements, as the 16-bit entries take theirs in elements
 extern "C" __global__ void kv_append_f32(const float* kn, const float* vn, float* kc, float* vc, const int* pos_ptr,
                                          int pos_offset, int max_ctx, long long tok_stride, long long head_stride,
-                                         int src_head_stride, const int* block_table, int page_size, int n_kv) {
-    kv_append_impl<2 * CPR>((const bc_u16*)kn, (const bc_u16*)vn, (bc_u16*)kc, (bc_u16*)vc, pos_ptr, pos_offset,
+                                         int src_head_stride, const int* block_table, int page_size, int n_kv,
+                                         long long src_seq, long long seq_stride, int bt_stride) {
+    const int b = blockIdx.y;
+    if (block_table != nullptr) block_table += (long long)b * bt_stride;
+    kv_append_impl<2 * CPR>((const bc_u16*)(kn + b * src_seq), (const bc_u16*)(vn + b * src_seq),
+                            (bc_u16*)(kc + b * seq_stride), (bc_u16*)(vc + b * seq_stride), pos_ptr + b, pos_offset,
                             max_ctx, 2 * tok_stride, 2 * head_stride, 2 * src_head_stride, block_table, page_size,
                             n_kv);
 }
