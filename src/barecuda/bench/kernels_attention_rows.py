@@ -348,20 +348,17 @@ FLOOR_VARIANTS: Tuple[Tuple[str, Dict[str, Any]], ...] = (   # --floor-probe: wh
     ("probe 3: probe 2 without the Q and length loads", {"DEC_PROBE": 3}),
     ("probe 4: the length taken as max_ctx", {"DEC_PROBE": 4}),
     ("merge 2 (float4, 16 splits a round)", {"DEC_MERGE": 2}), ("sync 1 (thread 0 fences)", {"DEC_SYNC": 1}),
-    ("merge 2 + sync 1", {"DEC_MERGE": 2, "DEC_SYNC": 1}), ("spec 64", {"DEC_SPEC": 64}),
-    ("spec 256", {"DEC_SPEC": 256}), ("merge 2 + sync 1 + spec 64", {"DEC_MERGE": 2, "DEC_SYNC": 1, "DEC_SPEC": 64}),
-    ("length first", {"DEC_LENFIRST": 1}), ("merge 2 + sync 1 + length first", {"DEC_MERGE": 2, "DEC_SYNC": 1, "DEC_LENFIRST": 1}),
+    ("merge 2 + sync 1", {"DEC_MERGE": 2, "DEC_SYNC": 1}),
     ("8 warps, 3 stages", {"DEC_WARPS": 8, "DEC_STAGES": 3}),
     ("1 split", {"n_splits": 1}), ("8 splits", {"n_splits": 8}), ("16 splits", {"n_splits": 16}),
     ("24 splits", {"n_splits": 24}), ("16 splits, merge 2 + sync 1", {"n_splits": 16, "DEC_MERGE": 2, "DEC_SYNC": 1}),
     ("default again", {}),
     ("merge 2 + sync 1 again", {"DEC_MERGE": 2, "DEC_SYNC": 1}))
 FLOOR_D64 = ("default", "probe 1: no merge", "probe 2: no merge, no softmax math", "merge 2 (float4, 16 splits a round)",
-             "merge 2 + sync 1", "spec 64", "merge 2 + sync 1 + spec 64", "16 splits", "24 splits",
+             "merge 2 + sync 1", "16 splits", "24 splits",
              "16 splits, merge 2 + sync 1", "default again", "merge 2 + sync 1 again")
 FLOOR_SPLITS_D128 = ("1 split", "8 splits")   # the split-count variants of the d128 4k row (d64: FLOOR_D64's)
 FLOOR_SHORT = ("default", "merge 2 (float4, 16 splits a round)", "sync 1 (thread 0 fences)", "merge 2 + sync 1",
-               "spec 64", "merge 2 + sync 1 + spec 64", "length first", "merge 2 + sync 1 + length first",
                "default again")
 
 
@@ -429,7 +426,7 @@ def decode_floor_probe(shapes=((32, 8, 128, 4096), (32, 8, 128, 16384), (32, 8, 
     :func:`decode_floors` (first and last), then each variant's chained decode row (head-major,
     one node a cache, > 512 MB a round): the probe builds (``DEC_PROBE`` 1-4: no merge; no
     merge and no softmax math; that without the Q/length loads; the length taken as max_ctx),
-    the split-finish fixes (``DEC_MERGE=2``, ``DEC_SYNC=1``, ``DEC_SPEC``), 1 and 8 splits; then
+    the split-finish fixes (``DEC_MERGE=2``, ``DEC_SYNC=1``), 1 and 8 splits; then
     the decode loop's short node (a graph of 16 nodes on one 4096-slot cache) for the fixes.
     One line each: us a call, GB/s, % of spec, x the read floor."""
     import barecuda as bc

@@ -81,9 +81,9 @@ DEC_SYNC = 2        # 2 (default since 2026-11-27 10:1x): split blocks count the
                     # (__threadfence), counts, and the last fences again; 0: a fence in every thread first. H200
                     # 09:51 UTC, 1 -> 2 (block ring): 4k 10.20 -> 9.97, 16k 22.57 -> 22.32, 32k 39.07 -> 38.86, d64
                     # 8k 9.41 -> 9.13, 1024 keys 6.21 -> 5.88 us (06:2x, 0 -> 1: 4k 10.23 -> 10.18-10.21)
-DEC_SPEC = 0        # > 0: contiguous caches on sm_90 ask the L2 for the first DEC_SPEC keys of each split
-                    # before the length is read, placing the split as if the length were max_ctx (a hint)
-DEC_LENFIRST = 0    # 1: the kernel issues the length load before the Q loads
+# (DEC_SPEC, an L2 prefetch of each split's first keys before the length is read, and DEC_LENFIRST,
+# the length loaded before Q: measured no faster, H200 2026-11-27 06:2x, docs/kernels.md; removed
+# from the kernel and here 2026-11-27 14:2x)
 DEC_CLUSTER = 0     # 1: plan_attention_decode on sm_90 with <= 16 splits makes the splits of a KV head one
                     # thread-block cluster that merges through distributed shared memory (attention_decode.cu
                     # DEC_CLUSTER; no workspace). Correct (H200 tests, 2026-11-27 09:51) and slower everywhere (4k
@@ -133,8 +133,6 @@ def _dec_defines(d, stages=None, pdl=False, warps=None, cluster=False):
     extra += (("DEC_PDL", 1),) if pdl or DEC_PDL_PLAIN else ()
     extra += (("DEC_MERGE", DEC_MERGE),) if DEC_MERGE != 2 else ()
     extra += (("DEC_SYNC", DEC_SYNC),) if DEC_SYNC != 2 else ()
-    extra += (("DEC_SPEC", DEC_SPEC),) if DEC_SPEC else ()
-    extra += (("DEC_LENFIRST", 1),) if DEC_LENFIRST else ()
     extra += (("DEC_PROBE", DEC_PROBE),) if DEC_PROBE else ()
     extra += (("DEC_CLUSTER", 1),) if cluster else ()
     return (("HEAD_DIM", d), ("DEC_WARPS", warps or DEC_WARPS), ("DEC_STAGES", stages or DEC_STAGES),

@@ -8,7 +8,7 @@
 //                             the models' fp32 reference mode)
 //
 // Defines: HEAD_DIM (attention_tile.cuh), DEC_WARPS, DEC_STAGES, DEC_L2PF, DEC_KPW, DEC_WPIPE, DEC_PDL,
-//          DEC_MERGE, DEC_SYNC, DEC_SPEC, DEC_CLUSTER, DEC_LENFIRST, DEC_MINCHUNK, DEC_ONESPLIT,
+//          DEC_MERGE, DEC_SYNC, DEC_CLUSTER, DEC_MINCHUNK, DEC_ONESPLIT,
 //          DEC_PROBE (probe builds only).
 #include "attention_tile.cuh"
 
@@ -48,19 +48,11 @@ static_assert(DEC_MERGE == 0 || DEC_MERGE == 2, "DEC_MERGE: 0 or 2");
                      // atom.acq_rel.gpu (release: the block's partials, ordered before it by the barrier;
                      // acquire: every other block's, for the merge) instead of two fence.sc (__threadfence)
 #endif
-#ifndef DEC_SPEC
-#define DEC_SPEC 0   // decode, contiguous caches, sm_90: > 0 = before the length is read, ask the L2 for the first
-                     // DEC_SPEC keys of this block's split as if the length were max_ctx (a hint); 0 = none
-#endif
 #ifndef DEC_CLUSTER
 #define DEC_CLUSTER 0    // decode, sm_90, plans only (_attention.DEC_CLUSTER = 1): 1 = the splits of a KV head form one
                          // thread-block cluster (grid.x = n_splits <= 16) that merges through distributed shared
                          // memory (no workspace, fence, counter or L2 round trip). Correct (H200 tests, 2026-11-27
                          // 09:51) but slower everywhere: at 1 block/SM only 7 clusters of 12-16 fit the H200 at once
-#endif
-#ifndef DEC_LENFIRST
-#define DEC_LENFIRST 0   // decode: 1 = the length load is issued before the Q loads (the first cp.async waits on
-                         // the length alone); 0 = Q first
 #endif
 #ifndef DEC_PROBE
 #define DEC_PROBE 0  // decode, PROBE BUILDS ONLY (the bench's --floor-probe; never in the KERNELS table or a plan's
@@ -122,7 +114,7 @@ BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_spl
     chunk = dec_chunk(len, n_splits);
 }
 
-#if DEC_PDL || DEC_SPEC > 0
+#if DEC_PDL
 // Programmatic dependent launch (sm_90+; every instruction here is a no-op, or compiled out,
 // when the launch has no programmatic attribute). A PDL launch of the decode kernel may start
 // while the previous kernel on the stream still runs. Before griddepcontrol.wait (full
@@ -134,7 +126,6 @@ BC_DEV void dec_range(const int* len_ptr, int len_offset, int max_ctx, int n_spl
 // length and the cache as without PDL. launch_dependents is issued at once: the next PDL
 // node's blocks may then take the multiprocessors this grid's blocks leave (all of this grid's
 // blocks have started by then, so none waits behind them) and prefetch in turn.
-#if DEC_PDL
 BC_DEV void dec_grid_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -145,7 +136,6 @@ BC_DEV void dec_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
-#endif
 // L2 prefetch of token rows [t0, t1) of one head (rows tok_stride elements apart, D each):
 // one bulk prefetch of up to 16 KB a thread over a contiguous run, else one a row
 BC_DEV void dec_prefetch_rows(const bc_u16* base, long long tok_stride, int t0, int t1, int tid, int nthr) {
@@ -238,17 +228,6 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     extern __shared__ __align__(16) unsigned char smem[];
     const int kvh = blockIdx.y, split = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-#if DEC_SPEC > 0 && !DEC_PDL
-    // speculative L2 prefetch of this split's first DEC_SPEC keys, the split placed as if the
-    // length were max_ctx (issued before the length load; a hint only, see DEC_SPEC)
-    if (block_table == nullptr) {
-        const int schunk = dec_chunk(max_ctx, n_splits);
-        const int s0 = split * schunk, s1 = min(max_ctx, s0 + min(schunk, DEC_SPEC));
-        const long long ho = (long long)kvh * head_stride;
-        dec_prefetch_rows(kc + ho, tok_stride, s0, s1, tid, DEC_WARPS * 32);
-        dec_prefetch_rows(vc + ho, tok_stride, s0, s1, tid, DEC_WARPS * 32);
-    }
-#endif
 #if DEC_PDL
     if (pf_keys > 0 && block_table == nullptr) {
         int slen, schunk;
@@ -262,10 +241,6 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
     dec_grid_wait();
 #endif
 
-#if DEC_LENFIRST
-    int len, chunk;
-    dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
-#endif
     // Q fragments: rows 0..group-1 are the group's heads, the rest zero (loaded before the
     // length so that both loads are in flight together)
     bc_u32 qf[D / 16][4];
@@ -293,10 +268,8 @@ BC_DEV void attn_decode_impl(const bc_u16* __restrict__ q, const bc_u16* __restr
 #endif
 #undef DEC_QLD
     }
-#if !DEC_LENFIRST
     int len, chunk;
     dec_range(len_ptr, len_offset, max_ctx, n_splits, len, chunk);
-#endif
     const int start = split * chunk;
     const int end = min(len, start + chunk);
 #if DEC_CLUSTER
