@@ -16,6 +16,23 @@ SHAPES = (("bfloat16", 4096, 4096, 4096, False, False), ("float16", 4096, 4096, 
           ("bfloat16", 2048, 14336, 4096, False, True), ("float32", 2048, 2048, 2048, False, False))
 
 
+def _event_ms(bc, s, call, reps):
+    """ms a call of ``call()`` (which queues work on stream s): 2 warm-up calls, then the
+    median of 5 event-timed runs of ``reps`` calls."""
+    for _ in range(2):
+        call()
+    e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
+    ts = []
+    for _ in range(5):
+        e0.record(s)
+        for _ in range(reps):
+            call()
+        e1.record(s)
+        e1.synchronize()
+        ts.append(e1.elapsed_ms(e0) / reps)
+    return _median(ts)
+
+
 def gemm_rows(bc, s, torch=None, shapes=SHAPES, backend="builtin"):
     from barecuda.kernels import _matmul as MM
     rows = []
@@ -26,19 +43,7 @@ def gemm_rows(bc, s, torch=None, shapes=SHAPES, backend="builtin"):
         b.memset(0x3c, stream=s)
         o = bc.empty((m, n), dt, stream=s)
         p = MM.plan_matmul(a, b, out=o, trans_a=ta, trans_b=tb, stream=s, backend=backend)
-        reps = 10 if dt != "float32" else 3
-        for _ in range(2):
-            p()
-        e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
-        ts = []
-        for _ in range(5):
-            e0.record(s)
-            for _ in range(reps):
-                p()
-            e1.record(s)
-            e1.synchronize()
-            ts.append(e1.elapsed_ms(e0) / reps)
-        ms = _median(ts)
+        ms = _event_ms(bc, s, p, 10 if dt != "float32" else 3)
         flop = 2.0 * m * n * k
         tf = flop / (ms * 1e-3) / 1e12
         ttf = None
@@ -133,19 +138,8 @@ def lt_rank_rows(bc, s, shapes=SHAPES, ranks=8):
             except ValueError:
                 break
             ws = bc.empty((max(1, mm.workspace_size),), "uint8", stream=s)
-            run = lambda: mm.run(a.ptr, b.ptr, o.ptr, workspace=ws.ptr, workspace_bytes=ws.nbytes, stream=s)
-            for _ in range(2):
-                run()
-            e0, e1 = bc.Event(timing=True), bc.Event(timing=True)
-            ts = []
-            for _ in range(5):
-                e0.record(s)
-                for _ in range(reps):
-                    run()
-                e1.record(s)
-                e1.synchronize()
-                ts.append(e1.elapsed_ms(e0) / reps)
-            ms = _median(ts)
+            ms = _event_ms(bc, s, lambda: mm.run(a.ptr, b.ptr, o.ptr, workspace=ws.ptr,
+                                                 workspace_bytes=ws.nbytes, stream=s), reps)
             label = f"matmul {dt} {m}x{n}x{k}{' ta' if ta else ''}{' tb' if tb else ''} [cublaslt rank {r}]"
             rows.append((label, ms * 1e3, 2.0 * m * n * k / (ms * 1e-3) / 1e12, mm.workspace_size))
             del ws

@@ -295,9 +295,7 @@ def _batch(xb, kb, vb, tb, cnt, name_x, name_cnt):
     nb = xb.shape[0]
     if nb < 1:
         raise ValueError(f"{name_x}: an empty batch")
-    n = 1
-    for e in cnt.shape:
-        n *= e
+    n = math.prod(cnt.shape)
     if n != nb:
         raise ValueError(f"{name_cnt}: {n} entries for a batch of {nb} sequences (one int32 a sequence)")
     if cnt.strides is not None and nb > 1 and (len(cnt.shape) != 1 or cnt.strides[0] != 1):
