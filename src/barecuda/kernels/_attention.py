@@ -83,7 +83,7 @@ DEC_SYNC = 2        # 2 (default since 2026-11-27 10:1x): split blocks count the
                     # 8k 9.41 -> 9.13, 1024 keys 6.21 -> 5.88 us (06:2x, 0 -> 1: 4k 10.23 -> 10.18-10.21)
 # (DEC_SPEC, an L2 prefetch of each split's first keys before the length is read, and DEC_LENFIRST,
 # the length loaded before Q: measured no faster, H200 2026-11-27 06:2x, docs/kernels.md; removed
-# from the kernel and here 2026-11-27 14:2x)
+# from the kernel and here 2026-11-27 14:3x)
 DEC_CLUSTER = 0     # 1: plan_attention_decode on sm_90 with <= 16 splits makes the splits of a KV head one
                     # thread-block cluster that merges through distributed shared memory (attention_decode.cu
                     # DEC_CLUSTER; no workspace). Correct (H200 tests, 2026-11-27 09:51) and slower everywhere (4k
