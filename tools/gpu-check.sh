@@ -20,6 +20,8 @@
 #   The tests stage runs the files in parallel with pytest-xdist (-n 8 --dist loadfile) when it is there.
 #   --update-baseline  rewrite bench/baseline.json (and $OUT/baseline.json) with this run's ratios to raw C
 #   GPU_CHECK_SECONDS  the whole run's time budget (default 570); stages get timeouts from what is left
+#   GPU_WHEELS         a folder of wheels to install (pip --no-deps --no-index) before the tests: the device image
+#                      lacks gguf (and tokenizers), without which about 500 tests skip (the summary then says MISSING)
 #   TESTS_SECONDS      the tests stage's cap (default 360: the suite with tests/kernels and tests/models,
 #                      the 8B scale check included, took 186-240 s on a fresh H200, NVRTC compiles included)
 #
@@ -173,6 +175,9 @@ memcheck_stage() {
     done
 }
 
+if [ -n "${GPU_WHEELS:-}" ]; then
+    for w in "$GPU_WHEELS"/*.whl; do "$PY" -m pip install -q --no-deps --no-index "$w" 2>&1 | tail -1; done
+fi
 LOCK=(); command -v flock >/dev/null && LOCK=(flock /tmp/barecuda-build.lock)
 want build && stage build build.log "$(budget 150 420)" "${LOCK[@]}" "$PY" setup.py build_ext --inplace -q -j "$JOBS"
 echo "GPU test files: ${GPU_FILES[*]} $SEEDS; memcheck shard $SHARD_K/$SHARD_N: ${MEM_FILES[*]}"
@@ -230,6 +235,11 @@ fi
     echo "seeds:       $(grep -E '(passed|failed|error|skipped)' "$OUT/seeds.log" 2>/dev/null | tail -1)"
     grep -E '^tests/stress/test_concurrency_gpu.py::' "$OUT/seeds.log" 2>/dev/null | sed 's/^/seed:        /'
     echo "tests:       $(grep -E '(passed|failed|error|skipped)' "$OUT/tests.log" 2>/dev/null | tail -1)"
+    # whole files skipped for a module this machine lacks (the device image has no gguf: the quantized
+    # matvec/dequantize, fused and models files then skip, about 500 tests; carry the wheels, GPU.md)
+    miss=$(grep -E "^SKIPPED .*could not import '" "$OUT/tests.log" 2>/dev/null \
+        | sed -E "s/.*could not import '([^']+)'.*/\1/" | sort | uniq -c | awk '{printf "%s (%s files) ", $2, $1}')
+    [ -n "$miss" ] && echo "MISSING:     test files skipped for modules this machine lacks: $miss-- install their wheels first"
     [ -f "$OUT/memcheck.log" ] && awk '/^=== \[memcheck\./ {n = $2} /ERROR SUMMARY/ {print n, $0}' \
         "$OUT/memcheck.log" | sed 's/^/memcheck:    /'
     for t in racecheck synccheck; do
