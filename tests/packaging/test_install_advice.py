@@ -26,7 +26,7 @@ def _extras():
 
 
 def _req_name(req):
-    return re.split(r"[<>=!~;\[ ]", req, 1)[0].strip().lower()
+    return re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].strip().lower()
 
 
 # Third-party packages advised for an optional feature outside barecuda's extras.
