@@ -16,6 +16,15 @@ SHAPES = (("bfloat16", 4096, 4096, 4096, False, False), ("float16", 4096, 4096, 
           ("bfloat16", 2048, 14336, 4096, False, True), ("float32", 2048, 2048, 2048, False, False))
 
 
+def _operands(bc, s, dt, m, n, k, ta, tb):
+    """A (m x k, or k x m with ta), B (k x n, or n x k with tb), both all 0x3c bytes, and C."""
+    a = bc.empty((k, m) if ta else (m, k), dt, stream=s)
+    b = bc.empty((n, k) if tb else (k, n), dt, stream=s)
+    a.memset(0x3c, stream=s)
+    b.memset(0x3c, stream=s)
+    return a, b, bc.empty((m, n), dt, stream=s)
+
+
 def _event_ms(bc, s, call, reps):
     """ms a call of ``call()`` (which queues work on stream s): 2 warm-up calls, then the
     median of 5 event-timed runs of ``reps`` calls."""
@@ -37,11 +46,7 @@ def gemm_rows(bc, s, torch=None, shapes=SHAPES, backend="builtin"):
     from barecuda.kernels import _matmul as MM
     rows = []
     for dt, m, n, k, ta, tb in shapes:
-        a = bc.empty((k, m) if ta else (m, k), dt, stream=s)
-        b = bc.empty((n, k) if tb else (k, n), dt, stream=s)
-        a.memset(0x3c, stream=s)
-        b.memset(0x3c, stream=s)
-        o = bc.empty((m, n), dt, stream=s)
+        a, b, o = _operands(bc, s, dt, m, n, k, ta, tb)
         p = MM.plan_matmul(a, b, out=o, trans_a=ta, trans_b=tb, stream=s, backend=backend)
         ms = _event_ms(bc, s, p, 10 if dt != "float32" else 3)
         flop = 2.0 * m * n * k
@@ -126,11 +131,7 @@ def lt_rank_rows(bc, s, shapes=SHAPES, ranks=8):
     dev = bc.Device()
     rows = []
     for dt, m, n, k, ta, tb in shapes:
-        a = bc.empty((k, m) if ta else (m, k), dt, stream=s)
-        b = bc.empty((n, k) if tb else (k, n), dt, stream=s)
-        a.memset(0x3c, stream=s)
-        b.memset(0x3c, stream=s)
-        o = bc.empty((m, n), dt, stream=s)
+        a, b, o = _operands(bc, s, dt, m, n, k, ta, tb)
         reps = 10 if dt != "float32" else 3
         for r in range(ranks):
             try:
