@@ -23,7 +23,7 @@ echo "== free-threaded interpreter: $("$py" -VV)"
 rm -rf "$work/ft-venv"
 "$py" -m venv "$work/ft-venv"
 vpy="$work/ft-venv/bin/python"
-"$vpy" -m pip install -q --only-binary=:all: "pytest>=7.4" "hypothesis>=6.80" "numpy>=1.23" jinja2 \
+"$vpy" -m pip install -q --only-binary=:all: "pytest>=7.4" "pytest-xdist>=3.5" "hypothesis>=6.80" "numpy>=1.23" jinja2 \
     "nvidia-cuda-nvrtc>=13.0" "nvidia-nvjitlink>=13.0"
 "$vpy" -m pip install -q pyyaml "gguf>=0.10"
 "$vpy" -m pip install -q --no-deps "$root"

@@ -24,6 +24,7 @@ gpu = pytest.mark.gpu
 
 
 # ------------------------------------------------------------------ CPU: compile
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("d", [64, 80, 96, 128])
 def test_decode_source_compiles_without_warnings(arch, d):
@@ -49,6 +50,7 @@ def test_decode_source_compiles_without_warnings(arch, d):
             assert oc.log.strip() == "" and len(oc.code) > 1000, extra
 
 
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("arch,d", [("sm_90", 64), ("sm_90", 80), ("sm_90", 96), ("sm_90", 128), ("sm_80", 128)])
 def test_prefill_source_compiles_without_warnings(arch, d):
     oc = _registry.compile_code(A.PF_SOURCE, A._pf_defines(d), target="cubin", arch=arch)

@@ -187,6 +187,7 @@ def test_decoders_compiled_for_the_host_match_gguf(tmp_path):
             assert np.abs(got - ref).max() <= 1e-6 * np.abs(ref).max(), (fmt, mode)
 
 
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_dequant_source_compiles_without_warnings(arch):
     assert [d for _, _, d in D.KERNELS] == [(), D.PDL_DEFINES]     # the op's build, pdl=True plans' (DQ_PDL)
@@ -494,6 +495,7 @@ def test_dequantize_direct_variants(fmt, defs, warps, grid, dtype):
     assert np.abs(from_dev(out, dtype) - ref).max() <= tol, (fmt, defs, grid)
 
 
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_dequant_sweep_builds_compile_without_warnings(arch):
     """The sweep's builds compile cleanly for both architectures (DQ_TMA is sm_90 code, the

@@ -19,6 +19,7 @@ TOL = {"float16": 4e-3, "bfloat16": 3e-2}
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("defines", [(("WFMT", 1),), (("WFMT", 12),), (("WFMT", 14),), (("WFMT", 3),),
                                      (("WFMT", 12), ("FM_R", 2), ("FM_TCD", 1)), (("WFMT", 14), ("FM_R", 2), ("FM_TCD", 1))])
+@pytest.mark.kernel_sources
 def test_fused_compiles(arch, defines):
     from barecuda._nvrtc import nvrtc_available
     if not nvrtc_available():

@@ -51,12 +51,45 @@ def test_digest_depends_on_source_and_defines():
         R.digest("norms.cu", (("-bad", 1),))
 
 
+ARCHS = ("sm_80", "sm_90")
+
+
+@pytest.fixture(scope="module")
+def compiled(request):
+    """Every selected (specialization, arch) of the table compiled on all cores at once.
+
+    NVRTC releases the GIL while it compiles, so a thread pool uses every core. The jobs of
+    the test items pytest selected are submitted at once, in the items' order: each test
+    waits for its own job while the pool runs ahead. A compile error is raised in its own
+    test; the module's teardown cancels the jobs that have not started. Under pytest-xdist
+    a worker runs only some of the items it collected: there each test compiles its own."""
+    from concurrent.futures import ThreadPoolExecutor
+    ex = ThreadPoolExecutor(os.cpu_count() or 1)
+    jobs = {}
+
+    def submit(i, arch):
+        source, _, defines = TABLE[i]
+        jobs[i, arch] = ex.submit(R.compile_code, source, defines, target="cubin", arch=arch, cache=True)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        for item in request.session.items:
+            if getattr(item, "originalname", None) == "test_every_kernel_compiles_without_warnings":
+                submit(item.callspec.params["spec"], item.callspec.params["arch"])
+
+    def result(i, arch):
+        if (i, arch) not in jobs:
+            submit(i, arch)
+        return jobs[i, arch].result()
+    yield result
+    ex.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.kernel_sources
 @needs_nvrtc
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("spec", TABLE, ids=[_id(s) for s in TABLE])
-def test_every_kernel_compiles_without_warnings(spec, arch):
-    source, names, defines = spec
-    oc = R.compile_code(source, defines, target="cubin", arch=arch, cache=True)
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("spec", range(len(TABLE)), ids=[_id(s) for s in TABLE])
+def test_every_kernel_compiles_without_warnings(compiled, spec, arch):
+    source, names, defines = TABLE[spec]
+    oc = compiled(spec, arch)
     assert oc.kind == "cubin" and oc.code[:4] == b"\x7fELF"
     assert not (oc.log or "").strip(), f"{source} {defines} {arch}: NVRTC said:\n{oc.log}"
     ptx = oc.ptx.decode() if isinstance(oc.ptx, bytes) else oc.ptx

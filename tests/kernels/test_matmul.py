@@ -26,6 +26,7 @@ from _matmul_helpers import (LT_BACKENDS, alpha_beta_batch, assert_matches_float
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("defines", [MM._tc_defines(0, 0), MM._tc_defines(1, 0), MM._tc_defines(0, 1),
                                      MM._tc_defines(1, 1), (("GEMM_SIMT", 1),)])
+@pytest.mark.kernel_sources
 def test_gemm_source_compiles_without_warnings(arch, defines):
     if arch == "sm_90" and defines[0] == ("TRANS_A", 0) and defines[1] == ("TRANS_B", 0):
         # one tile of each code path besides the default (no double buffering; K 32 with it)
@@ -38,6 +39,7 @@ def test_gemm_source_compiles_without_warnings(arch, defines):
     assert oc.log.strip() == ""
 
 
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("ta", [0, 1])
 @pytest.mark.parametrize("tb", [0, 1])
 def test_wgmma_source_compiles_for_sm90a(ta, tb):

@@ -52,6 +52,7 @@ def check(got, ref, scale, dtype, what):
 
 
 # ------------------------------------------------------------------ CPU: compile
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("arch,fmt", [("sm_90", f) for f in D.FORMATS] + [("sm_80", "f16"), ("sm_80", "q6_k")])
 def test_matvec_source_compiles_without_warnings(arch, fmt):
     (src, names, defines), = [e for e in M.KERNELS if dict(e[2])["WFMT"] == D.FORMATS[fmt][0] and

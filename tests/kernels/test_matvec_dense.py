@@ -137,6 +137,7 @@ def test_dense_bulk_geometry():
         assert w == 16 or M.bulk_smem(k, ns, w + 1) > 232448
 
 
+@pytest.mark.kernel_sources
 @pytest.mark.parametrize("arch,wfmt", [("sm_90", 1), ("sm_80", 30)])
 def test_dense_bulk_build_compiles_without_warnings(arch, wfmt):
     """The opt-in bulk-copy build (BULK_DEFINES; not in KERNELS, so not compiled by

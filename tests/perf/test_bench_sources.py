@@ -26,6 +26,7 @@ SOURCES = [
 ]
 
 
+@pytest.mark.kernel_sources
 @needs_nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("src", SOURCES, ids=[s[1] for s in SOURCES])
